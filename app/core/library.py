@@ -1,0 +1,267 @@
+"""ModelLibrary: the index of local models (GGUF files, MLX folders) shared by every process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from app.core import gguf
+from app.core.fsutil import atomic_write_json, file_lock, read_json
+from app.core.types import LocalModel
+from app.errors import InvalidModel, ModelNotFound
+
+log = logging.getLogger(__name__)
+
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*$")
+_SHARD_RE = re.compile(r"-\d{5}-of-\d{5}$")
+INDEX_VERSION = 1
+
+
+def id_from_name(name: str) -> str:
+    """A stable lowercase id from a file or folder name: ``[a-z0-9._:/-]+``."""
+    stem = name[:-5] if name.lower().endswith(".gguf") else name
+    stem = _SHARD_RE.sub("", stem).lower()
+    stem = re.sub(r"[^a-z0-9._-]+", "-", stem).strip("-._")
+    return stem or "model"
+
+
+def _is_mlx_folder(p: Path) -> bool:
+    return p.is_dir() and (p / "config.json").is_file() and any(p.glob("*.safetensors"))
+
+
+def describe(path: Path) -> dict[str, Any]:
+    """Validate a model file or folder and read its metadata.
+
+    Raises:
+        InvalidModel: not a GGUF file or MLX folder, or its header is malformed.
+    """
+    if path.is_dir():
+        if not _is_mlx_folder(path):
+            raise InvalidModel(f"{path} is not a model folder (needs config.json and *.safetensors)")
+        try:
+            cfg = json.loads((path / "config.json").read_text())
+        except (OSError, ValueError) as e:
+            raise InvalidModel(f"{path}/config.json is unreadable: {e}") from e
+        if not isinstance(cfg, dict):
+            raise InvalidModel(f"{path}/config.json is not an object")
+        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+        tok_cfg: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
+        template = tok_cfg.get("chat_template") if isinstance(tok_cfg, dict) else None
+        if not isinstance(template, str) and (path / "chat_template.jinja").is_file():
+            template = (path / "chat_template.jinja").read_text()
+        q = cfg.get("quantization") or cfg.get("quantization_config")
+        return {
+            "format": "mlx",
+            "size_bytes": size,
+            "architecture": cfg.get("model_type"),
+            "name": path.name,
+            "parameters": None,
+            "quantization": f"{q.get('bits')}bit" if isinstance(q, dict) and q.get("bits") else None,
+            "context_length": cfg.get("max_position_embeddings"),
+            "chat_template": template if isinstance(template, str) else None,
+            "extra": {},
+        }
+    if not path.is_file():
+        raise InvalidModel(f"{path} does not exist")
+    if path.suffix.lower() != ".gguf":
+        raise InvalidModel(f"{path.name} is not a .gguf file")
+    h = gguf.read_header(path)
+    return {
+        "format": "gguf",
+        "size_bytes": path.stat().st_size,
+        "architecture": h.architecture,
+        "name": h.metadata.get("general.name") if isinstance(h.metadata.get("general.name"), str) else None,
+        "parameters": h.parameters,
+        "quantization": h.quantization,
+        "context_length": h.context_length,
+        "chat_template": h.chat_template,
+        "extra": {"embedding": h.is_embedding_model},
+    }
+
+
+class ModelLibrary:
+    """The library index (one JSON file), read fresh under a file lock by every process."""
+
+    def __init__(self, index_file: Path, models_dir: Path) -> None:
+        self.index_file = index_file
+        self.models_dir = models_dir
+
+    # -- index file -------------------------------------------------------------------------
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            data = read_json(self.index_file, {"version": INDEX_VERSION, "models": []})
+        except ValueError:
+            log.error("library index %s is corrupt; starting empty (file kept as .corrupt)", self.index_file)
+            with contextlib.suppress(OSError):
+                shutil.copy2(self.index_file, self.index_file.with_suffix(".corrupt"))
+            return []
+        models = data.get("models", []) if isinstance(data, dict) else []
+        return [m for m in models if isinstance(m, dict) and "id" in m and "path" in m]
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        atomic_write_json(self.index_file, {"version": INDEX_VERSION, "models": entries})
+
+    @staticmethod
+    def _to_model(d: dict[str, Any]) -> LocalModel:
+        template = d.get("chat_template")
+        return LocalModel(
+            id=d["id"],
+            path=d["path"],
+            format=d.get("format", "gguf"),
+            size_bytes=int(d.get("size_bytes") or 0),
+            owned=bool(d.get("owned")),
+            architecture=d.get("architecture"),
+            name=d.get("name"),
+            parameters=d.get("parameters"),
+            quantization=d.get("quantization"),
+            context_length=d.get("context_length"),
+            has_chat_template=bool(template),
+            chat_template=template,
+            origin=d.get("origin", "imported"),
+            added_at=float(d.get("added_at") or 0.0),
+            mtime=float(d.get("mtime") or 0.0),
+            extra=dict(d.get("extra") or {}),
+        )
+
+    @staticmethod
+    def _to_entry(m: LocalModel) -> dict[str, Any]:
+        d = asdict(m)
+        d.pop("has_chat_template", None)
+        return d
+
+    # -- queries ----------------------------------------------------------------------------
+    def list(self) -> list[LocalModel]:
+        """Every model in the index, sorted by id (files dropped into the models folder included)."""
+        self._adopt_models_folder()
+        return sorted((self._to_model(d) for d in self._read()), key=lambda m: m.id)
+
+    def get(self, model_id: str) -> LocalModel:
+        """Raises ModelNotFound."""
+        for d in self._read():
+            if d["id"] == model_id:
+                return self._to_model(d)
+        self._adopt_models_folder()
+        for d in self._read():
+            if d["id"] == model_id:
+                return self._to_model(d)
+        raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
+
+    def find_by_path(self, path: Path) -> LocalModel | None:
+        real = str(path.resolve())
+        for d in self._read():
+            if d["path"] == real:
+                return self._to_model(d)
+        return None
+
+    # -- changes ----------------------------------------------------------------------------
+    def import_path(self, path: str | os.PathLike[str], *, copy: bool = False) -> tuple[LocalModel, bool]:
+        """Add a GGUF file or MLX folder. Returns (model, created); importing again is a no-op.
+
+        Raises:
+            InvalidModel: not a model, or its header fails validation.
+        """
+        src = Path(path).expanduser()
+        if not src.exists():
+            raise InvalidModel(f"{src} does not exist")
+        src = src.resolve()
+        meta = describe(src)  # validate before touching anything
+        existing = self.find_by_path(src)
+        if existing and not copy:
+            return existing, False
+        owned = False
+        if copy:
+            dest = self.models_dir / src.name
+            if dest.exists():
+                dest = self.models_dir / f"{dest.stem}-{int(time.time())}{dest.suffix}"
+            self.models_dir.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f".{dest.name}.partial")
+            if src.is_dir():
+                shutil.copytree(src, tmp)
+            else:
+                shutil.copyfile(src, tmp)
+            os.replace(tmp, dest)
+            src, owned = dest.resolve(), True
+        return self._add(src, meta, owned=owned, origin="imported"), True
+
+    def _add(self, path: Path, meta: dict[str, Any], *, owned: bool, origin: str) -> LocalModel:
+        with file_lock(self.index_file):
+            entries = self._read()
+            for d in entries:
+                if d["path"] == str(path):
+                    return self._to_model(d)
+            taken = {d["id"] for d in entries}
+            base = id_from_name(path.name)
+            mid, n = base, 2
+            while mid in taken:
+                mid, n = f"{base}-{n}", n + 1
+            model = LocalModel(
+                id=mid,
+                path=str(path),
+                format=meta["format"],
+                size_bytes=meta["size_bytes"],
+                owned=owned,
+                architecture=meta.get("architecture"),
+                name=meta.get("name"),
+                parameters=meta.get("parameters"),
+                quantization=meta.get("quantization"),
+                context_length=meta.get("context_length"),
+                has_chat_template=bool(meta.get("chat_template")),
+                chat_template=meta.get("chat_template"),
+                origin=origin,
+                added_at=time.time(),
+                mtime=path.stat().st_mtime,
+                extra=meta.get("extra") or {},
+            )
+            entries.append(self._to_entry(model))
+            self._write(entries)
+        log.info("library: added %s (%s)", model.id, path)
+        return model
+
+    def remove(self, model_id: str) -> tuple[LocalModel, bool]:
+        """Forget a model; delete its file only when Hearth owns it. Returns (model, deleted)."""
+        with file_lock(self.index_file):
+            entries = self._read()
+            for i, d in enumerate(entries):
+                if d["id"] == model_id:
+                    model = self._to_model(d)
+                    del entries[i]
+                    self._write(entries)
+                    break
+            else:
+                raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
+        deleted = False
+        if model.owned:
+            p = Path(model.path)
+            # only ever delete inside our own models folder
+            if p.resolve().is_relative_to(self.models_dir.resolve()):
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+                deleted = True
+        log.info("library: removed %s (file deleted: %s)", model_id, deleted)
+        return model, deleted
+
+    def _adopt_models_folder(self) -> None:
+        """Index valid GGUF files that appeared in the models folder (pulls, manual copies)."""
+        if not self.models_dir.is_dir():
+            return
+        known = {d["path"] for d in self._read()}
+        for p in sorted(self.models_dir.iterdir()):
+            if p.name.startswith(".") or p.is_symlink():
+                continue
+            rp = str(p.resolve())
+            if rp in known or not (p.suffix.lower() == ".gguf" or _is_mlx_folder(p)):
+                continue
+            try:
+                self._add(Path(rp), describe(Path(rp)), owned=True, origin="downloaded")
+            except InvalidModel as e:
+                log.warning("models folder: skipping %s: %s", p.name, e)

@@ -1,0 +1,221 @@
+"""Hearth: the one façade that the GUI, the server and the CLI call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.core.chat_template import ChatTemplate
+from app.core.events import EventHub, LibraryChanged
+from app.core.library import ModelLibrary
+from app.core.scheduler import ModelScheduler
+from app.core.types import (
+    ChatMessage,
+    Delta,
+    GenerationRequest,
+    GenerationStream,
+    LoadedModel,
+    LoadOptions,
+    LocalModel,
+    Runtime,
+    SamplingParams,
+)
+from app.errors import ContextLengthExceeded, InvalidRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    model: LocalModel
+    state: str  # loaded | loading | not-loaded
+    context_length: int | None  # allocated context when loaded
+    runtime: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = self.model.summary()
+        d.update(state=self.state, loaded_context_length=self.context_length, runtime=self.runtime)
+        return d
+
+
+class Generation:
+    """A running generation: prompt size known, deltas to iterate, cancellable."""
+
+    def __init__(self, model_id: str, prompt_tokens: int, stream: GenerationStream) -> None:
+        self.model_id = model_id
+        self.prompt_tokens = prompt_tokens
+        self._stream = stream
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        return self._stream.__aiter__()
+
+    def cancel(self) -> None:
+        self._stream.cancel()
+
+    async def collect(self) -> tuple[str, Delta]:
+        """Run to the end: (full text, final delta)."""
+        parts: list[str] = []
+        last = Delta(finish_reason="error", error="generation ended without a final delta")
+        try:
+            async for d in self:
+                if d.text:
+                    parts.append(d.text)
+                if d.finish_reason is not None:
+                    last = d
+        finally:
+            self.cancel()  # no-op when finished; frees the slot if we were cancelled
+        return "".join(parts), last
+
+
+class Hearth:
+    """The application core. Lives on the service loop; every coroutine runs there."""
+
+    def __init__(
+        self,
+        library: ModelLibrary,
+        runtimes: Mapping[str, Runtime],
+        *,
+        load_defaults: Callable[[], LoadOptions],
+        jit_enabled: Callable[[], bool] = lambda: True,
+        events: EventHub | None = None,
+    ) -> None:
+        self.events = events or EventHub()
+        self.library = library
+        self.runtimes = dict(runtimes)
+        self.scheduler = ModelScheduler(library, runtimes, self.events, load_defaults)
+        self._jit_enabled = jit_enabled
+
+    # -- library -------------------------------------------------------------------------
+    def models(self) -> list[ModelStatus]:
+        loaded = {i.model_id: i for i in self.scheduler.loaded()}
+        out = []
+        for m in self.library.list():
+            info = loaded.get(m.id)
+            out.append(
+                ModelStatus(
+                    m,
+                    self.scheduler.state(m.id),
+                    info.context_length if info else None,
+                    info.runtime if info else None,
+                )
+            )
+        return out
+
+    def model_status(self, model_id: str) -> ModelStatus:
+        m = self.library.get(model_id)
+        lm = self.scheduler.loaded_model(model_id)
+        rt = next((i.runtime for i in self.scheduler.loaded() if i.model_id == model_id), None)
+        return ModelStatus(m, self.scheduler.state(model_id), lm.context_length if lm else None, rt)
+
+    def import_model(self, path: str | Path, *, copy: bool = False) -> tuple[LocalModel, bool]:
+        model, created = self.library.import_path(path, copy=copy)
+        if created:
+            self.events.publish(LibraryChanged())
+        return model, created
+
+    async def resolve_model(self, id_or_path: str) -> LocalModel:
+        """A library id, or a path to a model file/folder (imported on the fly)."""
+        p = Path(id_or_path).expanduser()
+        if ("/" in id_or_path or id_or_path.endswith(".gguf")) and p.exists():
+            return (await asyncio.to_thread(self.import_model, p))[0]
+        return self.library.get(id_or_path)
+
+    async def remove_model(self, model_id: str) -> tuple[LocalModel, bool]:
+        await self.scheduler.unload(model_id)
+        result = self.library.remove(model_id)
+        self.events.publish(LibraryChanged())
+        return result
+
+    # -- load / unload ---------------------------------------------------------------------
+    async def load(self, model_id: str, options: LoadOptions | None = None) -> LoadedModel:
+        return await self.scheduler.load(model_id, options)
+
+    async def unload(self, model_id: str) -> bool:
+        return await self.scheduler.unload(model_id)
+
+    # -- inference ---------------------------------------------------------------------------
+    async def _model(self, model_id: str) -> LoadedModel:
+        return await self.scheduler.get(model_id, load=self._jit_enabled())
+
+    @staticmethod
+    def _check_fits(lm: LoadedModel, n_prompt: int, param: str) -> None:
+        if n_prompt == 0:
+            raise InvalidRequest("the prompt is empty", param=param)
+        if n_prompt >= lm.context_length:
+            raise ContextLengthExceeded(
+                f"This model's context is {lm.context_length} tokens; the prompt has {n_prompt} "
+                f"tokens and leaves no room to generate. Shorten the prompt or load the model with "
+                f"a larger context.",
+                param=param,
+            )
+
+    async def chat(
+        self,
+        model_id: str,
+        messages: Sequence[ChatMessage],
+        *,
+        sampling: SamplingParams,
+        max_tokens: int | None,
+        stop: Sequence[str] = (),
+        request_id: str = "",
+    ) -> Generation:
+        """Start a chat generation. Everything that can fail fails here, before any output.
+
+        Raises:
+            ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable.
+        """
+        lm = await self._model(model_id)
+        special = lm.special_tokens
+        template = ChatTemplate(
+            lm.chat_template, bos_token=special.get("bos", ""), eos_token=special.get("eos", "")
+        )
+        prompt = template.render(messages, add_generation_prompt=True)
+        tokens = await asyncio.to_thread(lm.tokenize, prompt, add_special=True, parse_special=True)
+        bos = special.get("bos_id")
+        if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
+            tokens = tokens[1:]  # the template wrote a BOS and the tokenizer added another
+        self._check_fits(lm, len(tokens), "messages")
+        req = GenerationRequest(
+            prompt_tokens=tuple(tokens),
+            max_tokens=max_tokens,
+            sampling=sampling,
+            stop=tuple(stop) + template.default_stops,
+            request_id=request_id,
+        )
+        return Generation(model_id, len(tokens), lm.submit(req))
+
+    async def complete(
+        self,
+        model_id: str,
+        prompt: str | Sequence[int],
+        *,
+        sampling: SamplingParams,
+        max_tokens: int | None,
+        stop: Sequence[str] = (),
+        request_id: str = "",
+    ) -> Generation:
+        """Start a raw completion of ``prompt`` (text, or token ids)."""
+        lm = await self._model(model_id)
+        if isinstance(prompt, str):
+            tokens = await asyncio.to_thread(lm.tokenize, prompt, add_special=True, parse_special=False)
+        else:
+            tokens = list(prompt)
+            vocab = int(lm.special_tokens.get("n_vocab", "0") or 0)
+            if vocab and any(t < 0 or t >= vocab for t in tokens):
+                raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
+        self._check_fits(lm, len(tokens), "prompt")
+        req = GenerationRequest(
+            prompt_tokens=tuple(tokens),
+            max_tokens=max_tokens,
+            sampling=sampling,
+            stop=tuple(stop),
+            request_id=request_id,
+        )
+        return Generation(model_id, len(tokens), lm.submit(req))
+
+    async def close(self) -> None:
+        await self.scheduler.close()

@@ -1,0 +1,202 @@
+"""Frozen value types shared by every layer, and the protocols runtimes implement."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+ModelFormat = Literal["gguf", "mlx"]
+FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    """A model in the library.
+
+    Attributes:
+        id: stable lowercase id, ``[a-z0-9._:/-]+``.
+        path: the GGUF file or MLX folder.
+        owned: True when Hearth put the file in its models folder (and may delete it).
+    """
+
+    id: str
+    path: str
+    format: ModelFormat
+    size_bytes: int
+    owned: bool
+    architecture: str | None = None
+    name: str | None = None
+    parameters: int | None = None
+    quantization: str | None = None
+    context_length: int | None = None
+    has_chat_template: bool = False
+    chat_template: str | None = None
+    origin: str = "imported"
+    added_at: float = 0.0
+    mtime: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def summary(self) -> dict[str, Any]:
+        """The public JSON shape (``hearth ls --json``)."""
+        return {
+            "id": self.id,
+            "format": self.format,
+            "architecture": self.architecture,
+            "parameters": self.parameters,
+            "quantization": self.quantization,
+            "size_bytes": self.size_bytes,
+            "context_length": self.context_length,
+            "has_chat_template": self.has_chat_template,
+            "path": self.path,
+            "owned": self.owned,
+            "origin": self.origin,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoadOptions:
+    """How to load a model. 0 / None means "let Hearth decide"."""
+
+    context_length: int = 0
+    threads: int = 0
+    batch_size: int = 512
+    gpu_layers: int = -1
+    use_mmap: bool = True
+    use_mlock: bool = False
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    role: str
+    content: str
+    name: str | None = None
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One generation: a tokenized prompt and how to continue it."""
+
+    prompt_tokens: tuple[int, ...]
+    max_tokens: int | None
+    sampling: SamplingParams = SamplingParams()
+    stop: tuple[str, ...] = ()
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    prompt_n: int = 0
+    prompt_ms: float = 0.0
+    predicted_n: int = 0
+    predicted_ms: float = 0.0
+    cache_n: int = 0
+
+    @property
+    def predicted_per_second(self) -> float:
+        return self.predicted_n / (self.predicted_ms / 1000.0) if self.predicted_ms > 0 else 0.0
+
+    @property
+    def prompt_per_second(self) -> float:
+        return self.prompt_n / (self.prompt_ms / 1000.0) if self.prompt_ms > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_n": self.prompt_n,
+            "prompt_ms": round(self.prompt_ms, 3),
+            "prompt_per_second": round(self.prompt_per_second, 3),
+            "predicted_n": self.predicted_n,
+            "predicted_ms": round(self.predicted_ms, 3),
+            "predicted_per_second": round(self.predicted_per_second, 3),
+            "cache_n": self.cache_n,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of a generation as the runtime produces it.
+
+    ``text`` is already valid UTF-8 (a runtime holds back partial characters). The final delta has
+    ``finish_reason`` set and carries ``usage`` and ``timings``.
+    """
+
+    text: str = ""
+    token_count: int = 0
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    timings: Timings | None = None
+    error: str | None = None
+
+
+class GenerationStream(Protocol):
+    """A cancellable async stream of deltas for one submitted request."""
+
+    def __aiter__(self) -> AsyncIterator[Delta]: ...
+
+    def cancel(self) -> None: ...
+
+
+@runtime_checkable
+class LoadedModel(Protocol):
+    """A model resident in memory, owned by a worker thread of its runtime."""
+
+    model_id: str
+    context_length: int
+
+    @property
+    def chat_template(self) -> str | None: ...
+
+    @property
+    def special_tokens(self) -> dict[str, Any]:
+        """bos, eos (text), bos_id, eos_id, n_vocab."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]: ...
+
+    def submit(self, request: GenerationRequest) -> GenerationStream:
+        """Queue ``request``; raises QueueFull when the bounded queue is full."""
+        ...
+
+    @property
+    def pending(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class Runtime(Protocol):
+    """A plug-in that loads models of some formats in process."""
+
+    name: str
+    formats: Sequence[ModelFormat]
+
+    def available(self) -> bool: ...
+
+    def load(self, model: LocalModel, options: LoadOptions) -> LoadedModel:
+        """Load ``model`` (blocking; the scheduler runs this off the event loop)."""
+        ...

@@ -1,0 +1,102 @@
+"""Hearth's error tree. The server maps each type to its wire shape in one place."""
+
+from __future__ import annotations
+
+
+class HearthError(Exception):
+    """Base of every error Hearth raises on purpose.
+
+    ``status`` and ``code`` are what an HTTP edge answers; ``param`` names the offending field.
+    """
+
+    status: int = 500
+    code: str | None = "internal_error"
+    type: str = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class InvalidRequest(HearthError):
+    status = 400
+    code = "invalid_request"
+    type = "invalid_request_error"
+
+
+class UnsupportedParameter(InvalidRequest):
+    code = "unsupported_parameter"
+
+
+class ContextLengthExceeded(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class ModelNotFound(HearthError):
+    status = 404
+    code = "model_not_found"
+    type = "invalid_request_error"
+
+
+class InvalidModel(HearthError):
+    """A model file failed validation (bad GGUF header, unreadable folder)."""
+
+    status = 400
+    code = "invalid_model"
+    type = "invalid_request_error"
+
+
+class ModelLoadFailed(HearthError):
+    status = 500
+    code = "model_load_failed"
+    type = "server_error"
+
+
+class RuntimeUnavailable(HearthError):
+    status = 501
+    code = "runtime_unavailable"
+    type = "server_error"
+
+
+class QueueFull(HearthError):
+    status = 429
+    code = "queue_full"
+    type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class GenerationCancelled(HearthError):
+    status = 499
+    code = "cancelled"
+    type = "server_error"
+
+
+class GenerationTimeout(HearthError):
+    status = 504
+    code = "timeout"
+    type = "server_error"
+
+
+class TemplateError(InvalidRequest):
+    code = "template_error"
+
+
+class DownloadFailed(HearthError):
+    status = 502
+    code = "download_failed"
+
+
+class ServerError(HearthError):
+    """The embedded server could not start (port busy, bad bind address)."""
+
+    status = 500
+    code = "server_error"
+
+
+class ConfigError(HearthError):
+    status = 400
+    code = "config_error"

@@ -1,0 +1,68 @@
+"""Where Hearth keeps things: one frozen dataclass, from platformdirs or HEARTH_HOME."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "Hearth"
+
+
+@dataclass(frozen=True, slots=True)
+class AppPaths:
+    """Every folder Hearth writes to.
+
+    ``HEARTH_HOME`` relocates all of them under one folder (tests, portable installs).
+    """
+
+    config: Path
+    data: Path
+    models: Path
+    logs: Path
+    cache: Path
+
+    @property
+    def settings_file(self) -> Path:
+        return self.config / "settings.json"
+
+    @property
+    def library_file(self) -> Path:
+        return self.data / "library.json"
+
+    @property
+    def server_file(self) -> Path:
+        """The running server's address, so the CLI can find it."""
+        return self.data / "server.json"
+
+    @property
+    def probe_file(self) -> Path:
+        return self.cache / "runtime-probe.json"
+
+    @classmethod
+    def default(cls, home: str | os.PathLike[str] | None = None) -> AppPaths:
+        home = home if home is not None else os.environ.get("HEARTH_HOME")
+        if home:
+            root = Path(home).expanduser().resolve()
+            return cls(
+                config=root / "config",
+                data=root / "data",
+                models=root / "models",
+                logs=root / "logs",
+                cache=root / "cache",
+            )
+        data = Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+        return cls(
+            config=Path(platformdirs.user_config_dir(APP_NAME, appauthor=False)),
+            data=data,
+            models=data / "models",
+            logs=Path(platformdirs.user_log_dir(APP_NAME, appauthor=False)),
+            cache=Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)),
+        )
+
+    def ensure(self) -> AppPaths:
+        for p in (self.config, self.data, self.models, self.logs, self.cache):
+            p.mkdir(parents=True, exist_ok=True)
+        return self

@@ -1,0 +1,1 @@
+"""Runtimes: in-process model engines behind the small protocol in ``app.core.types``."""

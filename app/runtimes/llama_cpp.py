@@ -1,0 +1,371 @@
+"""In-process llama.cpp through llama-cpp-python's low-level API.
+
+One worker thread owns each loaded model (model, context, batch, samplers). We drive llama.cpp
+ourselves (tokenize, decode, sample, detokenize) instead of the high-level ``Llama`` class so that
+a long prompt can be aborted (abort callback), per-token overhead stays small, no logits are kept,
+and several sequences can later share one batch.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import logging
+import os
+import random
+import threading
+from pathlib import Path
+from typing import Any
+
+from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams
+from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
+from app.runtimes.worker import DeltaStream, Sequence, Worker
+
+log = logging.getLogger(__name__)
+
+try:
+    import llama_cpp as L
+except ImportError:  # pragma: no cover - the package is a hard dependency; be explicit anyway
+    L = None
+
+_init_lock = threading.Lock()
+_initialized = False
+_LOG_CB: Any = None
+# ggml levels: 1 debug, 2 info (chatty: shown as debug), 3 warn, 4 error, 5 continuation
+_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
+_native_log = logging.getLogger("llama_cpp.native")
+
+
+def _on_native_log(level: int, text: bytes, _data: object) -> None:
+    if level in (3, 4) or _native_log.isEnabledFor(logging.DEBUG):
+        msg = text.decode("utf-8", errors="replace").rstrip()
+        if msg:
+            _native_log.log(_LEVELS.get(level, logging.DEBUG), "%s", msg)
+
+
+def _ensure_backend() -> None:
+    global _initialized, _LOG_CB
+    with _init_lock:
+        if _initialized:
+            return
+        if L is None:
+            raise RuntimeUnavailable("llama-cpp-python is not installed")
+        _LOG_CB = L.llama_log_callback(_on_native_log)  # keep a reference: C holds the pointer
+        L.llama_log_set(_LOG_CB, None)
+        L.llama_backend_init()
+        _initialized = True
+
+
+def physical_cores() -> int:
+    """Physical cores (hyper-threads share execution units; llama.cpp gains nothing from them)."""
+    seen = set()
+    base = Path("/sys/devices/system/cpu")
+    try:
+        for cpu in base.glob("cpu[0-9]*"):
+            sib = cpu / "topology" / "thread_siblings_list"
+            if sib.is_file():
+                seen.add(sib.read_text().strip())
+    except OSError:
+        seen = set()
+    n = len(seen) or (os.cpu_count() or 1)
+    try:  # respect a CPU affinity mask (containers, taskset)
+        n = min(n, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        pass
+    return max(1, n)
+
+
+def build_info() -> str:
+    _ensure_backend()
+    return f"llama-cpp-python {L.__version__}; {L.llama_print_system_info().decode(errors='replace')}"
+
+
+class LlamaEngine:
+    """The native state of one model and the decode loop the worker drives."""
+
+    def __init__(self, model: LocalModel, options: LoadOptions, *, extra_bufts: bool) -> None:
+        _ensure_backend()
+        mp = L.llama_model_default_params()
+        mp.use_mmap = options.use_mmap
+        mp.use_mlock = options.use_mlock
+        if options.gpu_layers >= 0:
+            mp.n_gpu_layers = options.gpu_layers
+        mp.use_extra_bufts = extra_bufts
+        self.model = L.llama_model_load_from_file(model.path.encode(), mp)
+        if not self.model:
+            raise ModelLoadFailed(f"llama.cpp could not load '{model.id}' ({model.path})")
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        n_train = L.llama_model_n_ctx_train(self.model)
+        n_ctx = options.context_length or 4096
+        if n_train > 0:
+            n_ctx = min(n_ctx, n_train)
+        threads = options.threads or physical_cores()
+        cp = L.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = min(options.batch_size, n_ctx)
+        cp.n_ubatch = min(options.batch_size, n_ctx)
+        cp.n_seq_max = 1
+        cp.n_threads = threads
+        cp.n_threads_batch = threads
+        cp.no_perf = True
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            L.llama_model_free(self.model)
+            raise ModelLoadFailed(
+                f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}' (out of memory?)"
+            )
+        self.n_ctx = L.llama_n_ctx(self.ctx)
+        self.n_batch = L.llama_n_batch(self.ctx)
+        self.threads = threads
+        self.mem = L.llama_get_memory(self.ctx)
+        self.max_sequences = 1
+        self.batch = L.llama_batch_init(self.n_batch, 0, self.max_sequences)
+        self._piece = ctypes.create_string_buffer(256)
+        self._aborting: Sequence | None = None
+        self._abort_cb = L.ggml_abort_callback(self._should_abort)
+        self._no_abort = L.ggml_abort_callback()
+        self._free_slots = list(range(self.max_sequences))
+
+    # -- helpers used from any thread (read-only vocab) ----------------------------------
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        raw = text.encode("utf-8")
+        cap = len(raw) + 16
+        buf = (L.llama_token * cap)()
+        n = L.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (L.llama_token * cap)()
+            n = L.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_token_to_piece(self.vocab, token, buf, 256, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        n = L.llama_model_meta_val_str(self.model, key.encode(), buf, 4096)
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    # -- worker thread ----------------------------------------------------------------------
+    def _should_abort(self, _data: object) -> bool:
+        seq = self._aborting
+        return bool(seq is not None and seq.cancelled)
+
+    def _sampler(self, s: SamplingParams) -> Any:
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        add = lambda smp: L.llama_sampler_chain_add(chain, smp)  # noqa: E731
+        if s.repeat_penalty != 1.0 or s.frequency_penalty or s.presence_penalty:
+            add(
+                L.llama_sampler_init_penalties(
+                    self.n_vocab, 64, s.repeat_penalty, s.frequency_penalty, s.presence_penalty
+                )
+            )
+        if s.temperature <= 0:
+            add(L.llama_sampler_init_greedy())
+            return chain
+        if s.top_k > 0:
+            add(L.llama_sampler_init_top_k(s.top_k))
+        if s.top_p < 1.0:
+            add(L.llama_sampler_init_top_p(s.top_p, 1))
+        if s.min_p > 0.0:
+            add(L.llama_sampler_init_min_p(s.min_p, 1))
+        add(L.llama_sampler_init_temp(s.temperature))
+        seed = s.seed if s.seed is not None else random.getrandbits(32)
+        add(L.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+
+    def _fill(self, tokens: list[int], start_pos: int, seq_id: int, *, logits_last: bool) -> None:
+        b = self.batch
+        n = len(tokens)
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = start_pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq_id
+            b.logits[i] = 0
+        if logits_last and n:
+            b.logits[n - 1] = 1
+        b.n_tokens = n
+
+    def begin(self, seq: Sequence) -> None:
+        req: GenerationRequest = seq.request
+        slot = self._free_slots.pop(0)
+        state = _SeqState(slot, self._sampler(req.sampling))
+        seq.engine_state = state
+        L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+        tokens = list(req.prompt_tokens)
+        if len(tokens) >= self.n_ctx:
+            raise ValueError("prompt does not fit the context")
+        # abort callback only while processing the prompt: checking it per graph node during
+        # single-token decode would cost a GIL round trip per node
+        self._aborting = seq
+        L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        try:
+            for start in range(0, len(tokens), self.n_batch):
+                if seq.cancelled:
+                    return
+                chunk = tokens[start : start + self.n_batch]
+                self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
+                rc = L.llama_decode(self.ctx, self.batch)
+                if rc == 2 or seq.cancelled:  # aborted
+                    return
+                if rc != 0:
+                    raise RuntimeError(f"llama_decode failed on the prompt (code {rc})")
+        finally:
+            L.llama_set_abort_callback(self.ctx, self._no_abort, None)
+            self._aborting = None
+        state.pos = len(tokens)
+        state.logits_idx = self.batch.n_tokens - 1
+        state.ready = True
+
+    def step(self, seqs: list[Sequence]) -> None:
+        """Sample one token for each sequence, emit it, then decode them all in one batch."""
+        b = self.batch
+        n = 0
+        for seq in seqs:
+            st: _SeqState = seq.engine_state  # type: ignore[assignment]
+            if not st.ready:
+                seq.finish("cancelled" if seq.cancelled else "error")
+                continue
+            tok = L.llama_sampler_sample(st.sampler, self.ctx, st.logits_idx)
+            if L.llama_vocab_is_eog(self.vocab, tok):
+                seq.finish("stop")
+                continue
+            k = L.llama_token_to_piece(self.vocab, tok, self._piece, 256, 0, False)
+            raw = self._piece.raw[:k] if k >= 0 else self.piece(tok)
+            seq.emit_text(st.decoder.decode(raw), 1)
+            if seq.finish_reason is not None:
+                continue
+            if st.pos + 1 >= self.n_ctx:
+                seq.finish("length")
+                continue
+            b.token[n] = tok
+            b.pos[n] = st.pos
+            b.n_seq_id[n] = 1
+            b.seq_id[n][0] = st.slot
+            b.logits[n] = 1
+            st.logits_idx = n
+            st.pos += 1
+            n += 1
+        if n == 0:
+            return
+        b.n_tokens = n
+        rc = L.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed (code {rc})")
+
+    def end(self, seq: Sequence) -> None:
+        st = seq.engine_state
+        if isinstance(st, _SeqState):
+            L.llama_sampler_free(st.sampler)
+            L.llama_memory_seq_rm(self.mem, st.slot, -1, -1)
+            self._free_slots.append(st.slot)
+            seq.engine_state = None
+
+    def shutdown(self) -> None:
+        if self.batch is not None:
+            L.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            L.llama_model_free(self.model)
+            self.model = None
+
+
+class _SeqState:
+    __slots__ = ("slot", "sampler", "pos", "logits_idx", "ready", "decoder")
+
+    def __init__(self, slot: int, sampler: Any) -> None:
+        self.slot = slot
+        self.sampler = sampler
+        self.pos = 0
+        self.logits_idx = -1
+        self.ready = False
+        # holds back an incomplete UTF-8 character until its last byte arrives
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
+class LlamaCppModel:
+    """A loaded GGUF model: the LoadedModel protocol over a worker thread and its engine."""
+
+    def __init__(self, model: LocalModel, engine: LlamaEngine, *, queue_size: int) -> None:
+        self.model_id = model.id
+        self.engine = engine
+        self.context_length = engine.n_ctx
+        self._template = model.chat_template or engine.meta("tokenizer.chat_template")
+        bos = L.llama_vocab_bos(engine.vocab)
+        eos = L.llama_vocab_eos(engine.vocab)
+        self._special: dict[str, Any] = {
+            "bos": engine.piece(bos, special=True).decode(errors="replace") if bos >= 0 else "",
+            "eos": engine.piece(eos, special=True).decode(errors="replace") if eos >= 0 else "",
+            "bos_id": bos if bos >= 0 else None,
+            "eos_id": eos if eos >= 0 else None,
+            "n_vocab": engine.n_vocab,
+        }
+        self.worker = Worker(engine, name=model.id, queue_size=queue_size)
+
+    @property
+    def chat_template(self) -> str | None:
+        return self._template
+
+    @property
+    def special_tokens(self) -> dict[str, Any]:
+        return self._special
+
+    @property
+    def pending(self) -> int:
+        return self.worker.pending
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        return self.engine.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def submit(self, request: GenerationRequest) -> DeltaStream:
+        return self.worker.submit(request)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+class LlamaCppRuntime:
+    """Loads GGUF models in process. ``probe_file`` remembers the per-CPU safety probe."""
+
+    name = "llama.cpp"
+    formats = ("gguf",)
+
+    def __init__(self, *, probe_file: Path | None = None, queue_size: int = 16) -> None:
+        self.probe_file = probe_file
+        self.queue_size = queue_size
+
+    def available(self) -> bool:
+        return L is not None
+
+    def load(self, model: LocalModel, options: LoadOptions) -> LlamaCppModel:
+        if L is None:
+            raise RuntimeUnavailable("llama-cpp-python is not installed")
+        from app.core.gguf import read_header
+        from app.runtimes.llama_probe import extra_bufts_safe
+
+        # our own bounds-checked header check before llama.cpp ever parses the file
+        header = read_header(model.path)
+        if header.architecture is None:
+            raise InvalidModel(f"'{model.id}' has no general.architecture: not a model llama.cpp can load")
+        safe = extra_bufts_safe(
+            model.path,
+            build_info=build_info(),
+            weight_type=header.quantization or "unknown",
+            probe_file=self.probe_file,
+        )
+        engine = LlamaEngine(model, options, extra_bufts=safe)
+        log.info(
+            "llama.cpp: %s loaded (ctx %d, batch %d, threads %d, extra buffer types %s)",
+            model.id, engine.n_ctx, engine.n_batch, engine.threads, "on" if safe else "off",
+        )
+        return LlamaCppModel(model, engine, queue_size=self.queue_size)

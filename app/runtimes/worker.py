@@ -1,0 +1,257 @@
+"""The thread that owns a native model.
+
+Requests enter with ``submit(request)`` from the event loop and come back as a cancellable async
+stream of deltas. The worker admits up to ``engine.max_sequences`` requests at once and advances
+all active sequences one step at a time, so an engine that can decode several sequences in one
+batch (continuous batching) plugs in without changing this interface. Errors are sent back
+through the stream; the thread never dies with a request outstanding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from app.core.text import StopMatcher
+from app.core.types import Delta, GenerationRequest, Timings, Usage
+from app.errors import QueueFull
+
+log = logging.getLogger(__name__)
+
+_END = object()
+
+
+class DeltaStream:
+    """An async iterator of deltas fed from the worker thread; ``cancel()`` is thread-safe."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[object] = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self._done = False
+
+    # worker side ------------------------------------------------------------------------
+    def push(self, delta: Delta) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, delta)
+        except RuntimeError:  # loop closed: nobody is listening any more
+            self.cancelled.set()
+
+    def close(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, _END)
+        except RuntimeError:
+            pass
+
+    # consumer side ----------------------------------------------------------------------
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Delta]:
+        try:
+            while not self._done:
+                item = await self._queue.get()
+                if item is _END:
+                    self._done = True
+                    return
+                yield item  # type: ignore[misc]
+        finally:
+            if not self._done:  # consumer left early (disconnect, stop string in caller...)
+                self.cancel()
+
+
+class Sequence:
+    """One admitted request as the engine sees it."""
+
+    def __init__(self, request: GenerationRequest, stream: DeltaStream) -> None:
+        self.request = request
+        self.stream = stream
+        self.stop = StopMatcher(request.stop)
+        self.generated = 0
+        self.cached = 0
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.t_start = time.perf_counter()
+        self.t_prompt_done = 0.0
+        self.engine_state: object = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.stream.cancelled.is_set()
+
+    def emit_text(self, text: str, tokens: int = 1) -> None:
+        """Send decoded text (stop strings applied) and count ``tokens``; may finish the sequence."""
+        self.generated += tokens
+        out, hit = self.stop.feed(text)
+        if out:
+            self.stream.push(Delta(text=out, token_count=tokens))
+        if hit:
+            self.finish_reason = "stop"
+        elif self.request.max_tokens is not None and self.generated >= self.request.max_tokens:
+            self.finish_reason = "length"
+
+    def finish(self, reason: str) -> None:
+        if self.finish_reason is None:
+            self.finish_reason = reason
+
+    def close(self) -> None:
+        tail = self.stop.flush()
+        if tail and self.finish_reason not in ("cancelled", "error"):
+            self.stream.push(Delta(text=tail))
+        now = time.perf_counter()
+        t_prompt = self.t_prompt_done or now
+        timings = Timings(
+            prompt_n=len(self.request.prompt_tokens) - self.cached,
+            prompt_ms=(t_prompt - self.t_start) * 1000,
+            predicted_n=self.generated,
+            predicted_ms=(now - t_prompt) * 1000,
+            cache_n=self.cached,
+        )
+        usage = Usage(len(self.request.prompt_tokens), self.generated, self.cached)
+        self.stream.push(
+            Delta(
+                finish_reason=self.finish_reason or "stop",  # type: ignore[arg-type]
+                usage=usage,
+                timings=timings,
+                error=self.error,
+            )
+        )
+        self.stream.close()
+
+
+class Engine(Protocol):
+    """What a runtime implements for the worker: prompt processing and decode steps."""
+
+    max_sequences: int
+
+    def begin(self, seq: Sequence) -> None:
+        """Process the prompt of ``seq`` (may check ``seq.cancelled`` to abort)."""
+
+    def step(self, seqs: list[Sequence]) -> None:
+        """Advance every active sequence by one token, calling ``emit_text`` / ``finish``."""
+
+    def end(self, seq: Sequence) -> None:
+        """Release what ``seq`` held (its KV cache cells)."""
+
+    def shutdown(self) -> None: ...
+
+
+class Worker:
+    """Owns an engine on one thread; a bounded FIFO queue in front of it."""
+
+    def __init__(self, engine: Engine, *, name: str, queue_size: int = 16) -> None:
+        self.engine = engine
+        self.queue_size = queue_size
+        self._waiting: collections.deque[Sequence] = collections.deque()
+        self._active: list[Sequence] = []
+        self._cv = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=f"hearth-worker-{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._waiting) + len(self._active)
+
+    def submit(self, request: GenerationRequest) -> DeltaStream:
+        """Queue a request (call on the event loop). Raises QueueFull when the queue is full."""
+        stream = DeltaStream(asyncio.get_running_loop())
+        with self._cv:
+            if self._stopping:
+                raise QueueFull("the model is unloading", retry_after=1)
+            if len(self._waiting) >= self.queue_size:
+                raise QueueFull(
+                    f"too many requests queued for this model ({self.queue_size}); retry shortly",
+                    retry_after=max(1, len(self._waiting) // 2),
+                )
+            self._waiting.append(Sequence(request, stream))
+            self._cv.notify()
+        return stream
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Cancel everything, stop the thread and free the engine."""
+        with self._cv:
+            self._stopping = True
+            for s in list(self._waiting) + self._active:
+                s.stream.cancel()
+            self._cv.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _admit(self) -> None:
+        while self._waiting and len(self._active) < self.engine.max_sequences:
+            seq = self._waiting.popleft()
+            self._active.append(seq)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not self._stopping and not self._waiting and not self._active:
+                        self._cv.wait()
+                    if self._stopping and not self._waiting and not self._active:
+                        return
+                    new = len(self._active)
+                    self._admit()
+                    fresh = self._active[new:]
+                for seq in fresh:
+                    self._begin(seq)
+                self._step()
+        finally:
+            with self._cv:
+                leftovers = list(self._waiting) + self._active
+                self._waiting.clear()
+                self._active.clear()
+            for s in leftovers:
+                s.finish("cancelled")
+                s.close()
+            try:
+                self.engine.shutdown()
+            except Exception:
+                log.exception("engine shutdown failed")
+
+    def _begin(self, seq: Sequence) -> None:
+        if seq.cancelled:
+            seq.finish("cancelled")
+            return
+        try:
+            self.engine.begin(seq)
+            seq.t_prompt_done = time.perf_counter()
+        except Exception as e:  # sent back to the caller, never kills the thread
+            log.exception("prompt processing failed")
+            seq.error = str(e) or type(e).__name__
+            seq.finish("error")
+        if seq.cancelled:
+            seq.finish("cancelled")
+
+    def _step(self) -> None:
+        running = [s for s in self._active if s.finish_reason is None and not s.cancelled]
+        if running:
+            try:
+                self.engine.step(running)
+            except Exception as e:
+                log.exception("decode step failed")
+                for s in running:
+                    s.error = str(e) or type(e).__name__
+                    s.finish("error")
+        done = [s for s in self._active if s.finish_reason is not None or s.cancelled]
+        for s in done:
+            if s.cancelled:
+                s.finish("cancelled")
+            try:
+                self.engine.end(s)
+            except Exception:
+                log.exception("releasing a sequence failed")
+            s.close()
+        if done:
+            with self._cv:
+                self._active = [s for s in self._active if s not in done]

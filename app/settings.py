@@ -1,0 +1,133 @@
+"""Typed settings <-> one JSON file (atomic writes, file lock). Validation happens here, at the edge."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from app.core.fsutil import atomic_write_json, file_lock, read_json
+from app.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8421
+DEFAULT_BODY_LIMIT = 32 * 1024 * 1024
+
+
+def hash_key(key: str) -> str:
+    """API keys are stored as sha256 hex digests, never in clear."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def key_matches(key: str, hashes: list[str] | tuple[str, ...]) -> bool:
+    digest = hash_key(key)
+    ok = False
+    for h in hashes:  # compare against all, in constant time each
+        ok |= hmac.compare_digest(digest, h)
+    return ok
+
+
+def generate_key() -> str:
+    return "hearth-" + secrets.token_urlsafe(24)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_key_hashes: tuple[str, ...] = ()
+    start_at_launch: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
+    max_body_bytes: int = DEFAULT_BODY_LIMIT
+    jit_loading: bool = True
+    queue_size: int = 16
+    request_timeout_s: float = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadDefaults:
+    context_length: int = 4096
+    threads: int = 0  # 0 = physical cores
+    batch_size: int = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    server: ServerSettings = field(default_factory=ServerSettings)
+    load: LoadDefaults = field(default_factory=LoadDefaults)
+    models_dir: str = ""  # empty = the default models folder
+    tray_hint_shown: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _coerce(cls: type, raw: Any, where: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"settings: {where} must be an object")
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in raw:
+            continue
+        v = raw[f.name]
+        default = getattr(cls(), f.name)
+        if isinstance(default, bool):
+            if not isinstance(v, bool):
+                raise ConfigError(f"settings: {where}.{f.name} must be true or false")
+        elif isinstance(default, int):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"settings: {where}.{f.name} must be a non-negative integer")
+        elif isinstance(default, float):
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                raise ConfigError(f"settings: {where}.{f.name} must be a positive number")
+            v = float(v)
+        elif isinstance(default, tuple):
+            if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+                raise ConfigError(f"settings: {where}.{f.name} must be a list of strings")
+            v = tuple(v)
+        elif isinstance(default, str):
+            if not isinstance(v, str):
+                raise ConfigError(f"settings: {where}.{f.name} must be a string")
+        kwargs[f.name] = v
+    return cls(**kwargs)
+
+
+def settings_from_dict(raw: dict[str, Any]) -> Settings:
+    server = _coerce(ServerSettings, raw.get("server", {}), "server")
+    if not 0 < server.port < 65536:
+        raise ConfigError("settings: server.port must be 1-65535")
+    load = _coerce(LoadDefaults, raw.get("load", {}), "load")
+    top = {k: raw[k] for k in ("models_dir", "tray_hint_shown") if k in raw}
+    base = _coerce(Settings, top, "settings")
+    return replace(base, server=server, load=load)
+
+
+class SettingsStore:
+    """Reads and writes ``settings.json``; a corrupt file falls back to defaults (and says so)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> Settings:
+        try:
+            raw = read_json(self.path, {})
+            return settings_from_dict(raw if isinstance(raw, dict) else {})
+        except (ValueError, ConfigError) as e:
+            log.error("settings file %s is invalid (%s); using defaults", self.path, e)
+            return Settings()
+
+    def save(self, settings: Settings) -> None:
+        with file_lock(self.path):
+            atomic_write_json(self.path, settings.to_dict(), mode=0o600)
+
+    def update(self, **changes: Any) -> Settings:
+        with file_lock(self.path):
+            s = replace(self.load(), **changes)
+            atomic_write_json(self.path, s.to_dict(), mode=0o600)
+        return s
