@@ -54,6 +54,9 @@ class ModelScheduler:
             return "loading"
         return "not-loaded"
 
+    def loading(self) -> list[str]:
+        return sorted(self._loading)
+
     def loaded(self) -> list[LoadedInfo]:
         return [
             LoadedInfo(mid, rt, lm.context_length, at, self._last_used.get(mid, at), lm.pending)

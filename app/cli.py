@@ -1,0 +1,399 @@
+"""The front door: no subcommand opens the desktop app; subcommands script the same core.
+
+Exit codes: 0 success, 1 failure, 2 usage error. Results go to stdout, logs to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from app import __version__
+from app.core.library import ModelLibrary
+from app.core.service import Hearth
+from app.core.types import ChatMessage, LoadOptions, SamplingParams
+from app.errors import HearthError
+from app.paths import AppPaths
+from app.settings import Settings, SettingsStore
+
+log = logging.getLogger("app.cli")
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+# -- composition root ------------------------------------------------------------------------
+def build_service(paths: AppPaths, settings: Settings) -> Hearth:
+    """Wire the core to the runtimes available on this machine."""
+    from app.runtimes.llama_cpp import LlamaCppRuntime
+
+    models_dir = Path(settings.models_dir) if settings.models_dir else paths.models
+    library = ModelLibrary(paths.library_file, models_dir)
+    runtimes = {"gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size)}
+    store = SettingsStore(paths.settings_file)
+
+    def load_defaults() -> LoadOptions:
+        d = store.load().load
+        return LoadOptions(context_length=d.context_length, threads=d.threads, batch_size=d.batch_size)
+
+    return Hearth(
+        library,
+        runtimes,
+        load_defaults=load_defaults,
+        jit_enabled=lambda: store.load().server.jit_loading,
+    )
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def _context() -> tuple[AppPaths, SettingsStore]:
+    paths = AppPaths.default().ensure()
+    return paths, SettingsStore(paths.settings_file)
+
+
+def _fail(msg: str) -> int:
+    print(f"hearth: error: {msg}", file=sys.stderr)
+    return EXIT_FAIL
+
+
+# -- commands ----------------------------------------------------------------------------------
+def cmd_import(args: argparse.Namespace) -> int:
+    paths, store = _context()
+    service = build_service(paths, store.load())
+    model, created = service.import_model(args.path, copy=args.copy)
+    print(model.id)
+    if not created:
+        log.info("already in the library")
+    return EXIT_OK
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    paths, store = _context()
+    service = build_service(paths, store.load())
+    models = service.library.list()
+    if args.json:
+        print(json.dumps([m.summary() for m in models], indent=2))
+        return EXIT_OK
+    if not models:
+        print("No models yet. Add one with: hearth import PATH/model.gguf", file=sys.stderr)
+        return EXIT_OK
+    rows = [("ID", "FORMAT", "QUANT", "PARAMS", "SIZE", "CONTEXT")]
+    for m in models:
+        rows.append(
+            (
+                m.id,
+                m.format,
+                m.quantization or "-",
+                _human_count(m.parameters),
+                _human_bytes(m.size_bytes),
+                str(m.context_length or "-"),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return EXIT_OK
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    paths, store = _context()
+    service = build_service(paths, store.load())
+    url = _find_server(paths, None)
+    if url:  # a running server frees the model first (best effort)
+        try:
+            _api(url, "POST", "/api/v1/models/unload", {"model": args.model}, _api_key(args))
+        except HearthError:
+            pass
+    model, deleted = service.library.remove(args.model)
+    print(f"removed {model.id}" + (f" and deleted {model.path}" if deleted else " (file kept)"))
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.server.runner import ServerController
+
+    paths, store = _context()
+    settings = store.load()
+    api_key = args.api_key or os.environ.get("HEARTH_API_KEY") or None
+    service = build_service(paths, settings)
+    controller = ServerController(service, store, paths)
+    controller.set_api_key(api_key)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
+                signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+        try:
+            url = await controller.start(args.host, args.port)
+        except HearthError as e:
+            return _fail(e.message)
+        print(url, flush=True)
+        rc = EXIT_OK
+        try:
+            for ref in args.model or []:
+                model = await service.resolve_model(ref)
+                lm = await service.load(model.id)
+                log.warning("model %s ready (context %d)", model.id, lm.context_length)
+            await stop.wait()
+        except HearthError as e:
+            rc = _fail(e.message)
+        finally:
+            await controller.stop("shutdown")
+            await service.close()
+        return rc
+
+    return asyncio.run(main())
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    paths, store = _context()
+    service = build_service(paths, store.load())
+    interactive = sys.stdin.isatty()
+
+    async def main() -> int:
+        model = await service.resolve_model(args.model)
+        await service.load(model.id)
+        history: list[ChatMessage] = []
+        if args.system:
+            history.append(ChatMessage("system", args.system))
+        loop = asyncio.get_running_loop()
+        if interactive:
+            print(f"Chatting with {model.id}. Type /bye to leave.", file=sys.stderr)
+        try:
+            while True:
+                if interactive:
+                    print(">>> ", end="", file=sys.stderr, flush=True)
+                line = await loop.run_in_executor(None, sys.stdin.readline)
+                if not line:
+                    break
+                text = line.rstrip("\n")
+                if text.strip() == "/bye":
+                    break
+                if not text.strip():
+                    continue
+                history.append(ChatMessage("user", text))
+                gen = await service.chat(
+                    model.id, history, sampling=SamplingParams(temperature=args.temperature), max_tokens=args.max_tokens
+                )
+                parts = []
+                async for d in gen:
+                    if d.text:
+                        parts.append(d.text)
+                        sys.stdout.write(d.text)
+                        sys.stdout.flush()
+                    if d.finish_reason == "error":
+                        raise HearthError(d.error or "generation failed")
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+                history.append(ChatMessage("assistant", "".join(parts)))
+        finally:
+            await service.close()
+        return EXIT_OK
+
+    return asyncio.run(main())
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    paths, _ = _context()
+    url = _require_server(paths, args.url)
+    data = _api(url, "GET", "/api/v1/ps", None, _api_key(args))
+    if args.json:
+        print(json.dumps(data["models"], indent=2))
+        return EXIT_OK
+    if not data["models"]:
+        print("No models loaded.", file=sys.stderr)
+    for m in data["models"]:
+        print(f"{m['id']}  {m['runtime']}  ctx={m['context_length']}  pending={m['pending_requests']}")
+    return EXIT_OK
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    paths, _ = _context()
+    url = _require_server(paths, args.url)
+    data = _api(url, "POST", "/api/v1/models/load", {"model": args.model}, _api_key(args), timeout=600)
+    print(json.dumps(data) if args.json else f"loaded {data['id']} (context {data['context_length']})")
+    return EXIT_OK
+
+
+def cmd_unload(args: argparse.Namespace) -> int:
+    paths, _ = _context()
+    url = _require_server(paths, args.url)
+    data = _api(url, "POST", "/api/v1/models/unload", {"model": args.model}, _api_key(args))
+    print(json.dumps(data) if args.json else f"unloaded {data['id']}")
+    return EXIT_OK
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    from app.core.loop import LoopThread
+    from app.gui.context import GuiContext
+    from app.gui.main_window import run_gui
+    from app.server.runner import ServerController
+
+    paths, store = _context()
+    service = build_service(paths, store.load())
+    loop = LoopThread().start()
+    server = ServerController(service, store, paths)
+    server.set_api_key(os.environ.get("HEARTH_API_KEY") or None)
+    ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
+    try:
+        return run_gui(ctx)
+    finally:
+        try:
+            loop.call(server.stop("quit"), timeout=15)
+            loop.call(service.close(), timeout=30)
+        finally:
+            loop.stop()
+
+
+# -- talking to a running server ---------------------------------------------------------------
+def _api_key(args: argparse.Namespace) -> str | None:
+    return getattr(args, "api_key", None) or os.environ.get("HEARTH_API_KEY") or None
+
+
+def _find_server(paths: AppPaths, url: str | None) -> str | None:
+    if url:
+        return url.rstrip("/").removesuffix("/v1")
+    try:
+        info = json.loads(paths.server_file.read_text())
+    except (OSError, ValueError):
+        return None
+    pid = info.get("pid")
+    if isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+    u = info.get("url")
+    return u.removesuffix("/v1") if isinstance(u, str) else None
+
+
+def _require_server(paths: AppPaths, url: str | None) -> str:
+    found = _find_server(paths, url)
+    if not found:
+        raise HearthError("no running Hearth server found (start one with `hearth serve`, or pass --url)")
+    return found
+
+
+def _api(base: str, method: str, path: str, body: Any, key: str | None, timeout: float = 30) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        try:
+            msg = json.loads(e.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            msg = f"HTTP {e.code}"
+        raise HearthError(msg) from e
+    except (urllib.error.URLError, OSError) as e:
+        raise HearthError(f"cannot reach the Hearth server at {base}: {e}") from e
+
+
+# -- formatting ---------------------------------------------------------------------------------
+def _human_bytes(n: int | None) -> str:
+    if not n:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+def _human_count(n: int | None) -> str:
+    if not n:
+        return "-"
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{suffix}"
+    return str(n)
+
+
+# -- parser -----------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hearth", description="Run open LLMs locally; serve them over an OpenAI-compatible API.")
+    p.add_argument("--version", action="version", version=f"hearth {__version__}")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv for debug)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("serve", help="run the server headless until SIGINT/SIGTERM")
+    s.add_argument("--host", default=None, help="bind address (default from settings: 127.0.0.1)")
+    s.add_argument("--port", type=int, default=None, help="port (default from settings: 8421; 0 = any free port)")
+    s.add_argument("--model", action="append", metavar="ID_OR_PATH", help="preload a model (repeatable); a GGUF path is imported")
+    s.add_argument("--api-key", default=None, help="require this bearer key (also HEARTH_API_KEY)")
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("import", help="add a GGUF file to the library (in place unless --copy)")
+    s.add_argument("path")
+    s.add_argument("--copy", action="store_true", help="copy the file into Hearth's models folder")
+    s.set_defaults(func=cmd_import)
+
+    s = sub.add_parser("ls", help="list the library")
+    s.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    s.set_defaults(func=cmd_ls)
+
+    s = sub.add_parser("rm", help="remove a model from the library (deletes the file only if Hearth owns it)")
+    s.add_argument("model", metavar="ID")
+    s.set_defaults(func=cmd_rm)
+
+    s = sub.add_parser("run", help="chat with a model in the terminal (/bye to leave)")
+    s.add_argument("model", metavar="ID_OR_PATH")
+    s.add_argument("--system", default=None, help="system prompt")
+    s.add_argument("--temperature", type=float, default=0.7)
+    s.add_argument("--max-tokens", type=int, default=None)
+    s.set_defaults(func=cmd_run)
+
+    for name, fn, hlp in (
+        ("ps", cmd_ps, "list the models loaded in the running server"),
+        ("load", cmd_load, "load a model in the running server"),
+        ("unload", cmd_unload, "unload a model from the running server"),
+    ):
+        s = sub.add_parser(name, help=hlp)
+        if name != "ps":
+            s.add_argument("model", metavar="ID")
+        s.add_argument("--url", default=None, help="the server's base URL (default: the one recorded by the running server)")
+        s.add_argument("--api-key", default=None)
+        s.add_argument("--json", action="store_true")
+        s.set_defaults(func=fn)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.verbose)
+    func = getattr(args, "func", cmd_gui)
+    try:
+        return func(args)
+    except HearthError as e:
+        return _fail(e.message)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

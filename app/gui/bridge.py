@@ -1,0 +1,153 @@
+"""Bridge: core events become Qt signals, and coroutines run on the service loop with results
+delivered back on the GUI thread."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import Any, TypeVar
+
+from PySide6.QtCore import QObject, Qt, Signal
+
+from app.core import events as ev
+from app.core.loop import LoopThread
+from app.errors import HearthError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DoneCallback = Callable[[Any], None]
+ErrorCallback = Callable[[BaseException], None]
+
+
+def error_text(exc: BaseException) -> str:
+    """What the user reads for a failure: our own message for HearthErrors, the type otherwise."""
+    if isinstance(exc, HearthError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class Bridge(QObject):
+    """Lives on the GUI thread. Signals emitted here from the loop thread arrive queued."""
+
+    library_changed = Signal()
+    model_loading = Signal(str)
+    model_loaded = Signal(str, int, float)  # model id, context length, load seconds
+    model_unloaded = Signal(str)
+    model_load_failed = Signal(str, str)  # model id, message
+    server_started = Signal(str, int, str)  # host, port, base url
+    server_stopped = Signal(str)  # reason
+    request_finished = Signal(object)  # app.core.events.RequestFinished
+    # internal: a zero-argument callable to run on the GUI thread
+    _completed = Signal(object)
+
+    def __init__(self, loop: LoopThread, events: ev.EventHub, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._loop = loop
+        self._closed = False
+        # queued even when the future is already done at add_done_callback time, so callers
+        # always get their callback after run() returns, never re-entrantly inside it
+        self._completed.connect(self._on_self_completed, Qt.ConnectionType.QueuedConnection)
+        self._unsubscribe = events.subscribe(self._on_service_event)
+
+    # -- coroutines ----------------------------------------------------------------------------
+    def run(
+        self,
+        coro: Coroutine[Any, Any, T],
+        on_done: Callable[[T], None] | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the service loop; call ``on_done(result)`` or ``on_error(exc)`` later
+        on the GUI thread. Without ``on_error`` a failure is logged."""
+        future = self._loop.submit(coro)
+        future.add_done_callback(partial(self._on_future_done, on_done, on_error))
+        return future
+
+    def call(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        on_done: Callable[[T], None] | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> concurrent.futures.Future[T]:
+        """Run a quick synchronous core function (file reads, library index) on the loop thread,
+        where the core's state lives, so the GUI thread never touches files."""
+
+        async def _call() -> T:
+            return fn(*args)
+
+        return self.run(_call(), on_done, on_error)
+
+    def close(self) -> None:
+        """Stop listening to the core; late results are dropped."""
+        self._closed = True
+        self._unsubscribe()
+
+    def _on_future_done(
+        self,
+        on_done: Callable[[Any], None] | None,
+        on_error: ErrorCallback | None,
+        future: concurrent.futures.Future[Any],
+    ) -> None:
+        # runs on the loop thread (or right here when already done)
+        if self._closed:
+            return
+        try:
+            self._completed.emit(partial(_deliver, future, on_done, on_error))
+        except RuntimeError:  # the C++ object is gone: the window was torn down
+            log.debug("bridge deleted; dropping a late result")
+
+    def _on_self_completed(self, fn: Callable[[], None]) -> None:
+        if not self._closed:
+            fn()
+
+    # -- events ----------------------------------------------------------------------------------
+    def _on_service_event(self, event: ev.Event) -> None:
+        # runs on the loop thread; only emits (queued to the GUI thread)
+        if self._closed:
+            return
+        try:
+            if isinstance(event, ev.LibraryChanged):
+                self.library_changed.emit()
+            elif isinstance(event, ev.ModelLoading):
+                self.model_loading.emit(event.model_id)
+            elif isinstance(event, ev.ModelLoaded):
+                self.model_loaded.emit(event.model_id, event.context_length, event.load_seconds)
+            elif isinstance(event, ev.ModelUnloaded):
+                self.model_unloaded.emit(event.model_id)
+            elif isinstance(event, ev.ModelLoadFailed):
+                self.model_load_failed.emit(event.model_id, event.message)
+            elif isinstance(event, ev.ServerStarted):
+                self.server_started.emit(event.host, event.port, event.base_url)
+            elif isinstance(event, ev.ServerStopped):
+                self.server_stopped.emit(event.reason)
+            elif isinstance(event, ev.RequestFinished):
+                self.request_finished.emit(event)
+        except RuntimeError:
+            log.debug("bridge deleted; dropping %s", type(event).__name__)
+
+
+def _deliver(
+    future: concurrent.futures.Future[Any],
+    on_done: Callable[[Any], None] | None,
+    on_error: ErrorCallback | None,
+) -> None:
+    """GUI thread: hand the outcome to the caller; a failing callback is logged, never raised
+    into Qt (which would only print it)."""
+    if future.cancelled():
+        return
+    exc = future.exception()
+    try:
+        if exc is not None:
+            if on_error is not None:
+                on_error(exc)
+            elif isinstance(exc, HearthError):
+                log.warning("background task failed: %s", exc.message)
+            else:
+                log.error("background task failed", exc_info=exc)
+        elif on_done is not None:
+            on_done(future.result())
+    except Exception:
+        log.exception("GUI callback failed")

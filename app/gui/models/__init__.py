@@ -1,0 +1,1 @@
+"""Thin Qt table models, testable without a view."""

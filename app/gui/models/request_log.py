@@ -1,0 +1,84 @@
+"""RequestLogModel: the server's last requests, newest first, capped."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+
+from app.core.events import RequestFinished
+
+Index = QModelIndex | QPersistentModelIndex
+
+COLUMNS: tuple[str, ...] = ("Time", "Method", "Path", "Status", "Model", "Tokens", "tok/s")
+DEFAULT_CAP = 500
+_NUMERIC = {COLUMNS.index(c) for c in ("Status", "Tokens", "tok/s")}
+
+
+class RequestLogModel(QAbstractTableModel):
+    """Fed by ``RequestFinished`` events; drops the oldest row past ``cap``."""
+
+    def __init__(self, cap: int = DEFAULT_CAP, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.cap = cap
+        self._rows: list[RequestFinished] = []
+
+    def add(self, event: RequestFinished) -> None:
+        self.beginInsertRows(QModelIndex(), 0, 0)
+        self._rows.insert(0, event)
+        self.endInsertRows()
+        if len(self._rows) > self.cap:
+            self.beginRemoveRows(QModelIndex(), self.cap, len(self._rows) - 1)
+            del self._rows[self.cap :]
+            self.endRemoveRows()
+
+    def clear(self) -> None:
+        self.beginResetModel()
+        self._rows.clear()
+        self.endResetModel()
+
+    def event_at(self, row: int) -> RequestFinished:
+        return self._rows[row]
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._rows):
+            return None
+        e = self._rows[index.row()]
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(e, col)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return f"{e.method} {e.path} -> {e.status} in {e.seconds:.3f}s"
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in _NUMERIC:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    @staticmethod
+    def _display(e: RequestFinished, col: int) -> str:
+        tokens = ""
+        if e.prompt_tokens or e.completion_tokens:
+            tokens = f"{e.prompt_tokens} in / {e.completion_tokens} out"
+        values = (
+            time.strftime("%H:%M:%S", time.localtime(e.at)),
+            e.method,
+            e.path,
+            str(e.status),
+            e.model or "",
+            tokens,
+            f"{e.tokens_per_second:.1f}" if e.tokens_per_second > 0 else "",
+        )
+        return values[col]

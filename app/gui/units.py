@@ -1,0 +1,31 @@
+"""Human-readable numbers for tables and labels."""
+
+from __future__ import annotations
+
+
+def human_bytes(n: int | None) -> str:
+    """``98362432`` -> ``"93.8 MiB"``; binary units because that is what file managers show."""
+    if n is None or n < 0:
+        return ""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # unreachable; keeps type checkers calm
+
+
+def human_count(n: int | None) -> str:
+    """Parameter counts the way model cards write them: ``134515008`` -> ``"135M"``."""
+    if not n or n < 0:
+        return ""
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            value = n / div
+            return f"{value:.0f}{suffix}" if value >= 100 else f"{value:.3g}{suffix}"
+    return str(n)
+
+
+def grouped(n: int | None) -> str:
+    """``8192`` -> ``"8,192"``; empty for unknown."""
+    return f"{n:,}" if n else ""

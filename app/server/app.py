@@ -1,0 +1,223 @@
+"""create_app(): the aiohttp application, its typed state and the edge middlewares."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from app.core.events import RequestFinished
+from app.core.service import Generation, Hearth
+from app.errors import HearthError
+from app.server.sse import error_body
+from app.settings import ServerSettings, key_matches
+
+log = logging.getLogger(__name__)
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+PUBLIC_PATHS = frozenset({"/health"})
+
+
+@dataclass
+class ServerState:
+    """Per-server mutable state: the generations in flight (for a clean shutdown)."""
+
+    settings: ServerSettings
+    api_key_hashes: tuple[str, ...]
+    bound_host: str
+    active: set[Generation] = field(default_factory=set)
+    stopping: bool = False
+    started_at: float = field(default_factory=time.time)
+
+
+SERVICE = web.AppKey("service", Hearth)
+STATE = web.AppKey("state", ServerState)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_error(err: HearthError, headers: dict[str, str] | None = None) -> web.Response:
+    h = dict(headers or {})
+    if err.status in (400, 401, 403, 404, 413):
+        h.setdefault("x-should-retry", "false")
+    retry = getattr(err, "retry_after", None)
+    if retry is not None:
+        h["Retry-After"] = str(retry)
+    return web.json_response(error_body(err), status=err.status, headers=h)
+
+
+class _Forbidden(HearthError):
+    status = 403
+    code = "forbidden"
+    type = "invalid_request_error"
+
+
+class _Unauthorized(HearthError):
+    status = 401
+    code = "invalid_api_key"
+    type = "invalid_request_error"
+
+
+class _TooLarge(HearthError):
+    status = 413
+    code = "request_too_large"
+    type = "invalid_request_error"
+
+
+class _HTTPError(HearthError):
+    type = "invalid_request_error"
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def host_name(host_header: str) -> str | None:
+    """The host part of a Host header, lowercased; None when malformed."""
+    h = host_header.strip().lower()
+    if not h:
+        return None
+    if h.startswith("["):
+        end = h.find("]")
+        if end == -1:
+            return None
+        name, rest = h[: end + 1], h[end + 1 :]
+        if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+            return None
+        return name
+    name, _, port = h.partition(":")
+    if port and not port.isdigit():
+        return None
+    return name or None
+
+
+def allowed_hosts(state: ServerState) -> frozenset[str]:
+    names = set(LOOPBACK_NAMES)
+    names.update(h.lower() for h in state.settings.allowed_hosts)
+    bound = state.bound_host.lower()
+    if bound not in ("0.0.0.0", "::", ""):
+        names.add(f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound)
+    return frozenset(names)
+
+
+def _is_loopback_origin(origin: str) -> bool:
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
+def origin_allowed(origin: str, state: ServerState) -> bool:
+    if origin in state.settings.allowed_origins or "*" in state.settings.allowed_origins:
+        return True
+    return _is_loopback_origin(origin)
+
+
+@web.middleware
+async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Host and Origin allow-lists, bearer auth, errors in OpenAI shape, and the request log.
+
+    Host/Origin/auth are checked before the body is read, so a refused request has no effect.
+    """
+    state = request.app[STATE]
+    started = time.perf_counter()
+    request["hearth_log"] = {"model": None, "prompt_tokens": 0, "completion_tokens": 0, "tps": 0.0}
+    cors: dict[str, str] = {}
+    try:
+        name = host_name(request.headers.get("Host", ""))
+        if name is None or name not in allowed_hosts(state):
+            raise _Forbidden("Host not allowed. Add it to the server's allowed hosts to reach Hearth by this name.")
+        origin = request.headers.get("Origin")
+        if origin is not None:
+            if not origin_allowed(origin, state):
+                raise _Forbidden("Origin not allowed. Add it to the server's allowed origins in Settings.")
+            cors = {
+                "Access-Control-Allow-Origin": origin,
+                "Vary": "Origin",
+                "Access-Control-Allow-Credentials": "true",
+            }
+        if request.method == "OPTIONS":
+            return web.Response(
+                status=204,
+                headers={
+                    **cors,
+                    "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
+                    "Access-Control-Allow-Headers": request.headers.get(
+                        "Access-Control-Request-Headers", "Authorization, Content-Type"
+                    ),
+                    "Access-Control-Max-Age": "600",
+                },
+            )
+        if state.api_key_hashes and request.path not in PUBLIC_PATHS:
+            auth = request.headers.get("Authorization", "")
+            token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+            if not token or not key_matches(token, state.api_key_hashes):
+                raise _Unauthorized("Invalid or missing API key. Send it as 'Authorization: Bearer <key>'.")
+        resp = await handler(request)
+    except HearthError as e:
+        resp = json_error(e)
+    except web.HTTPRequestEntityTooLarge as e:
+        resp = json_error(_TooLarge(f"The request body is larger than the limit ({e.max_size} bytes)"))
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
+        resp = json_error(_HTTPError(e.status, e.reason or "error", code))
+    except Exception:  # our bug: log it, answer 500 in the same shape
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        resp = json_error(HearthError("internal server error (see the Hearth log)"))
+    if cors and not resp.prepared:
+        resp.headers.update(cors)
+    _log_request(request, resp, started)
+    return resp
+
+
+def _log_request(request: web.Request, resp: web.StreamResponse, started: float) -> None:
+    info = request["hearth_log"]
+    secs = time.perf_counter() - started
+    ev = RequestFinished(
+        method=request.method,
+        path=request.path,
+        status=resp.status,
+        model=info["model"],
+        prompt_tokens=info["prompt_tokens"],
+        completion_tokens=info["completion_tokens"],
+        seconds=secs,
+        tokens_per_second=info["tps"],
+    )
+    log.info("%s %s %d %.3fs", request.method, request.path, resp.status, secs)
+    request.app[SERVICE].events.publish(ev)
+
+
+async def read_json_body(request: web.Request) -> dict:
+    from app.server.schemas import parse_json
+
+    # any Content-Type is parsed as JSON (curl sends form-urlencoded by default); browsers'
+    # no-preflight text/plain POSTs are stopped by the Origin check, not here
+    return parse_json(await request.read())
+
+
+def create_app(service: Hearth, settings: ServerSettings, *, api_key_hashes: tuple[str, ...] = (), bound_host: str = "127.0.0.1") -> web.Application:
+    """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
+    from app.server import native, openai
+
+    app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
+    app[SERVICE] = service
+    app[STATE] = ServerState(settings=settings, api_key_hashes=api_key_hashes, bound_host=bound_host)
+    app.router.add_routes(openai.routes)
+    app.router.add_routes(native.routes)
+    return app

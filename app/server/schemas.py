@@ -1,0 +1,285 @@
+"""Request parsing and validation at the edge: JSON bodies -> core types, with 400s naming the param."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.types import ChatMessage, SamplingParams
+from app.errors import InvalidRequest, UnsupportedParameter
+
+MAX_TOKENS_LIMIT = 1 << 20
+MAX_STOP = 16
+MAX_STOP_LEN = 1024
+MAX_MESSAGES = 100_000
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidRequest(f"invalid JSON number {name}: NaN and Infinity are not allowed", param=None)
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """Parse a request body: an object, no NaN/Infinity, bounded nesting."""
+    if not raw.strip():
+        raise InvalidRequest("the request body is empty; expected a JSON object")
+    try:
+        data = json.loads(raw, parse_constant=_reject_constant)
+    except InvalidRequest:
+        raise
+    except RecursionError as e:
+        raise InvalidRequest("the JSON body is nested too deeply") from e
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidRequest(f"the body is not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise InvalidRequest("the body must be a JSON object")
+    return data
+
+
+class Body:
+    """Typed, validated access to a JSON object's fields."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def str(self, key: str, *, required: bool = False, default: str | None = None) -> str | None:
+        v = self.data.get(key)
+        if v is None:
+            if required:
+                raise InvalidRequest(f"'{key}' is required", param=key)
+            return default
+        if not isinstance(v, str):
+            raise InvalidRequest(f"'{key}' must be a string", param=key)
+        return v
+
+    def bool(self, key: str, default: bool = False) -> bool:
+        v = self.data.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            raise InvalidRequest(f"'{key}' must be a boolean", param=key)
+        return v
+
+    def num(self, key: str, default: float, *, lo: float, hi: float) -> float:
+        v = self.data.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise InvalidRequest(f"'{key}' must be a number", param=key)
+        if not lo <= v <= hi:
+            raise InvalidRequest(f"'{key}' must be between {lo} and {hi}", param=key)
+        return float(v)
+
+    def int(self, key: str, default: int | None, *, lo: int, hi: int) -> int | None:
+        v = self.data.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            else:
+                raise InvalidRequest(f"'{key}' must be an integer", param=key)
+        if not lo <= v <= hi:
+            raise InvalidRequest(f"'{key}' must be between {lo} and {hi}", param=key)
+        return v
+
+
+def parse_sampling(b: Body) -> SamplingParams:
+    repeat = b.num("repeat_penalty", 1.0, lo=0.0, hi=10.0)
+    if b.has("repetition_penalty"):
+        repeat = b.num("repetition_penalty", 1.0, lo=0.0, hi=10.0)
+    if repeat <= 0:
+        raise InvalidRequest("'repeat_penalty' must be greater than 0", param="repeat_penalty")
+    return SamplingParams(
+        temperature=b.num("temperature", 1.0, lo=0.0, hi=2.0),
+        top_p=b.num("top_p", 1.0, lo=0.0, hi=1.0),
+        top_k=b.int("top_k", 0, lo=0, hi=1_000_000) or 0,
+        min_p=b.num("min_p", 0.0, lo=0.0, hi=1.0),
+        repeat_penalty=repeat,
+        presence_penalty=b.num("presence_penalty", 0.0, lo=-2.0, hi=2.0),
+        frequency_penalty=b.num("frequency_penalty", 0.0, lo=-2.0, hi=2.0),
+        seed=b.int("seed", None, lo=-(1 << 63), hi=(1 << 64) - 1),
+    )
+
+
+def parse_stop(b: Body) -> tuple[str, ...]:
+    v = b.data.get("stop")
+    if v is None:
+        return ()
+    items = [v] if isinstance(v, str) else v
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise InvalidRequest("'stop' must be a string or a list of strings", param="stop")
+    if len(items) > MAX_STOP:
+        raise InvalidRequest(f"'stop' takes at most {MAX_STOP} strings", param="stop")
+    if any(len(s) > MAX_STOP_LEN for s in items):
+        raise InvalidRequest(f"each stop string must be at most {MAX_STOP_LEN} characters", param="stop")
+    return tuple(s for s in items if s)
+
+
+def parse_max_tokens(b: Body) -> int | None:
+    # max_completion_tokens wins over the deprecated max_tokens
+    for key in ("max_completion_tokens", "max_tokens"):
+        if b.has(key):
+            return b.int(key, None, lo=1, hi=MAX_TOKENS_LIMIT)
+    return None
+
+
+def _unsupported(b: Body, key: str, why: str) -> None:
+    raise UnsupportedParameter(f"'{key}' is not supported yet: {why}", param=key)
+
+
+def reject_pending_features(b: Body, *, chat: bool) -> None:
+    """Fields that would change the output but are not implemented yet: a 400, never ignored."""
+    n = b.int("n", 1, lo=1, hi=128)
+    if n != 1:
+        _unsupported(b, "n", "only one choice per request (n=1)")
+    if b.data.get("logit_bias"):
+        _unsupported(b, "logit_bias", "logit bias is not implemented yet")
+    if chat:
+        if b.data.get("tools"):
+            _unsupported(b, "tools", "tool calling arrives in a later version")
+        tc = b.data.get("tool_choice")
+        if tc not in (None, "none", "auto"):
+            _unsupported(b, "tool_choice", "tool calling arrives in a later version")
+        rf = b.data.get("response_format")
+        if rf is not None:
+            if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
+                raise InvalidRequest("'response_format' must be an object with a 'type'", param="response_format")
+            if rf["type"] != "text":
+                _unsupported(b, "response_format", "structured output arrives in a later version")
+        if b.data.get("logprobs") or b.data.get("top_logprobs"):
+            _unsupported(b, "logprobs", "logprobs arrive in a later version")
+        if b.data.get("audio") is not None:
+            _unsupported(b, "audio", "audio output is not available")
+        mods = b.data.get("modalities")
+        if mods is not None and mods != ["text"]:
+            _unsupported(b, "modalities", "only text output is available")
+    else:
+        if b.data.get("logprobs") is not None:
+            _unsupported(b, "logprobs", "logprobs arrive in a later version")
+        if b.data.get("echo"):
+            _unsupported(b, "echo", "echo is not implemented")
+        if b.data.get("suffix"):
+            _unsupported(b, "suffix", "fill-in-the-middle is not implemented")
+        best_of = b.int("best_of", 1, lo=1, hi=128)
+        if best_of != 1:
+            _unsupported(b, "best_of", "only best_of=1")
+
+
+def _content_text(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for j, part in enumerate(content):
+            if isinstance(part, str):
+                parts.append(part)
+                continue
+            if not isinstance(part, dict):
+                raise InvalidRequest("content parts must be objects", param=f"{where}[{j}]")
+            ptype = part.get("type")
+            if ptype in ("text", "input_text", "output_text"):
+                text = part.get("text")
+                if not isinstance(text, str):
+                    raise InvalidRequest("a text part needs a string 'text'", param=f"{where}[{j}].text")
+                parts.append(text)
+            elif ptype in ("image_url", "input_image", "input_audio", "file"):
+                raise UnsupportedParameter(
+                    f"content part type '{ptype}' needs a vision/audio model; none is available", param=f"{where}[{j}]"
+                )
+            else:
+                raise InvalidRequest(f"unknown content part type {ptype!r}", param=f"{where}[{j}].type")
+        return "".join(parts)
+    raise InvalidRequest("content must be a string or an array of content parts", param=where)
+
+
+def parse_messages(b: Body) -> list[ChatMessage]:
+    raw = b.data.get("messages")
+    if raw is None:
+        raise InvalidRequest("'messages' is required", param="messages")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidRequest("'messages' must be a non-empty array", param="messages")
+    if len(raw) > MAX_MESSAGES:
+        raise InvalidRequest("too many messages", param="messages")
+    out: list[ChatMessage] = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise InvalidRequest("each message must be an object", param=where)
+        role = m.get("role")
+        if role not in ROLES:
+            raise InvalidRequest(f"unknown role {role!r}", param=f"{where}.role")
+        if role == "developer":  # OpenAI's newer name for the system role
+            role = "system"
+        content = m.get("content")
+        tool_calls = m.get("tool_calls") or ()
+        if tool_calls and (role != "assistant" or not isinstance(tool_calls, list)):
+            raise InvalidRequest("'tool_calls' must be an array on an assistant message", param=f"{where}.tool_calls")
+        if content is None:
+            if role == "assistant" and (tool_calls or m.get("refusal") is not None):
+                text = ""
+            else:
+                raise InvalidRequest("'content' is required", param=f"{where}.content")
+        else:
+            text = _content_text(content, f"{where}.content")
+        name = m.get("name")
+        if name is not None and not isinstance(name, str):
+            raise InvalidRequest("'name' must be a string", param=f"{where}.name")
+        tcid = m.get("tool_call_id")
+        if role == "tool" and not isinstance(tcid, str):
+            raise InvalidRequest("a tool message needs 'tool_call_id'", param=f"{where}.tool_call_id")
+        out.append(
+            ChatMessage(
+                role=role,
+                content=text,
+                name=name,
+                tool_calls=tuple(tc for tc in tool_calls if isinstance(tc, dict)),
+                tool_call_id=tcid if isinstance(tcid, str) else None,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOptions:
+    stream: bool
+    include_usage: bool
+
+
+def parse_stream(b: Body) -> StreamOptions:
+    stream = b.bool("stream")
+    so = b.data.get("stream_options")
+    include = False
+    if so is not None:
+        if not isinstance(so, dict):
+            raise InvalidRequest("'stream_options' must be an object", param="stream_options")
+        iu = so.get("include_usage")
+        if iu is not None and not isinstance(iu, bool):
+            raise InvalidRequest("'include_usage' must be a boolean", param="stream_options.include_usage")
+        include = bool(iu)
+    return StreamOptions(stream, include and stream)
+
+
+def parse_prompt(b: Body) -> list[str | list[int]]:
+    """`prompt` as a string, a list of strings, a list of token ids, or a list of those lists."""
+    p = b.data.get("prompt")
+    if p is None:
+        raise InvalidRequest("'prompt' is required", param="prompt")
+    if isinstance(p, str):
+        return [p]
+    if isinstance(p, list) and p:
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in p):
+            return [list(p)]
+        if all(isinstance(x, str) for x in p):
+            return list(p)
+        if all(isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x) for x in p):
+            return [list(x) for x in p]
+    raise InvalidRequest(
+        "'prompt' must be a string, an array of strings, an array of token ids, or an array of those",
+        param="prompt",
+    )
