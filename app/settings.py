@@ -100,8 +100,8 @@ def _coerce(cls: type, raw: Any, where: str) -> Any:
 
 def settings_from_dict(raw: dict[str, Any]) -> Settings:
     server = _coerce(ServerSettings, raw.get("server", {}), "server")
-    if not 0 < server.port < 65536:
-        raise ConfigError("settings: server.port must be 1-65535")
+    if not 0 <= server.port < 65536:  # 0 = any free port
+        raise ConfigError("settings: server.port must be 0-65535")
     load = _coerce(LoadDefaults, raw.get("load", {}), "load")
     top = {k: raw[k] for k in ("models_dir", "tray_hint_shown") if k in raw}
     base = _coerce(Settings, top, "settings")

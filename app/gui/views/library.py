@@ -1,0 +1,248 @@
+"""The Library page: the models on this machine, their metadata and load state."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from PySide6.QtCore import QItemSelectionModel, QMimeData, Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QMessageBox,
+    QPushButton,
+    QStackedWidget,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.service import Hearth, ModelStatus
+from app.core.types import LocalModel
+from app.gui.bridge import Bridge, error_text
+from app.gui.models.library import LibraryTableModel
+from app.gui.views.common import MessageBanner, page_title
+
+log = logging.getLogger(__name__)
+
+EMPTY_TEXT = (
+    "<h2>No models yet</h2>"
+    "<p>Import a <b>.gguf</b> file (button below, or drop it on this window),<br>"
+    "or run <code>hearth import PATH</code> in a terminal.</p>"
+    "<p style='color:#666'>GGUF files copied into<br><code>{folder}</code><br>show up here too.</p>"
+)
+
+
+def gguf_paths(mime: QMimeData) -> list[str]:
+    """The local ``.gguf`` files in a drag-and-drop payload (other files are ignored)."""
+    if not mime.hasUrls():
+        return []
+    out = []
+    for url in mime.urls():
+        if url.isLocalFile() and url.toLocalFile().lower().endswith(".gguf"):
+            out.append(url.toLocalFile())
+    return out
+
+
+class LibraryPage(QWidget):
+    """Lists the library; imports, loads, unloads and removes models through the service."""
+
+    refreshed = Signal()  # the table shows a fresh snapshot
+    model_imported = Signal(str, bool)  # model id, newly added
+
+    def __init__(self, service: Hearth, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._service = service
+        self._bridge = bridge
+        self._select_after_refresh: str | None = None
+        self.table_model = LibraryTableModel(self)
+
+        self.import_button = QPushButton("Import GGUF…")
+        self.load_button = QPushButton("Load")
+        self.unload_button = QPushButton("Unload")
+        self.remove_button = QPushButton("Remove")
+        header = QHBoxLayout()
+        header.addWidget(page_title("Library"))
+        header.addStretch(1)
+        for b in (self.import_button, self.load_button, self.unload_button, self.remove_button):
+            header.addWidget(b)
+
+        self.banner = MessageBanner()
+
+        self.table = QTableView()
+        self.table.setModel(self.table_model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setAlternatingRowColors(True)
+        self.table.verticalHeader().hide()
+        self.table.setWordWrap(False)
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+
+        self.empty_label = QLabel(EMPTY_TEXT.format(folder=service.library.models_dir))
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setWordWrap(True)
+        self.empty_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.empty_import_button = QPushButton("Import a GGUF file…")
+        empty = QWidget()
+        ev = QVBoxLayout(empty)
+        ev.addStretch(1)
+        ev.addWidget(self.empty_label)
+        ev.addWidget(self.empty_import_button, 0, Qt.AlignmentFlag.AlignHCenter)
+        ev.addStretch(2)
+
+        self.content = QStackedWidget()
+        self.content.addWidget(empty)
+        self.content.addWidget(self.table)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(header)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.content, 1)
+
+        self.import_button.clicked.connect(self._on_import_button_clicked)
+        self.empty_import_button.clicked.connect(self._on_import_button_clicked)
+        self.load_button.clicked.connect(self._on_load_button_clicked)
+        self.unload_button.clicked.connect(self._on_unload_button_clicked)
+        self.remove_button.clicked.connect(self._on_remove_button_clicked)
+        self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
+        bridge.library_changed.connect(self.refresh)
+        bridge.model_loading.connect(self._on_bridge_model_changed)
+        bridge.model_loaded.connect(self._on_bridge_model_changed)
+        bridge.model_unloaded.connect(self._on_bridge_model_changed)
+        bridge.model_load_failed.connect(self._on_bridge_model_load_failed)
+        self._update_buttons()
+        self.refresh()
+
+    # -- what the user sees ------------------------------------------------------------------------
+    @property
+    def showing_empty_message(self) -> bool:
+        return self.content.currentIndex() == 0
+
+    def selected_id(self) -> str | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return self.table_model.status(rows[0].row()).model.id
+
+    def select(self, model_id: str) -> None:
+        row = self.table_model.row_of(model_id)
+        if row < 0:
+            return
+        flags = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+        self.table.selectionModel().select(self.table_model.index(row, 0), flags)
+        self.table.scrollTo(self.table_model.index(row, 0))
+
+    # -- actions -------------------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Re-read the library and load states (on the loop thread)."""
+        self._bridge.call(self._service.models, on_done=self._on_models_listed, on_error=self._show_error)
+
+    def import_files(self, paths: Sequence[str]) -> None:
+        """Add GGUF files to the library in place (what the file dialog and a drop call)."""
+        for p in paths:
+            self._bridge.call(
+                self._service.import_model,
+                p,
+                on_done=self._on_import_done,
+                on_error=lambda exc, p=p: self._show_error(f"Could not import {Path(p).name}: {error_text(exc)}"),
+            )
+
+    def load_model(self, model_id: str) -> None:
+        self.banner.clear_message()
+        self._bridge.run(self._service.load(model_id), on_error=self._show_error)
+
+    def unload_model(self, model_id: str) -> None:
+        self.banner.clear_message()
+        self._bridge.run(self._service.unload(model_id), on_error=self._show_error)
+
+    def remove_model(self, model_id: str) -> None:
+        self.banner.clear_message()
+        self._bridge.run(
+            self._service.remove_model(model_id),
+            on_done=self._on_remove_done,
+            on_error=self._show_error,
+        )
+
+    # -- slots ---------------------------------------------------------------------------------------
+    def _on_import_button_clicked(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Import models", str(Path.home()), "GGUF models (*.gguf);;All files (*)"
+        )
+        if paths:
+            self.import_files(paths)
+
+    def _on_load_button_clicked(self) -> None:
+        if mid := self.selected_id():
+            self.load_model(mid)
+
+    def _on_unload_button_clicked(self) -> None:
+        if mid := self.selected_id():
+            self.unload_model(mid)
+
+    def _on_remove_button_clicked(self) -> None:
+        mid = self.selected_id()
+        if mid is None:
+            return
+        model = self.table_model.status(self.table_model.row_of(mid)).model
+        detail = (
+            "Its file in Hearth's models folder will be deleted."
+            if model.owned
+            else f"The file stays where it is:\n{model.path}"
+        )
+        answer = QMessageBox.question(
+            self, "Remove model", f"Remove {mid} from the library?\n\n{detail}"
+        )
+        if answer == QMessageBox.StandardButton.Yes:
+            self.remove_model(mid)
+
+    def _on_table_selection_changed(self, *_: object) -> None:
+        self._update_buttons()
+
+    def _on_bridge_model_changed(self, *_: object) -> None:
+        self.refresh()
+
+    def _on_bridge_model_load_failed(self, model_id: str, message: str) -> None:
+        self._show_error(f"Could not load {model_id}: {message}")
+        self.refresh()
+
+    def _on_models_listed(self, statuses: list[ModelStatus]) -> None:
+        keep = self._select_after_refresh or self.selected_id()
+        self._select_after_refresh = None
+        self.table_model.set_statuses(statuses)
+        self.content.setCurrentIndex(1 if statuses else 0)
+        if keep:
+            self.select(keep)
+        self._update_buttons()
+        self.refreshed.emit()
+
+    def _on_import_done(self, result: tuple[LocalModel, bool]) -> None:
+        model, created = result
+        if created:
+            self.banner.show_message(f"Imported {model.id}.")
+        else:
+            self.banner.show_message(f"{model.id} is already in the library.")
+        self._select_after_refresh = model.id
+        self.refresh()  # an existing model publishes no event; refresh to select it anyway
+        self.model_imported.emit(model.id, created)
+
+    def _on_remove_done(self, result: tuple[LocalModel, bool]) -> None:
+        model, deleted = result
+        self.banner.show_message(f"Removed {model.id}" + (" and deleted its file." if deleted else "."))
+
+    def _show_error(self, error: BaseException | str) -> None:
+        text = error if isinstance(error, str) else error_text(error)
+        log.info("library page: %s", text)
+        self.banner.show_message(text, "error")
+
+    def _update_buttons(self) -> None:
+        mid = self.selected_id()
+        state = self.table_model.state_of(mid) if mid else None
+        self.load_button.setEnabled(state == "not-loaded")
+        self.unload_button.setEnabled(state == "loaded")
+        self.remove_button.setEnabled(mid is not None and state != "loading")

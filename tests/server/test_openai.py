@@ -1,0 +1,295 @@
+"""The OpenAI wire contract on the real server with the real openai client and SmolLM2."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import http.client
+import json
+import threading
+import time
+
+import openai
+import pytest
+
+from tests.conftest import Served
+
+pytestmark = pytest.mark.model
+
+
+def client(s: Served) -> openai.OpenAI:
+    return openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+def raw_post(s: Served, path: str, body: object, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    conn.request("POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    r = conn.getresponse()
+    out = r.read()
+    conn.close()
+    return r.status, dict(r.getheaders()), out
+
+
+def sse_events(raw: bytes) -> list[str]:
+    return [line[6:] for line in raw.decode().split("\n\n") if line.startswith("data: ")]
+
+
+MSG = [{"role": "user", "content": "Write one sentence about the sea."}]
+
+
+def test_models_list_and_get(served: Served) -> None:
+    c = client(served)
+    models = c.models.list().data
+    ids = [m.id for m in models]
+    assert served.model_id in ids
+    m = c.models.retrieve(served.model_id)
+    assert m.object == "model" and m.owned_by and isinstance(m.created, int)
+    extra = m.model_dump()
+    assert extra["state"] in ("loaded", "not-loaded", "loading")
+    assert extra["format"] == "gguf"
+    with pytest.raises(openai.NotFoundError) as ei:
+        c.models.retrieve("no-such-model")
+    assert ei.value.body["code"] == "model_not_found"
+
+
+def test_chat_non_stream(served: Served) -> None:
+    r = client(served).chat.completions.create(model=served.model_id, messages=MSG, max_tokens=24, temperature=0)
+    assert r.object == "chat.completion"
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].message.content.strip()
+    assert r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.prompt_tokens > 5 and 0 < r.usage.completion_tokens <= 24
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+
+
+def test_chat_stream_sequence(served: Served) -> None:
+    chunks = list(
+        client(served).chat.completions.create(
+            model=served.model_id, messages=MSG, max_tokens=20, temperature=0, stream=True
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content == ""
+    assert all(c.choices[0].delta.role is None for c in chunks[1:]), "role is sent once"
+    assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    last = chunks[-1]
+    assert last.choices[0].finish_reason in ("stop", "length")
+    assert last.choices[0].delta.content is None
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert text.strip()
+    assert all(c.usage is None for c in chunks), "no usage chunk without include_usage"
+
+
+def test_stream_include_usage_and_done(served: Served) -> None:
+    body = {"model": served.model_id, "messages": MSG, "max_tokens": 12, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    status, headers, raw = raw_post(served, "/v1/chat/completions", body)
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]"
+    objs = [json.loads(e) for e in events[:-1]]
+    assert all("usage" in o and o["usage"] is None for o in objs[:-1])
+    usage = objs[-1]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] > 0
+    assert usage["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert usage["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0
+    assert objs[-2]["choices"][0]["finish_reason"] in ("stop", "length")
+    assert objs[-2]["choices"][0]["delta"] == {}
+
+    # the openai client's stream() helper accumulates it without duplicating the role
+    with client(served).chat.completions.stream(
+        model=served.model_id, messages=MSG, max_tokens=400, temperature=0, stream_options={"include_usage": True}
+    ) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.role == "assistant"
+    assert final.usage.completion_tokens > 0
+
+
+def test_unknown_model_404(served: Served) -> None:
+    with pytest.raises(openai.NotFoundError) as ei:
+        client(served).chat.completions.create(model="missing-model", messages=MSG)
+    body = ei.value.body
+    assert body["code"] == "model_not_found" and body["param"] == "model"
+    assert body["type"] == "invalid_request_error" and "missing-model" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"temperature": 5}, "temperature"),
+        ({"top_p": -1}, "top_p"),
+        ({"max_tokens": -3}, "max_tokens"),
+        ({"max_completion_tokens": "ten"}, "max_completion_tokens"),
+        ({"n": 3}, "n"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"logprobs": True}, "logprobs"),
+        ({"logit_bias": {"50": 10}}, "logit_bias"),
+        ({"stop": 7}, "stop"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"messages": []}, "messages"),
+    ],
+)
+def test_validation_400_names_param(served: Served, extra: dict, param: str) -> None:
+    body = {"model": served.model_id, "messages": MSG, **extra}
+    status, headers, raw = raw_post(served, "/v1/chat/completions", body)
+    assert status == 400, raw
+    err = json.loads(raw)["error"]
+    assert err["param"] == param and err["type"] == "invalid_request_error" and err["message"]
+    assert headers.get("x-should-retry") == "false"
+
+
+@pytest.mark.parametrize(
+    "raw_body",
+    [b'{"model": "x", "messages": [', b"[1,2]", b'{"temperature": NaN, "model": "x"}', b"[" * 100_000 + b"]" * 100_000, b""],
+)
+def test_malformed_json_400(served: Served, raw_body: bytes) -> None:
+    status, _, raw = raw_post(served, "/v1/chat/completions", raw_body)
+    assert status == 400
+    assert json.loads(raw)["error"]["type"] == "invalid_request_error"
+    # the server and the model survive
+    assert client(served).models.retrieve(served.model_id).id == served.model_id
+
+
+def test_context_overflow_400(served: Served) -> None:
+    long = "lorem ipsum dolor sit amet " * 2000
+    with pytest.raises(openai.BadRequestError) as ei:
+        client(served).chat.completions.create(
+            model=served.model_id, messages=[{"role": "user", "content": long}], stream=True
+        )
+    assert ei.value.body["code"] == "context_length_exceeded"
+    assert ei.value.body["param"] == "messages"
+
+
+def test_max_completion_tokens_wins(served: Served) -> None:
+    r = client(served).chat.completions.create(
+        model=served.model_id, messages=MSG, max_tokens=50, max_completion_tokens=3, temperature=0
+    )
+    assert r.usage.completion_tokens == 3 and r.choices[0].finish_reason == "length"
+
+
+def test_content_parts_and_developer_role(served: Served) -> None:
+    r = client(served).chat.completions.create(
+        model=served.model_id,
+        messages=[
+            {"role": "developer", "content": "You answer briefly."},
+            {"role": "user", "content": [{"type": "text", "text": "Name a color."}]},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "blue"},
+            {"role": "user", "content": "And another?"},
+        ],
+        max_tokens=8,
+        temperature=0,
+    )
+    assert r.choices[0].message.content is not None
+
+
+def test_stop_strings_never_reach_client(served: Served) -> None:
+    solo = client(served).chat.completions.create(model=served.model_id, messages=MSG, max_tokens=30, temperature=0)
+    text = solo.choices[0].message.content
+    words = text.split()
+    assert len(words) > 3
+    stop = " " + words[2]  # a stop string that occurs in the greedy answer
+    chunks = list(client(served).chat.completions.create(
+        model=served.model_id, messages=MSG, max_tokens=30, temperature=0, stream=True, stop=[stop]))
+    streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert stop not in streamed
+    assert streamed == text[: text.index(stop)]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+def test_completions_prompt_forms(served: Served) -> None:
+    c = client(served)
+    r = c.completions.create(model=served.model_id, prompt="The capital of France is", max_tokens=5, temperature=0)
+    assert r.object == "text_completion" and r.choices[0].text
+    ids = served.call(served.service.scheduler.get(served.model_id)).tokenize(
+        "The capital of France is", add_special=True, parse_special=False)
+    r2 = c.completions.create(model=served.model_id, prompt=ids, max_tokens=5, temperature=0)
+    assert r2.choices[0].text == r.choices[0].text, "token-id prompt = same text prompt"
+    r3 = c.completions.create(model=served.model_id, prompt=["Water is", "Fire is"], max_tokens=4, temperature=0)
+    assert [ch.index for ch in r3.choices] == [0, 1]
+    s = list(c.completions.create(model=served.model_id, prompt="One two three", max_tokens=4, temperature=0,
+                                  stream=True, stream_options={"include_usage": True}))
+    assert s[-1].usage is not None and s[-1].usage.completion_tokens == 4
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.completions.create(model=served.model_id, prompt="x", echo=True)
+    assert ei.value.body["param"] == "echo"
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.completions.create(model=served.model_id, prompt=[10**9], max_tokens=2)
+    assert ei.value.body["param"] == "prompt"
+
+
+def test_concurrent_streams_match_solo(served: Served) -> None:
+    """Four concurrent greedy streams each produce exactly the solo text (queued, never cut)."""
+    kw = dict(model=served.model_id, messages=MSG, max_tokens=40, temperature=0)
+    solo = client(served).chat.completions.create(**kw).choices[0].message.content
+
+    def one(_: int) -> tuple[str, str]:
+        chunks = list(client(served).chat.completions.create(stream=True, **kw))
+        return "".join(c.choices[0].delta.content or "" for c in chunks), chunks[-1].choices[0].finish_reason
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(one, range(4)))
+    for text, finish in results:
+        assert text == solo
+        assert finish in ("stop", "length")
+
+
+def _pending(s: Served) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=10)
+    conn.request("GET", "/api/v1/ps")
+    data = json.loads(conn.getresponse().read())
+    conn.close()
+    return sum(m["pending_requests"] for m in data["models"])
+
+
+def test_disconnect_frees_model_and_next_request_runs(served: Served) -> None:
+    body = json.dumps({"model": served.model_id, "messages": MSG, "max_tokens": 3000, "stream": True,
+                       "temperature": 1.0, "min_p": 0.0, "seed": 1}).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200
+    r.fp.readline()  # a first event has arrived: the generation is running
+    r.fp.readline()
+    assert _pending(served) == 1
+    conn.sock.close()  # the client goes away mid-stream
+    conn.close()
+    deadline = time.monotonic() + 10
+    while _pending(served) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _pending(served) == 0, "generation kept running after the client left"
+    t0 = time.monotonic()
+    r2 = client(served).chat.completions.create(model=served.model_id, messages=MSG, max_tokens=5)
+    assert r2.choices[0].message.content is not None
+    assert time.monotonic() - t0 < 30
+
+
+def test_health_and_models_answer_during_generation(served: Served) -> None:
+    done = threading.Event()
+
+    def long_gen() -> None:
+        try:
+            client(served).completions.create(
+                model=served.model_id, prompt="Once upon a time", max_tokens=400, temperature=1.0, seed=3)
+        finally:
+            done.set()
+
+    t = threading.Thread(target=long_gen)
+    t.start()
+    try:
+        deadline = time.monotonic() + 10
+        while _pending(served) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for path in ("/health", "/v1/models"):
+            assert _pending(served) == 1, "the generation should be running"
+            t0 = time.monotonic()
+            conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            resp.read()
+            assert resp.status == 200
+            assert time.monotonic() - t0 < 1.0, f"{path} blocked behind inference"
+    finally:
+        t.join(120)
