@@ -43,7 +43,9 @@ class Bridge(QObject):
     # internal: a zero-argument callable to run on the GUI thread
     _completed = Signal(object)
 
-    def __init__(self, loop: LoopThread, events: ev.EventHub, parent: QObject | None = None) -> None:
+    def __init__(
+        self, loop: LoopThread, events: ev.EventHub, parent: QObject | None = None
+    ) -> None:
         super().__init__(parent)
         self._loop = loop
         self._closed = False

@@ -60,7 +60,9 @@ class SingleInstance(QObject):
             # nobody answered activate_running, so the name is a leftover: take it over
             QLocalServer.removeServer(self.name)
             if not server.listen(self.name):
-                log.warning("single-instance socket %s unavailable: %s", self.name, server.errorString())
+                log.warning(
+                    "single-instance socket %s unavailable: %s", self.name, server.errorString()
+                )
                 return False
         server.newConnection.connect(self._on_server_new_connection)
         self._server = server

@@ -69,8 +69,15 @@ class Tray(QObject):
         self.start_action.setEnabled(url is None)
         self.stop_action.setEnabled(url is not None)
         self.icon.setToolTip(f"Hearth: serving at {url}" if url else "Hearth")
-        for a in (self.status_action, None, self.start_action, self.stop_action, None,
-                  self.open_action, self.quit_action):
+        for a in (
+            self.status_action,
+            None,
+            self.start_action,
+            self.stop_action,
+            None,
+            self.open_action,
+            self.quit_action,
+        ):
             if a is None:
                 self.menu.addSeparator()
             else:
@@ -84,5 +91,8 @@ class Tray(QObject):
         self.rebuild_menu()
 
     def _on_icon_activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
-        if reason in (QSystemTrayIcon.ActivationReason.Trigger, QSystemTrayIcon.ActivationReason.DoubleClick):
+        if reason in (
+            QSystemTrayIcon.ActivationReason.Trigger,
+            QSystemTrayIcon.ActivationReason.DoubleClick,
+        ):
             self.open_requested.emit()

@@ -240,7 +240,15 @@ class ChatPage(QWidget):
         max_tokens = self.max_tokens_spin.value() or None
         sampling = SamplingParams(temperature=self.temperature_spin.value())
         self._bridge.run(
-            stream_answer(self._service, turn, partial(self._text_streamed.emit, turn), model_id, messages, sampling, max_tokens),
+            stream_answer(
+                self._service,
+                turn,
+                partial(self._text_streamed.emit, turn),
+                model_id,
+                messages,
+                sampling,
+                max_tokens,
+            ),
             on_done=lambda final, turn=turn: self._on_turn_done(turn, final),
             on_error=lambda exc, turn=turn: self._on_turn_failed(turn, exc),
         )

@@ -24,7 +24,9 @@ class MessageBanner(QLabel):
     def show_message(self, text: str, kind: str = "info") -> None:
         self.kind = kind
         self.setText(text)
-        self.setStyleSheet(f"QLabel {{ {_STYLES.get(kind, _STYLES['info'])} border-radius:4px; padding:6px 10px; }}")
+        self.setStyleSheet(
+            f"QLabel {{ {_STYLES.get(kind, _STYLES['info'])} border-radius:4px; padding:6px 10px; }}"
+        )
         self.show()
 
     def clear_message(self) -> None:

@@ -134,14 +134,19 @@ class LibraryPage(QWidget):
         row = self.table_model.row_of(model_id)
         if row < 0:
             return
-        flags = QItemSelectionModel.SelectionFlag.ClearAndSelect | QItemSelectionModel.SelectionFlag.Rows
+        flags = (
+            QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows
+        )
         self.table.selectionModel().select(self.table_model.index(row, 0), flags)
         self.table.scrollTo(self.table_model.index(row, 0))
 
     # -- actions -------------------------------------------------------------------------------------
     def refresh(self) -> None:
         """Re-read the library and load states (on the loop thread)."""
-        self._bridge.call(self._service.models, on_done=self._on_models_listed, on_error=self._show_error)
+        self._bridge.call(
+            self._service.models, on_done=self._on_models_listed, on_error=self._show_error
+        )
 
     def import_files(self, paths: Sequence[str]) -> None:
         """Add GGUF files to the library in place (what the file dialog and a drop call)."""
@@ -150,7 +155,9 @@ class LibraryPage(QWidget):
                 self._service.import_model,
                 p,
                 on_done=self._on_import_done,
-                on_error=lambda exc, p=p: self._show_error(f"Could not import {Path(p).name}: {error_text(exc)}"),
+                on_error=lambda exc, p=p: self._show_error(
+                    f"Could not import {Path(p).name}: {error_text(exc)}"
+                ),
             )
 
     def load_model(self, model_id: str) -> None:
@@ -233,7 +240,9 @@ class LibraryPage(QWidget):
 
     def _on_remove_done(self, result: tuple[LocalModel, bool]) -> None:
         model, deleted = result
-        self.banner.show_message(f"Removed {model.id}" + (" and deleted its file." if deleted else "."))
+        self.banner.show_message(
+            f"Removed {model.id}" + (" and deleted its file." if deleted else ".")
+        )
 
     def _show_error(self, error: BaseException | str) -> None:
         text = error if isinstance(error, str) else error_text(error)

@@ -35,7 +35,9 @@ class ServerPage(QWidget):
 
     state_changed = Signal(bool)  # running
 
-    def __init__(self, server: ServerController, bridge: Bridge, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, server: ServerController, bridge: Bridge, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self._server = server
         self._bridge = bridge
@@ -43,8 +45,10 @@ class ServerPage(QWidget):
         self.request_model = RequestLogModel(parent=self)
 
         self.host_edit = QLineEdit("127.0.0.1")
-        self.host_edit.setToolTip("127.0.0.1 keeps the server on this computer; 0.0.0.0 opens it "
-                                  "to your network (needs an API key).")
+        self.host_edit.setToolTip(
+            "127.0.0.1 keeps the server on this computer; 0.0.0.0 opens it "
+            "to your network (needs an API key)."
+        )
         self.port_spin = QSpinBox()
         self.port_spin.setRange(0, 65535)  # 0: let the system pick a free port
         self.port_spin.setSpecialValueText("any free port")
@@ -84,8 +88,10 @@ class ServerPage(QWidget):
         hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
 
-        hint = QLabel("Point any OpenAI client at the base URL, e.g. "
-                      "<code>OpenAI(base_url=URL, api_key=\"hearth\")</code>.")
+        hint = QLabel(
+            "Point any OpenAI client at the base URL, e.g. "
+            '<code>OpenAI(base_url=URL, api_key="hearth")</code>.'
+        )
         hint.setStyleSheet("color:#6b6b6b")
 
         layout = QVBoxLayout(self)
@@ -140,7 +146,9 @@ class ServerPage(QWidget):
         self._busy = True
         self.status_label.setText("Stopping…")
         self._update_buttons()
-        self._bridge.run(self._server.stop(), on_done=self._on_stop_done, on_error=self._on_stop_failed)
+        self._bridge.run(
+            self._server.stop(), on_done=self._on_stop_done, on_error=self._on_stop_failed
+        )
 
     def copy_url(self) -> None:
         if self.url_edit.text():

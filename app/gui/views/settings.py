@@ -131,7 +131,9 @@ class SettingsPage(QWidget):
 
     # -- actions -------------------------------------------------------------------------------------
     def reload(self) -> None:
-        self._bridge.call(self._store.load, on_done=self._on_store_loaded, on_error=self._show_error)
+        self._bridge.call(
+            self._store.load, on_done=self._on_store_loaded, on_error=self._show_error
+        )
 
     def save(self) -> None:
         """Write the form through the store; fields this page does not show are kept as on disk."""
@@ -203,7 +205,9 @@ class SettingsPage(QWidget):
             self.banner.show_message("Copied the API key to the clipboard.")
 
     def _on_browse_button_clicked(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Models folder", self.models_dir_edit.text())
+        folder = QFileDialog.getExistingDirectory(
+            self, "Models folder", self.models_dir_edit.text()
+        )
         if folder:
             self.models_dir_edit.setText(folder)
 

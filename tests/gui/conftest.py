@@ -1,0 +1,91 @@
+"""GUI fixtures: a real Hearth (library, llama.cpp runtime, server controller) under tmp_path,
+driven through the real main window on Qt's offscreen platform."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any Qt import
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pytestqt.qtbot import QtBot
+
+from app.core.library import ModelLibrary
+from app.core.loop import LoopThread
+from app.core.service import Hearth
+from app.core.types import LoadOptions
+from app.gui.bridge import Bridge
+from app.gui.context import GuiContext
+from app.gui.main_window import MainWindow
+from app.paths import AppPaths
+from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.server.runner import ServerController
+from app.settings import SettingsStore
+
+SLOW = 60_000  # ms: model loads and generations on a small CI machine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def probe_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # llama.cpp's one-time capability probe is per machine; share it across tests
+    return tmp_path_factory.mktemp("probe") / "runtime-probe.json"
+
+
+@pytest.fixture
+def gui_ctx(hearth_home: Path, probe_file: Path) -> Iterator[GuiContext]:
+    paths = AppPaths.default().ensure()
+    assert paths.data.is_relative_to(hearth_home)
+    store = SettingsStore(paths.settings_file)
+    library = ModelLibrary(paths.library_file, paths.models)
+    service = Hearth(
+        library,
+        {"gguf": LlamaCppRuntime(probe_file=probe_file)},
+        load_defaults=lambda: LoadOptions(context_length=2048),
+    )
+    loop = LoopThread("test-service").start()
+    server = ServerController(service, store, paths)
+    ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
+    try:
+        yield ctx
+    finally:
+        try:
+            loop.call(server.stop("test"), timeout=30)
+            loop.call(service.close(), timeout=60)
+        finally:
+            loop.stop()
+
+
+@pytest.fixture
+def bridge(qtbot: QtBot, gui_ctx: GuiContext) -> Iterator[Bridge]:
+    b = Bridge(gui_ctx.loop, gui_ctx.service.events)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def window(qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge) -> MainWindow:
+    w = MainWindow(gui_ctx, bridge)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    # the pages fill themselves from the loop thread; wait until they have
+    qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
+    return w
+
+
+@pytest.fixture
+def imported(window: MainWindow, qtbot: QtBot, smollm2_path: Path) -> str:
+    """SmolLM2 imported through the Library page; returns its id."""
+    window.library_page.import_files([str(smollm2_path)])
+    qtbot.waitUntil(lambda: window.library_page.table_model.rowCount() == 1, timeout=10_000)
+    return window.library_page.table_model.ids()[0]

@@ -1,0 +1,169 @@
+"""The Library page: import (dialog path and drag-and-drop), metadata, load/unload, remove."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication, QMessageBox
+from pytestqt.qtbot import QtBot
+
+from app.gui.main_window import MainWindow
+from app.gui.models.library import COLUMNS
+from tests.gui.conftest import SLOW
+
+pytestmark = pytest.mark.model
+
+
+def cells(window: MainWindow, row: int = 0) -> dict[str, str]:
+    m = window.library_page.table_model
+    return {name: m.index(row, col).data() for col, name in enumerate(COLUMNS)}
+
+
+def state_cell(window: MainWindow) -> str:
+    return cells(window)["State"]
+
+
+def test_imported_model_shows_its_metadata(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path
+) -> None:
+    page = window.library_page
+    qtbot.waitUntil(lambda: page.showing_empty_message, timeout=10_000)
+    with qtbot.waitSignal(page.model_imported, timeout=10_000) as blocker:
+        page.import_files([str(smollm2_path)])
+    assert blocker.args[1] is True  # newly added
+    qtbot.waitUntil(lambda: page.table_model.rowCount() == 1, timeout=10_000)
+    assert cells(window) == {
+        "Model": "smollm2-135m-instruct.q4_1",
+        "Format": "GGUF",
+        "Architecture": "llama",
+        "Parameters": "135M",
+        "Quantization": "Q4_1",
+        "Size": "93.8 MiB",
+        "Context": "8,192",
+        "Chat template": "Yes",
+        "State": "Not loaded",
+    }
+    assert page.table.isVisible()
+    assert not page.empty_label.isVisible()
+    assert "Imported smollm2-135m-instruct.q4_1" in page.banner.text()
+    assert page.selected_id() == "smollm2-135m-instruct.q4_1"  # the new model is selected
+    assert page.load_button.isEnabled() and not page.unload_button.isEnabled()
+
+    # importing the same file again is a no-op, and says so
+    with qtbot.waitSignal(page.model_imported, timeout=10_000) as blocker:
+        page.import_files([str(smollm2_path)])
+    assert blocker.args[1] is False
+    assert "already in the library" in page.banner.text()
+    assert page.table_model.rowCount() == 1
+
+
+def test_invalid_file_shows_an_inline_error(
+    window: MainWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
+    bad = tmp_path / "notes.gguf"
+    bad.write_bytes(b"this is not a gguf file" * 10)
+    page = window.library_page
+    page.import_files([str(bad)])
+    qtbot.waitUntil(lambda: page.banner.kind == "error", timeout=10_000)
+    assert page.banner.isVisible()
+    assert page.banner.text().startswith("Could not import notes.gguf:")
+    assert page.showing_empty_message
+
+
+def _mime(*paths: Path) -> QMimeData:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    return mime
+
+
+def test_dropping_a_gguf_on_the_window_imports_it(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path, tmp_path: Path
+) -> None:
+    window.show_page("Settings")  # a drop anywhere on the window lands on the Library page
+    text_file = tmp_path / "readme.txt"
+    text_file.write_text("hi")
+
+    # the events do not own their QMimeData: keep each one referenced while in use
+    text_only = _mime(text_file)
+    enter = QDragEnterEvent(
+        QPointF(50, 50),
+        Qt.DropAction.CopyAction,
+        text_only,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(window, enter)
+    assert not enter.isAccepted()  # only .gguf files are taken
+
+    mime = _mime(smollm2_path, text_file)
+    enter = QDragEnterEvent(
+        QPointF(50, 50),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(window, enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(
+        QPointF(50, 50),
+        Qt.DropAction.CopyAction,
+        mime,
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    QApplication.sendEvent(window, drop)
+    assert drop.isAccepted()
+    assert window.current_page == "Library"
+    qtbot.waitUntil(lambda: window.library_page.table_model.rowCount() == 1, timeout=10_000)
+    assert cells(window)["Model"] == "smollm2-135m-instruct.q4_1"
+
+
+def test_load_and_unload_buttons_change_the_state(
+    window: MainWindow, qtbot: QtBot, imported: str
+) -> None:
+    page = window.library_page
+    qtbot.waitUntil(lambda: page.selected_id() == imported, timeout=10_000)
+    assert state_cell(window) == "Not loaded"
+
+    qtbot.mouseClick(page.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state_cell(window) == "Loaded", timeout=SLOW)
+    assert not page.load_button.isEnabled()
+    assert page.unload_button.isEnabled()
+    assert window.chat_page.model_combo.findData(imported) >= 0
+    assert "2,048-token context" in page.table_model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)
+
+    qtbot.mouseClick(page.unload_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: state_cell(window) == "Not loaded", timeout=SLOW)
+    assert page.load_button.isEnabled()
+    assert not page.unload_button.isEnabled()
+
+
+def test_remove_asks_then_forgets_the_model(
+    window: MainWindow,
+    qtbot: QtBot,
+    imported: str,
+    smollm2_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    page = window.library_page
+    qtbot.waitUntil(lambda: page.selected_id() == imported, timeout=10_000)
+    asked: list[str] = []
+
+    def answer(_parent: object, _title: str, text: str, *a: object) -> QMessageBox.StandardButton:
+        asked.append(text)
+        return QMessageBox.StandardButton.No if len(asked) == 1 else QMessageBox.StandardButton.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", answer)
+    qtbot.mouseClick(page.remove_button, Qt.MouseButton.LeftButton)  # answered No
+    assert page.table_model.rowCount() == 1
+    assert "The file stays where it is" in asked[0]  # imported in place: never deleted
+
+    qtbot.mouseClick(page.remove_button, Qt.MouseButton.LeftButton)  # answered Yes
+    qtbot.waitUntil(lambda: page.table_model.rowCount() == 0, timeout=10_000)
+    assert page.empty_label.isVisible()
+    assert f"Removed {imported}." in page.banner.text()
+    assert smollm2_path.is_file()

@@ -1,0 +1,45 @@
+"""The main window renders every page, and the library's first-time message."""
+
+from __future__ import annotations
+
+from pytestqt.qtbot import QtBot
+
+from app.gui.main_window import PAGES, MainWindow
+
+
+def test_navigation_shows_each_page(window: MainWindow, qtbot: QtBot) -> None:
+    assert [window.nav.item(i).text() for i in range(window.nav.count())] == list(PAGES)
+    pages = {
+        "Library": window.library_page,
+        "Chat": window.chat_page,
+        "Server": window.server_page,
+        "Settings": window.settings_page,
+    }
+    for name, page in pages.items():
+        window.nav.setCurrentRow(PAGES.index(name))
+        assert window.current_page == name
+        assert page.isVisible()
+        assert all(not other.isVisible() for other in pages.values() if other is not page)
+    assert window.windowTitle() == "Hearth"
+    assert not window.windowIcon().isNull()
+
+
+def test_empty_library_shows_how_to_get_a_model(window: MainWindow, qtbot: QtBot) -> None:
+    page = window.library_page
+    qtbot.waitUntil(lambda: page.empty_label.isVisible(), timeout=10_000)
+    assert page.showing_empty_message
+    assert not page.table.isVisible()
+    text = page.empty_label.text()
+    assert "hearth import PATH" in text
+    assert ".gguf" in text
+    assert page.empty_import_button.isVisible()
+
+
+def test_server_page_starts_stopped(window: MainWindow) -> None:
+    window.show_page("Server")
+    page = window.server_page
+    assert page.status_label.text() == "Stopped"
+    assert page.start_button.isEnabled()
+    assert not page.stop_button.isEnabled()
+    assert page.url_edit.text() == ""
+    assert window.server_status.text() == "Server: stopped"
