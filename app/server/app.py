@@ -31,6 +31,7 @@ class ServerState:
     api_key_hashes: tuple[str, ...]
     bound_host: str
     active: set[Generation] = field(default_factory=set)
+    inflight: int = 0
     stopping: bool = False
     started_at: float = field(default_factory=time.time)
 
@@ -137,6 +138,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     started = time.perf_counter()
     request["hearth_log"] = {"model": None, "prompt_tokens": 0, "completion_tokens": 0, "tps": 0.0}
     cors: dict[str, str] = {}
+    state.inflight += 1
     try:
         name = host_name(request.headers.get("Host", ""))
         if name is None or name not in allowed_hosts(state):
@@ -170,8 +172,9 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         resp = await handler(request)
     except HearthError as e:
         resp = json_error(e)
-    except web.HTTPRequestEntityTooLarge as e:
-        resp = json_error(_TooLarge(f"The request body is larger than the limit ({e.max_size} bytes)"))
+    except web.HTTPRequestEntityTooLarge:
+        limit = state.settings.max_body_bytes
+        resp = json_error(_TooLarge(f"The request body is larger than the limit ({limit} bytes)"))
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -180,6 +183,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     except Exception:  # our bug: log it, answer 500 in the same shape
         log.exception("unhandled error on %s %s", request.method, request.path)
         resp = json_error(HearthError("internal server error (see the Hearth log)"))
+    finally:
+        state.inflight -= 1
     if cors and not resp.prepared:
         resp.headers.update(cors)
     _log_request(request, resp, started)

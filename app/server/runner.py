@@ -118,9 +118,11 @@ class ServerController:
             await site.stop()  # no new connections from here on
         for gen in list(state.active):
             gen.cancel()  # each stream ends with an error event naming the shutdown
-        for _ in range(100):
-            if not state.active:
-                break
+        # let every handler write its final event before connections are closed
+        deadline = asyncio.get_running_loop().time() + 5.0
+        while state.inflight and asyncio.get_running_loop().time() < deadline:
+            for gen in list(state.active):
+                gen.cancel()
             await asyncio.sleep(0.02)
         await runner.cleanup()
         with contextlib.suppress(OSError, ValueError):
