@@ -71,18 +71,26 @@ class SingleInstance(QObject):
     def close(self) -> None:
         if self._server is not None:
             self._server.close()
+            self._server.deleteLater()
             self._server = None
 
     def _on_server_new_connection(self) -> None:
         if self._server is None:
             return
         while (sock := self._server.nextPendingConnection()) is not None:
-            sock.readyRead.connect(lambda sock=sock: self._on_socket_ready_read(sock))
+            # bound-method slots, not lambdas: a lambda holding the socket makes a reference
+            # cycle that outlives QApplication and crashes the interpreter at exit
+            sock.readyRead.connect(self._on_socket_ready_read)
             sock.disconnected.connect(sock.deleteLater)
             if sock.bytesAvailable():
-                self._on_socket_ready_read(sock)
+                self._read(sock)
 
-    def _on_socket_ready_read(self, sock: QLocalSocket) -> None:
+    def _on_socket_ready_read(self) -> None:
+        sock = self.sender()
+        if isinstance(sock, QLocalSocket):
+            self._read(sock)
+
+    def _read(self, sock: QLocalSocket) -> None:
         data = bytes(sock.readAll().data())
         if ACTIVATE.strip() in data:
             self.activation_requested.emit()

@@ -297,10 +297,9 @@ class ChatPage(QWidget):
             self.model_combo.addItem(label, s.model.id)
         if keep is not None and self.model_combo.findData(keep) >= 0:
             self.select_model(keep)
-        else:  # prefer a model that is already in memory
+        elif statuses:  # prefer a model that is already in memory
             loaded = next((s.model.id for s in statuses if s.state == "loaded"), None)
-            if loaded:
-                self.select_model(loaded)
+            self.select_model(loaded or statuses[0].model.id)
         self.model_combo.blockSignals(False)
         self.model_combo.setPlaceholderText("No models: import one on the Library page")
         self._update_buttons()

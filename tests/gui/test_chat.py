@@ -1,0 +1,137 @@
+"""The Chat page streams real answers from SmolLM2, keeps the conversation, stops, and shows
+errors inline."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from app.core.types import ChatMessage
+from app.gui.main_window import MainWindow
+from tests.gui.conftest import SLOW
+
+pytestmark = pytest.mark.model
+
+
+def _ready(window: MainWindow, qtbot: QtBot, model_id: str) -> None:
+    window.show_page("Chat")
+    page = window.chat_page
+    qtbot.waitUntil(lambda: page.current_model_id() == model_id, timeout=10_000)
+    assert page.send_button.isEnabled()
+
+
+def test_chat_streams_a_real_answer_and_keeps_the_history(
+    window: MainWindow, qtbot: QtBot, imported: str
+) -> None:
+    page = window.chat_page
+    _ready(window, qtbot, imported)
+    page.temperature_spin.setValue(0.0)
+    page.max_tokens_spin.setValue(48)
+    chunks: list[tuple[float, str]] = []
+    page.chunk_received.connect(lambda t: chunks.append((time.monotonic(), t)))
+
+    page.prompt_edit.setPlainText("What is the capital of France?")
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
+        qtbot.mouseClick(page.send_button, Qt.MouseButton.LeftButton)
+        assert page.prompt_edit.toPlainText() == ""  # the box empties once sent
+        assert page.stop_button.isEnabled() and not page.send_button.isEnabled()
+    assert done.args[0] in ("stop", "length")
+
+    # streamed: many pieces, arriving over time, that add up to the answer
+    assert len(chunks) > 3
+    assert chunks[-1][0] > chunks[0][0]
+    answer = "".join(t for _, t in chunks)
+    assert answer.strip() and answer == page.answer_text
+    transcript = page.transcript.toPlainText()
+    assert "What is the capital of France?" in transcript
+    assert answer.strip() in transcript
+    assert "tok/s" in page.stats_label.text()
+    assert "tok/s" in transcript  # the stats line under the answer
+    assert page.history == [
+        ChatMessage("user", "What is the capital of France?"),
+        ChatMessage("assistant", answer),
+    ]
+    assert page.send_button.isEnabled() and not page.stop_button.isEnabled()
+    # chatting loaded the model, and the other pages saw it
+    qtbot.waitUntil(lambda: window.library_page.table_model.state_of(imported) == "loaded")
+
+    # a second turn is sent with the first one as context
+    page.prompt_edit.setPlainText("And of Italy?")
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW):
+        page._on_send_button_clicked()  # what Enter in the prompt box does
+    assert [m.role for m in page.history] == ["user", "assistant", "user", "assistant"]
+    assert page.history[2].content == "And of Italy?"
+    assert page.transcript.toPlainText().count("You") == 2
+
+    qtbot.mouseClick(page.clear_button, Qt.MouseButton.LeftButton)
+    assert page.history == []
+    assert page.transcript.toPlainText() == ""
+    assert page.stats_label.text() == ""
+
+
+def test_enter_sends_and_shift_enter_adds_a_line(
+    window: MainWindow, qtbot: QtBot, imported: str
+) -> None:
+    page = window.chat_page
+    _ready(window, qtbot, imported)
+    page.max_tokens_spin.setValue(4)
+    qtbot.keyClicks(page.prompt_edit, "Hi")
+    qtbot.keyClick(page.prompt_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(page.prompt_edit, "there")
+    assert page.prompt_edit.toPlainText() == "Hi\nthere"
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW):
+        qtbot.keyClick(page.prompt_edit, Qt.Key.Key_Return)
+    assert page.history[0] == ChatMessage("user", "Hi\nthere")
+
+
+def test_stop_cancels_mid_stream(window: MainWindow, qtbot: QtBot, imported: str) -> None:
+    page = window.chat_page
+    _ready(window, qtbot, imported)
+    page.max_tokens_spin.setValue(0)  # no limit: only Stop (or the context) ends this answer
+    page.temperature_spin.setValue(0.0)
+    chunks: list[str] = []
+    page.chunk_received.connect(chunks.append)
+    page.send("Write a very long story about a dragon who learns to bake bread.")
+    qtbot.waitUntil(lambda: len(chunks) >= 3, timeout=SLOW)
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
+        qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
+    assert done.args[0] == "cancelled"
+    n = len(chunks)
+    assert n < 400  # stopped long before the 2048-token context filled up
+    assert "stopped" in page.stats_label.text()
+    # the partial answer stays in the conversation and nothing arrives afterwards
+    assert page.history[-1] == ChatMessage("assistant", "".join(chunks))
+    qtbot.wait(300)
+    assert len(chunks) == n
+    assert page.send_button.isEnabled() and not page.stop_button.isEnabled()
+
+
+def test_errors_are_shown_inline(window: MainWindow, qtbot: QtBot, imported: str) -> None:
+    page = window.chat_page
+    _ready(window, qtbot, imported)
+    # longer than the 2048-token context the test loads with
+    page.send("hello " * 3000)
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
+        pass
+    assert done.args[0] == "error"
+    assert "context is 2048 tokens" in page.stats_label.text()
+    assert "Error: This model's context is 2048 tokens" in page.transcript.toPlainText()
+    assert page.history == []  # the failed turn is not part of the conversation
+    assert page.send_button.isEnabled()
+    # the page still works afterwards
+    page.max_tokens_spin.setValue(8)
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
+        page.send("Say hi.")
+    assert done.args[0] in ("stop", "length")
+    assert [m.role for m in page.history] == ["user", "assistant"]
+
+
+def test_sending_without_a_model_says_what_to_do(window: MainWindow, qtbot: QtBot) -> None:
+    page = window.chat_page
+    qtbot.waitUntil(lambda: page.model_combo.count() == 0 and not page.send_button.isEnabled())
+    assert page.send("Hello") is False
+    assert "Import a model on the Library page first." in page.transcript.toPlainText()
+    assert page.history == []

@@ -1,0 +1,146 @@
+"""The Server page starts and stops the real server; real HTTP requests show up in its table."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import urllib.request
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from pytestqt.qtbot import QtBot
+
+from app.core.events import RequestFinished
+from app.gui.main_window import MainWindow
+from app.gui.models.request_log import COLUMNS, RequestLogModel
+from tests.gui.conftest import SLOW, free_port
+
+
+def row(model: RequestLogModel, r: int = 0) -> dict[str, str]:
+    return {name: model.index(r, c).data() for c, name in enumerate(COLUMNS)}
+
+
+def fetch_in_thread(url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Do the HTTP call off the GUI thread (the GUI must keep running to log it)."""
+    result: dict[str, Any] = {}
+
+    def go() -> None:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                result["status"] = resp.status
+                result["json"] = json.loads(resp.read())
+        except Exception as e:  # reported to the test through result
+            result["error"] = e
+
+    threading.Thread(target=go, daemon=True).start()
+    return result
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_start_request_log_copy_and_stop(window: MainWindow, qtbot: QtBot) -> None:
+    window.show_page("Server")
+    page = window.server_page
+    port = free_port()
+    page.port_spin.setValue(port)
+
+    qtbot.mouseClick(page.start_button, Qt.MouseButton.LeftButton)
+    url = f"http://127.0.0.1:{port}/v1"
+    qtbot.waitUntil(lambda: page.status_label.text() == f"Running at {url}", timeout=SLOW)
+    assert page.url_edit.text() == url
+    assert port_open(port)
+    assert not page.start_button.isEnabled() and page.stop_button.isEnabled()
+    assert not page.port_spin.isEnabled()  # the address is fixed while serving
+    assert window.server_status.text() == f"Server: {url}"
+
+    QGuiApplication.clipboard().clear()
+    qtbot.mouseClick(page.copy_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == url
+
+    result = fetch_in_thread(f"{url}/models")
+    qtbot.waitUntil(lambda: page.request_model.rowCount() == 1, timeout=SLOW)
+    assert result.get("status") == 200, result
+    r = row(page.request_model)
+    assert (r["Method"], r["Path"], r["Status"]) == ("GET", "/v1/models", "200")
+    assert page.request_table.model() is page.request_model
+
+    qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: page.status_label.text() == "Stopped", timeout=SLOW)
+    assert page.url_edit.text() == ""
+    assert not port_open(port)
+    assert page.start_button.isEnabled() and not page.stop_button.isEnabled()
+    assert window.server_status.text() == "Server: stopped"
+
+
+@pytest.mark.model
+def test_a_chat_request_is_logged_with_tokens(
+    window: MainWindow, qtbot: QtBot, imported: str
+) -> None:
+    page = window.server_page
+    page.port_spin.setValue(0)  # any free port
+    page.start_server()
+    qtbot.waitUntil(lambda: page.url_edit.text() != "", timeout=SLOW)
+    body = {
+        "model": imported,
+        "messages": [{"role": "user", "content": "Say hello."}],
+        "max_tokens": 8,
+    }
+    result = fetch_in_thread(f"{page.url_edit.text()}/chat/completions", body)
+    qtbot.waitUntil(
+        lambda: any(
+            row(page.request_model, i)["Path"] == "/v1/chat/completions"
+            for i in range(page.request_model.rowCount())
+        ),
+        timeout=SLOW,
+    )
+    assert result.get("status") == 200, result
+    usage = result["json"]["usage"]
+    r = row(page.request_model)
+    assert r["Model"] == imported
+    assert r["Tokens"] == f"{usage['prompt_tokens']} in / {usage['completion_tokens']} out"
+    assert float(r["tok/s"]) > 0
+
+
+def test_a_busy_port_is_reported_inline(window: MainWindow, qtbot: QtBot) -> None:
+    page = window.server_page
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        page.port_spin.setValue(busy.getsockname()[1])
+        page.start_server()
+        qtbot.waitUntil(lambda: page.banner.kind == "error", timeout=SLOW)
+    assert "already in use" in page.banner.text()
+    assert page.status_label.text() == "Stopped"
+    assert page.start_button.isEnabled()
+
+
+def _event(i: int) -> RequestFinished:
+    return RequestFinished("POST", f"/v1/r{i}", 200, "m", 10, 20, 0.5, 40.0, at=1_700_000_000 + i)
+
+
+def test_request_log_model_is_newest_first_and_capped() -> None:
+    model = RequestLogModel(cap=3)
+    for i in range(5):
+        model.add(_event(i))
+    assert model.rowCount() == 3
+    assert [row(model, r)["Path"] for r in range(3)] == ["/v1/r4", "/v1/r3", "/v1/r2"]
+    r = row(model)
+    assert (r["Method"], r["Status"], r["Model"], r["Tokens"], r["tok/s"]) == (
+        "POST",
+        "200",
+        "m",
+        "10 in / 20 out",
+        "40.0",
+    )
+    assert len(r["Time"]) == 8  # HH:MM:SS
+    model.add(RequestFinished("GET", "/health", 200, None, 0, 0, 0.001, 0.0))
+    assert (row(model)["Model"], row(model)["Tokens"], row(model)["tok/s"]) == ("", "", "")

@@ -1,0 +1,107 @@
+"""The Settings page writes through the SettingsStore; API keys are stored hashed, shown once."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from pytestqt.qtbot import QtBot
+
+from app.gui.bridge import Bridge
+from app.gui.context import GuiContext
+from app.gui.main_window import MainWindow
+from app.settings import Settings, hash_key
+from tests.gui.conftest import SLOW, free_port
+
+
+def test_save_writes_the_settings_file(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
+) -> None:
+    store = gui_ctx.settings_store
+    store.update(tray_hint_shown=True)  # a field the page does not show must survive a save
+    window.show_page("Settings")
+    page = window.settings_page
+    assert page.host_edit.text() == "127.0.0.1" and page.port_spin.value() == 8421
+
+    page.host_edit.setText("0.0.0.0")
+    page.port_spin.setValue(9001)
+    page.start_at_launch_check.setChecked(True)
+    page.models_dir_edit.setText("/tmp/my-models")
+    page.context_spin.setValue(8192)
+    page.threads_spin.setValue(3)
+    with qtbot.waitSignal(page.settings_saved, timeout=10_000):
+        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+
+    s = store.load()
+    assert (s.server.host, s.server.port, s.server.start_at_launch) == ("0.0.0.0", 9001, True)
+    assert (s.models_dir, s.load.context_length, s.load.threads) == ("/tmp/my-models", 8192, 3)
+    assert s.tray_hint_shown is True
+    on_disk = json.loads(Path(store.path).read_text())
+    assert on_disk["server"]["port"] == 9001
+    assert page.banner.text() == "Settings saved."
+    # the Server page picks up the new address for its next start
+    assert window.server_page.host_edit.text() == "0.0.0.0"
+    assert window.server_page.port_spin.value() == 9001
+
+
+def test_empty_host_is_refused(window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext) -> None:
+    page = window.settings_page
+    page.host_edit.setText("  ")
+    page.save()
+    assert page.banner.kind == "error"
+    qtbot.wait(200)
+    assert gui_ctx.settings_store.load().server.host == "127.0.0.1"
+
+
+def test_api_key_is_shown_once_and_stored_hashed(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
+) -> None:
+    page = window.settings_page
+    store = gui_ctx.settings_store
+    assert page.key_status_label.text() == "Not required"
+    assert not page.new_key_box.isVisible() and not page.clear_key_button.isEnabled()
+
+    window.show_page("Settings")
+    qtbot.mouseClick(page.generate_key_button, Qt.MouseButton.LeftButton)
+    key = page.new_key_edit.text()
+    assert key.startswith("hearth-") and page.new_key_box.isVisible()
+    qtbot.waitUntil(lambda: store.load().server.api_key_hashes == (hash_key(key),), timeout=10_000)
+    assert key not in Path(store.path).read_text()  # never in clear on disk
+    qtbot.waitUntil(lambda: page.key_status_label.text() == "Required (1 key)")
+    qtbot.mouseClick(page.copy_key_button, Qt.MouseButton.LeftButton)
+    assert QGuiApplication.clipboard().text() == key
+
+    qtbot.mouseClick(page.clear_key_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: store.load().server.api_key_hashes == (), timeout=10_000)
+    assert page.new_key_edit.text() == "" and not page.new_key_box.isVisible()
+    qtbot.waitUntil(lambda: page.key_status_label.text() == "Not required")
+
+
+def test_server_starts_at_launch_when_configured(
+    qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge
+) -> None:
+    port = free_port()
+    s = Settings()
+    gui_ctx.settings_store.save(
+        replace(s, server=replace(s.server, port=port, start_at_launch=True))
+    )
+    w = MainWindow(gui_ctx, bridge)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(
+        lambda: w.server_page.url_edit.text() == f"http://127.0.0.1:{port}/v1", timeout=SLOW
+    )
+    assert gui_ctx.server.running
+
+
+def test_server_stays_off_at_launch_by_default(
+    qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge
+) -> None:
+    w = MainWindow(gui_ctx, bridge)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
+    qtbot.wait(300)
+    assert not gui_ctx.server.running
+    assert w.server_page.status_label.text() == "Stopped"
