@@ -28,6 +28,7 @@ try:
 except ImportError:  # pragma: no cover - the package is a hard dependency; be explicit anyway
     L = None
 
+PENALTY_LAST_N = 64
 _init_lock = threading.Lock()
 _initialized = False
 _LOG_CB: Any = None
@@ -157,13 +158,17 @@ class LlamaEngine:
         seq = self._aborting
         return bool(seq is not None and seq.cancelled)
 
+    @staticmethod
+    def _uses_penalties(s: SamplingParams) -> bool:
+        return s.repeat_penalty != 1.0 or bool(s.frequency_penalty) or bool(s.presence_penalty)
+
     def _sampler(self, s: SamplingParams) -> Any:
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         add = lambda smp: L.llama_sampler_chain_add(chain, smp)  # noqa: E731
-        if s.repeat_penalty != 1.0 or s.frequency_penalty or s.presence_penalty:
+        if self._uses_penalties(s):
             add(
                 L.llama_sampler_init_penalties(
-                    self.n_vocab, 64, s.repeat_penalty, s.frequency_penalty, s.presence_penalty
+                    self.n_vocab, PENALTY_LAST_N, s.repeat_penalty, s.frequency_penalty, s.presence_penalty
                 )
             )
         if s.temperature <= 0:
@@ -220,6 +225,10 @@ class LlamaEngine:
         finally:
             L.llama_set_abort_callback(self.ctx, self._no_abort, None)
             self._aborting = None
+        if self._uses_penalties(req.sampling):
+            # penalties look at recent history, the prompt included (as llama-server does)
+            for t in tokens[-PENALTY_LAST_N:]:
+                L.llama_sampler_accept(state.sampler, t)
         state.pos = len(tokens)
         state.logits_idx = self.batch.n_tokens - 1
         state.ready = True

@@ -1,0 +1,167 @@
+"""The llama.cpp runtime on the real SmolLM2 model: probe, fallback template, abort, cancel, UTF-8."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from app.core.library import ModelLibrary
+from app.core.service import Hearth
+from app.core.types import ChatMessage, LoadOptions, SamplingParams
+from app.runtimes import llama_probe
+from app.runtimes.llama_cpp import LlamaCppRuntime, build_info, physical_cores
+
+pytestmark = pytest.mark.model
+
+
+def make_hearth(tmp_path: Path, queue_size: int = 16) -> Hearth:
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json", queue_size=queue_size)
+    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=4096))
+
+
+def test_probe_verdict_is_remembered_and_true_to_the_machine(tmp_path: Path, smollm2_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(llama_probe.ENV_OVERRIDE, raising=False)
+    probe_file = tmp_path / "probe.json"
+    info = build_info()
+    verdict = llama_probe.extra_bufts_safe(str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=probe_file)
+    record = json.loads(probe_file.read_text())
+    (entry,) = record.values()
+    assert entry["extra_bufts_ok"] is verdict and entry["weight_type"] == "Q4_1"
+    # the verdict matches what a child process really does with the default settings
+    ok, detail = llama_probe._run_probe(str(smollm2_path))
+    assert ok is verdict, detail
+    # remembered: no second child process
+    calls = []
+    monkeypatch.setattr(llama_probe, "_run_probe", lambda p: calls.append(p) or (True, "x"))
+    assert llama_probe.extra_bufts_safe(str(smollm2_path), build_info=info, weight_type="Q4_1",
+                                        probe_file=probe_file) is verdict
+    assert calls == []
+    # another weight type or build is a different question
+    llama_probe.extra_bufts_safe(str(smollm2_path), build_info=info + "x", weight_type="Q4_1", probe_file=probe_file)
+    assert len(calls) == 1
+    monkeypatch.setenv(llama_probe.ENV_OVERRIDE, "0")
+    assert llama_probe.extra_bufts_safe(str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=None) is False
+
+
+def test_physical_cores_is_sane() -> None:
+    import os
+
+    assert 1 <= physical_cores() <= (os.cpu_count() or 1)
+
+
+def _without_template(src: Path, dst: Path) -> Path:
+    """A copy of the model whose chat template key is renamed away (same length, same layout)."""
+    shutil.copyfile(src, dst)
+    with dst.open("r+b") as f:
+        head = f.read(8 << 20)
+        i = head.index(b"tokenizer.chat_template")
+        f.seek(i)
+        f.write(b"tokenizer.chat_templatX")
+    return dst
+
+
+async def test_model_without_template_uses_fallback(tmp_path: Path, smollm2_path: Path) -> None:
+    h = make_hearth(tmp_path)
+    model, _ = h.import_model(_without_template(smollm2_path, tmp_path / "notemplate.gguf"))
+    assert model.has_chat_template is False
+    try:
+        lm = await h.load(model.id)
+        assert lm.chat_template is None
+        gen = await h.chat(model.id, [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello!")],
+                           sampling=SamplingParams(temperature=0), max_tokens=60)
+        text, final = await gen.collect()
+        assert final.finish_reason in ("stop", "length")
+        assert "\nUser:" not in text and "\nAssistant:" not in text
+        # the documented fallback prompt is what the model saw
+        expected = "Be brief.\n\nUser: Hello!\nAssistant:"
+        assert gen.prompt_tokens == len(lm.tokenize(expected, add_special=True, parse_special=True))
+    finally:
+        await h.close()
+
+
+async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) -> None:
+    """Cancelling during prompt processing stops llama.cpp mid-prompt (abort callback)."""
+    h = make_hearth(tmp_path)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        await h.load(model.id)
+        prompt = "The history of the lighthouse is long and full of storms. " * 170  # ~2,000 tokens
+        t0 = time.perf_counter()
+        gen = await h.complete(model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1)
+        text, final = await gen.collect()
+        full = time.perf_counter() - t0
+        assert final.usage is not None and final.usage.prompt_tokens > 1800
+        gen = await h.complete(model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1)
+        await asyncio.sleep(0.3)  # prompt processing is under way
+        t1 = time.perf_counter()
+        gen.cancel()
+        _, final2 = await gen.collect()
+        stopped = time.perf_counter() - t1
+        assert final2.finish_reason == "cancelled"
+        assert stopped < max(1.0, full / 4), f"abort took {stopped:.2f}s; the whole prompt takes {full:.2f}s"
+        # the model still works afterwards
+        gen = await h.complete(model.id, "Hello", sampling=SamplingParams(temperature=0), max_tokens=3)
+        text, final = await gen.collect()
+        assert final.finish_reason == "length" and text
+    finally:
+        await h.close()
+
+
+async def test_queued_request_cancelled_before_it_runs(tmp_path: Path, smollm2_path: Path) -> None:
+    h = make_hearth(tmp_path)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        await h.load(model.id)
+        first = await h.complete(model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60)
+        second = await h.complete(model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60)
+        second.cancel()
+        (t1, f1), (t2, f2) = await asyncio.gather(first.collect(), second.collect())
+        assert f1.finish_reason == "length" and f1.usage.completion_tokens == 60
+        assert f2.finish_reason == "cancelled" and t2 == "" and f2.usage.completion_tokens == 0
+    finally:
+        await h.close()
+
+
+async def test_streamed_text_is_whole_utf8(tmp_path: Path, smollm2_path: Path) -> None:
+    h = make_hearth(tmp_path)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        await h.load(model.id)
+        gen = await h.complete(model.id, "日本の首都は東京です。大阪は", sampling=SamplingParams(temperature=0),
+                               max_tokens=40)
+        pieces = [d.text async for d in gen if d.text]
+        text = "".join(pieces)
+        assert any(ord(c) > 0x3000 for c in text), text  # the model does answer in Japanese
+        assert "\ufffd" not in text, "a multi-byte character was split across tokens and mangled"
+    finally:
+        await h.close()
+
+
+async def test_seed_reproducible_and_sampling_params_applied(tmp_path: Path, smollm2_path: Path) -> None:
+    h = make_hearth(tmp_path)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        await h.load(model.id)
+
+        async def run(**kw: object) -> str:
+            gen = await h.complete(model.id, "My favourite animal is", sampling=SamplingParams(**kw), max_tokens=24)
+            return (await gen.collect())[0]
+
+        a = await run(temperature=1.0, seed=42)
+        b = await run(temperature=1.0, seed=42)
+        assert a == b
+        outs = {await run(temperature=1.5, seed=s) for s in range(4)}
+        assert len(outs) > 1, "different seeds should give different samples"
+        greedy = await run(temperature=0)
+        assert greedy == await run(temperature=0.0001, top_k=1)
+        penalized = await run(temperature=0, repeat_penalty=1.8, frequency_penalty=1.5)
+        assert penalized != greedy
+    finally:
+        await h.close()
