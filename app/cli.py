@@ -37,12 +37,16 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
 
     models_dir = Path(settings.models_dir) if settings.models_dir else paths.models
     library = ModelLibrary(paths.library_file, models_dir)
-    runtimes = {"gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size)}
+    runtimes = {
+        "gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size)
+    }
     store = SettingsStore(paths.settings_file)
 
     def load_defaults() -> LoadOptions:
         d = store.load().load
-        return LoadOptions(context_length=d.context_length, threads=d.threads, batch_size=d.batch_size)
+        return LoadOptions(
+            context_length=d.context_length, threads=d.threads, batch_size=d.batch_size
+        )
 
     return Hearth(
         library,
@@ -190,7 +194,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                     continue
                 history.append(ChatMessage("user", text))
                 gen = await service.chat(
-                    model.id, history, sampling=SamplingParams(temperature=args.temperature), max_tokens=args.max_tokens
+                    model.id,
+                    history,
+                    sampling=SamplingParams(temperature=args.temperature),
+                    max_tokens=args.max_tokens,
                 )
                 parts = []
                 async for d in gen:
@@ -220,15 +227,21 @@ def cmd_ps(args: argparse.Namespace) -> int:
     if not data["models"]:
         print("No models loaded.", file=sys.stderr)
     for m in data["models"]:
-        print(f"{m['id']}  {m['runtime']}  ctx={m['context_length']}  pending={m['pending_requests']}")
+        print(
+            f"{m['id']}  {m['runtime']}  ctx={m['context_length']}  pending={m['pending_requests']}"
+        )
     return EXIT_OK
 
 
 def cmd_load(args: argparse.Namespace) -> int:
     paths, _ = _context()
     url = _require_server(paths, args.url)
-    data = _api(url, "POST", "/api/v1/models/load", {"model": args.model}, _api_key(args), timeout=600)
-    print(json.dumps(data) if args.json else f"loaded {data['id']} (context {data['context_length']})")
+    data = _api(
+        url, "POST", "/api/v1/models/load", {"model": args.model}, _api_key(args), timeout=600
+    )
+    print(
+        json.dumps(data) if args.json else f"loaded {data['id']} (context {data['context_length']})"
+    )
     return EXIT_OK
 
 
@@ -289,7 +302,9 @@ def _find_server(paths: AppPaths, url: str | None) -> str | None:
 def _require_server(paths: AppPaths, url: str | None) -> str:
     found = _find_server(paths, url)
     if not found:
-        raise HearthError("no running Hearth server found (start one with `hearth serve`, or pass --url)")
+        raise HearthError(
+            "no running Hearth server found (start one with `hearth serve`, or pass --url)"
+        )
     return found
 
 
@@ -335,15 +350,30 @@ def _human_count(n: int | None) -> str:
 
 # -- parser -----------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="hearth", description="Run open LLMs locally; serve them over an OpenAI-compatible API.")
+    p = argparse.ArgumentParser(
+        prog="hearth",
+        description="Run open LLMs locally; serve them over an OpenAI-compatible API.",
+    )
     p.add_argument("--version", action="version", version=f"hearth {__version__}")
-    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv for debug)")
+    p.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv for debug)"
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     s = sub.add_parser("serve", help="run the server headless until SIGINT/SIGTERM")
     s.add_argument("--host", default=None, help="bind address (default from settings: 127.0.0.1)")
-    s.add_argument("--port", type=int, default=None, help="port (default from settings: 8421; 0 = any free port)")
-    s.add_argument("--model", action="append", metavar="ID_OR_PATH", help="preload a model (repeatable); a GGUF path is imported")
+    s.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port (default from settings: 8421; 0 = any free port)",
+    )
+    s.add_argument(
+        "--model",
+        action="append",
+        metavar="ID_OR_PATH",
+        help="preload a model (repeatable); a GGUF path is imported",
+    )
     s.add_argument("--api-key", default=None, help="require this bearer key (also HEARTH_API_KEY)")
     s.set_defaults(func=cmd_serve)
 
@@ -356,7 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="one JSON array on stdout")
     s.set_defaults(func=cmd_ls)
 
-    s = sub.add_parser("rm", help="remove a model from the library (deletes the file only if Hearth owns it)")
+    s = sub.add_parser(
+        "rm", help="remove a model from the library (deletes the file only if Hearth owns it)"
+    )
     s.add_argument("model", metavar="ID")
     s.set_defaults(func=cmd_rm)
 
@@ -375,7 +407,11 @@ def build_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=hlp)
         if name != "ps":
             s.add_argument("model", metavar="ID")
-        s.add_argument("--url", default=None, help="the server's base URL (default: the one recorded by the running server)")
+        s.add_argument(
+            "--url",
+            default=None,
+            help="the server's base URL (default: the one recorded by the running server)",
+        )
         s.add_argument("--api-key", default=None)
         s.add_argument("--json", action="store_true")
         s.set_defaults(func=fn)

@@ -49,7 +49,9 @@ def hearth_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def write_settings(home: Path, **server: object) -> None:
     cfg = home / "config"
     cfg.mkdir(parents=True, exist_ok=True)
-    (cfg / "settings.json").write_text(json.dumps({"server": server, "load": {"context_length": 2048}}))
+    (cfg / "settings.json").write_text(
+        json.dumps({"server": server, "load": {"context_length": 2048}})
+    )
 
 
 @dataclass
@@ -72,7 +74,9 @@ class Served:
         return self.loop.call(coro, timeout)  # type: ignore[attr-defined]
 
 
-def start_served(home: Path, model: Path, *, api_key: str | None = None, **server: object) -> Served:
+def start_served(
+    home: Path, model: Path, *, api_key: str | None = None, **server: object
+) -> Served:
     from app.cli import build_service
     from app.core.loop import LoopThread
     from app.paths import AppPaths

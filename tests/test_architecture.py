@@ -11,7 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_import_linter_contracts_hold() -> None:
-    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which(
+        "lint-imports"
+    )
     assert exe, "import-linter is part of the dev extra"
     r = subprocess.run([exe], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -35,5 +37,7 @@ for m in pkgutil.iter_modules(app.core.__path__):
 import app.paths, app.settings, app.errors
 print("ok")
 """
-    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

@@ -109,7 +109,9 @@ class ChatTemplate:
             for chunk in self._tpl.generate(**ctx):
                 size += len(chunk)
                 if size > MAX_OUTPUT_CHARS:
-                    raise TemplateError("chat template output is larger than the bound", param="messages")
+                    raise TemplateError(
+                        "chat template output is larger than the bound", param="messages"
+                    )
                 if time.monotonic() > deadline:
                     raise TemplateError("chat template took too long to render", param="messages")
                 out.append(chunk)
@@ -117,6 +119,13 @@ class ChatTemplate:
             raise
         except jinja2.exceptions.SecurityError as e:
             raise TemplateError(f"chat template tried an unsafe operation: {e}") from e
-        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
+        except (
+            jinja2.TemplateError,
+            TypeError,
+            ValueError,
+            KeyError,
+            IndexError,
+            AttributeError,
+        ) as e:
             raise TemplateError(f"chat template failed to render: {e}", param="messages") from e
         return "".join(out)

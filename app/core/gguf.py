@@ -28,32 +28,90 @@ KEEP_ARRAY = 64
 # GGUF value types
 _U8, _I8, _U16, _I16, _U32, _I32, _F32, _BOOL, _STR, _ARR, _U64, _I64, _F64 = range(13)
 _SCALAR = {
-    _U8: "<B", _I8: "<b", _U16: "<H", _I16: "<h", _U32: "<I", _I32: "<i",
-    _F32: "<f", _BOOL: "<?", _U64: "<Q", _I64: "<q", _F64: "<d",
+    _U8: "<B",
+    _I8: "<b",
+    _U16: "<H",
+    _I16: "<h",
+    _U32: "<I",
+    _I32: "<i",
+    _F32: "<f",
+    _BOOL: "<?",
+    _U64: "<Q",
+    _I64: "<q",
+    _F64: "<d",
 }
 
 # ggml tensor types: (block size in elements, bytes per block)
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
-    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22), 7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 36),
-    10: ("Q2_K", 256, 84), 11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144),
-    13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210), 15: ("Q8_K", 256, 292),
-    16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
-    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110),
-    22: ("IQ2_S", 256, 82), 23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2),
-    26: ("I32", 1, 4), 27: ("I64", 1, 8), 28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56),
-    30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54), 35: ("TQ2_0", 256, 66),
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 36),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66),
     39: ("MXFP4", 32, 17),
 }
 
 # general.file_type -> the quantization name people search for
 FILE_TYPES = {
-    0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
-    10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M",
-    16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 19: "IQ2_XXS", 20: "IQ2_XS", 21: "Q2_K_S",
-    22: "IQ3_XS", 23: "IQ3_XXS", 24: "IQ1_S", 25: "IQ4_NL", 26: "IQ3_S", 27: "IQ3_M",
-    28: "IQ2_S", 29: "IQ2_M", 30: "IQ4_XS", 31: "IQ1_M", 32: "BF16", 36: "TQ1_0",
-    37: "TQ2_0", 38: "MXFP4",
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    19: "IQ2_XXS",
+    20: "IQ2_XS",
+    21: "Q2_K_S",
+    22: "IQ3_XS",
+    23: "IQ3_XXS",
+    24: "IQ1_S",
+    25: "IQ4_NL",
+    26: "IQ3_S",
+    27: "IQ3_M",
+    28: "IQ2_S",
+    29: "IQ2_M",
+    30: "IQ4_XS",
+    31: "IQ1_M",
+    32: "BF16",
+    36: "TQ1_0",
+    37: "TQ2_0",
+    38: "MXFP4",
 }
 
 
@@ -136,7 +194,9 @@ class _Reader:
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
-            raise InvalidModel(f"invalid GGUF: {what} runs past the end of the file (offset {self.pos})")
+            raise InvalidModel(
+                f"invalid GGUF: {what} runs past the end of the file (offset {self.pos})"
+            )
 
     def unpack(self, fmt: str, what: str) -> Any:
         n = struct.calcsize(fmt)
@@ -178,7 +238,9 @@ class _Reader:
                 width = struct.calcsize(_SCALAR[etype])
                 self.need(count * width, f"array {key!r}")
                 if count <= KEEP_ARRAY:
-                    vals = list(struct.unpack_from(f"<{count}{_SCALAR[etype][1]}", self.buf, self.pos))
+                    vals = list(
+                        struct.unpack_from(f"<{count}{_SCALAR[etype][1]}", self.buf, self.pos)
+                    )
                 else:
                     vals = None
                 self.pos += count * width
@@ -258,7 +320,12 @@ def parse_header(data: bytes | mmap.mmap, file_size: int | None = None) -> GGUFH
         n_bytes = n_el // blk * blk_bytes
         tensors.append(TensorInfo(name, shape, ttype, offset, n_bytes))
     alignment = metadata.get("general.alignment", 32)
-    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1) or alignment > 1 << 20:
+    if (
+        not isinstance(alignment, int)
+        or alignment <= 0
+        or alignment & (alignment - 1)
+        or alignment > 1 << 20
+    ):
         raise InvalidModel(f"invalid GGUF: bad alignment {alignment!r}")
     data_offset = (r.pos + alignment - 1) // alignment * alignment
     total = file_size if file_size is not None else size
@@ -266,7 +333,9 @@ def parse_header(data: bytes | mmap.mmap, file_size: int | None = None) -> GGUFH
         if t.offset % alignment:
             raise InvalidModel(f"invalid GGUF: tensor {t.name!r} is misaligned")
         if data_offset + t.offset + t.n_bytes > total:
-            raise InvalidModel(f"invalid GGUF: tensor {t.name!r} data lies past the end of the file (truncated?)")
+            raise InvalidModel(
+                f"invalid GGUF: tensor {t.name!r} data lies past the end of the file (truncated?)"
+            )
     return GGUFHeader(
         version=version,
         metadata=metadata,
@@ -288,7 +357,9 @@ def read_header(path: str | Path) -> GGUFHeader:
         with p.open("rb") as f:
             size = p.stat().st_size
             if size < 24:
-                raise InvalidModel(f"invalid GGUF: {p.name} is too small to be a model ({size} bytes)")
+                raise InvalidModel(
+                    f"invalid GGUF: {p.name} is too small to be a model ({size} bytes)"
+                )
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 return parse_header(mm)
     except OSError as e:

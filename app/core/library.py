@@ -45,7 +45,9 @@ def describe(path: Path) -> dict[str, Any]:
     """
     if path.is_dir():
         if not _is_mlx_folder(path):
-            raise InvalidModel(f"{path} is not a model folder (needs config.json and *.safetensors)")
+            raise InvalidModel(
+                f"{path} is not a model folder (needs config.json and *.safetensors)"
+            )
         try:
             cfg = json.loads((path / "config.json").read_text())
         except (OSError, ValueError) as e:
@@ -66,7 +68,9 @@ def describe(path: Path) -> dict[str, Any]:
             "architecture": cfg.get("model_type"),
             "name": path.name,
             "parameters": None,
-            "quantization": f"{q.get('bits')}bit" if isinstance(q, dict) and q.get("bits") else None,
+            "quantization": f"{q.get('bits')}bit"
+            if isinstance(q, dict) and q.get("bits")
+            else None,
             "context_length": cfg.get("max_position_embeddings"),
             "chat_template": template if isinstance(template, str) else None,
             "extra": {},
@@ -80,7 +84,9 @@ def describe(path: Path) -> dict[str, Any]:
         "format": "gguf",
         "size_bytes": path.stat().st_size,
         "architecture": h.architecture,
-        "name": h.metadata.get("general.name") if isinstance(h.metadata.get("general.name"), str) else None,
+        "name": h.metadata.get("general.name")
+        if isinstance(h.metadata.get("general.name"), str)
+        else None,
         "parameters": h.parameters,
         "quantization": h.quantization,
         "context_length": h.context_length,
@@ -101,7 +107,10 @@ class ModelLibrary:
         try:
             data = read_json(self.index_file, {"version": INDEX_VERSION, "models": []})
         except ValueError:
-            log.error("library index %s is corrupt; starting empty (file kept as .corrupt)", self.index_file)
+            log.error(
+                "library index %s is corrupt; starting empty (file kept as .corrupt)",
+                self.index_file,
+            )
             with contextlib.suppress(OSError):
                 shutil.copy2(self.index_file, self.index_file.with_suffix(".corrupt"))
             return []
@@ -164,7 +173,9 @@ class ModelLibrary:
         return None
 
     # -- changes ----------------------------------------------------------------------------
-    def import_path(self, path: str | os.PathLike[str], *, copy: bool = False) -> tuple[LocalModel, bool]:
+    def import_path(
+        self, path: str | os.PathLike[str], *, copy: bool = False
+    ) -> tuple[LocalModel, bool]:
         """Add a GGUF file or MLX folder. Returns (model, created); importing again is a no-op.
 
         Raises:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from app.core.events import EventHub, ModelLoaded, ModelLoadFailed, ModelLoading, ModelUnloaded
 from app.core.library import ModelLibrary
 from app.core.types import LoadedModel, LoadOptions, LocalModel, Runtime
-from app.errors import HearthError, ModelLoadFailed as LoadFailedError, ModelNotFound, RuntimeUnavailable
+from app.errors import HearthError, ModelNotFound, RuntimeUnavailable
+from app.errors import ModelLoadFailed as LoadFailedError
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,17 @@ class ModelScheduler:
             runtime = self.runtime_for(model)
             fut = asyncio.get_running_loop().create_future()
             self._loading[model_id] = fut
-            asyncio.ensure_future(self._do_load(model, runtime, options or self._load_defaults(), fut))
+            asyncio.ensure_future(
+                self._do_load(model, runtime, options or self._load_defaults(), fut)
+            )
         return await asyncio.shield(fut)
 
     async def _do_load(
-        self, model: LocalModel, runtime: Runtime, options: LoadOptions, fut: asyncio.Future[LoadedModel]
+        self,
+        model: LocalModel,
+        runtime: Runtime,
+        options: LoadOptions,
+        fut: asyncio.Future[LoadedModel],
     ) -> None:
         self._events.publish(ModelLoading(model.id))
         t0 = time.perf_counter()
@@ -115,7 +122,11 @@ class ModelScheduler:
             lm = await asyncio.to_thread(runtime.load, model, options)
         except Exception as e:
             self._loading.pop(model.id, None)
-            err = e if isinstance(e, HearthError) else LoadFailedError(f"loading '{model.id}' failed: {e}")
+            err = (
+                e
+                if isinstance(e, HearthError)
+                else LoadFailedError(f"loading '{model.id}' failed: {e}")
+            )
             if not isinstance(e, HearthError):
                 log.exception("loading %s failed", model.id)
             self._events.publish(ModelLoadFailed(model.id, err.message))

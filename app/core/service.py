@@ -201,7 +201,9 @@ class Hearth:
         """Start a raw completion of ``prompt`` (text, or token ids)."""
         lm = await self._model(model_id)
         if isinstance(prompt, str):
-            tokens = await asyncio.to_thread(lm.tokenize, prompt, add_special=True, parse_special=False)
+            tokens = await asyncio.to_thread(
+                lm.tokenize, prompt, add_special=True, parse_special=False
+            )
         else:
             tokens = list(prompt)
             vocab = int(lm.special_tokens.get("n_vocab", "0") or 0)

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 try:
     import llama_cpp as L
 except ImportError:  # pragma: no cover - the package is a hard dependency; be explicit anyway
-    L = None
+    L = None  # type: ignore[assignment]
 
 PENALTY_LAST_N = 64
 _init_lock = threading.Lock()
@@ -78,7 +78,9 @@ def physical_cores() -> int:
 
 def build_info() -> str:
     _ensure_backend()
-    return f"llama-cpp-python {L.__version__}; {L.llama_print_system_info().decode(errors='replace')}"
+    return (
+        f"llama-cpp-python {L.__version__}; {L.llama_print_system_info().decode(errors='replace')}"
+    )
 
 
 class LlamaEngine:
@@ -168,7 +170,11 @@ class LlamaEngine:
         if self._uses_penalties(s):
             add(
                 L.llama_sampler_init_penalties(
-                    self.n_vocab, PENALTY_LAST_N, s.repeat_penalty, s.frequency_penalty, s.presence_penalty
+                    self.n_vocab,
+                    PENALTY_LAST_N,
+                    s.repeat_penalty,
+                    s.frequency_penalty,
+                    s.presence_penalty,
                 )
             )
         if s.temperature <= 0:
@@ -365,7 +371,9 @@ class LlamaCppRuntime:
         # our own bounds-checked header check before llama.cpp ever parses the file
         header = read_header(model.path)
         if header.architecture is None:
-            raise InvalidModel(f"'{model.id}' has no general.architecture: not a model llama.cpp can load")
+            raise InvalidModel(
+                f"'{model.id}' has no general.architecture: not a model llama.cpp can load"
+            )
         safe = extra_bufts_safe(
             model.path,
             build_info=build_info(),
@@ -375,6 +383,10 @@ class LlamaCppRuntime:
         engine = LlamaEngine(model, options, extra_bufts=safe)
         log.info(
             "llama.cpp: %s loaded (ctx %d, batch %d, threads %d, extra buffer types %s)",
-            model.id, engine.n_ctx, engine.n_batch, engine.threads, "on" if safe else "off",
+            model.id,
+            engine.n_ctx,
+            engine.n_batch,
+            engine.threads,
+            "on" if safe else "off",
         )
         return LlamaCppModel(model, engine, queue_size=self.queue_size)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import os
 import platform
@@ -47,7 +46,9 @@ def probe_key(build_info: str, weight_type: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
-def extra_bufts_safe(model_path: str, *, build_info: str, weight_type: str, probe_file: Path | None) -> bool:
+def extra_bufts_safe(
+    model_path: str, *, build_info: str, weight_type: str, probe_file: Path | None
+) -> bool:
     """True when loading ``model_path`` with llama.cpp's extra buffer types is known to be safe."""
     forced = os.environ.get(ENV_OVERRIDE)
     if forced in ("0", "1"):
@@ -65,14 +66,20 @@ def extra_bufts_safe(model_path: str, *, build_info: str, weight_type: str, prob
     if not ok:
         log.warning(
             "llama.cpp crashed in a probe with its extra buffer types (%s); Hearth turns them off "
-            "on this CPU (remembered)", detail
+            "on this CPU (remembered)",
+            detail,
         )
     if probe_file is not None:
         try:
             with file_lock(probe_file):
                 known = read_json(probe_file, {})
                 known = known if isinstance(known, dict) else {}
-                known[key] = {"extra_bufts_ok": ok, "detail": detail, "at": time.time(), "weight_type": weight_type}
+                known[key] = {
+                    "extra_bufts_ok": ok,
+                    "detail": detail,
+                    "at": time.time(),
+                    "weight_type": weight_type,
+                }
                 atomic_write_json(probe_file, known)
         except (OSError, ValueError):
             log.exception("could not record the probe result in %s", probe_file)
@@ -130,6 +137,7 @@ def _child(model_path: str) -> int:
         if L.llama_decode(ctx, L.llama_batch_get_one(one, 1)) != 0:
             return 4
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(_child(sys.argv[1]))

@@ -142,11 +142,15 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     try:
         name = host_name(request.headers.get("Host", ""))
         if name is None or name not in allowed_hosts(state):
-            raise _Forbidden("Host not allowed. Add it to the server's allowed hosts to reach Hearth by this name.")
+            raise _Forbidden(
+                "Host not allowed. Add it to the server's allowed hosts to reach Hearth by this name."
+            )
         origin = request.headers.get("Origin")
         if origin is not None:
             if not origin_allowed(origin, state):
-                raise _Forbidden("Origin not allowed. Add it to the server's allowed origins in Settings.")
+                raise _Forbidden(
+                    "Origin not allowed. Add it to the server's allowed origins in Settings."
+                )
             cors = {
                 "Access-Control-Allow-Origin": origin,
                 "Vary": "Origin",
@@ -166,9 +170,15 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             )
         if state.api_key_hashes and request.path not in PUBLIC_PATHS:
             auth = request.headers.get("Authorization", "")
-            token = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+            token = (
+                auth[7:].strip()
+                if auth[:7].lower() == "bearer "
+                else request.headers.get("x-api-key", "")
+            )
             if not token or not key_matches(token, state.api_key_hashes):
-                raise _Unauthorized("Invalid or missing API key. Send it as 'Authorization: Bearer <key>'.")
+                raise _Unauthorized(
+                    "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
+                )
         resp = await handler(request)
     except HearthError as e:
         resp = json_error(e)
@@ -216,13 +226,21 @@ async def read_json_body(request: web.Request) -> dict:
     return parse_json(await request.read())
 
 
-def create_app(service: Hearth, settings: ServerSettings, *, api_key_hashes: tuple[str, ...] = (), bound_host: str = "127.0.0.1") -> web.Application:
+def create_app(
+    service: Hearth,
+    settings: ServerSettings,
+    *,
+    api_key_hashes: tuple[str, ...] = (),
+    bound_host: str = "127.0.0.1",
+) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
     from app.server import native, openai
 
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app[SERVICE] = service
-    app[STATE] = ServerState(settings=settings, api_key_hashes=api_key_hashes, bound_host=bound_host)
+    app[STATE] = ServerState(
+        settings=settings, api_key_hashes=api_key_hashes, bound_host=bound_host
+    )
     app.router.add_routes(openai.routes)
     app.router.add_routes(native.routes)
     return app

@@ -41,16 +41,18 @@ async def ps(request: web.Request) -> web.Response:
 async def load(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     b = Body(await read_json_body(request))
-    model_id = b.str("model", required=True) or ""
+    model_id = b.text("model", required=True) or ""
     lm = await service.load(model_id)
-    return web.json_response({"id": model_id, "state": "loaded", "context_length": lm.context_length})
+    return web.json_response(
+        {"id": model_id, "state": "loaded", "context_length": lm.context_length}
+    )
 
 
 @routes.post("/api/v1/models/unload")
 async def unload(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     b = Body(await read_json_body(request))
-    model_id = b.str("model", required=True) or ""
+    model_id = b.text("model", required=True) or ""
     service.library.get(model_id)  # 404 for unknown ids
     was_loaded = await service.unload(model_id)
     return web.json_response({"id": model_id, "state": "not-loaded", "was_loaded": was_loaded})

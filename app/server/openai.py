@@ -145,7 +145,7 @@ async def _run_to_end(request: web.Request, gen: Generation) -> tuple[str, Delta
 
 
 def _check_model_field(b: Body) -> str:
-    model = b.str("model", required=True)
+    model = b.text("model", required=True)
     if not model:
         raise InvalidRequest("'model' must not be empty", param="model")
     return model
@@ -193,39 +193,48 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             }
         )
 
-    base = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-            "system_fingerprint": f"hearth-{__version__}"}
+    base = {
+        "id": cid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": f"hearth-{__version__}",
+    }
     extra = {"usage": None} if so.include_usage else {}
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
+        return {
+            **base,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            **extra,
+        }
 
     sse = SSEWriter(request, {"x-hearth-model": model})
     await sse.start()
     await sse.send(chunk({"role": "assistant", "content": ""}))
-    final: Delta | None = None
+    last: Delta | None = None
     try:
         async for d in _iterate(request, gen):
             if d.text:
                 await sse.send(chunk({"content": d.text}))
             if d.finish_reason:
-                final = d
+                last = d
     except GenerationTimeout as e:
         await sse.send_error(e)
         return await sse.close()
-    if final is None:
+    if last is None:
         await sse.send_error(_StreamBroken("the generation ended without a result"))
         return await sse.close()
-    _note_usage(request, model, final)
-    err = _final_error(final, request)
+    _note_usage(request, model, last)
+    err = _final_error(last, request)
     if err:
         await sse.send_error(err)
         return await sse.close()
-    await sse.send(chunk({}, final.finish_reason))
+    await sse.send(chunk({}, last.finish_reason))
     if so.include_usage:
-        usage_chunk = {**base, "choices": [], "usage": _usage(final)}
-        if final.timings:
-            usage_chunk["timings"] = final.timings.as_dict()
+        usage_chunk = {**base, "choices": [], "usage": _usage(last)}
+        if last.timings:
+            usage_chunk["timings"] = last.timings.as_dict()
         await sse.send(usage_chunk)
     await sse.done()
     return await sse.close()
@@ -248,12 +257,16 @@ async def completions(request: web.Request) -> web.StreamResponse:
     cid = "cmpl-" + uuid.uuid4().hex
     created = int(time.time())
     # validate every prompt (fit, 404) before any output; generations then run in order
-    first = await service.complete(model, prompts[0], sampling=sampling, max_tokens=max_tokens, stop=stop)
+    first = await service.complete(
+        model, prompts[0], sampling=sampling, max_tokens=max_tokens, stop=stop
+    )
 
     async def start(i: int) -> Generation:
         if i == 0:
             return first
-        return await service.complete(model, prompts[i], sampling=sampling, max_tokens=max_tokens, stop=stop)
+        return await service.complete(
+            model, prompts[i], sampling=sampling, max_tokens=max_tokens, stop=stop
+        )
 
     if not so.stream:
         choices = []
@@ -264,7 +277,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
             err = _final_error(final, request)
             if err:
                 raise err
-            choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": final.finish_reason})
+            choices.append(
+                {"index": i, "text": text, "logprobs": None, "finish_reason": final.finish_reason}
+            )
             u = _usage(final)
             if total is None:
                 total = u
@@ -272,34 +287,77 @@ async def completions(request: web.Request) -> web.StreamResponse:
                 for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
                     total[k] += u[k]
         return web.json_response(
-            {"id": cid, "object": "text_completion", "created": created, "model": model,
-             "system_fingerprint": f"hearth-{__version__}", "choices": choices, "usage": total}
+            {
+                "id": cid,
+                "object": "text_completion",
+                "created": created,
+                "model": model,
+                "system_fingerprint": f"hearth-{__version__}",
+                "choices": choices,
+                "usage": total,
+            }
         )
 
-    base = {"id": cid, "object": "text_completion", "created": created, "model": model,
-            "system_fingerprint": f"hearth-{__version__}"}
+    base = {
+        "id": cid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": f"hearth-{__version__}",
+    }
     extra = {"usage": None} if so.include_usage else {}
     sse = SSEWriter(request, {"x-hearth-model": model})
     await sse.start()
-    totals = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0,
-              "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}}
+    totals = {
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "total_tokens": 0,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
     try:
         for i in range(len(prompts)):
             gen = await start(i)
-            final: Delta | None = None
+            last: Delta | None = None
             async for d in _iterate(request, gen):
                 if d.text:
-                    await sse.send({**base, "choices": [{"index": i, "text": d.text, "logprobs": None, "finish_reason": None}], **extra})
+                    await sse.send(
+                        {
+                            **base,
+                            "choices": [
+                                {
+                                    "index": i,
+                                    "text": d.text,
+                                    "logprobs": None,
+                                    "finish_reason": None,
+                                }
+                            ],
+                            **extra,
+                        }
+                    )
                 if d.finish_reason:
-                    final = d
-            if final is None:
+                    last = d
+            if last is None:
                 raise _StreamBroken("the generation ended without a result")
-            _note_usage(request, model, final)
-            err = _final_error(final, request)
+            _note_usage(request, model, last)
+            err = _final_error(last, request)
             if err:
                 raise err
-            await sse.send({**base, "choices": [{"index": i, "text": "", "logprobs": None, "finish_reason": final.finish_reason}], **extra})
-            u = _usage(final)
+            await sse.send(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": i,
+                            "text": "",
+                            "logprobs": None,
+                            "finish_reason": last.finish_reason,
+                        }
+                    ],
+                    **extra,
+                }
+            )
+            u = _usage(last)
             for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
                 totals[k] += u[k]
     except HearthError as e:

@@ -43,7 +43,7 @@ class ServerController:
         self.settings_store = settings_store
         self.paths = paths
         self._runner: web.AppRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._site: web.BaseSite | None = None
         self._app: web.Application | None = None
         self.host: str | None = None
         self.port: int | None = None
@@ -81,7 +81,9 @@ class ServerController:
         app = create_app(self.service, settings, api_key_hashes=keys, bound_host=host)
         # handler_cancellation: a client that disconnects cancels its handler, which cancels
         # the generation within one token
-        runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0)
+        runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0
+        )
         await runner.setup()
         try:
             sock = _bind(host, port)

@@ -18,7 +18,9 @@ ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
 def _reject_constant(name: str) -> Any:
-    raise InvalidRequest(f"invalid JSON number {name}: NaN and Infinity are not allowed", param=None)
+    raise InvalidRequest(
+        f"invalid JSON number {name}: NaN and Infinity are not allowed", param=None
+    )
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -47,7 +49,7 @@ class Body:
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def str(self, key: str, *, required: bool = False, default: str | None = None) -> str | None:
+    def text(self, key: str, *, required: bool = False, default: str | None = None) -> str | None:
         v = self.data.get(key)
         if v is None:
             if required:
@@ -57,7 +59,7 @@ class Body:
             raise InvalidRequest(f"'{key}' must be a string", param=key)
         return v
 
-    def bool(self, key: str, default: bool = False) -> bool:
+    def flag(self, key: str, default: bool = False) -> bool:
         v = self.data.get(key)
         if v is None:
             return default
@@ -65,7 +67,7 @@ class Body:
             raise InvalidRequest(f"'{key}' must be a boolean", param=key)
         return v
 
-    def num(self, key: str, default: float, *, lo: float, hi: float) -> float:
+    def number(self, key: str, default: float, *, lo: float, hi: float) -> float:
         v = self.data.get(key)
         if v is None:
             return default
@@ -75,7 +77,7 @@ class Body:
             raise InvalidRequest(f"'{key}' must be between {lo} and {hi}", param=key)
         return float(v)
 
-    def int(self, key: str, default: int | None, *, lo: int, hi: int) -> int | None:
+    def integer(self, key: str, default: int | None, *, lo: int, hi: int) -> int | None:
         v = self.data.get(key)
         if v is None:
             return default
@@ -90,20 +92,20 @@ class Body:
 
 
 def parse_sampling(b: Body) -> SamplingParams:
-    repeat = b.num("repeat_penalty", 1.0, lo=0.0, hi=10.0)
+    repeat = b.number("repeat_penalty", 1.0, lo=0.0, hi=10.0)
     if b.has("repetition_penalty"):
-        repeat = b.num("repetition_penalty", 1.0, lo=0.0, hi=10.0)
+        repeat = b.number("repetition_penalty", 1.0, lo=0.0, hi=10.0)
     if repeat <= 0:
         raise InvalidRequest("'repeat_penalty' must be greater than 0", param="repeat_penalty")
     return SamplingParams(
-        temperature=b.num("temperature", 1.0, lo=0.0, hi=2.0),
-        top_p=b.num("top_p", 1.0, lo=0.0, hi=1.0),
-        top_k=b.int("top_k", 0, lo=0, hi=1_000_000) or 0,
-        min_p=b.num("min_p", 0.0, lo=0.0, hi=1.0),
+        temperature=b.number("temperature", 1.0, lo=0.0, hi=2.0),
+        top_p=b.number("top_p", 1.0, lo=0.0, hi=1.0),
+        top_k=b.integer("top_k", 0, lo=0, hi=1_000_000) or 0,
+        min_p=b.number("min_p", 0.0, lo=0.0, hi=1.0),
         repeat_penalty=repeat,
-        presence_penalty=b.num("presence_penalty", 0.0, lo=-2.0, hi=2.0),
-        frequency_penalty=b.num("frequency_penalty", 0.0, lo=-2.0, hi=2.0),
-        seed=b.int("seed", None, lo=-(1 << 63), hi=(1 << 64) - 1),
+        presence_penalty=b.number("presence_penalty", 0.0, lo=-2.0, hi=2.0),
+        frequency_penalty=b.number("frequency_penalty", 0.0, lo=-2.0, hi=2.0),
+        seed=b.integer("seed", None, lo=-(1 << 63), hi=(1 << 64) - 1),
     )
 
 
@@ -117,7 +119,9 @@ def parse_stop(b: Body) -> tuple[str, ...]:
     if len(items) > MAX_STOP:
         raise InvalidRequest(f"'stop' takes at most {MAX_STOP} strings", param="stop")
     if any(len(s) > MAX_STOP_LEN for s in items):
-        raise InvalidRequest(f"each stop string must be at most {MAX_STOP_LEN} characters", param="stop")
+        raise InvalidRequest(
+            f"each stop string must be at most {MAX_STOP_LEN} characters", param="stop"
+        )
     return tuple(s for s in items if s)
 
 
@@ -125,7 +129,7 @@ def parse_max_tokens(b: Body) -> int | None:
     # max_completion_tokens wins over the deprecated max_tokens
     for key in ("max_completion_tokens", "max_tokens"):
         if b.has(key):
-            return b.int(key, None, lo=1, hi=MAX_TOKENS_LIMIT)
+            return b.integer(key, None, lo=1, hi=MAX_TOKENS_LIMIT)
     return None
 
 
@@ -135,7 +139,7 @@ def _unsupported(b: Body, key: str, why: str) -> None:
 
 def reject_pending_features(b: Body, *, chat: bool) -> None:
     """Fields that would change the output but are not implemented yet: a 400, never ignored."""
-    n = b.int("n", 1, lo=1, hi=128)
+    n = b.integer("n", 1, lo=1, hi=128)
     if n != 1:
         _unsupported(b, "n", "only one choice per request (n=1)")
     if b.data.get("logit_bias"):
@@ -149,7 +153,9 @@ def reject_pending_features(b: Body, *, chat: bool) -> None:
         rf = b.data.get("response_format")
         if rf is not None:
             if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
-                raise InvalidRequest("'response_format' must be an object with a 'type'", param="response_format")
+                raise InvalidRequest(
+                    "'response_format' must be an object with a 'type'", param="response_format"
+                )
             if rf["type"] != "text":
                 _unsupported(b, "response_format", "structured output arrives in a later version")
         if b.data.get("logprobs") or b.data.get("top_logprobs"):
@@ -166,7 +172,7 @@ def reject_pending_features(b: Body, *, chat: bool) -> None:
             _unsupported(b, "echo", "echo is not implemented")
         if b.data.get("suffix"):
             _unsupported(b, "suffix", "fill-in-the-middle is not implemented")
-        best_of = b.int("best_of", 1, lo=1, hi=128)
+        best_of = b.integer("best_of", 1, lo=1, hi=128)
         if best_of != 1:
             _unsupported(b, "best_of", "only best_of=1")
 
@@ -186,14 +192,19 @@ def _content_text(content: Any, where: str) -> str:
             if ptype in ("text", "input_text", "output_text"):
                 text = part.get("text")
                 if not isinstance(text, str):
-                    raise InvalidRequest("a text part needs a string 'text'", param=f"{where}[{j}].text")
+                    raise InvalidRequest(
+                        "a text part needs a string 'text'", param=f"{where}[{j}].text"
+                    )
                 parts.append(text)
             elif ptype in ("image_url", "input_image", "input_audio", "file"):
                 raise UnsupportedParameter(
-                    f"content part type '{ptype}' needs a vision/audio model; none is available", param=f"{where}[{j}]"
+                    f"content part type '{ptype}' needs a vision/audio model; none is available",
+                    param=f"{where}[{j}]",
                 )
             else:
-                raise InvalidRequest(f"unknown content part type {ptype!r}", param=f"{where}[{j}].type")
+                raise InvalidRequest(
+                    f"unknown content part type {ptype!r}", param=f"{where}[{j}].type"
+                )
         return "".join(parts)
     raise InvalidRequest("content must be a string or an array of content parts", param=where)
 
@@ -219,7 +230,9 @@ def parse_messages(b: Body) -> list[ChatMessage]:
         content = m.get("content")
         tool_calls = m.get("tool_calls") or ()
         if tool_calls and (role != "assistant" or not isinstance(tool_calls, list)):
-            raise InvalidRequest("'tool_calls' must be an array on an assistant message", param=f"{where}.tool_calls")
+            raise InvalidRequest(
+                "'tool_calls' must be an array on an assistant message", param=f"{where}.tool_calls"
+            )
         if content is None:
             if role == "assistant" and (tool_calls or m.get("refusal") is not None):
                 text = ""
@@ -232,7 +245,9 @@ def parse_messages(b: Body) -> list[ChatMessage]:
             raise InvalidRequest("'name' must be a string", param=f"{where}.name")
         tcid = m.get("tool_call_id")
         if role == "tool" and not isinstance(tcid, str):
-            raise InvalidRequest("a tool message needs 'tool_call_id'", param=f"{where}.tool_call_id")
+            raise InvalidRequest(
+                "a tool message needs 'tool_call_id'", param=f"{where}.tool_call_id"
+            )
         out.append(
             ChatMessage(
                 role=role,
@@ -252,7 +267,7 @@ class StreamOptions:
 
 
 def parse_stream(b: Body) -> StreamOptions:
-    stream = b.bool("stream")
+    stream = b.flag("stream")
     so = b.data.get("stream_options")
     include = False
     if so is not None:
@@ -260,7 +275,9 @@ def parse_stream(b: Body) -> StreamOptions:
             raise InvalidRequest("'stream_options' must be an object", param="stream_options")
         iu = so.get("include_usage")
         if iu is not None and not isinstance(iu, bool):
-            raise InvalidRequest("'include_usage' must be a boolean", param="stream_options.include_usage")
+            raise InvalidRequest(
+                "'include_usage' must be a boolean", param="stream_options.include_usage"
+            )
         include = bool(iu)
     return StreamOptions(stream, include and stream)
 
@@ -277,7 +294,12 @@ def parse_prompt(b: Body) -> list[str | list[int]]:
             return [list(p)]
         if all(isinstance(x, str) for x in p):
             return list(p)
-        if all(isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x) for x in p):
+        if all(
+            isinstance(x, list)
+            and x
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+            for x in p
+        ):
             return [list(x) for x in p]
     raise InvalidRequest(
         "'prompt' must be a string, an array of strings, an array of token ids, or an array of those",

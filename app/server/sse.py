@@ -11,7 +11,9 @@ from app.errors import HearthError
 
 
 def error_body(err: HearthError) -> dict[str, Any]:
-    return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}}
+    return {
+        "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
+    }
 
 
 class SSEWriter:
@@ -35,7 +37,9 @@ class SSEWriter:
         self.started = True
 
     async def send(self, obj: Any) -> None:
-        await self.response.write(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
+        await self.response.write(
+            b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+        )
 
     async def send_error(self, err: HearthError) -> None:
         """The one error event a broken stream gets; it never ends with [DONE] after this."""

@@ -44,15 +44,21 @@ def threads() -> int:
 
 def extra_bufts_ok(model: Path) -> bool:
     """Ask Hearth's probe (in a scratch home) whether llama.cpp's default buffers are safe here."""
+    from app.core.gguf import read_header
     from app.runtimes.llama_cpp import build_info
     from app.runtimes.llama_probe import extra_bufts_safe
-    from app.core.gguf import read_header
 
-    return extra_bufts_safe(str(model), build_info=build_info(),
-                            weight_type=read_header(model).quantization or "unknown", probe_file=None)
+    return extra_bufts_safe(
+        str(model),
+        build_info=build_info(),
+        weight_type=read_header(model).quantization or "unknown",
+        probe_file=None,
+    )
 
 
-def bench_in_process(model: Path, n_tokens: int, n_threads: int, n_ctx: int, safe_default: bool) -> float:
+def bench_in_process(
+    model: Path, n_tokens: int, n_threads: int, n_ctx: int, safe_default: bool
+) -> float:
     import llama_cpp
     import llama_cpp.llama_cpp as low
 
@@ -65,7 +71,9 @@ def bench_in_process(model: Path, n_tokens: int, n_threads: int, n_ctx: int, saf
             return p
 
         low.llama_model_default_params = patched
-    llm = llama_cpp.Llama(str(model), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+    llm = llama_cpp.Llama(
+        str(model), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False
+    )
     stamps = []
     for _ in llm.create_completion(PROMPT, max_tokens=n_tokens, temperature=0.0, stream=True):
         stamps.append(time.perf_counter())
@@ -74,9 +82,19 @@ def bench_in_process(model: Path, n_tokens: int, n_threads: int, n_ctx: int, saf
 
 
 def bench_server(base: str, model_id: str, n_tokens: int) -> tuple[float, float, int]:
-    body = json.dumps({"model": model_id, "prompt": PROMPT, "max_tokens": n_tokens, "temperature": 0,
-                       "stream": True, "stream_options": {"include_usage": True}}).encode()
-    req = urllib.request.Request(base + "/completions", data=body, headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "model": model_id,
+            "prompt": PROMPT,
+            "max_tokens": n_tokens,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
+    req = urllib.request.Request(
+        base + "/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     stamps = []
     server_tps = 0.0
     with urllib.request.urlopen(req, timeout=600) as r:
@@ -102,18 +120,27 @@ def main() -> None:
     model = args.model or default_model()
     n_threads = threads()
     safe = extra_bufts_ok(model)
-    print(f"model {model.name}, {n_threads} threads, ctx {args.ctx}, {args.tokens} tokens, "
-          f"extra buffer types {'on' if safe else 'off (this CPU crashes with them)'}")
+    print(
+        f"model {model.name}, {n_threads} threads, ctx {args.ctx}, {args.tokens} tokens, "
+        f"extra buffer types {'on' if safe else 'off (this CPU crashes with them)'}"
+    )
 
     home = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
     (home / "config").mkdir()
-    (home / "config" / "settings.json").write_text(json.dumps({"load": {"context_length": args.ctx, "threads": n_threads}}))
+    (home / "config" / "settings.json").write_text(
+        json.dumps({"load": {"context_length": args.ctx, "threads": n_threads}})
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "HEARTH_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port), "--model", str(model)],
-                            stdout=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--model", str(model)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     server_runs: list[float] = []
     server_side: list[float] = []
     try:
@@ -131,7 +158,9 @@ def main() -> None:
             tps, srv, n = bench_server(base, model_id, args.tokens)
             server_runs.append(tps)
             server_side.append(srv)
-            print(f"  hearth serve : {tps:6.1f} tok/s over {n} tokens (server-side timing {srv:.1f})")
+            print(
+                f"  hearth serve : {tps:6.1f} tok/s over {n} tokens (server-side timing {srv:.1f})"
+            )
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

@@ -19,11 +19,19 @@ import pytest
 ID_RE = r"^[a-z0-9][a-z0-9._:/-]*$"
 
 
-def hearth(home: Path, *args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def hearth(
+    home: Path, *args: str, input: str | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HEARTH_HOME": str(home)}
     env.pop("HEARTH_API_KEY", None)
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env,
-                          input=input, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=input,
+        timeout=timeout,
+    )
 
 
 def test_ls_json_empty(tmp_path: Path) -> None:
@@ -52,8 +60,17 @@ def test_import_ls_rm_in_place(tmp_path: Path, smollm2_path: Path) -> None:
     ls = json.loads(hearth(tmp_path / "h", "ls", "--json").stdout)
     assert len(ls) == 1
     m = ls[0]
-    for key in ("id", "format", "architecture", "parameters", "quantization", "size_bytes", "context_length",
-                "has_chat_template", "path"):
+    for key in (
+        "id",
+        "format",
+        "architecture",
+        "parameters",
+        "quantization",
+        "size_bytes",
+        "context_length",
+        "has_chat_template",
+        "path",
+    ):
         assert key in m
     assert m["format"] == "gguf" and m["architecture"] == "llama" and m["quantization"] == "Q4_1"
     assert m["has_chat_template"] is True and m["context_length"] == 8192
@@ -80,7 +97,9 @@ def test_import_ls_rm_in_place(tmp_path: Path, smollm2_path: Path) -> None:
 
 def test_invalid_gguf_refused(tmp_path: Path) -> None:
     bad = tmp_path / "evil.gguf"
-    bad.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + (2**62).to_bytes(8, "little") + b"\0" * 64)
+    bad.write_bytes(
+        b"GGUF" + (3).to_bytes(4, "little") + (2**62).to_bytes(8, "little") + b"\0" * 64
+    )
     r = hearth(tmp_path / "h", "import", str(bad))
     assert r.returncode == 1
     assert "invalid GGUF" in r.stderr and r.stdout == ""
@@ -93,12 +112,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve(home: Path, *args: str, env_extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
+def _serve(
+    home: Path, *args: str, env_extra: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     env = {**os.environ, "HEARTH_HOME": str(home), **(env_extra or {})}
     if not env_extra or "HEARTH_API_KEY" not in env_extra:
         env.pop("HEARTH_API_KEY", None)
-    return subprocess.Popen([sys.executable, "-m", "app", "serve", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _get(url: str, key: str | None = None) -> tuple[int, bytes]:
@@ -123,7 +149,11 @@ def test_serve_preload_path_sigterm_and_cli_clients(tmp_path: Path, smollm2_path
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             st, body = _get(f"http://127.0.0.1:{port}/api/v1/models")
-            if st == 200 and json.loads(body)["models"] and json.loads(body)["models"][0]["state"] == "loaded":
+            if (
+                st == 200
+                and json.loads(body)["models"]
+                and json.loads(body)["models"][0]["state"] == "loaded"
+            ):
                 break
             time.sleep(0.2)
         models = json.loads(body)["models"]
@@ -167,8 +197,16 @@ def test_serve_api_key_env_and_lan_refusal(tmp_path: Path, smollm2_path: Path) -
 
 @pytest.mark.model
 def test_run_chats_in_terminal(tmp_path: Path, smollm2_path: Path) -> None:
-    r = hearth(tmp_path / "h", "run", str(smollm2_path), "--temperature", "0", "--max-tokens", "12",
-               input="What is the capital of France?\nAnd of Italy?\n/bye\nnever read\n")
+    r = hearth(
+        tmp_path / "h",
+        "run",
+        str(smollm2_path),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "12",
+        input="What is the capital of France?\nAnd of Italy?\n/bye\nnever read\n",
+    )
     assert r.returncode == 0, r.stderr
     answers = [a for a in r.stdout.split("\n") if a.strip()]
     assert len(answers) >= 2, r.stdout  # one streamed answer per turn

@@ -25,12 +25,15 @@ def make_hearth(tmp_path: Path, queue_size: int = 16) -> Hearth:
     return Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=4096))
 
 
-def test_probe_verdict_is_remembered_and_true_to_the_machine(tmp_path: Path, smollm2_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_probe_verdict_is_remembered_and_true_to_the_machine(
+    tmp_path: Path, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv(llama_probe.ENV_OVERRIDE, raising=False)
     probe_file = tmp_path / "probe.json"
     info = build_info()
-    verdict = llama_probe.extra_bufts_safe(str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=probe_file)
+    verdict = llama_probe.extra_bufts_safe(
+        str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=probe_file
+    )
     record = json.loads(probe_file.read_text())
     (entry,) = record.values()
     assert entry["extra_bufts_ok"] is verdict and entry["weight_type"] == "Q4_1"
@@ -40,14 +43,25 @@ def test_probe_verdict_is_remembered_and_true_to_the_machine(tmp_path: Path, smo
     # remembered: no second child process
     calls = []
     monkeypatch.setattr(llama_probe, "_run_probe", lambda p: calls.append(p) or (True, "x"))
-    assert llama_probe.extra_bufts_safe(str(smollm2_path), build_info=info, weight_type="Q4_1",
-                                        probe_file=probe_file) is verdict
+    assert (
+        llama_probe.extra_bufts_safe(
+            str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=probe_file
+        )
+        is verdict
+    )
     assert calls == []
     # another weight type or build is a different question
-    llama_probe.extra_bufts_safe(str(smollm2_path), build_info=info + "x", weight_type="Q4_1", probe_file=probe_file)
+    llama_probe.extra_bufts_safe(
+        str(smollm2_path), build_info=info + "x", weight_type="Q4_1", probe_file=probe_file
+    )
     assert len(calls) == 1
     monkeypatch.setenv(llama_probe.ENV_OVERRIDE, "0")
-    assert llama_probe.extra_bufts_safe(str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=None) is False
+    assert (
+        llama_probe.extra_bufts_safe(
+            str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=None
+        )
+        is False
+    )
 
 
 def test_physical_cores_is_sane() -> None:
@@ -74,8 +88,12 @@ async def test_model_without_template_uses_fallback(tmp_path: Path, smollm2_path
     try:
         lm = await h.load(model.id)
         assert lm.chat_template is None
-        gen = await h.chat(model.id, [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello!")],
-                           sampling=SamplingParams(temperature=0), max_tokens=60)
+        gen = await h.chat(
+            model.id,
+            [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello!")],
+            sampling=SamplingParams(temperature=0),
+            max_tokens=60,
+        )
         text, final = await gen.collect()
         assert final.finish_reason in ("stop", "length")
         assert "\nUser:" not in text and "\nAssistant:" not in text
@@ -94,20 +112,28 @@ async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) ->
         await h.load(model.id)
         prompt = "The history of the lighthouse is long and full of storms. " * 170  # ~2,000 tokens
         t0 = time.perf_counter()
-        gen = await h.complete(model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1)
+        gen = await h.complete(
+            model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1
+        )
         text, final = await gen.collect()
         full = time.perf_counter() - t0
         assert final.usage is not None and final.usage.prompt_tokens > 1800
-        gen = await h.complete(model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1)
+        gen = await h.complete(
+            model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1
+        )
         await asyncio.sleep(0.3)  # prompt processing is under way
         t1 = time.perf_counter()
         gen.cancel()
         _, final2 = await gen.collect()
         stopped = time.perf_counter() - t1
         assert final2.finish_reason == "cancelled"
-        assert stopped < max(1.0, full / 4), f"abort took {stopped:.2f}s; the whole prompt takes {full:.2f}s"
+        assert stopped < max(1.0, full / 4), (
+            f"abort took {stopped:.2f}s; the whole prompt takes {full:.2f}s"
+        )
         # the model still works afterwards
-        gen = await h.complete(model.id, "Hello", sampling=SamplingParams(temperature=0), max_tokens=3)
+        gen = await h.complete(
+            model.id, "Hello", sampling=SamplingParams(temperature=0), max_tokens=3
+        )
         text, final = await gen.collect()
         assert final.finish_reason == "length" and text
     finally:
@@ -119,8 +145,12 @@ async def test_queued_request_cancelled_before_it_runs(tmp_path: Path, smollm2_p
     model, _ = h.import_model(smollm2_path)
     try:
         await h.load(model.id)
-        first = await h.complete(model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60)
-        second = await h.complete(model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60)
+        first = await h.complete(
+            model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60
+        )
+        second = await h.complete(
+            model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60
+        )
         second.cancel()
         (t1, f1), (t2, f2) = await asyncio.gather(first.collect(), second.collect())
         assert f1.finish_reason == "length" and f1.usage.completion_tokens == 60
@@ -134,8 +164,12 @@ async def test_streamed_text_is_whole_utf8(tmp_path: Path, smollm2_path: Path) -
     model, _ = h.import_model(smollm2_path)
     try:
         await h.load(model.id)
-        gen = await h.complete(model.id, "日本の首都は東京です。大阪は", sampling=SamplingParams(temperature=0),
-                               max_tokens=40)
+        gen = await h.complete(
+            model.id,
+            "日本の首都は東京です。大阪は",
+            sampling=SamplingParams(temperature=0),
+            max_tokens=40,
+        )
         pieces = [d.text async for d in gen if d.text]
         text = "".join(pieces)
         assert any(ord(c) > 0x3000 for c in text), text  # the model does answer in Japanese
@@ -144,14 +178,18 @@ async def test_streamed_text_is_whole_utf8(tmp_path: Path, smollm2_path: Path) -
         await h.close()
 
 
-async def test_seed_reproducible_and_sampling_params_applied(tmp_path: Path, smollm2_path: Path) -> None:
+async def test_seed_reproducible_and_sampling_params_applied(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
     h = make_hearth(tmp_path)
     model, _ = h.import_model(smollm2_path)
     try:
         await h.load(model.id)
 
         async def run(**kw: object) -> str:
-            gen = await h.complete(model.id, "My favourite animal is", sampling=SamplingParams(**kw), max_tokens=24)
+            gen = await h.complete(
+                model.id, "My favourite animal is", sampling=SamplingParams(**kw), max_tokens=24
+            )
             return (await gen.collect())[0]
 
         a = await run(temperature=1.0, seed=42)

@@ -20,10 +20,14 @@ def client(s: Served) -> openai.OpenAI:
     return openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=120)
 
 
-def raw_post(s: Served, path: str, body: object, headers: dict[str, str] | None = None) -> tuple[int, dict, bytes]:
+def raw_post(
+    s: Served, path: str, body: object, headers: dict[str, str] | None = None
+) -> tuple[int, dict, bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    conn.request("POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    conn.request(
+        "POST", path, body=data, headers={"Content-Type": "application/json", **(headers or {})}
+    )
     r = conn.getresponse()
     out = r.read()
     conn.close()
@@ -53,7 +57,9 @@ def test_models_list_and_get(served: Served) -> None:
 
 
 def test_chat_non_stream(served: Served) -> None:
-    r = client(served).chat.completions.create(model=served.model_id, messages=MSG, max_tokens=24, temperature=0)
+    r = client(served).chat.completions.create(
+        model=served.model_id, messages=MSG, max_tokens=24, temperature=0
+    )
     assert r.object == "chat.completion"
     assert r.choices[0].message.role == "assistant"
     assert r.choices[0].message.content.strip()
@@ -68,7 +74,9 @@ def test_chat_stream_sequence(served: Served) -> None:
             model=served.model_id, messages=MSG, max_tokens=20, temperature=0, stream=True
         )
     )
-    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content == ""
+    assert (
+        chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content == ""
+    )
     assert all(c.choices[0].delta.role is None for c in chunks[1:]), "role is sent once"
     assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
     assert all(c.object == "chat.completion.chunk" for c in chunks)
@@ -81,8 +89,14 @@ def test_chat_stream_sequence(served: Served) -> None:
 
 
 def test_stream_include_usage_and_done(served: Served) -> None:
-    body = {"model": served.model_id, "messages": MSG, "max_tokens": 12, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": served.model_id,
+        "messages": MSG,
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     status, headers, raw = raw_post(served, "/v1/chat/completions", body)
     assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
     events = sse_events(raw)
@@ -98,7 +112,11 @@ def test_stream_include_usage_and_done(served: Served) -> None:
 
     # the openai client's stream() helper accumulates it without duplicating the role
     with client(served).chat.completions.stream(
-        model=served.model_id, messages=MSG, max_tokens=400, temperature=0, stream_options={"include_usage": True}
+        model=served.model_id,
+        messages=MSG,
+        max_tokens=400,
+        temperature=0,
+        stream_options={"include_usage": True},
     ) as stream:
         final = stream.get_final_completion()
     assert final.choices[0].message.role == "assistant"
@@ -141,7 +159,13 @@ def test_validation_400_names_param(served: Served, extra: dict, param: str) -> 
 
 @pytest.mark.parametrize(
     "raw_body",
-    [b'{"model": "x", "messages": [', b"[1,2]", b'{"temperature": NaN, "model": "x"}', b"[" * 100_000 + b"]" * 100_000, b""],
+    [
+        b'{"model": "x", "messages": [',
+        b"[1,2]",
+        b'{"temperature": NaN, "model": "x"}',
+        b"[" * 100_000 + b"]" * 100_000,
+        b"",
+    ],
 )
 def test_malformed_json_400(served: Served, raw_body: bytes) -> None:
     status, _, raw = raw_post(served, "/v1/chat/completions", raw_body)
@@ -174,8 +198,13 @@ def test_content_parts_and_developer_role(served: Served) -> None:
         messages=[
             {"role": "developer", "content": "You answer briefly."},
             {"role": "user", "content": [{"type": "text", "text": "Name a color."}]},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
             {"role": "tool", "tool_call_id": "c1", "content": "blue"},
             {"role": "user", "content": "And another?"},
         ],
@@ -186,13 +215,23 @@ def test_content_parts_and_developer_role(served: Served) -> None:
 
 
 def test_stop_strings_never_reach_client(served: Served) -> None:
-    solo = client(served).chat.completions.create(model=served.model_id, messages=MSG, max_tokens=30, temperature=0)
+    solo = client(served).chat.completions.create(
+        model=served.model_id, messages=MSG, max_tokens=30, temperature=0
+    )
     text = solo.choices[0].message.content
     words = text.split()
     assert len(words) > 3
     stop = " " + words[2]  # a stop string that occurs in the greedy answer
-    chunks = list(client(served).chat.completions.create(
-        model=served.model_id, messages=MSG, max_tokens=30, temperature=0, stream=True, stop=[stop]))
+    chunks = list(
+        client(served).chat.completions.create(
+            model=served.model_id,
+            messages=MSG,
+            max_tokens=30,
+            temperature=0,
+            stream=True,
+            stop=[stop],
+        )
+    )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert stop not in streamed
     assert streamed == text[: text.index(stop)]
@@ -201,16 +240,29 @@ def test_stop_strings_never_reach_client(served: Served) -> None:
 
 def test_completions_prompt_forms(served: Served) -> None:
     c = client(served)
-    r = c.completions.create(model=served.model_id, prompt="The capital of France is", max_tokens=5, temperature=0)
+    r = c.completions.create(
+        model=served.model_id, prompt="The capital of France is", max_tokens=5, temperature=0
+    )
     assert r.object == "text_completion" and r.choices[0].text
     ids = served.call(served.service.scheduler.get(served.model_id)).tokenize(
-        "The capital of France is", add_special=True, parse_special=False)
+        "The capital of France is", add_special=True, parse_special=False
+    )
     r2 = c.completions.create(model=served.model_id, prompt=ids, max_tokens=5, temperature=0)
     assert r2.choices[0].text == r.choices[0].text, "token-id prompt = same text prompt"
-    r3 = c.completions.create(model=served.model_id, prompt=["Water is", "Fire is"], max_tokens=4, temperature=0)
+    r3 = c.completions.create(
+        model=served.model_id, prompt=["Water is", "Fire is"], max_tokens=4, temperature=0
+    )
     assert [ch.index for ch in r3.choices] == [0, 1]
-    s = list(c.completions.create(model=served.model_id, prompt="One two three", max_tokens=4, temperature=0,
-                                  stream=True, stream_options={"include_usage": True}))
+    s = list(
+        c.completions.create(
+            model=served.model_id,
+            prompt="One two three",
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     assert s[-1].usage is not None and s[-1].usage.completion_tokens == 4
     with pytest.raises(openai.BadRequestError) as ei:
         c.completions.create(model=served.model_id, prompt="x", echo=True)
@@ -227,7 +279,9 @@ def test_concurrent_streams_match_solo(served: Served) -> None:
 
     def one(_: int) -> tuple[str, str]:
         chunks = list(client(served).chat.completions.create(stream=True, **kw))
-        return "".join(c.choices[0].delta.content or "" for c in chunks), chunks[-1].choices[0].finish_reason
+        return "".join(c.choices[0].delta.content or "" for c in chunks), chunks[-1].choices[
+            0
+        ].finish_reason
 
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
         results = list(ex.map(one, range(4)))
@@ -245,10 +299,21 @@ def _pending(s: Served) -> int:
 
 
 def test_disconnect_frees_model_and_next_request_runs(served: Served) -> None:
-    body = json.dumps({"model": served.model_id, "messages": MSG, "max_tokens": 3000, "stream": True,
-                       "temperature": 1.0, "min_p": 0.0, "seed": 1}).encode()
+    body = json.dumps(
+        {
+            "model": served.model_id,
+            "messages": MSG,
+            "max_tokens": 3000,
+            "stream": True,
+            "temperature": 1.0,
+            "min_p": 0.0,
+            "seed": 1,
+        }
+    ).encode()
     conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
-    conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"}
+    )
     r = conn.getresponse()
     assert r.status == 200
     r.fp.readline()  # a first event has arrived: the generation is running
@@ -272,7 +337,12 @@ def test_health_and_models_answer_during_generation(served: Served) -> None:
     def long_gen() -> None:
         try:
             client(served).completions.create(
-                model=served.model_id, prompt="Once upon a time", max_tokens=400, temperature=1.0, seed=3)
+                model=served.model_id,
+                prompt="Once upon a time",
+                max_tokens=400,
+                temperature=1.0,
+                seed=3,
+            )
         finally:
             done.set()
 

@@ -32,14 +32,20 @@ def raw_request(port: int, raw: bytes, timeout: float = 30) -> tuple[int, bytes]
             buf += chunk
             if b"\r\n\r\n" in buf:
                 head, _, body = buf.partition(b"\r\n\r\n")
-                length = [int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")]
+                length = [
+                    int(h.split(b":")[1])
+                    for h in head.split(b"\r\n")
+                    if h.lower().startswith(b"content-length:")
+                ]
                 if length and len(body) >= length[0]:
                     break
     status = int(buf.split(b" ", 2)[1])
     return status, buf
 
 
-def request(port: int, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+def request(
+    port: int, method: str, path: str, headers: dict[str, str], body: bytes = b""
+) -> tuple[int, dict[str, str], bytes]:
     lines = [f"{method} {path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
     if body or method == "POST":
         lines.append(f"Content-Length: {len(body)}")
@@ -56,31 +62,52 @@ def request(port: int, method: str, path: str, headers: dict[str, str], body: by
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path):  # type: ignore[no-untyped-def]
-    s = start_served(tmp_path_factory.mktemp("sec"), smollm2_path, queue_size=1, max_body_bytes=64 * 1024)
+    s = start_served(
+        tmp_path_factory.mktemp("sec"), smollm2_path, queue_size=1, max_body_bytes=64 * 1024
+    )
     yield s
     stop_served(s)
 
 
 @pytest.mark.parametrize(
     "host",
-    ["", ":8421", "localhost.evil.com", "evil.localhost.com", "evil.com", "127.0.0.1.nip.io", "LOCALHOST.evil.com",
-     "[::1].evil.com", "localhost:abc", "0.0.0.0"],
+    [
+        "",
+        ":8421",
+        "localhost.evil.com",
+        "evil.localhost.com",
+        "evil.com",
+        "127.0.0.1.nip.io",
+        "LOCALHOST.evil.com",
+        "[::1].evil.com",
+        "localhost:abc",
+        "0.0.0.0",
+    ],
 )
 def test_bad_host_403_before_anything_happens(plain: Served, host: str) -> None:
     events: list[object] = []
     unsub = plain.service.events.subscribe(events.append)  # type: ignore[attr-defined]
     try:
         body = json.dumps({"model": plain.model_id, "messages": MSG}).encode()
-        status, _, payload = request(plain.port, "POST", "/v1/chat/completions",
-                                     {"Host": host, "Content-Type": "application/json"}, body)
+        status, _, payload = request(
+            plain.port,
+            "POST",
+            "/v1/chat/completions",
+            {"Host": host, "Content-Type": "application/json"},
+            body,
+        )
     finally:
         unsub()
     assert status == 403
     assert json.loads(payload)["error"]["code"] == "forbidden"
-    assert not any(isinstance(e, ModelLoading) for e in events), "a refused request must not load a model"
+    assert not any(isinstance(e, ModelLoading) for e in events), (
+        "a refused request must not load a model"
+    )
 
 
-@pytest.mark.parametrize("host", ["localhost", "LocalHost:1234", "127.0.0.1", "127.0.0.1:8421", "[::1]", "[::1]:8421"])
+@pytest.mark.parametrize(
+    "host", ["localhost", "LocalHost:1234", "127.0.0.1", "127.0.0.1:8421", "[::1]", "[::1]:8421"]
+)
 def test_loopback_hosts_allowed(plain: Served, host: str) -> None:
     status, _, _ = request(plain.port, "GET", "/health", {"Host": host})
     assert status == 200
@@ -98,27 +125,50 @@ def test_foreign_origin_403_every_method(plain: Served, method: str) -> None:
     if method == "POST":  # a "simple" CORS request: text/plain needs no preflight
         headers["Content-Type"] = "text/plain"
         body = json.dumps({"model": plain.model_id, "messages": MSG}).encode()
-    status, hdrs, _ = request(plain.port, method, "/v1/chat/completions" if method != "GET" else "/v1/models", headers, body)
+    status, hdrs, _ = request(
+        plain.port,
+        method,
+        "/v1/chat/completions" if method != "GET" else "/v1/models",
+        headers,
+        body,
+    )
     assert status == 403
     assert "access-control-allow-origin" not in hdrs
 
 
 def test_local_origin_echoed_exactly(plain: Served) -> None:
     origin = "http://localhost:3000"
-    status, hdrs, _ = request(plain.port, "GET", "/v1/models", {"Host": "127.0.0.1", "Origin": origin})
+    status, hdrs, _ = request(
+        plain.port, "GET", "/v1/models", {"Host": "127.0.0.1", "Origin": origin}
+    )
     assert status == 200
     assert hdrs["access-control-allow-origin"] == origin
-    status, hdrs, _ = request(plain.port, "OPTIONS", "/v1/chat/completions",
-                              {"Host": "127.0.0.1", "Origin": origin, "Access-Control-Request-Method": "POST",
-                               "Access-Control-Request-Headers": "authorization, content-type"})
+    status, hdrs, _ = request(
+        plain.port,
+        "OPTIONS",
+        "/v1/chat/completions",
+        {
+            "Host": "127.0.0.1",
+            "Origin": origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type",
+        },
+    )
     assert status == 204 and hdrs["access-control-allow-origin"] == origin
     assert "*" not in hdrs["access-control-allow-origin"]
 
 
 def test_body_over_limit_413_then_next_ok(plain: Served) -> None:
-    big = json.dumps({"model": plain.model_id, "messages": [{"role": "user", "content": "x" * 200_000}]}).encode()
-    status, _, payload = request(plain.port, "POST", "/v1/chat/completions",
-                                 {"Host": "127.0.0.1", "Content-Type": "application/json"}, big)
+    big = json.dumps(
+        {"model": plain.model_id, "messages": [{"role": "user", "content": "x" * 200_000}]}
+    ).encode()
+    status, _, payload = request(
+        plain.port,
+        "POST",
+        "/v1/chat/completions",
+        {"Host": "127.0.0.1", "Content-Type": "application/json"},
+        big,
+    )
     assert status == 413
     assert json.loads(payload)["error"]["code"] == "request_too_large"
     status, _, _ = request(plain.port, "GET", "/health", {"Host": "127.0.0.1"})
@@ -126,11 +176,18 @@ def test_body_over_limit_413_then_next_ok(plain: Served) -> None:
 
 
 def test_gzip_bomb_bounded_after_decompression(plain: Served) -> None:
-    inner = json.dumps({"model": plain.model_id, "messages": [{"role": "user", "content": "a" * 5_000_000}]}).encode()
+    inner = json.dumps(
+        {"model": plain.model_id, "messages": [{"role": "user", "content": "a" * 5_000_000}]}
+    ).encode()
     bomb = gzip.compress(inner)
     assert len(bomb) < 64 * 1024  # small on the wire, huge inside
-    status, _, _ = request(plain.port, "POST", "/v1/chat/completions",
-                           {"Host": "127.0.0.1", "Content-Type": "application/json", "Content-Encoding": "gzip"}, bomb)
+    status, _, _ = request(
+        plain.port,
+        "POST",
+        "/v1/chat/completions",
+        {"Host": "127.0.0.1", "Content-Type": "application/json", "Content-Encoding": "gzip"},
+        bomb,
+    )
     assert status == 413
 
 
@@ -140,8 +197,15 @@ def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Serve
 
     def stream(name: str) -> None:
         c = openai.OpenAI(base_url=plain.base_url, api_key="x", max_retries=0, timeout=120)
-        chunks = list(c.completions.create(model=plain.model_id, prompt="Once upon a time", max_tokens=120,
-                                           temperature=0, stream=True))
+        chunks = list(
+            c.completions.create(
+                model=plain.model_id,
+                prompt="Once upon a time",
+                max_tokens=120,
+                temperature=0,
+                stream=True,
+            )
+        )
         results[name] = chunks[-1].choices[0].finish_reason
 
     t1 = threading.Thread(target=stream, args=("first",))
@@ -159,8 +223,12 @@ def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Serve
     time.sleep(0.3)
     t0 = time.monotonic()
     conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=30)
-    conn.request("POST", "/v1/completions", body=json.dumps({"model": plain.model_id, "prompt": "x", "max_tokens": 2}),
-                 headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v1/completions",
+        body=json.dumps({"model": plain.model_id, "prompt": "x", "max_tokens": 2}),
+        headers={"Content-Type": "application/json"},
+    )
     r = conn.getresponse()
     payload = r.read()
     assert r.status == 429, payload
@@ -169,7 +237,10 @@ def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Serve
     assert time.monotonic() - t0 < 2, "queue-full must answer at once"
     t1.join(120)
     t2.join(120)
-    assert results == {"first": "length", "second": "length"} or set(results.values()) <= {"stop", "length"}
+    assert results == {"first": "length", "second": "length"} or set(results.values()) <= {
+        "stop",
+        "length",
+    }
     assert set(results) == {"first", "second"}
 
 
@@ -202,12 +273,23 @@ def test_api_key_required_everywhere_but_health(tmp_path: Path, smollm2_path: Pa
     key = "sk-test-0123456789"
     s = start_served(tmp_path / "keyed", smollm2_path, api_key=key)
     try:
-        for method, path in [("GET", "/v1/models"), ("GET", f"/v1/models/{s.model_id}"), ("POST", "/v1/chat/completions"),
-                             ("POST", "/v1/completions"), ("GET", "/api/v1/models"), ("GET", "/api/v1/ps"),
-                             ("GET", "/nope")]:
+        for method, path in [
+            ("GET", "/v1/models"),
+            ("GET", f"/v1/models/{s.model_id}"),
+            ("POST", "/v1/chat/completions"),
+            ("POST", "/v1/completions"),
+            ("GET", "/api/v1/models"),
+            ("GET", "/api/v1/ps"),
+            ("GET", "/nope"),
+        ]:
             for auth in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": key}):
-                status, hdrs, payload = request(s.port, method, path, {"Host": "127.0.0.1", **auth},
-                                                b"{}" if method == "POST" else b"")
+                status, hdrs, payload = request(
+                    s.port,
+                    method,
+                    path,
+                    {"Host": "127.0.0.1", **auth},
+                    b"{}" if method == "POST" else b"",
+                )
                 assert status == 401, (method, path, auth)
                 assert json.loads(payload)["error"]["code"] == "invalid_api_key"
         status, _, _ = request(s.port, "GET", "/health", {"Host": "127.0.0.1"})
@@ -256,15 +338,27 @@ def test_port_busy_is_clear_error(tmp_path: Path, smollm2_path: Path) -> None:
         stop_served(s)
 
 
-def test_stop_with_active_stream_sends_final_error_event_and_frees_port(tmp_path: Path, smollm2_path: Path) -> None:
+def test_stop_with_active_stream_sends_final_error_event_and_frees_port(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
     s = start_served(tmp_path / "quit", smollm2_path)
     port = s.port
     try:
-        body = json.dumps({"model": s.model_id, "prompt": "Once upon a time", "max_tokens": 3000,
-                           "stream": True, "temperature": 1.0, "seed": 5}).encode()
+        body = json.dumps(
+            {
+                "model": s.model_id,
+                "prompt": "Once upon a time",
+                "max_tokens": 3000,
+                "stream": True,
+                "temperature": 1.0,
+                "seed": 5,
+            }
+        ).encode()
         sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
         buf = b""
         while b"data: " not in buf:  # the stream is running
             buf += sock.recv(65536)
@@ -272,7 +366,11 @@ def test_stop_with_active_stream_sends_final_error_event_and_frees_port(tmp_path
         while chunk := sock.recv(65536):
             buf += chunk
         sock.close()
-        events = [line[6:] for line in buf.decode(errors="replace").splitlines() if line.startswith("data: ")]
+        events = [
+            line[6:]
+            for line in buf.decode(errors="replace").splitlines()
+            if line.startswith("data: ")
+        ]
         assert events, "the stream got no final event"
         assert "[DONE]" not in events, "a cut stream must not look complete"
         assert json.loads(events[-1])["error"]["code"] == "server_shutting_down"
