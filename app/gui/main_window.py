@@ -75,7 +75,7 @@ class MainWindow(QMainWindow):
         self.nav.setFixedWidth(168)
         self.nav.setIconSize(QSize(20, 20))
         self.nav.setStyleSheet(
-            "QListWidget { border: none; background: palette(alternate-base); padding-top: 8px; }"
+            "QListWidget { border: none; outline: 0; background: palette(alternate-base); padding-top: 8px; }"
             "QListWidget::item { padding: 10px 14px; }"
         )
         font = self.nav.font()

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.core.service import Generation, Hearth, ModelStatus
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, error_text
-from app.gui.views.common import page_title
+from app.gui.views.common import PAGE_MARGINS, page_title
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,7 @@ class ChatPage(QWidget):
         self.stats_label.setStyleSheet("color:#6b6b6b")
 
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(*PAGE_MARGINS)
         layout.addLayout(top)
         layout.addLayout(options)
         layout.addWidget(self.transcript, 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QWidget
 
+PAGE_MARGINS = (20, 14, 20, 12)
 _STYLES = {
     "info": "background:#e7f1fb; color:#0b3d6b; border:1px solid #b6d4f0;",
     "error": "background:#fdecea; color:#7a1212; border:1px solid #f3b9b3;",

