@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDropEvent, QIcon
+from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QIcon
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -163,13 +163,17 @@ class MainWindow(QMainWindow):
         self.hidden_to_tray.emit()
 
     def dragEnterEvent(self, e: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
+        self._accept_gguf_drag(e)
+
+    def dragMoveEvent(self, e: QDragMoveEvent) -> None:  # noqa: N802 - Qt override
+        self._accept_gguf_drag(e)
+
+    @staticmethod
+    def _accept_gguf_drag(e: QDragMoveEvent) -> None:
         if gguf_paths(e.mimeData()):
             e.acceptProposedAction()
         else:
             e.ignore()
-
-    def dragMoveEvent(self, e: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
-        self.dragEnterEvent(e)
 
     def dropEvent(self, e: QDropEvent) -> None:  # noqa: N802 - Qt override
         paths = gguf_paths(e.mimeData())

@@ -7,7 +7,6 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")  # before any Qt import
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,14 +24,6 @@ from app.paths import AppPaths
 from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.server.runner import ServerController
 from app.settings import SettingsStore
-
-SLOW = 60_000  # ms: model loads and generations on a small CI machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pytestqt.qtbot import QtBot
 
 from app.core.types import ChatMessage
 from app.gui.main_window import MainWindow
-from tests.gui.conftest import SLOW
+from tests.gui.helpers import SLOW
 
 pytestmark = pytest.mark.model
 

@@ -12,7 +12,7 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.main_window import MainWindow
 from app.gui.models.library import COLUMNS
-from tests.gui.conftest import SLOW
+from tests.gui.helpers import SLOW
 
 pytestmark = pytest.mark.model
 

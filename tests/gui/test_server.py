@@ -16,7 +16,7 @@ from pytestqt.qtbot import QtBot
 from app.core.events import RequestFinished
 from app.gui.main_window import MainWindow
 from app.gui.models.request_log import COLUMNS, RequestLogModel
-from tests.gui.conftest import SLOW, free_port
+from tests.gui.helpers import SLOW, free_port
 
 
 def row(model: RequestLogModel, r: int = 0) -> dict[str, str]:

@@ -14,7 +14,7 @@ from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
 from app.settings import Settings, hash_key
-from tests.gui.conftest import SLOW, free_port
+from tests.gui.helpers import SLOW, free_port
 
 
 def test_save_writes_the_settings_file(

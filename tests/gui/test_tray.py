@@ -8,7 +8,7 @@ from pytestqt.qtbot import QtBot
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
 from app.gui.tray import Tray
-from tests.gui.conftest import SLOW
+from tests.gui.helpers import SLOW
 
 
 def open_menu(window: MainWindow) -> list[str]:

@@ -250,8 +250,8 @@ class ChatPage(QWidget):
                 sampling,
                 max_tokens,
             ),
-            on_done=lambda final, turn=turn: self._on_turn_done(turn, final),
-            on_error=lambda exc, turn=turn: self._on_turn_failed(turn, exc),
+            on_done=partial(self._on_turn_done, turn),
+            on_error=partial(self._on_turn_failed, turn),
         )
         self._update_buttons()
         self.answer_started.emit()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QItemSelectionModel, QMimeData, Qt, Signal
@@ -157,9 +158,7 @@ class LibraryPage(QWidget):
                 self._service.import_model,
                 p,
                 on_done=self._on_import_done,
-                on_error=lambda exc, p=p: self._show_error(
-                    f"Could not import {Path(p).name}: {error_text(exc)}"
-                ),
+                on_error=partial(self._on_import_failed, p),
             )
 
     def load_model(self, model_id: str) -> None:
@@ -239,6 +238,9 @@ class LibraryPage(QWidget):
         self._select_after_refresh = model.id
         self.refresh()  # an existing model publishes no event; refresh to select it anyway
         self.model_imported.emit(model.id, created)
+
+    def _on_import_failed(self, path: str, exc: BaseException) -> None:
+        self._show_error(f"Could not import {Path(path).name}: {error_text(exc)}")
 
     def _on_remove_done(self, result: tuple[LocalModel, bool]) -> None:
         model, deleted = result
