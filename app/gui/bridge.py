@@ -29,6 +29,17 @@ def error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+def log_failure(logger: logging.Logger, what: str, exc: BaseException) -> str:
+    """Log a failure the GUI is about to show: expected errors briefly, bugs with a traceback.
+    Returns the text to show."""
+    text = error_text(exc)
+    if isinstance(exc, HearthError):
+        logger.info("%s: %s", what, text)
+    else:
+        logger.error("%s", what, exc_info=exc)
+    return text
+
+
 class Bridge(QObject):
     """Lives on the GUI thread. Signals emitted here from the loop thread arrive queued."""
 

@@ -31,7 +31,13 @@ def test_chat_streams_a_real_answer_and_keeps_the_history(
     page.temperature_spin.setValue(0.0)
     page.max_tokens_spin.setValue(48)
     chunks: list[tuple[float, str]] = []
-    page.chunk_received.connect(lambda t: chunks.append((time.monotonic(), t)))
+    shown: list[tuple[bool, int]] = []  # (still streaming, transcript length) at each chunk
+
+    def on_chunk(text: str) -> None:
+        chunks.append((time.monotonic(), text))
+        shown.append((page.stop_button.isEnabled(), len(page.transcript.toPlainText())))
+
+    page.chunk_received.connect(on_chunk)
 
     page.prompt_edit.setPlainText("What is the capital of France?")
     with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
@@ -43,6 +49,10 @@ def test_chat_streams_a_real_answer_and_keeps_the_history(
     # streamed: many pieces, arriving over time, that add up to the answer
     assert len(chunks) > 3
     assert chunks[-1][0] > chunks[0][0]
+    # each piece was on screen while the answer was still running, and the text grew
+    assert all(streaming for streaming, _ in shown)
+    lengths = [n for _, n in shown]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
     answer = "".join(t for _, t in chunks)
     assert answer.strip() and answer == page.answer_text
     transcript = page.transcript.toPlainText()

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.core.service import Generation, Hearth, ModelStatus
 from app.core.types import ChatMessage, Delta, SamplingParams
-from app.gui.bridge import Bridge, error_text
+from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, page_title
 
 log = logging.getLogger(__name__)
@@ -335,8 +335,7 @@ class ChatPage(QWidget):
     def _on_turn_failed(self, turn: _Turn, exc: BaseException) -> None:
         if turn is not self._turn:
             return
-        text = error_text(exc)
-        log.info("chat failed: %s", text)
+        text = log_failure(log, "chat failed", exc)
         if self.history and self.history[-1].role == "user":
             self.history.pop()
         if self.answer_text:

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 
 from app.core.service import Hearth, ModelStatus
 from app.core.types import LocalModel
-from app.gui.bridge import Bridge, error_text
+from app.gui.bridge import Bridge, log_failure
 from app.gui.models.library import LibraryTableModel
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 
@@ -240,7 +240,8 @@ class LibraryPage(QWidget):
         self.model_imported.emit(model.id, created)
 
     def _on_import_failed(self, path: str, exc: BaseException) -> None:
-        self._show_error(f"Could not import {Path(path).name}: {error_text(exc)}")
+        text = log_failure(log, f"import of {path} failed", exc)
+        self._show_error(f"Could not import {Path(path).name}: {text}")
 
     def _on_remove_done(self, result: tuple[LocalModel, bool]) -> None:
         model, deleted = result
@@ -249,8 +250,7 @@ class LibraryPage(QWidget):
         )
 
     def _show_error(self, error: BaseException | str) -> None:
-        text = error if isinstance(error, str) else error_text(error)
-        log.info("library page: %s", text)
+        text = error if isinstance(error, str) else log_failure(log, "library action failed", error)
         self.banner.show_message(text, "error")
 
     def _update_buttons(self) -> None:

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import RequestFinished
-from app.gui.bridge import Bridge, error_text
+from app.gui.bridge import Bridge, error_text, log_failure
 from app.gui.models.request_log import COLUMNS, RequestLogModel
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.server.runner import ServerController
@@ -192,8 +192,7 @@ class ServerPage(QWidget):
 
     def _on_start_failed(self, exc: BaseException) -> None:
         self._busy = False
-        log.info("server did not start: %s", error_text(exc))
-        self.banner.show_message(error_text(exc), "error")
+        self.banner.show_message(log_failure(log, "server did not start", exc), "error")
         self._show_state()
 
     def _on_stop_done(self, _: object) -> None:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.bridge import Bridge, error_text
+from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.settings import Settings, SettingsStore, generate_key, hash_key
 
@@ -234,8 +234,7 @@ class SettingsPage(QWidget):
         self.settings_saved.emit(s)
 
     def _show_error(self, exc: BaseException) -> None:
-        log.warning("settings: %s", error_text(exc))
-        self.banner.show_message(error_text(exc), "error")
+        self.banner.show_message(log_failure(log, "settings", exc), "error")
 
     def _show_key_status(self, s: Settings) -> None:
         n = len(s.server.api_key_hashes)
