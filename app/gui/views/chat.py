@@ -33,7 +33,7 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 _ROLE_COLORS = {"user": "#0b57d0", "assistant": "#1a7f37", "error": "#b3261e", "meta": "#6b6b6b"}
 
 
-class _Turn:
+class AnswerTurn:
     """One answer in flight. Lives on the loop thread: ``cancel`` is scheduled there, so it and
     the streaming coroutine never race."""
 
@@ -49,7 +49,7 @@ class _Turn:
 
 async def stream_answer(
     service: Hearth,
-    turn: _Turn,
+    turn: AnswerTurn,
     emit: Callable[[str], None],
     model_id: str,
     messages: Sequence[ChatMessage],
@@ -110,7 +110,7 @@ class ChatPage(QWidget):
         self._service = service
         self._bridge = bridge
         self.history: list[ChatMessage] = []
-        self._turn: _Turn | None = None
+        self._turn: AnswerTurn | None = None
         self._answer_parts: list[str] = []
 
         self.model_combo = QComboBox()
@@ -236,7 +236,7 @@ class ChatPage(QWidget):
         self._answer_parts = []
         self.stats_label.setText("Thinking…")
 
-        turn = _Turn()
+        turn = AnswerTurn()
         self._turn = turn
         max_tokens = self.max_tokens_spin.value() or None
         sampling = SamplingParams(temperature=self.temperature_spin.value())
@@ -306,14 +306,14 @@ class ChatPage(QWidget):
         self._update_buttons()
         self.models_refreshed.emit()
 
-    def _on_self_text_streamed(self, turn: _Turn, text: str) -> None:
+    def _on_self_text_streamed(self, turn: AnswerTurn, text: str) -> None:
         if turn is not self._turn:
             return  # a late chunk of a cleared conversation
         self._answer_parts.append(text)
         self._append_text(text)
         self.chunk_received.emit(text)
 
-    def _on_turn_done(self, turn: _Turn, final: Delta) -> None:
+    def _on_turn_done(self, turn: AnswerTurn, final: Delta) -> None:
         if turn is not self._turn:
             return
         answer = self.answer_text
@@ -332,7 +332,7 @@ class ChatPage(QWidget):
         self._finish_turn()
         self.answer_finished.emit(reason)
 
-    def _on_turn_failed(self, turn: _Turn, exc: BaseException) -> None:
+    def _on_turn_failed(self, turn: AnswerTurn, exc: BaseException) -> None:
         if turn is not self._turn:
             return
         text = log_failure(log, "chat failed", exc)
