@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import math
 import secrets
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -84,7 +85,7 @@ def _coerce(cls: type, raw: Any, where: str) -> Any:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"settings: {where}.{f.name} must be a non-negative integer")
         elif isinstance(default, float):
-            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
                 raise ConfigError(f"settings: {where}.{f.name} must be a positive number")
             v = float(v)
         elif isinstance(default, tuple):

@@ -42,11 +42,45 @@ def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, *
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
 
 
+MAX_BINOP_LEN = 1024 * 1024  # no single value a template builds may exceed this
+
+
+def _too_big(n: int) -> TemplateError:
+    return TemplateError(f"chat template tried to build a value of {n} items", param="messages")
+
+
+class _BoundedSandbox(ImmutableSandboxedEnvironment):
+    """The sandbox, plus bounds on the operators and filters that can allocate without limit."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, str | list | tuple) and isinstance(n, int) and len(seq) * n > MAX_BINOP_LEN:
+                    raise _too_big(len(seq) * n)
+        if operator == "**" and isinstance(right, int) and abs(right) > 4096:
+            raise _too_big(right)
+        return super().call_binop(context, operator, left, right)
+
+
+def _bounded_width(name: str, fn: Any) -> Any:
+    def wrapper(value: Any, width: Any = 80, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(width, int) and width > MAX_BINOP_LEN:
+            raise _too_big(width)
+        return fn(value, width, *args, **kwargs)
+
+    wrapper.__name__ = name
+    return wrapper
+
+
 def _make_env() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+    env = _BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, autoescape=False, undefined=jinja2.Undefined
     )
     env.filters["tojson"] = _tojson
+    for name in ("center", "indent", "wordwrap", "truncate"):
+        env.filters[name] = _bounded_width(name, env.filters[name])
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env
@@ -60,15 +94,15 @@ class ChatTemplate:
     """A compiled template plus the special tokens it refers to."""
 
     def __init__(self, source: str | None, *, bos_token: str = "", eos_token: str = "") -> None:
-        self.is_fallback = source is None
-        self.source = source or FALLBACK_TEMPLATE
+        self.is_fallback = not (source and source.strip())
+        self.source = FALLBACK_TEMPLATE if self.is_fallback else str(source)
         self.bos_token = bos_token
         self.eos_token = eos_token
         tpl = _CACHE.get(self.source)
         if tpl is None:
             try:
                 tpl = _ENV.from_string(self.source)
-            except jinja2.TemplateError as e:
+            except (Exception, RecursionError, MemoryError) as e:  # compile-time folding can raise anything
                 raise TemplateError(f"the model's chat template does not compile: {e}") from e
             _CACHE[self.source] = tpl
         self._tpl = tpl
@@ -119,13 +153,6 @@ class ChatTemplate:
             raise
         except jinja2.exceptions.SecurityError as e:
             raise TemplateError(f"chat template tried an unsafe operation: {e}") from e
-        except (
-            jinja2.TemplateError,
-            TypeError,
-            ValueError,
-            KeyError,
-            IndexError,
-            AttributeError,
-        ) as e:
+        except (Exception, RecursionError, MemoryError) as e:  # a template is untrusted input
             raise TemplateError(f"chat template failed to render: {e}", param="messages") from e
         return "".join(out)

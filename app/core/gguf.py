@@ -288,6 +288,9 @@ def parse_header(data: bytes | mmap.mmap, file_size: int | None = None) -> GGUFH
     for _ in range(n_kv):
         key = r.string("metadata key")
         vtype = r.unpack("<I", f"type of {key!r}")
+        if key == "general.alignment" and vtype != _U32:
+            # llama.cpp reads it as u32 and aborts the process on any other type
+            raise InvalidModel("invalid GGUF: general.alignment must be a u32")
         val, count = r.value(vtype, key)
         if count is not None:
             lengths[key] = count

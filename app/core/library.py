@@ -101,6 +101,22 @@ class ModelLibrary:
     def __init__(self, index_file: Path, models_dir: Path) -> None:
         self.index_file = index_file
         self.models_dir = models_dir
+        self._clean_stale_temp_files()
+
+    def _clean_stale_temp_files(self, older_than_s: float = 600.0) -> None:
+        """Temp files of writes or copies that a crash (kill -9) interrupted."""
+        now = time.time()
+        for folder, pattern in (
+            (self.index_file.parent, f".{self.index_file.name}.*.tmp"),
+            (self.models_dir, ".*.partial"),
+        ):
+            if not folder.is_dir():
+                continue
+            for p in folder.glob(pattern):
+                with contextlib.suppress(OSError):
+                    if now - p.lstat().st_mtime > older_than_s:
+                        shutil.rmtree(p) if p.is_dir() else p.unlink()
+                        log.info("removed a stale temp file %s", p)
 
     # -- index file -------------------------------------------------------------------------
     def _read(self) -> list[dict[str, Any]]:
@@ -114,8 +130,25 @@ class ModelLibrary:
             with contextlib.suppress(OSError):
                 shutil.copy2(self.index_file, self.index_file.with_suffix(".corrupt"))
             return []
-        models = data.get("models", []) if isinstance(data, dict) else []
-        return [m for m in models if isinstance(m, dict) and "id" in m and "path" in m]
+        models = data.get("models") if isinstance(data, dict) else None
+        if not isinstance(models, list):
+            return []
+        good = []
+        for m in models:
+            if not (
+                isinstance(m, dict)
+                and isinstance(m.get("id"), str)
+                and isinstance(m.get("path"), str)
+            ):
+                log.warning("library index: skipping a malformed entry")
+                continue
+            try:
+                self._to_model(m)
+            except (TypeError, ValueError) as e:
+                log.warning("library index: skipping entry %r: %s", m.get("id"), e)
+                continue
+            good.append(m)
+        return good
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
         atomic_write_json(self.index_file, {"version": INDEX_VERSION, "models": entries})
@@ -190,19 +223,47 @@ class ModelLibrary:
         if existing and not copy:
             return existing, False
         owned = False
+        extra = dict(meta.get("extra") or {})
         if copy:
-            dest = self.models_dir / src.name
-            if dest.exists():
-                dest = self.models_dir / f"{dest.stem}-{int(time.time())}{dest.suffix}"
+            for d in self._read():  # copying the same source again gives the existing copy
+                if (d.get("extra") or {}).get("source") == str(src) and Path(d["path"]).exists():
+                    return self._to_model(d), False
             self.models_dir.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(f".{dest.name}.partial")
-            if src.is_dir():
-                shutil.copytree(src, tmp)
-            else:
-                shutil.copyfile(src, tmp)
-            os.replace(tmp, dest)
+            dest = self._free_name(src)
+            tmp = self.models_dir / f".{dest.name}.{os.getpid()}.{time.monotonic_ns()}.partial"
+            try:
+                if src.is_dir():
+                    shutil.copytree(src, tmp)
+                else:
+                    shutil.copyfile(src, tmp)
+                os.replace(tmp, dest)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+            extra["source"] = str(src)
             src, owned = dest.resolve(), True
+        meta = {**meta, "extra": extra}
         return self._add(src, meta, owned=owned, origin="imported"), True
+
+    def _free_name(self, src: Path) -> Path:
+        """A name in the models folder that nothing uses yet (reserved with O_EXCL)."""
+        stem, suffix = (src.stem, src.suffix) if src.is_file() else (src.name, "")
+        n = 1
+        while True:
+            dest = self.models_dir / (f"{stem}{suffix}" if n == 1 else f"{stem}-{n}{suffix}")
+            try:
+                if src.is_dir():
+                    dest.mkdir()
+                    dest.rmdir()  # the name is ours: copytree then os.replace into it
+                    if not dest.exists():
+                        return dest
+                else:
+                    fd = os.open(dest, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                    os.close(fd)
+                    return dest
+            except FileExistsError:
+                pass
+            n += 1
 
     def _add(self, path: Path, meta: dict[str, Any], *, owned: bool, origin: str) -> LocalModel:
         with file_lock(self.index_file):

@@ -243,7 +243,10 @@ class Worker:
                 for s in running:
                     s.error = str(e) or type(e).__name__
                     s.finish("error")
-        done = [s for s in self._active if s.finish_reason is not None or s.cancelled]
+        with self._cv:
+            done = [s for s in self._active if s.finish_reason is not None or s.cancelled]
+            if done:  # out of the count before the caller sees the final delta
+                self._active = [s for s in self._active if s not in done]
         for s in done:
             if s.cancelled:
                 s.finish("cancelled")
@@ -252,6 +255,3 @@ class Worker:
             except Exception:
                 log.exception("releasing a sequence failed")
             s.close()
-        if done:
-            with self._cv:
-                self._active = [s for s in self._active if s not in done]

@@ -37,6 +37,7 @@ class ServerState:
 
 
 SERVICE = web.AppKey("service", Hearth)
+REQUEST_LOG = web.RequestKey("hearth_log", dict)
 STATE = web.AppKey("state", ServerState)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -136,7 +137,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """
     state = request.app[STATE]
     started = time.perf_counter()
-    request["hearth_log"] = {"model": None, "prompt_tokens": 0, "completion_tokens": 0, "tps": 0.0}
+    request[REQUEST_LOG] = {"model": None, "prompt_tokens": 0, "completion_tokens": 0, "tps": 0.0}
     cors: dict[str, str] = {}
     state.inflight += 1
     try:
@@ -202,7 +203,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def _log_request(request: web.Request, resp: web.StreamResponse, started: float) -> None:
-    info = request["hearth_log"]
+    info = request[REQUEST_LOG]
     secs = time.perf_counter() - started
     ev = RequestFinished(
         method=request.method,

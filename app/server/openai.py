@@ -13,7 +13,7 @@ from app import __version__
 from app.core.service import Generation, Hearth, ModelStatus
 from app.core.types import Delta
 from app.errors import GenerationTimeout, HearthError, InvalidRequest
-from app.server.app import SERVICE, STATE, read_json_body
+from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
 from app.server.schemas import (
     Body,
     parse_max_tokens,
@@ -97,7 +97,7 @@ def _usage(d: Delta) -> dict[str, Any]:
 
 
 def _note_usage(request: web.Request, model: str, final: Delta) -> None:
-    info = request["hearth_log"]
+    info = request[REQUEST_LOG]
     info["model"] = model
     if final.usage:
         info["prompt_tokens"] += final.usage.prompt_tokens
@@ -162,7 +162,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     max_tokens = parse_max_tokens(b)
     so = parse_stream(b)
     reject_pending_features(b, chat=True)
-    request["hearth_log"]["model"] = model
+    request[REQUEST_LOG]["model"] = model
     # everything that can fail (404, context overflow, queue full) fails here, before headers
     gen = await service.chat(model, messages, sampling=sampling, max_tokens=max_tokens, stop=stop)
     cid = "chatcmpl-" + uuid.uuid4().hex
@@ -253,7 +253,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         max_tokens = 16  # OpenAI's documented default for legacy completions
     so = parse_stream(b)
     reject_pending_features(b, chat=False)
-    request["hearth_log"]["model"] = model
+    request[REQUEST_LOG]["model"] = model
     cid = "cmpl-" + uuid.uuid4().hex
     created = int(time.time())
     # validate every prompt (fit, 404) before any output; generations then run in order

@@ -449,12 +449,6 @@ def test_alignment_as_u32_is_honoured() -> None:
     assert h.data_offset % 64 == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="APP BUG: general.alignment of a type other than u32 passes our check, but llama.cpp's "
-    "gguf_init_from_file reads it with gguf_get_val_u32, whose GGML_ASSERT on the type aborts "
-    "the whole process (SECURITY.md item 14).",
-)
 @pytest.mark.parametrize("vtype", [U8, U16, I32, U64, BOOL])
 def test_alignment_of_another_type_is_refused(vtype: int) -> None:
     v = True if vtype == BOOL else 32

@@ -157,12 +157,6 @@ def test_copy_of_a_name_already_in_the_models_folder(
     assert all(Path(m.path).parent == models_dir.resolve() for m in (a, b))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="APP BUG: import_path(copy=True) names a second copy '<stem>-<int(time.time())>.gguf'; "
-    "a third copy of the same name within the same second overwrites the second file and returns "
-    "created=True for the already indexed entry (two ids, one file would follow on the next clash).",
-)
 def test_three_copies_of_one_name_in_the_same_second(
     library: ModelLibrary, make_gguf: MakeGGUF, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -364,12 +358,6 @@ def test_index_of_the_wrong_shape_does_not_crash(
     assert library.list() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="APP BUG: ModelLibrary._read trusts the JSON shape: {'models': null} makes list() raise "
-    "TypeError, and an entry with a non-string id or a non-numeric size_bytes raises in sorting "
-    "or _to_model.",
-)
 @pytest.mark.parametrize(
     "content",
     [
