@@ -64,6 +64,7 @@ class LoadOptions:
     gpu_layers: int = -1
     use_mmap: bool = True
     use_mlock: bool = False
+    flash_attention: str = "auto"  # auto | on | off
     seed: int | None = None
 
 

@@ -308,6 +308,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     extra = {"usage": None} if so.include_usage else {}
     sse = SSEWriter(request, {"x-hearth-model": model})
     await sse.start()
+    timings: dict[str, Any] | None = None
     totals = {
         "prompt_tokens": 0,
         "completion_tokens": 0,
@@ -360,10 +361,11 @@ async def completions(request: web.Request) -> web.StreamResponse:
             u = _usage(last)
             for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
                 totals[k] += u[k]
+            timings = last.timings.as_dict() if last.timings else None
     except HearthError as e:
         await sse.send_error(e)
         return await sse.close()
     if so.include_usage:
-        await sse.send({**base, "choices": [], "usage": totals})
+        await sse.send({**base, "choices": [], "usage": totals, "timings": timings})
     await sse.done()
     return await sse.close()

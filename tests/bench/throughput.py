@@ -56,9 +56,7 @@ def extra_bufts_ok(model: Path) -> bool:
     )
 
 
-def bench_in_process(
-    model: Path, n_tokens: int, n_threads: int, n_ctx: int, safe_default: bool
-) -> float:
+def load_in_process(model: Path, n_threads: int, n_ctx: int, safe_default: bool):  # type: ignore[no-untyped-def]
     import llama_cpp
     import llama_cpp.llama_cpp as low
 
@@ -71,13 +69,15 @@ def bench_in_process(
             return p
 
         low.llama_model_default_params = patched
-    llm = llama_cpp.Llama(
+    return llama_cpp.Llama(
         str(model), n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, verbose=False
     )
+
+
+def bench_in_process(llm, n_tokens: int) -> float:  # type: ignore[no-untyped-def]
     stamps = []
     for _ in llm.create_completion(PROMPT, max_tokens=n_tokens, temperature=0.0, stream=True):
         stamps.append(time.perf_counter())
-    del llm
     return (len(stamps) - 1) / (stamps[-1] - stamps[0])
 
 
@@ -142,7 +142,7 @@ def main() -> None:
         cwd=Path(__file__).resolve().parents[2],
     )
     server_runs: list[float] = []
-    server_side: list[float] = []
+    direct_runs: list[float] = []
     try:
         base = proc.stdout.readline().strip()
         model_id = None
@@ -153,24 +153,20 @@ def main() -> None:
                 model_id = ms[0]["id"]
                 break
             time.sleep(0.1)
-        bench_server(base, model_id, 16)  # warm-up
+        llm = load_in_process(model, n_threads, args.ctx, safe)
+        bench_server(base, model_id, 16)  # warm-up both
+        bench_in_process(llm, 16)
+        # interleaved, one at a time, so drift on a shared machine hits both sides alike
         for _ in range(args.runs):
             tps, srv, n = bench_server(base, model_id, args.tokens)
             server_runs.append(tps)
-            server_side.append(srv)
-            print(
-                f"  hearth serve : {tps:6.1f} tok/s over {n} tokens (server-side timing {srv:.1f})"
-            )
+            print(f"  hearth serve : {tps:6.1f} tok/s over {n} tokens (server-side timing {srv:.1f})")
+            tps = bench_in_process(llm, args.tokens)
+            direct_runs.append(tps)
+            print(f"  in-process   : {tps:6.1f} tok/s (llama-cpp-python Llama, streaming)")
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
-
-    direct_runs = []
-    bench_in_process(model, 16, n_threads, args.ctx, safe)  # warm-up (page cache)
-    for _ in range(args.runs):
-        tps = bench_in_process(model, args.tokens, n_threads, args.ctx, safe)
-        direct_runs.append(tps)
-        print(f"  in-process   : {tps:6.1f} tok/s (llama-cpp-python Llama, streaming)")
 
     s_med, d_med = statistics.median(server_runs), statistics.median(direct_runs)
     print(f"median: hearth serve {s_med:.1f} tok/s, in-process {d_med:.1f} tok/s")
