@@ -100,3 +100,16 @@ class ServerError(HearthError):
 class ConfigError(HearthError):
     status = 400
     code = "config_error"
+
+
+class InsufficientMemory(HearthError):
+    """Loading would exceed the memory budget even after evicting idle models."""
+
+    status = 507
+    code = "insufficient_memory"
+    type = "server_error"
+
+    def __init__(self, message: str, *, needed: int, available: int) -> None:
+        super().__init__(message, param="model")
+        self.needed = needed
+        self.available = available

@@ -57,7 +57,11 @@ class _BoundedSandbox(ImmutableSandboxedEnvironment):
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         if operator == "*":
             for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, str | list | tuple) and isinstance(n, int) and len(seq) * n > MAX_BINOP_LEN:
+                if (
+                    isinstance(seq, str | list | tuple)
+                    and isinstance(n, int)
+                    and len(seq) * n > MAX_BINOP_LEN
+                ):
                     raise _too_big(len(seq) * n)
         if operator == "**" and isinstance(right, int) and abs(right) > 4096:
             raise _too_big(right)
@@ -102,7 +106,11 @@ class ChatTemplate:
         if tpl is None:
             try:
                 tpl = _ENV.from_string(self.source)
-            except (Exception, RecursionError, MemoryError) as e:  # compile-time folding can raise anything
+            except (
+                Exception,
+                RecursionError,
+                MemoryError,
+            ) as e:  # compile-time folding can raise anything
                 raise TemplateError(f"the model's chat template does not compile: {e}") from e
             _CACHE[self.source] = tpl
         self._tpl = tpl

@@ -1,20 +1,79 @@
-"""ModelScheduler: owns which models are loaded; loads on demand, exactly once per model."""
+"""ModelScheduler: which models are loaded, within a memory budget, for how long.
+
+Policy, all on the service loop:
+- JIT: a request for a model that is not loaded loads it; concurrent requests share one load.
+- Budget: loading a model that does not fit evicts the least recently used idle, unpinned
+  models; if it still does not fit, the load is refused with the numbers (``force`` loads anyway).
+- Keep-alive: an idle model unloads when its TTL runs out (None = never, 0 = as soon as idle);
+  the TTL comes from the request, the model's preset, or the global default. Pinned models stay.
+- Options: explicit options > the model's preset > global defaults, for JIT loads too.
+- Loads run one at a time on a helper thread; a failed load leaves everything as it was.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
+from app.core import fit
 from app.core.events import EventHub, ModelLoaded, ModelLoadFailed, ModelLoading, ModelUnloaded
 from app.core.library import ModelLibrary
+from app.core.presets import PresetStore, apply_options
 from app.core.types import LoadedModel, LoadOptions, LocalModel, Runtime
-from app.errors import HearthError, ModelNotFound, RuntimeUnavailable
+from app.errors import HearthError, InsufficientMemory, ModelNotFound, RuntimeUnavailable
 from app.errors import ModelLoadFailed as LoadFailedError
 
 log = logging.getLogger(__name__)
+
+UNSET: Any = object()
+
+
+def parse_keep_alive(value: Any, *, param: str = "keep_alive") -> float | None:
+    """Seconds from a TTL / Ollama keep_alive: numbers are seconds; "5m", "1h30m", "10s", "-1".
+
+    Returns None for "never unload" (any negative value).
+
+    Raises:
+        InvalidRequest: not a number or duration.
+    """
+    from app.errors import InvalidRequest
+
+    if isinstance(value, bool):
+        raise InvalidRequest(
+            f"'{param}' must be a number of seconds or a duration like \"5m\"", param=param
+        )
+    if isinstance(value, int | float):
+        secs = float(value)
+    elif isinstance(value, str):
+        s = value.strip().lower()
+        try:
+            secs = float(s)
+        except ValueError:
+            import re
+
+            m = re.fullmatch(r"(-?)((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)", s)
+            if not m:
+                raise InvalidRequest(
+                    f"'{param}' must be a number of seconds or a duration like \"5m\"", param=param
+                ) from None
+            unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+            secs = sum(
+                float(n) * unit[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", m.group(2))
+            )
+            if m.group(1):
+                secs = -secs
+    else:
+        raise InvalidRequest(
+            f"'{param}' must be a number of seconds or a duration like \"5m\"", param=param
+        )
+    if secs != secs or secs in (float("inf"), float("-inf")):
+        raise InvalidRequest(f"'{param}' must be finite", param=param)
+    return None if secs < 0 else secs
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,13 +84,32 @@ class LoadedInfo:
     loaded_at: float
     last_used: float
     pending: int
+    memory_bytes: int
+    ttl: float | None
+    expires_at: float | None  # when an idle model will unload; None = never / busy
+    pinned: bool
+    options: LoadOptions
+
+
+@dataclass
+class _Slot:
+    model: LoadedModel
+    runtime: str
+    options: LoadOptions
+    memory: int
+    loaded_at: float
+    last_used: float
+    ttl: float | None
+    pinned: bool
+    leases: int = 0
+    loaded_wall: float = field(default_factory=time.time)
+
+    def busy(self) -> bool:
+        return self.leases > 0 or self.model.pending > 0
 
 
 class ModelScheduler:
-    """Loads and unloads models. Runs on the service loop; loads happen on a helper thread.
-
-    Concurrent requests for a model that is not loaded share one load (single flight).
-    """
+    """Loads and unloads models on the service loop (see the module docstring for the policy)."""
 
     def __init__(
         self,
@@ -39,17 +117,32 @@ class ModelScheduler:
         runtimes: Mapping[str, Runtime],
         events: EventHub,
         load_defaults: Callable[[], LoadOptions],
+        *,
+        presets: PresetStore | None = None,
+        budget_bytes: Callable[[], int] | None = None,
+        default_ttl: Callable[[], float | None] = lambda: None,
+        sweep_interval: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._library = library
         self._runtimes = dict(runtimes)
         self._events = events
         self._load_defaults = load_defaults
-        self._loaded: dict[str, tuple[LoadedModel, str, float]] = {}
-        self._last_used: dict[str, float] = {}
+        self._presets = presets
+        self._budget = budget_bytes or default_budget
+        self._default_ttl = default_ttl
+        self._sweep_interval = sweep_interval
+        self._clock = clock
+        self._slots: dict[str, _Slot] = {}
         self._loading: dict[str, asyncio.Future[LoadedModel]] = {}
+        self._loading_memory: dict[str, int] = {}
+        self._load_lock: asyncio.Lock | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._calibrated: dict[str, int] = {}
 
+    # -- queries ---------------------------------------------------------------------------
     def state(self, model_id: str) -> str:
-        if model_id in self._loaded:
+        if model_id in self._slots:
             return "loaded"
         if model_id in self._loading:
             return "loading"
@@ -59,14 +152,37 @@ class ModelScheduler:
         return sorted(self._loading)
 
     def loaded(self) -> list[LoadedInfo]:
-        return [
-            LoadedInfo(mid, rt, lm.context_length, at, self._last_used.get(mid, at), lm.pending)
-            for mid, (lm, rt, at) in self._loaded.items()
-        ]
+        out = []
+        for mid, s in self._slots.items():
+            expires = None
+            if s.ttl is not None and not s.pinned and not s.busy():
+                expires = time.time() + max(0.0, s.last_used + s.ttl - self._clock())
+            out.append(
+                LoadedInfo(
+                    mid,
+                    s.runtime,
+                    s.model.context_length,
+                    s.loaded_wall,
+                    time.time() - (self._clock() - s.last_used),
+                    s.model.pending,
+                    s.memory,
+                    s.ttl,
+                    expires,
+                    s.pinned,
+                    s.options,
+                )
+            )
+        return out
 
     def loaded_model(self, model_id: str) -> LoadedModel | None:
-        entry = self._loaded.get(model_id)
-        return entry[0] if entry else None
+        s = self._slots.get(model_id)
+        return s.model if s else None
+
+    def budget(self) -> int:
+        return self._budget()
+
+    def used(self) -> int:
+        return sum(s.memory for s in self._slots.values()) + sum(self._loading_memory.values())
 
     def runtime_for(self, model: LocalModel) -> Runtime:
         rt = self._runtimes.get(model.format)
@@ -76,52 +192,159 @@ class ModelScheduler:
             )
         return rt
 
-    async def get(self, model_id: str, *, load: bool = True) -> LoadedModel:
-        """The loaded model, loading it first when ``load`` (JIT).
+    def effective_options(
+        self, model_id: str, overrides: dict[str, Any] | None = None
+    ) -> LoadOptions:
+        """Global defaults, then the model's preset, then ``overrides``."""
+        opts = self._load_defaults()
+        if self._presets is not None:
+            opts = apply_options(opts, self._presets.get(model_id))
+        return apply_options(opts, overrides or {})
+
+    def _preset_extra(self, model_id: str) -> dict[str, Any]:
+        return self._presets.get(model_id) if self._presets is not None else {}
+
+    def estimate(self, model: LocalModel, options: LoadOptions) -> tuple[fit.MemoryEstimate, int]:
+        """(the estimate, the figure the budget uses: calibrated from a past load when known)."""
+        est = fit.estimate_model(model, options)
+        return est, max(est.total, self._calibrated.get(_calib_key(model, options), 0))
+
+    # -- leases: a model in use by a request being prepared is never unloaded -------------------
+    async def acquire(self, model_id: str, *, load: bool = True, ttl: Any = UNSET) -> LoadedModel:
+        """The loaded model (JIT-loaded when ``load``), held until ``release``.
 
         Raises:
             ModelNotFound: unknown id, or not loaded and ``load`` is False.
         """
-        entry = self._loaded.get(model_id)
-        if entry is not None:
-            self._last_used[model_id] = time.time()
-            return entry[0]
-        if not load:
-            self._library.get(model_id)  # 404 for unknown ids first
-            raise ModelNotFound(
-                f"The model '{model_id}' is not loaded and on-demand loading is off", param="model"
-            )
-        return await self.load(model_id)
+        s = self._slots.get(model_id)
+        if s is None:
+            if not load:
+                self._library.get(model_id)  # 404 for unknown ids first
+                raise ModelNotFound(
+                    f"The model '{model_id}' is not loaded and on-demand loading is off",
+                    param="model",
+                )
+            await self.load(model_id)
+            s = self._slots.get(model_id)
+            if s is None:  # unloaded again in between (e.g. by the user): load once more
+                await self.load(model_id)
+                s = self._slots[model_id]
+        s.leases += 1
+        s.last_used = self._clock()
+        if ttl is not UNSET:
+            s.ttl = ttl
+        return s.model
 
-    async def load(self, model_id: str, options: LoadOptions | None = None) -> LoadedModel:
-        """Load a model (a no-op when loaded; joins a load in progress)."""
-        entry = self._loaded.get(model_id)
-        if entry is not None:
-            return entry[0]
+    def release(self, model_id: str) -> None:
+        s = self._slots.get(model_id)
+        if s is not None and s.leases > 0:
+            s.leases -= 1
+            s.last_used = self._clock()
+
+    async def get(self, model_id: str, *, load: bool = True) -> LoadedModel:
+        """The loaded model (loading it when ``load``), without holding it."""
+        lm = await self.acquire(model_id, load=load)
+        self.release(model_id)
+        return lm
+
+    # -- load / unload ----------------------------------------------------------------------
+    async def load(
+        self,
+        model_id: str,
+        options: dict[str, Any] | LoadOptions | None = None,
+        *,
+        force: bool = False,
+        ttl: Any = UNSET,
+        pin: bool | None = None,
+    ) -> LoadedModel:
+        """Load a model (a no-op when loaded; joins a load in progress).
+
+        Args:
+            options: load options over the preset and defaults (a dict of option names or a
+                complete ``LoadOptions``). A loaded model is not reloaded for new options:
+                unload it first.
+            force: load even when the budget says it does not fit.
+            ttl: seconds idle before unloading (None = never); default: preset, then global.
+            pin: keep loaded regardless of TTL and eviction.
+
+        Raises:
+            ModelNotFound, RuntimeUnavailable, InsufficientMemory, ModelLoadFailed.
+        """
+        s = self._slots.get(model_id)
+        if s is not None:
+            if pin is not None:
+                s.pinned = pin
+            if ttl is not UNSET:
+                s.ttl = ttl
+            return s.model
         fut = self._loading.get(model_id)
         if fut is None:
             model = self._library.get(model_id)
             runtime = self.runtime_for(model)
+            if isinstance(options, LoadOptions):
+                opts = options
+            else:
+                opts = self.effective_options(model_id, options)
+            extra = self._preset_extra(model_id)
+            if ttl is UNSET:
+                ttl = extra["ttl"] if "ttl" in extra else self._default_ttl()
+                if ttl is not None and ttl < 0:
+                    ttl = None
+            pinned = bool(extra.get("pinned", False)) if pin is None else pin
+            _, memory = self.estimate(model, opts)
+            await self._make_room(model, memory, force)
             fut = asyncio.get_running_loop().create_future()
             self._loading[model_id] = fut
-            asyncio.ensure_future(
-                self._do_load(model, runtime, options or self._load_defaults(), fut)
-            )
+            self._loading_memory[model_id] = memory
+            self._ensure_sweeper()
+            asyncio.ensure_future(self._do_load(model, runtime, opts, memory, ttl, pinned, fut))
         return await asyncio.shield(fut)
+
+    async def _make_room(self, model: LocalModel, needed: int, force: bool) -> None:
+        budget = self._budget()
+        if self.used() + needed <= budget:
+            return
+        evictable = sorted(
+            (s for s in self._slots.values() if not s.pinned and not s.busy()),
+            key=lambda s: s.last_used,
+        )
+        freed = sum(s.memory for s in evictable)
+        if self.used() - freed + needed > budget and not force:
+            available = max(0, budget - (self.used() - freed))
+            raise InsufficientMemory(
+                f"'{model.id}' needs about {_gib(needed)} but only {_gib(available)} of the "
+                f"{_gib(budget)} memory budget can be freed (loaded models that are busy or pinned "
+                f"stay). Unload a model, raise the budget, lower the context, or load anyway (force).",
+                needed=needed,
+                available=available,
+            )
+        for s in evictable:
+            if self.used() + needed <= budget:
+                break
+            mid = next(k for k, v in self._slots.items() if v is s)
+            log.info("evicting %s (least recently used) to make room for %s", mid, model.id)
+            await self.unload(mid)
 
     async def _do_load(
         self,
         model: LocalModel,
         runtime: Runtime,
         options: LoadOptions,
+        memory: int,
+        ttl: float | None,
+        pinned: bool,
         fut: asyncio.Future[LoadedModel],
     ) -> None:
         self._events.publish(ModelLoading(model.id))
+        if self._load_lock is None:
+            self._load_lock = asyncio.Lock()
         t0 = time.perf_counter()
         try:
-            lm = await asyncio.to_thread(runtime.load, model, options)
+            async with self._load_lock:  # one at a time: memory is measured per load
+                lm, measured = await asyncio.to_thread(_load_measured, runtime, model, options)
         except Exception as e:
             self._loading.pop(model.id, None)
+            self._loading_memory.pop(model.id, None)
             err = (
                 e
                 if isinstance(e, HearthError)
@@ -133,10 +356,18 @@ class ModelScheduler:
             fut.set_exception(err)
             fut.exception()  # mark retrieved: waiters may all have gone
             return
-        now = time.time()
-        self._loaded[model.id] = (lm, runtime.name, now)
-        self._last_used[model.id] = now
+        key = _calib_key(model, options)
+        if measured > memory:
+            # the real footprint is larger than the estimate: remember it for next time
+            self._calibrated[key] = measured
+            log.info(
+                "%s: measured %s after load, estimated %s", model.id, _gib(measured), _gib(memory)
+            )
+            memory = measured
+        now = self._clock()
+        self._slots[model.id] = _Slot(lm, runtime.name, options, memory, now, now, ttl, pinned)
         self._loading.pop(model.id, None)
+        self._loading_memory.pop(model.id, None)
         secs = time.perf_counter() - t0
         log.info("loaded %s in %.2fs (context %d)", model.id, secs, lm.context_length)
         self._events.publish(ModelLoaded(model.id, lm.context_length, secs))
@@ -150,14 +381,93 @@ class ModelScheduler:
                 await asyncio.shield(fut)
             except HearthError:
                 return False
-        entry = self._loaded.pop(model_id, None)
-        if entry is None:
+        s = self._slots.pop(model_id, None)
+        if s is None:
             return False
-        await asyncio.to_thread(entry[0].close)
+        await asyncio.to_thread(s.model.close)
         self._events.publish(ModelUnloaded(model_id))
         log.info("unloaded %s", model_id)
         return True
 
-    async def close(self) -> None:
-        for mid in list(self._loaded):
+    def set_pinned(self, model_id: str, pinned: bool) -> None:
+        s = self._slots.get(model_id)
+        if s is None:
+            raise ModelNotFound(f"The model '{model_id}' is not loaded", param="model")
+        s.pinned = pinned
+
+    def set_ttl(self, model_id: str, ttl: float | None) -> None:
+        s = self._slots.get(model_id)
+        if s is None:
+            raise ModelNotFound(f"The model '{model_id}' is not loaded", param="model")
+        s.ttl = ttl
+        s.last_used = self._clock()
+
+    def set_calibration(self, values: dict[str, int]) -> None:
+        self._calibrated.update(values)
+
+    def calibration(self) -> dict[str, int]:
+        return dict(self._calibrated)
+
+    # -- keep-alive ---------------------------------------------------------------------------
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.ensure_future(self._sweep_forever())
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._sweep_interval)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("keep-alive sweep failed")
+
+    async def sweep(self) -> list[str]:
+        """Unload idle models whose TTL ran out. Returns their ids."""
+        now = self._clock()
+        expired = []
+        for mid, s in list(self._slots.items()):
+            if s.busy():
+                s.last_used = now  # idle time counts from the end of the last request
+                continue
+            if s.pinned or s.ttl is None:
+                continue
+            if now - s.last_used >= s.ttl:
+                expired.append(mid)
+        for mid in expired:
+            log.info("unloading %s: idle past its keep-alive", mid)
             await self.unload(mid)
+        return expired
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._sweeper
+        for mid in list(self._slots):
+            await self.unload(mid)
+
+
+def _load_measured(
+    runtime: Runtime, model: LocalModel, options: LoadOptions
+) -> tuple[LoadedModel, int]:
+    before = fit.current_rss()
+    lm = runtime.load(model, options)
+    return lm, max(0, fit.current_rss() - before)
+
+
+def _calib_key(model: LocalModel, options: LoadOptions) -> str:
+    return (
+        f"{model.id}|{model.size_bytes}|{options.context_length}|{options.kv_type}|"
+        f"{options.ubatch_size or options.batch_size}|{options.use_mmap}"
+    )
+
+
+def default_budget() -> int:
+    """80% of the machine's RAM, or of the largest GPU's VRAM when a GPU is reported."""
+    mem = fit.probe_memory()
+    gpu = max((free for _, free in mem.gpus), default=0)
+    return int(0.8 * max(mem.ram_total, gpu)) or 8 * 1024**3
+
+
+def _gib(n: int) -> str:
+    return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.0f} MiB"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -10,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from app.core.chat_template import ChatTemplate
-from app.core.events import EventHub, LibraryChanged
+from app.core.events import EventHub, LibraryChanged, ModelLoaded
+from app.core.fsutil import atomic_write_json, read_json
 from app.core.library import ModelLibrary
-from app.core.scheduler import ModelScheduler
+from app.core.presets import PresetStore
+from app.core.scheduler import UNSET, ModelScheduler
 from app.core.types import (
     ChatMessage,
     Delta,
@@ -35,10 +38,16 @@ class ModelStatus:
     state: str  # loaded | loading | not-loaded
     context_length: int | None  # allocated context when loaded
     runtime: str | None
+    memory_bytes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         d = self.model.summary()
-        d.update(state=self.state, loaded_context_length=self.context_length, runtime=self.runtime)
+        d.update(
+            state=self.state,
+            loaded_context_length=self.context_length,
+            runtime=self.runtime,
+            memory_bytes=self.memory_bytes,
+        )
         return d
 
 
@@ -82,12 +91,38 @@ class Hearth:
         load_defaults: Callable[[], LoadOptions],
         jit_enabled: Callable[[], bool] = lambda: True,
         events: EventHub | None = None,
+        presets: PresetStore | None = None,
+        budget_bytes: Callable[[], int] | None = None,
+        default_ttl: Callable[[], float | None] = lambda: None,
+        calibration_file: Path | None = None,
     ) -> None:
         self.events = events or EventHub()
         self.library = library
         self.runtimes = dict(runtimes)
-        self.scheduler = ModelScheduler(library, runtimes, self.events, load_defaults)
+        self.presets = presets
+        self.scheduler = ModelScheduler(
+            library,
+            runtimes,
+            self.events,
+            load_defaults,
+            presets=presets,
+            budget_bytes=budget_bytes,
+            default_ttl=default_ttl,
+        )
         self._jit_enabled = jit_enabled
+        self._calibration_file = calibration_file
+        if calibration_file is not None:
+            self.scheduler.set_calibration(_read_calibration(calibration_file))
+            self.events.subscribe(self._on_event)
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, ModelLoaded) and self._calibration_file is not None:
+            values = self.scheduler.calibration()
+            if values:
+                try:
+                    atomic_write_json(self._calibration_file, values)
+                except OSError:
+                    log.exception("could not save memory calibration")
 
     # -- library -------------------------------------------------------------------------
     def models(self) -> list[ModelStatus]:
@@ -101,15 +136,21 @@ class Hearth:
                     self.scheduler.state(m.id),
                     info.context_length if info else None,
                     info.runtime if info else None,
+                    info.memory_bytes if info else None,
                 )
             )
         return out
 
     def model_status(self, model_id: str) -> ModelStatus:
         m = self.library.get(model_id)
-        lm = self.scheduler.loaded_model(model_id)
-        rt = next((i.runtime for i in self.scheduler.loaded() if i.model_id == model_id), None)
-        return ModelStatus(m, self.scheduler.state(model_id), lm.context_length if lm else None, rt)
+        info = next((i for i in self.scheduler.loaded() if i.model_id == model_id), None)
+        return ModelStatus(
+            m,
+            self.scheduler.state(model_id),
+            info.context_length if info else None,
+            info.runtime if info else None,
+            info.memory_bytes if info else None,
+        )
 
     def import_model(self, path: str | Path, *, copy: bool = False) -> tuple[LocalModel, bool]:
         model, created = self.library.import_path(path, copy=copy)
@@ -131,15 +172,46 @@ class Hearth:
         return result
 
     # -- load / unload ---------------------------------------------------------------------
-    async def load(self, model_id: str, options: LoadOptions | None = None) -> LoadedModel:
-        return await self.scheduler.load(model_id, options)
+    async def load(
+        self,
+        model_id: str,
+        options: dict[str, Any] | LoadOptions | None = None,
+        *,
+        force: bool = False,
+        ttl: Any = UNSET,
+        pin: bool | None = None,
+    ) -> LoadedModel:
+        """Load a model now (see ModelScheduler.load)."""
+        return await self.scheduler.load(model_id, options, force=force, ttl=ttl, pin=pin)
+
+    def estimate(self, model_id: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The memory a load would take with these options, against the budget."""
+        model = self.library.get(model_id)
+        opts = self.scheduler.effective_options(model_id, options)
+        est, figure = self.scheduler.estimate(model, opts)
+        loaded = self.scheduler.loaded_model(model_id) is not None
+        used = self.scheduler.used()
+        budget = self.scheduler.budget()
+        return {
+            **est.as_dict(),
+            "calibrated_total": figure,
+            "budget": budget,
+            "used": used,
+            "fits": loaded or used + figure <= budget,
+        }
 
     async def unload(self, model_id: str) -> bool:
         return await self.scheduler.unload(model_id)
 
     # -- inference ---------------------------------------------------------------------------
-    async def _model(self, model_id: str) -> LoadedModel:
-        return await self.scheduler.get(model_id, load=self._jit_enabled())
+    @contextlib.asynccontextmanager
+    async def _model(self, model_id: str, ttl: Any = UNSET) -> AsyncIterator[LoadedModel]:
+        """The model, JIT-loaded if allowed, held so keep-alive can't unload it mid-request."""
+        lm = await self.scheduler.acquire(model_id, load=self._jit_enabled(), ttl=ttl)
+        try:
+            yield lm
+        finally:
+            self.scheduler.release(model_id)
 
     @staticmethod
     def _check_fits(lm: LoadedModel, n_prompt: int, param: str) -> None:
@@ -162,13 +234,29 @@ class Hearth:
         max_tokens: int | None,
         stop: Sequence[str] = (),
         request_id: str = "",
+        ttl: Any = UNSET,
     ) -> Generation:
         """Start a chat generation. Everything that can fail fails here, before any output.
 
         Raises:
             ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable.
         """
-        lm = await self._model(model_id)
+        async with self._model(model_id, ttl) as lm:
+            return await self._start_chat(
+                lm, model_id, messages, sampling, max_tokens, stop, request_id
+            )
+
+    async def _start_chat(
+        self,
+        lm: LoadedModel,
+        model_id: str,
+        messages: Sequence[ChatMessage],
+        sampling: SamplingParams,
+        max_tokens: int | None,
+        stop: Sequence[str],
+        request_id: str,
+    ) -> Generation:
+        _require(lm, "chat", model_id)
         special = lm.special_tokens
         template = ChatTemplate(
             lm.chat_template, bos_token=special.get("bos", ""), eos_token=special.get("eos", "")
@@ -197,9 +285,25 @@ class Hearth:
         max_tokens: int | None,
         stop: Sequence[str] = (),
         request_id: str = "",
+        ttl: Any = UNSET,
     ) -> Generation:
         """Start a raw completion of ``prompt`` (text, or token ids)."""
-        lm = await self._model(model_id)
+        async with self._model(model_id, ttl) as lm:
+            return await self._start_completion(
+                lm, model_id, prompt, sampling, max_tokens, stop, request_id
+            )
+
+    async def _start_completion(
+        self,
+        lm: LoadedModel,
+        model_id: str,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams,
+        max_tokens: int | None,
+        stop: Sequence[str],
+        request_id: str,
+    ) -> Generation:
+        _require(lm, "completion", model_id)
         if isinstance(prompt, str):
             tokens = await asyncio.to_thread(
                 lm.tokenize, prompt, add_special=True, parse_special=False
@@ -219,5 +323,62 @@ class Hearth:
         )
         return Generation(model_id, len(tokens), lm.submit(req))
 
+    async def embed(
+        self, model_id: str, inputs: Sequence[str | Sequence[int]], *, ttl: Any = UNSET
+    ) -> tuple[list[list[float]], int]:
+        """Embed each input (text or token ids). Returns (vectors, prompt tokens).
+
+        Raises:
+            InvalidRequest: not an embedding model, an empty input, or an input over the context.
+        """
+        async with self._model(model_id, ttl) as lm:
+            if "embeddings" not in lm.capabilities:
+                raise InvalidRequest(
+                    f"'{model_id}' is a chat/completion model, not an embedding model; load an "
+                    f"embedding model (e.g. a BERT or nomic-embed GGUF) for /v1/embeddings",
+                    param="model",
+                )
+            token_lists: list[list[int]] = []
+            vocab = int(lm.special_tokens.get("n_vocab") or 0)
+            for i, item in enumerate(inputs):
+                if isinstance(item, str):
+                    toks = await asyncio.to_thread(
+                        lm.tokenize, item, add_special=True, parse_special=False
+                    )
+                else:
+                    toks = list(item)
+                    if vocab and any(t < 0 or t >= vocab for t in toks):
+                        raise InvalidRequest(
+                            f"token ids must be in [0, {vocab})", param=f"input[{i}]"
+                        )
+                if not toks:
+                    raise InvalidRequest("an input is empty", param=f"input[{i}]")
+                if len(toks) > lm.context_length:
+                    raise ContextLengthExceeded(
+                        f"input {i} has {len(toks)} tokens; this model takes at most {lm.context_length}",
+                        param=f"input[{i}]",
+                    )
+                token_lists.append(toks)
+            vectors = await lm.embed(token_lists)
+            return vectors, sum(len(t) for t in token_lists)
+
     async def close(self) -> None:
         await self.scheduler.close()
+
+
+def _read_calibration(path: Path) -> dict[str, int]:
+    try:
+        data = read_json(path, {})
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int) and v > 0}
+
+
+def _require(lm: LoadedModel, capability: str, model_id: str) -> None:
+    if capability not in lm.capabilities:
+        raise InvalidRequest(
+            f"'{model_id}' is an embedding model; it cannot do {capability}s (use /v1/embeddings)",
+            param="model",
+        )

@@ -61,10 +61,15 @@ class LoadOptions:
     context_length: int = 0
     threads: int = 0
     batch_size: int = 512
-    gpu_layers: int = -1
+    ubatch_size: int = 0  # 0 = batch_size
+    gpu_layers: int = -1  # -1 = auto (all that fit), 0 = none
     use_mmap: bool = True
     use_mlock: bool = False
     flash_attention: str = "auto"  # auto | on | off
+    kv_type: str = "f16"  # f16 | q8_0 | q4_0
+    rope_scaling: str = "none"  # none | linear | yarn ("none" = the model's own)
+    rope_freq_base: float = 0.0  # 0 = the model's
+    rope_freq_scale: float = 0.0  # 0 = the model's
     seed: int | None = None
 
 
@@ -180,8 +185,17 @@ class LoadedModel(Protocol):
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]: ...
 
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """``{"completion", "chat"}`` for generative models, ``{"embeddings"}`` for embedders."""
+        ...
+
     def submit(self, request: GenerationRequest) -> GenerationStream:
         """Queue ``request``; raises QueueFull when the bounded queue is full."""
+        ...
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        """One normalized vector per tokenized input (embedding models only)."""
         ...
 
     @property

@@ -29,6 +29,7 @@ except ImportError:  # pragma: no cover - the package is a hard dependency; be e
     L = None  # type: ignore[assignment]
 
 PENALTY_LAST_N = 64
+_KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 _init_lock = threading.Lock()
 _initialized = False
 _LOG_CB: Any = None
@@ -117,15 +118,28 @@ class LlamaEngine:
         if n_train > 0:
             n_ctx = min(n_ctx, n_train)
         threads = options.threads or physical_cores()
+        self.is_embedding = bool(model.extra.get("embedding"))
         cp = L.llama_context_default_params()
         cp.n_ctx = n_ctx
         cp.n_batch = min(options.batch_size, n_ctx)
-        cp.n_ubatch = min(options.batch_size, n_ctx)
+        cp.n_ubatch = min(options.ubatch_size or options.batch_size, cp.n_batch)
+        if self.is_embedding:
+            # a whole input is one non-causal batch; pooling as the model says
+            cp.embeddings = True
+            cp.pooling_type = -1
+            cp.n_batch = cp.n_ubatch = n_ctx
         cp.n_seq_max = 1
         cp.n_threads = threads
         cp.n_threads_batch = threads
         cp.no_perf = True
         cp.flash_attn_type = _flash_attn_type(options.flash_attention)
+        cp.type_k = cp.type_v = _KV_TYPES[options.kv_type]
+        cp.rope_scaling_type = {"none": -1, "linear": 1, "yarn": 2}[options.rope_scaling]
+        if options.rope_freq_base > 0:
+            cp.rope_freq_base = options.rope_freq_base
+        if options.rope_freq_scale > 0:
+            cp.rope_freq_scale = options.rope_freq_scale
+        self.default_seed = options.seed
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             L.llama_model_free(self.model)
@@ -201,7 +215,9 @@ class LlamaEngine:
         if s.min_p > 0.0:
             add(L.llama_sampler_init_min_p(s.min_p, 1))
         add(L.llama_sampler_init_temp(s.temperature))
-        seed = s.seed if s.seed is not None else random.getrandbits(32)
+        seed = s.seed if s.seed is not None else self.default_seed
+        if seed is None:
+            seed = random.getrandbits(32)
         add(L.llama_sampler_init_dist(seed & 0xFFFFFFFF))
         return chain
 
@@ -289,6 +305,26 @@ class LlamaEngine:
         if rc != 0:
             raise RuntimeError(f"llama_decode failed (code {rc})")
 
+    def embed(self, tokens: list[int]) -> list[float]:
+        """The pooled, L2-normalized embedding of one input (worker thread only)."""
+        if not tokens:
+            raise ValueError("empty input")
+        L.llama_memory_seq_rm(self.mem, 0, -1, -1)
+        self._fill(tokens, 0, 0, logits_last=False)
+        for i in range(len(tokens)):
+            self.batch.logits[i] = 1
+        rc = L.llama_decode(self.ctx, self.batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed on the input (code {rc})")
+        n_embd = L.llama_model_n_embd(self.model)
+        ptr = L.llama_get_embeddings_seq(self.ctx, 0)
+        if not ptr:
+            ptr = L.llama_get_embeddings_ith(self.ctx, len(tokens) - 1)
+        vec = [float(ptr[i]) for i in range(n_embd)]
+        L.llama_memory_seq_rm(self.mem, 0, -1, -1)
+        norm = sum(x * x for x in vec) ** 0.5
+        return [x / norm for x in vec] if norm > 0 else vec
+
     def end(self, seq: Sequence) -> None:
         st = seq.engine_state
         if isinstance(st, _SeqState):
@@ -356,8 +392,19 @@ class LlamaCppModel:
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return self.engine.tokenize(text, add_special=add_special, parse_special=parse_special)
 
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return (
+            frozenset({"embeddings"})
+            if self.engine.is_embedding
+            else frozenset({"completion", "chat"})
+        )
+
     def submit(self, request: GenerationRequest) -> DeltaStream:
         return self.worker.submit(request)
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        return await self.worker.run(lambda: [self.engine.embed(t) for t in inputs])
 
     def close(self) -> None:
         self.worker.close()

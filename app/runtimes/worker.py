@@ -14,8 +14,8 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol, TypeVar
 
 from app.core.text import StopMatcher
 from app.core.types import Delta, GenerationRequest, Timings, Usage
@@ -24,6 +24,28 @@ from app.errors import QueueFull
 log = logging.getLogger(__name__)
 
 _END = object()
+T = TypeVar("T")
+
+
+def _settle(
+    loop: asyncio.AbstractEventLoop,
+    fut: asyncio.Future[Any],
+    *,
+    result: Any = None,
+    exc: BaseException | None = None,
+) -> None:
+    def apply() -> None:
+        if fut.done():
+            return
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(result)
+
+    try:
+        loop.call_soon_threadsafe(apply)
+    except RuntimeError:  # the loop is closed: nobody waits any more
+        pass
 
 
 class DeltaStream:
@@ -151,6 +173,9 @@ class Worker:
         self.engine = engine
         self.queue_size = queue_size
         self._waiting: collections.deque[Sequence] = collections.deque()
+        self._jobs: collections.deque[tuple[Callable[[], Any], asyncio.Future[Any]]] = (
+            collections.deque()
+        )
         self._active: list[Sequence] = []
         self._cv = threading.Condition()
         self._stopping = False
@@ -177,6 +202,39 @@ class Worker:
             self._cv.notify()
         return stream
 
+    def run(self, fn: Callable[[], T]) -> asyncio.Future[T]:
+        """Run ``fn`` on the worker thread between decode steps (call on the event loop).
+
+        For work that needs the native context but is not a generation (embeddings). Raises
+        QueueFull when the queue is full.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        with self._cv:
+            if self._stopping:
+                raise QueueFull("the model is unloading", retry_after=1)
+            if len(self._jobs) + len(self._waiting) >= self.queue_size:
+                raise QueueFull(
+                    f"too many requests queued for this model ({self.queue_size}); retry shortly"
+                )
+            self._jobs.append((fn, fut))
+            self._cv.notify()
+        return fut
+
+    def _run_jobs(self) -> None:
+        while True:
+            with self._cv:
+                if not self._jobs:
+                    return
+                fn, fut = self._jobs.popleft()
+            loop = fut.get_loop()
+            try:
+                result = fn()
+            except BaseException as e:  # noqa: BLE001 - sent back to the caller
+                _settle(loop, fut, exc=e)
+            else:
+                _settle(loop, fut, result=result)
+
     def close(self, timeout: float = 30.0) -> None:
         """Cancel everything, stop the thread and free the engine."""
         with self._cv:
@@ -196,13 +254,22 @@ class Worker:
         try:
             while True:
                 with self._cv:
-                    while not self._stopping and not self._waiting and not self._active:
+                    while (
+                        not self._stopping
+                        and not self._waiting
+                        and not self._active
+                        and not self._jobs
+                    ):
                         self._cv.wait()
                     if self._stopping and not self._waiting and not self._active:
+                        for _, fut in self._jobs:
+                            _settle(fut.get_loop(), fut, exc=QueueFull("the model was unloaded"))
+                        self._jobs.clear()
                         return
                     new = len(self._active)
                     self._admit()
                     fresh = self._active[new:]
+                self._run_jobs()
                 for seq in fresh:
                     self._begin(seq)
                 self._step()

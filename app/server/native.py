@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from typing import Any
+
 from aiohttp import web
 
+from app.core.presets import validate_options
+from app.core.scheduler import LoadedInfo, parse_keep_alive
+from app.errors import InvalidRequest
 from app.server.app import SERVICE, read_json_body
-from app.server.schemas import Body
+from app.server.schemas import Body, parse_ttl
 
 routes = web.RouteTableDef()
+
+
+def loaded_json(i: LoadedInfo) -> dict[str, Any]:
+    return {
+        "id": i.model_id,
+        "runtime": i.runtime,
+        "context_length": i.context_length,
+        "loaded_at": i.loaded_at,
+        "last_used": i.last_used,
+        "pending_requests": i.pending,
+        "memory_bytes": i.memory_bytes,
+        "ttl": i.ttl,
+        "expires_at": i.expires_at,
+        "pinned": i.pinned,
+        "options": asdict(i.options),
+    }
 
 
 @routes.get("/api/v1/models")
@@ -19,33 +41,32 @@ async def models(request: web.Request) -> web.Response:
 @routes.get("/api/v1/ps")
 async def ps(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
+    sched = service.scheduler
     return web.json_response(
         {
-            "models": [
-                {
-                    "id": i.model_id,
-                    "runtime": i.runtime,
-                    "context_length": i.context_length,
-                    "loaded_at": i.loaded_at,
-                    "last_used": i.last_used,
-                    "pending_requests": i.pending,
-                }
-                for i in service.scheduler.loaded()
-            ],
-            "loading": service.scheduler.loading(),
+            "models": [loaded_json(i) for i in sched.loaded()],
+            "loading": sched.loading(),
+            "memory": {"budget": sched.budget(), "used": sched.used()},
         }
     )
 
 
 @routes.post("/api/v1/models/load")
 async def load(request: web.Request) -> web.Response:
+    """{"model": ID, "options": {...}, "force": false, "ttl": 300 | "5m" | -1, "pin": bool}"""
     service = request.app[SERVICE]
     b = Body(await read_json_body(request))
     model_id = b.text("model", required=True) or ""
-    lm = await service.load(model_id)
-    return web.json_response(
-        {"id": model_id, "state": "loaded", "context_length": lm.context_length}
-    )
+    options = validate_options(b.data.get("options") or {}, where="options")
+    pin = b.data.get("pin")
+    if pin is not None and not isinstance(pin, bool):
+        raise InvalidRequest("'pin' must be a boolean", param="pin")
+    lm = await service.load(model_id, options, force=b.flag("force"), ttl=parse_ttl(b), pin=pin)
+    info = next((i for i in service.scheduler.loaded() if i.model_id == model_id), None)
+    body: dict[str, Any] = {"id": model_id, "state": "loaded", "context_length": lm.context_length}
+    if info is not None:
+        body.update(loaded_json(info))
+    return web.json_response(body)
 
 
 @routes.post("/api/v1/models/unload")
@@ -56,3 +77,49 @@ async def unload(request: web.Request) -> web.Response:
     service.library.get(model_id)  # 404 for unknown ids
     was_loaded = await service.unload(model_id)
     return web.json_response({"id": model_id, "state": "not-loaded", "was_loaded": was_loaded})
+
+
+@routes.post("/api/v1/models/pin")
+async def pin(request: web.Request) -> web.Response:
+    """{"model": ID, "pinned": true|false}"""
+    service = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model_id = b.text("model", required=True) or ""
+    service.scheduler.set_pinned(model_id, b.flag("pinned", True))
+    return web.json_response({"id": model_id, "pinned": b.flag("pinned", True)})
+
+
+@routes.post("/api/v1/models/estimate")
+async def estimate(request: web.Request) -> web.Response:
+    """{"model": ID, "options": {...}} -> bytes by part, the budget and whether it fits."""
+    service = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model_id = b.text("model", required=True) or ""
+    options = validate_options(b.data.get("options") or {}, where="options")
+    return web.json_response({"id": model_id, **service.estimate(model_id, options)})
+
+
+@routes.get("/api/v1/models/{model_id:.+}/preset")
+async def get_preset(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    model_id = request.match_info["model_id"]
+    service.library.get(model_id)
+    preset = service.presets.get(model_id) if service.presets else {}
+    return web.json_response({"id": model_id, "preset": preset})
+
+
+@routes.put("/api/v1/models/{model_id:.+}/preset")
+async def put_preset(request: web.Request) -> web.Response:
+    """Replace the model's preset (load options plus "ttl" and "pinned"); {} clears it."""
+    service = request.app[SERVICE]
+    model_id = request.match_info["model_id"]
+    service.library.get(model_id)
+    b = Body(await read_json_body(request))
+    if service.presets is None:
+        raise InvalidRequest("presets are not available in this server")
+    raw = b.data.get("preset", b.data)
+    if "ttl" in raw and raw["ttl"] is not None:
+        ttl = parse_keep_alive(raw["ttl"], param="preset.ttl")
+        raw = {**raw, "ttl": -1 if ttl is None else ttl}
+    saved = service.presets.set(model_id, raw)
+    return web.json_response({"id": model_id, "preset": saved})

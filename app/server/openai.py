@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import struct
 import time
 import uuid
 from typing import Any
@@ -16,12 +18,14 @@ from app.errors import GenerationTimeout, HearthError, InvalidRequest
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
 from app.server.schemas import (
     Body,
+    parse_embedding_input,
     parse_max_tokens,
     parse_messages,
     parse_prompt,
     parse_sampling,
     parse_stop,
     parse_stream,
+    parse_ttl,
     reject_pending_features,
 )
 from app.server.sse import SSEWriter
@@ -53,6 +57,7 @@ def model_object(st: ModelStatus) -> dict[str, Any]:
         "context_length": st.context_length or m.context_length,
         "max_context_length": m.context_length,
         "size_bytes": m.size_bytes,
+        "memory_bytes": st.memory_bytes,
         "capabilities": ["embeddings"] if m.extra.get("embedding") else ["completion", "chat"],
     }
 
@@ -163,8 +168,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     so = parse_stream(b)
     reject_pending_features(b, chat=True)
     request[REQUEST_LOG]["model"] = model
+    ttl = parse_ttl(b)
     # everything that can fail (404, context overflow, queue full) fails here, before headers
-    gen = await service.chat(model, messages, sampling=sampling, max_tokens=max_tokens, stop=stop)
+    gen = await service.chat(
+        model, messages, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=ttl
+    )
     cid = "chatcmpl-" + uuid.uuid4().hex
     created = int(time.time())
     if not so.stream:
@@ -254,18 +262,19 @@ async def completions(request: web.Request) -> web.StreamResponse:
     so = parse_stream(b)
     reject_pending_features(b, chat=False)
     request[REQUEST_LOG]["model"] = model
+    ttl = parse_ttl(b)
     cid = "cmpl-" + uuid.uuid4().hex
     created = int(time.time())
     # validate every prompt (fit, 404) before any output; generations then run in order
     first = await service.complete(
-        model, prompts[0], sampling=sampling, max_tokens=max_tokens, stop=stop
+        model, prompts[0], sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=ttl
     )
 
     async def start(i: int) -> Generation:
         if i == 0:
             return first
         return await service.complete(
-            model, prompts[i], sampling=sampling, max_tokens=max_tokens, stop=stop
+            model, prompts[i], sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=ttl
         )
 
     if not so.stream:
@@ -369,3 +378,40 @@ async def completions(request: web.Request) -> web.StreamResponse:
         await sse.send({**base, "choices": [], "usage": totals, "timings": timings})
     await sse.done()
     return await sse.close()
+
+
+@routes.post("/v1/embeddings")
+async def embeddings(request: web.Request) -> web.Response:
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model = _check_model_field(b)
+    inputs = parse_embedding_input(b)
+    fmt = b.text("encoding_format", default="float")
+    if fmt not in ("float", "base64"):
+        raise InvalidRequest(
+            "'encoding_format' must be 'float' or 'base64'", param="encoding_format"
+        )
+    dims = b.integer("dimensions", None, lo=1, hi=1 << 16)
+    request[REQUEST_LOG]["model"] = model
+    vectors, n_tokens = await service.embed(model, inputs, ttl=parse_ttl(b))
+    if dims is not None and vectors and dims != len(vectors[0]):
+        # truncating a non-Matryoshka embedding silently degrades it: say so instead
+        raise InvalidRequest(
+            f"this model's embeddings have {len(vectors[0])} dimensions and cannot be shortened",
+            param="dimensions",
+        )
+    request[REQUEST_LOG]["prompt_tokens"] = n_tokens
+    data = []
+    for i, v in enumerate(vectors):
+        emb: Any = v
+        if fmt == "base64":
+            emb = base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    return web.json_response(
+        {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        }
+    )

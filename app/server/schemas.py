@@ -305,3 +305,53 @@ def parse_prompt(b: Body) -> list[str | list[int]]:
         "'prompt' must be a string, an array of strings, an array of token ids, or an array of those",
         param="prompt",
     )
+
+
+MAX_EMBED_INPUTS = 2048
+
+
+def parse_embedding_input(b: Body) -> list[str | list[int]]:
+    """`input` as a string, a list of strings, a list of token ids, or a list of those lists."""
+    v = b.data.get("input")
+    if v is None:
+        raise InvalidRequest("'input' is required", param="input")
+    items: list[Any]
+    if isinstance(v, str):
+        items = [v]
+    elif (
+        isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+    ):
+        items = [list(v)]
+    elif isinstance(v, list) and v:
+        items = v
+    else:
+        raise InvalidRequest("'input' must be a non-empty string or array", param="input")
+    if len(items) > MAX_EMBED_INPUTS:
+        raise InvalidRequest(f"at most {MAX_EMBED_INPUTS} inputs per request", param="input")
+    out: list[str | list[int]] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            if not item:
+                raise InvalidRequest("an input is an empty string", param=f"input[{i}]")
+            out.append(item)
+        elif (
+            isinstance(item, list)
+            and item
+            and all(isinstance(t, int) and not isinstance(t, bool) for t in item)
+        ):
+            out.append(list(item))
+        else:
+            raise InvalidRequest(
+                "each input must be a string or an array of token ids", param=f"input[{i}]"
+            )
+    return out
+
+
+def parse_ttl(b: Body) -> Any:
+    """Hearth's `ttl` extension (seconds; -1 = never) or Ollama's `keep_alive` ("5m", 0, -1)."""
+    from app.core.scheduler import UNSET, parse_keep_alive
+
+    for key in ("ttl", "keep_alive"):
+        if b.data.get(key) is not None:
+            return parse_keep_alive(b.data[key], param=key)
+    return UNSET

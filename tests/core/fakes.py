@@ -129,6 +129,13 @@ class FakeModel:
                 i += 1
         return toks
 
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return frozenset({"completion", "chat"})
+
+    async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
+        raise RuntimeError("the fake model only generates")
+
     def submit(self, request: GenerationRequest) -> DeltaStream:
         self.submit_calls += 1
         stream = self.worker.submit(request)

@@ -1,0 +1,201 @@
+"""Memory estimates from model metadata: weights + KV cache (context, KV type) + compute + overhead.
+
+Everything is derived from the GGUF header (local file or a remote header read with an HTTP Range
+request), never guessed from the file size alone. ``verdict`` compares an estimate with the
+machine's free memory (RAM, and VRAM from a device probe that tests can replace).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.core.gguf import GGUFHeader
+
+KV_BYTES = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q5_1": 24 / 32,
+    "q5_0": 22 / 32,
+    "q4_1": 20 / 32,
+    "q4_0": 18 / 32,
+}
+RUNTIME_OVERHEAD = 48 * 1024 * 1024  # context structs, graph metadata, thread pools
+
+Fit = Literal["fits-gpu", "fits-ram", "too-large"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    weights: int
+    kv_cache: int
+    compute: int
+    overhead: int
+    context_length: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.compute + self.overhead
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "compute": self.compute,
+            "overhead": self.overhead,
+            "total": self.total,
+            "context_length": self.context_length,
+        }
+
+
+def _int(v: Any, default: int = 0) -> int:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return v
+    if isinstance(v, list) and v and all(isinstance(x, int) for x in v):  # per-layer arrays
+        return max(v)
+    return default
+
+
+def estimate_gguf(
+    header: GGUFHeader,
+    *,
+    context_length: int | None = None,
+    kv_type: str = "f16",
+    batch_size: int = 512,
+    flash_attention: bool = False,
+    n_vocab: int | None = None,
+) -> MemoryEstimate:
+    """Estimate the resident memory of a GGUF model loaded with these options.
+
+    Args:
+        header: the parsed header (tensor sizes come from its tensor table).
+        context_length: the context to allocate; None = min(trained context, 4096).
+        kv_type: KV cache element type (f16, q8_0, q4_0, ...).
+        batch_size: llama.cpp's micro-batch (n_ubatch) size.
+        flash_attention: whether attention scores are materialized (off) or not (on).
+        n_vocab: vocabulary size when the header's token list length is unknown.
+    """
+    weights = sum(t.n_bytes for t in header.tensors)
+    trained = header.context_length or 4096
+    n_ctx = (
+        min(context_length or min(trained, 4096), trained) if trained else (context_length or 4096)
+    )
+    n_layer = _int(header.arch_value("block_count"))
+    n_embd = _int(header.arch_value("embedding_length"))
+    n_head = _int(header.arch_value("attention.head_count"), 1) or 1
+    n_head_kv = _int(header.arch_value("attention.head_count_kv"), n_head) or n_head
+    head_k = _int(header.arch_value("attention.key_length"), n_embd // n_head if n_head else 0)
+    head_v = _int(header.arch_value("attention.value_length"), head_k)
+    per_elem = KV_BYTES.get(kv_type.lower(), 2.0)
+    kv = int(n_layer * n_ctx * n_head_kv * (head_k + head_v) * per_elem)
+    vocab = n_vocab or header.array_lengths.get("tokenizer.ggml.tokens") or 32000
+    ub = max(1, min(batch_size, n_ctx))
+    # llama.cpp's compute buffer is dominated by the logits of one micro-batch, plus the
+    # attention scores when flash attention is off; intermediate activations are reused.
+    compute = vocab * ub * 4 + n_embd * ub * 4 * 4
+    if not flash_attention:
+        compute = max(compute, n_ctx * ub * n_head * 4)
+    return MemoryEstimate(weights, kv, compute, RUNTIME_OVERHEAD, n_ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceMemory:
+    """What this machine can hold: free RAM and, per GPU, free VRAM (bytes)."""
+
+    ram_total: int
+    ram_available: int
+    gpus: tuple[tuple[str, int], ...] = ()
+
+
+def probe_memory() -> DeviceMemory:
+    """RAM from /proc/meminfo (or sysconf); GPUs are reported by runtimes and merged by callers."""
+    total = avail = 0
+    try:
+        with open("/proc/meminfo") as f:
+            info = {
+                line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split()[1:]
+            }
+        total = info.get("MemTotal", 0)
+        avail = info.get("MemAvailable", info.get("MemFree", 0))
+    except (OSError, ValueError, IndexError):
+        pass
+    if not total:
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            avail = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            total = avail = 0
+    return DeviceMemory(total, avail)
+
+
+def verdict(estimate: int, memory: DeviceMemory) -> Fit:
+    """fits-gpu when a GPU has room for all of it, fits-ram when RAM does, else too-large."""
+    if any(free >= estimate for _, free in memory.gpus):
+        return "fits-gpu"
+    if memory.ram_available >= estimate:
+        return "fits-ram"
+    return "too-large"
+
+
+def estimate_mlx(folder: str, *, context_length: int | None = None) -> MemoryEstimate:
+    """MLX folder: safetensors sizes + an f16 KV cache from config.json."""
+    import json
+    from pathlib import Path
+
+    p = Path(folder)
+    weights = sum(f.stat().st_size for f in p.glob("*.safetensors"))
+    try:
+        cfg = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError):
+        cfg = {}
+    cfg = cfg if isinstance(cfg, dict) else {}
+    n_layer = _int(cfg.get("num_hidden_layers"))
+    n_embd = _int(cfg.get("hidden_size"))
+    n_head = _int(cfg.get("num_attention_heads"), 1) or 1
+    n_head_kv = _int(cfg.get("num_key_value_heads"), n_head) or n_head
+    head = _int(cfg.get("head_dim"), n_embd // n_head)
+    trained = _int(cfg.get("max_position_embeddings"), 4096)
+    n_ctx = min(context_length or min(trained, 4096), trained)
+    kv = n_layer * n_ctx * n_head_kv * head * 2 * 2
+    vocab = _int(cfg.get("vocab_size"), 32000)
+    compute = vocab * 4 * 2 + n_embd * 512 * 4 * 4
+    return MemoryEstimate(weights, kv, compute, RUNTIME_OVERHEAD, n_ctx)
+
+
+def estimate_model(model: Any, options: Any) -> MemoryEstimate:
+    """Estimate for a library model (``LocalModel``) loaded with ``options`` (``LoadOptions``)."""
+    from app.core.gguf import read_header
+
+    ctx = options.context_length or None
+    if model.format == "mlx":
+        return estimate_mlx(model.path, context_length=ctx)
+    header = read_header(model.path)
+    embedding = bool(model.extra.get("embedding"))
+    return estimate_gguf(
+        header,
+        context_length=ctx,
+        kv_type=options.kv_type,
+        batch_size=options.ubatch_size or options.batch_size,
+        flash_attention=options.flash_attention == "on",
+        # an embedding context keeps no logits
+        n_vocab=1 if embedding else None,
+    )
+
+
+def current_rss() -> int:
+    """This process's resident memory in bytes (0 where unknown)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # macOS / BSD: peak, the best portable figure
+        import resource
+
+        ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(ru if os.uname().sysname == "Darwin" else ru * 1024)
+    except (ImportError, OSError, ValueError):
+        return 0
