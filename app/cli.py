@@ -275,6 +275,27 @@ def cmd_gui(args: argparse.Namespace) -> int:
             loop.stop()
 
 
+def _load_options(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    for flag, key in (
+        ("ctx", "context_length"),
+        ("gpu_layers", "gpu_layers"),
+        ("threads", "threads"),
+        ("batch", "batch_size"),
+        ("kv_type", "kv_type"),
+        ("flash_attention", "flash_attention"),
+        ("seed", "seed"),
+    ):
+        v = getattr(args, flag, None)
+        if v is not None:
+            opts[key] = v
+    if getattr(args, "no_mmap", False):
+        opts["use_mmap"] = False
+    if getattr(args, "mlock", False):
+        opts["use_mlock"] = True
+    return opts
+
+
 # -- talking to a running server ---------------------------------------------------------------
 def _api_key(args: argparse.Namespace) -> str | None:
     return getattr(args, "api_key", None) or os.environ.get("HEARTH_API_KEY") or None
@@ -414,6 +435,21 @@ def build_parser() -> argparse.ArgumentParser:
         )
         s.add_argument("--api-key", default=None)
         s.add_argument("--json", action="store_true")
+        if name == "load":
+            s.add_argument("--ctx", type=int, help="context length to allocate")
+            s.add_argument("--gpu-layers", type=int, help="layers to offload (-1 auto, 0 none)")
+            s.add_argument("--threads", type=int)
+            s.add_argument("--batch", type=int, help="batch size")
+            s.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"))
+            s.add_argument("--flash-attention", choices=("auto", "on", "off"))
+            s.add_argument("--seed", type=int)
+            s.add_argument("--no-mmap", action="store_true", help="read the weights into memory")
+            s.add_argument("--mlock", action="store_true", help="lock the weights in RAM")
+            s.add_argument("--ttl", help='unload after this long idle: seconds or "5m"; -1 = never')
+            s.add_argument("--pin", action="store_true", help="never unload on its own")
+            s.add_argument(
+                "--force", action="store_true", help="load even if the memory budget says no"
+            )
         s.set_defaults(func=fn)
     return p
 

@@ -56,6 +56,9 @@ class LoadDefaults:
     context_length: int = 4096
     threads: int = 0  # 0 = physical cores
     batch_size: int = 512
+    jit_ttl_s: int = 900  # an on-demand load unloads after this long idle; 0 = at once when idle
+    jit_keep_forever: bool = False  # on-demand loads never unload on their own
+    memory_budget_bytes: int = 0  # 0 = 80% of RAM (or of the largest GPU)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +88,12 @@ def _coerce(cls: type, raw: Any, where: str) -> Any:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ConfigError(f"settings: {where}.{f.name} must be a non-negative integer")
         elif isinstance(default, float):
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float)
+                or not math.isfinite(v)
+                or v <= 0
+            ):
                 raise ConfigError(f"settings: {where}.{f.name} must be a positive number")
             v = float(v)
         elif isinstance(default, tuple):

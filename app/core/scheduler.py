@@ -224,10 +224,10 @@ class ModelScheduler:
                     f"The model '{model_id}' is not loaded and on-demand loading is off",
                     param="model",
                 )
-            await self.load(model_id)
+            await self.load(model_id, jit=True)
             s = self._slots.get(model_id)
             if s is None:  # unloaded again in between (e.g. by the user): load once more
-                await self.load(model_id)
+                await self.load(model_id, jit=True)
                 s = self._slots[model_id]
         s.leases += 1
         s.last_used = self._clock()
@@ -256,6 +256,7 @@ class ModelScheduler:
         force: bool = False,
         ttl: Any = UNSET,
         pin: bool | None = None,
+        jit: bool = False,
     ) -> LoadedModel:
         """Load a model (a no-op when loaded; joins a load in progress).
 
@@ -264,8 +265,10 @@ class ModelScheduler:
                 complete ``LoadOptions``). A loaded model is not reloaded for new options:
                 unload it first.
             force: load even when the budget says it does not fit.
-            ttl: seconds idle before unloading (None = never); default: preset, then global.
+            ttl: seconds idle before unloading (None = never); default: the preset's, else the
+                global JIT default for on-demand loads and never for explicit ones.
             pin: keep loaded regardless of TTL and eviction.
+            jit: this load was caused by a request (not asked for explicitly).
 
         Raises:
             ModelNotFound, RuntimeUnavailable, InsufficientMemory, ModelLoadFailed.
@@ -287,7 +290,7 @@ class ModelScheduler:
                 opts = self.effective_options(model_id, options)
             extra = self._preset_extra(model_id)
             if ttl is UNSET:
-                ttl = extra["ttl"] if "ttl" in extra else self._default_ttl()
+                ttl = extra["ttl"] if "ttl" in extra else (self._default_ttl() if jit else None)
                 if ttl is not None and ttl < 0:
                     ttl = None
             pinned = bool(extra.get("pinned", False)) if pin is None else pin
