@@ -102,6 +102,8 @@ def test_a_chat_request_is_logged_with_tokens(
         ),
         timeout=SLOW,
     )
+    # the log entry is published as the response goes out: the client may still be reading it
+    qtbot.waitUntil(lambda: "json" in result or "error" in result, timeout=SLOW)
     assert result.get("status") == 200, result
     usage = result["json"]["usage"]
     r = row(page.request_model)
