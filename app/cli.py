@@ -33,26 +33,40 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 # -- composition root ------------------------------------------------------------------------
 def build_service(paths: AppPaths, settings: Settings) -> Hearth:
     """Wire the core to the runtimes available on this machine."""
+    from app.core.presets import PresetStore
+    from app.core.scheduler import default_budget
     from app.runtimes.llama_cpp import LlamaCppRuntime
+    from app.runtimes.mlx import MlxRuntime
 
     models_dir = Path(settings.models_dir) if settings.models_dir else paths.models
     library = ModelLibrary(paths.library_file, models_dir)
-    runtimes = {
-        "gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size)
+    runtimes: dict[str, Any] = {
+        "gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size),
+        # MLX models are listed everywhere; loading one where mlx is missing is a clear 501
+        "mlx": MlxRuntime(queue_size=settings.server.queue_size),
     }
     store = SettingsStore(paths.settings_file)
 
     def load_defaults() -> LoadOptions:
         d = store.load().load
-        return LoadOptions(
-            context_length=d.context_length, threads=d.threads, batch_size=d.batch_size
-        )
+        return LoadOptions(context_length=d.context_length, threads=d.threads, batch_size=d.batch_size)
+
+    def jit_ttl() -> float | None:
+        d = store.load().load
+        return None if d.jit_keep_forever else float(d.jit_ttl_s)
+
+    def budget() -> int:
+        return store.load().load.memory_budget_bytes or default_budget()
 
     return Hearth(
         library,
         runtimes,
         load_defaults=load_defaults,
         jit_enabled=lambda: store.load().server.jit_loading,
+        presets=PresetStore(paths.config / "presets.json"),
+        budget_bytes=budget,
+        default_ttl=jit_ttl,
+        calibration_file=paths.cache / "memory-calibration.json",
     )
 
 
