@@ -23,7 +23,9 @@ KV_BYTES = {
     "q4_1": 20 / 32,
     "q4_0": 18 / 32,
 }
-RUNTIME_OVERHEAD = 48 * 1024 * 1024  # context structs, graph metadata, thread pools
+LLAMA_OVERHEAD = 12 * 1024 * 1024  # context structs, graph metadata, thread pools
+MLX_OVERHEAD = 21 * 1024 * 1024  # MLX's allocator and kernel caches on first use
+RUNTIME_OVERHEAD = LLAMA_OVERHEAD
 
 Fit = Literal["fits-gpu", "fits-ram", "too-large"]
 
@@ -67,38 +69,46 @@ def estimate_gguf(
     batch_size: int = 512,
     flash_attention: bool = False,
     n_vocab: int | None = None,
+    embedding: bool | None = None,
 ) -> MemoryEstimate:
-    """Estimate the resident memory of a GGUF model loaded with these options.
+    """Estimate the resident memory of a GGUF model loaded with these options and run to a full
+    context (what llama.cpp really touches, not just what it reserves).
 
     Args:
         header: the parsed header (tensor sizes come from its tensor table).
         context_length: the context to allocate; None = min(trained context, 4096).
         kv_type: KV cache element type (f16, q8_0, q4_0, ...).
         batch_size: llama.cpp's micro-batch (n_ubatch) size.
-        flash_attention: whether attention scores are materialized (off) or not (on).
+        flash_attention: attention scores are not materialized when on.
         n_vocab: vocabulary size when the header's token list length is unknown.
+        embedding: an embedding model (pooled outputs for every token, no KV cache for
+            non-causal encoders); None = decide from the header.
+
+    The per-element constants were fitted to resident-memory measurements of llama.cpp on a
+    135M chat model at 1-4k context and a MiniLM embedder (see tests/runtimes/test_memory_estimate.py).
     """
     weights = sum(t.n_bytes for t in header.tensors)
     trained = header.context_length or 4096
-    n_ctx = (
-        min(context_length or min(trained, 4096), trained) if trained else (context_length or 4096)
-    )
+    n_ctx = min(context_length or min(trained, 4096), trained)
     n_layer = _int(header.arch_value("block_count"))
     n_embd = _int(header.arch_value("embedding_length"))
+    n_ff = _int(header.arch_value("feed_forward_length"), 4 * n_embd)
     n_head = _int(header.arch_value("attention.head_count"), 1) or 1
     n_head_kv = _int(header.arch_value("attention.head_count_kv"), n_head) or n_head
     head_k = _int(header.arch_value("attention.key_length"), n_embd // n_head if n_head else 0)
     head_v = _int(header.arch_value("attention.value_length"), head_k)
+    is_embedding = header.is_embedding_model if embedding is None else embedding
+    causal = header.arch_value("attention.causal") is not False
     per_elem = KV_BYTES.get(kv_type.lower(), 2.0)
-    kv = int(n_layer * n_ctx * n_head_kv * (head_k + head_v) * per_elem)
+    kv = int(n_layer * n_ctx * n_head_kv * (head_k + head_v) * per_elem) if causal else 0
     vocab = n_vocab or header.array_lengths.get("tokenizer.ggml.tokens") or 32000
-    ub = max(1, min(batch_size, n_ctx))
-    # llama.cpp's compute buffer is dominated by the logits of one micro-batch, plus the
-    # attention scores when flash attention is off; intermediate activations are reused.
-    compute = vocab * ub * 4 + n_embd * ub * 4 * 4
-    if not flash_attention:
-        compute = max(compute, n_ctx * ub * n_head * 4)
-    return MemoryEstimate(weights, kv, compute, RUNTIME_OVERHEAD, n_ctx)
+    # an embedding context takes a whole input as one micro-batch
+    ub = n_ctx if is_embedding else max(1, min(batch_size, n_ctx))
+    attn = int(ub * n_ctx * n_head * (1.0 if flash_attention else 6.5))
+    act = ub * (8 * n_embd + (3 * n_ff if causal else 0)) * 4
+    # pooled embeddings make llama.cpp keep an output row per token; generation keeps one
+    outputs = n_ctx * (vocab + n_embd) * 4 if is_embedding else vocab * 4
+    return MemoryEstimate(weights, kv, attn + act + outputs, LLAMA_OVERHEAD, n_ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +150,10 @@ def verdict(estimate: int, memory: DeviceMemory) -> Fit:
     return "too-large"
 
 
-def estimate_mlx(folder: str, *, context_length: int | None = None) -> MemoryEstimate:
-    """MLX folder: safetensors sizes + an f16 KV cache from config.json."""
+def estimate_mlx(
+    folder: str, *, context_length: int | None = None, prefill_step: int = 512
+) -> MemoryEstimate:
+    """MLX folder: safetensors sizes + an f16 KV cache + prefill scores and logits (config.json)."""
     import json
     from pathlib import Path
 
@@ -161,8 +173,10 @@ def estimate_mlx(folder: str, *, context_length: int | None = None) -> MemoryEst
     n_ctx = min(context_length or min(trained, 4096), trained)
     kv = n_layer * n_ctx * n_head_kv * head * 2 * 2
     vocab = _int(cfg.get("vocab_size"), 32000)
-    compute = vocab * 4 * 2 + n_embd * 512 * 4 * 4
-    return MemoryEstimate(weights, kv, compute, RUNTIME_OVERHEAD, n_ctx)
+    step = min(prefill_step, n_ctx)
+    # attention scores + softmax of one prefill chunk (f32), and its logits (f16)
+    compute = step * n_ctx * n_head * 8 + step * vocab * 2
+    return MemoryEstimate(weights, kv, compute, MLX_OVERHEAD, n_ctx)
 
 
 def estimate_model(model: Any, options: Any) -> MemoryEstimate:
@@ -173,15 +187,13 @@ def estimate_model(model: Any, options: Any) -> MemoryEstimate:
     if model.format == "mlx":
         return estimate_mlx(model.path, context_length=ctx)
     header = read_header(model.path)
-    embedding = bool(model.extra.get("embedding"))
     return estimate_gguf(
         header,
         context_length=ctx,
         kv_type=options.kv_type,
         batch_size=options.ubatch_size or options.batch_size,
         flash_attention=options.flash_attention == "on",
-        # an embedding context keeps no logits
-        n_vocab=1 if embedding else None,
+        embedding=bool(model.extra.get("embedding")),
     )
 
 

@@ -103,8 +103,8 @@ class LlamaEngine:
     def __init__(self, model: LocalModel, options: LoadOptions, *, extra_bufts: bool) -> None:
         _ensure_backend()
         mp = L.llama_model_default_params()
-        mp.use_mmap = options.use_mmap
-        mp.use_mlock = options.use_mlock
+        # this llama.cpp takes mmap/mlock as one load mode: NONE 0, MMAP 1, MLOCK 2, MMAP_MLOCK 3
+        mp.load_mode = (1 if options.use_mmap else 0) | (2 if options.use_mlock else 0)
         if options.gpu_layers >= 0:
             mp.n_gpu_layers = options.gpu_layers
         mp.use_extra_bufts = extra_bufts

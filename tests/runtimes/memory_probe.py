@@ -1,0 +1,78 @@
+"""Child process for the memory-estimate test: load with mmap off, fill the context, report RSS.
+
+Usage: python -m tests.runtimes.memory_probe FORMAT PATH CONTEXT HOME
+Prints one JSON line: {"estimate": bytes, "measured": bytes, ...}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+
+async def main(fmt: str, path: str, ctx: int, home: str) -> None:
+    from app.core import fit
+    from app.core.library import ModelLibrary
+    from app.core.service import Hearth
+    from app.core.types import LoadOptions, SamplingParams
+
+    runtimes: dict = {}
+    if fmt == "gguf":
+        from app.runtimes.llama_cpp import LlamaCppRuntime, build_info
+
+        build_info()  # initialize the backend before the baseline
+        runtimes["gguf"] = LlamaCppRuntime(probe_file=Path(home) / "probe.json")
+    else:
+        from app.runtimes.mlx import MlxRuntime, _import_mlx
+
+        _import_mlx()
+        runtimes["mlx"] = MlxRuntime()
+    lib = ModelLibrary(Path(home) / "lib.json", Path(home) / "models")
+    model, _ = lib.import_path(path)
+    options = LoadOptions(context_length=ctx, use_mmap=False)
+    h = Hearth(lib, runtimes, load_defaults=lambda: options, budget_bytes=lambda: 1 << 40)
+    estimate = fit.estimate_model(model, options)
+    if fmt == "gguf":  # the probe child runs once, outside this measurement
+        from app.core.gguf import read_header
+        from app.runtimes.llama_probe import extra_bufts_safe
+
+        extra_bufts_safe(
+            path,
+            build_info=build_info(),
+            weight_type=read_header(path).quantization or "",
+            probe_file=Path(home) / "probe.json",
+        )
+    before = fit.current_rss()
+    lm = await h.load(model.id)
+    after_load = fit.current_rss()
+    if "embeddings" in lm.capabilities:
+        n = lm.context_length - 2
+        await h.embed(model.id, [[100 + (i % 1000) for i in range(n)]])
+    else:
+        words = "the lighthouse keeper watched the sea "
+        tokens = lm.tokenize(words * 2000, add_special=True, parse_special=False)[
+            : lm.context_length - 2
+        ]
+        gen = await h.complete(
+            model.id, tokens, sampling=SamplingParams(temperature=0), max_tokens=1
+        )
+        await gen.collect()
+    after = fit.current_rss()
+    print(
+        json.dumps(
+            {
+                "estimate": estimate.total,
+                "parts": estimate.as_dict(),
+                "measured": after - before,
+                "measured_after_load": after_load - before,
+                "context": lm.context_length,
+            }
+        )
+    )
+    await h.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]))

@@ -1,0 +1,55 @@
+"""Memory estimate vs measured footprint on the test models, within 15%.
+
+Measured as the resident-memory increase of a fresh process after loading with mmap off and
+decoding a prompt that fills the context (tests/runtimes/memory_probe.py does it in a child).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def measure(fmt: str, path: Path, ctx: int, home: Path) -> dict:
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.runtimes.memory_probe", fmt, str(path), str(ctx), str(home)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def check(name: str, d: dict) -> None:
+    est, got = d["estimate"], d["measured"]
+    print(
+        f"{name}: estimate {est / 2**20:.1f} MiB, measured {got / 2**20:.1f} MiB "
+        f"({(est / got - 1) * 100:+.1f}%) parts={ {k: round(v / 2**20, 1) for k, v in d['parts'].items()} }"
+    )
+    assert abs(est / got - 1) <= 0.15
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("ctx", [1024, 4096])
+def test_llama_chat_model(tmp_path: Path, smollm2_path: Path, ctx: int) -> None:
+    check(f"SmolLM2-135M Q4_1 ctx {ctx}", measure("gguf", smollm2_path, ctx, tmp_path))
+
+
+def test_llama_embedding_model(tmp_path: Path, embedding_gguf: Path) -> None:
+    check("MiniLM-L6 Q8_0 ctx 512", measure("gguf", embedding_gguf, 512, tmp_path))
+
+
+def test_mlx_model(tmp_path: Path) -> None:
+    pytest.importorskip("mlx_lm", reason="needs mlx-lm")
+    from tests.mlx_model import build_tiny_mlx_model
+
+    folder = build_tiny_mlx_model(tmp_path / "Tiny-MLX", layers=4, hidden=256)
+    check("tiny MLX llama ctx 1024", measure("mlx", folder, 1024, tmp_path / "h"))
