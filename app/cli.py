@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -240,19 +241,40 @@ def cmd_ps(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not data["models"]:
         print("No models loaded.", file=sys.stderr)
+        return EXIT_OK
+    rows = [("ID", "RUNTIME", "CONTEXT", "MEMORY", "UNTIL", "PENDING")]
+    now = time.time()
     for m in data["models"]:
-        print(
-            f"{m['id']}  {m['runtime']}  ctx={m['context_length']}  pending={m['pending_requests']}"
+        if m["pinned"]:
+            until = "pinned"
+        elif m["ttl"] is None:
+            until = "forever"
+        elif m["expires_at"] is None:
+            until = "busy"
+        else:
+            until = f"{max(0, int(m['expires_at'] - now))}s"
+        rows.append(
+            (m["id"], m["runtime"], str(m["context_length"]), _human_bytes(m["memory_bytes"]),
+             until, str(m["pending_requests"]))
         )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    mem = data.get("memory") or {}
+    if mem:
+        print(f"memory: {_human_bytes(mem['used'])} of {_human_bytes(mem['budget'])} budget", file=sys.stderr)
     return EXIT_OK
 
 
 def cmd_load(args: argparse.Namespace) -> int:
     paths, _ = _context()
     url = _require_server(paths, args.url)
-    data = _api(
-        url, "POST", "/api/v1/models/load", {"model": args.model}, _api_key(args), timeout=600
-    )
+    body: dict[str, Any] = {"model": args.model, "options": _load_options(args), "force": args.force}
+    if args.ttl is not None:
+        body["ttl"] = args.ttl
+    if args.pin:
+        body["pin"] = True
+    data = _api(url, "POST", "/api/v1/models/load", body, _api_key(args), timeout=600)
     print(
         json.dumps(data) if args.json else f"loaded {data['id']} (context {data['context_length']})"
     )
