@@ -43,14 +43,22 @@ STATE = web.AppKey("state", ServerState)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def json_error(err: HearthError, headers: dict[str, str] | None = None) -> web.Response:
+def is_ollama_path(path: str) -> bool:
+    return path.startswith("/api/") and not path.startswith("/api/v1/")
+
+
+def json_error(
+    err: HearthError, headers: dict[str, str] | None = None, *, ollama: bool = False
+) -> web.Response:
+    """The error body clients of this route expect: OpenAI's shape, or Ollama's ``{"error": msg}``."""
     h = dict(headers or {})
     if err.status in (400, 401, 403, 404, 413):
         h.setdefault("x-should-retry", "false")
     retry = getattr(err, "retry_after", None)
     if retry is not None:
         h["Retry-After"] = str(retry)
-    return web.json_response(error_body(err), status=err.status, headers=h)
+    body = {"error": err.message} if ollama else error_body(err)
+    return web.json_response(body, status=err.status, headers=h)
 
 
 class _Forbidden(HearthError):
@@ -139,6 +147,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     started = time.perf_counter()
     request[REQUEST_LOG] = {"model": None, "prompt_tokens": 0, "completion_tokens": 0, "tps": 0.0}
     cors: dict[str, str] = {}
+    ollama = is_ollama_path(request.path)
     state.inflight += 1
     try:
         name = host_name(request.headers.get("Host", ""))
@@ -182,18 +191,20 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 )
         resp = await handler(request)
     except HearthError as e:
-        resp = json_error(e)
+        resp = json_error(e, ollama=ollama)
     except web.HTTPRequestEntityTooLarge:
         limit = state.settings.max_body_bytes
-        resp = json_error(_TooLarge(f"The request body is larger than the limit ({limit} bytes)"))
+        resp = json_error(
+            _TooLarge(f"The request body is larger than the limit ({limit} bytes)"), ollama=ollama
+        )
     except web.HTTPException as e:
         if e.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
-        resp = json_error(_HTTPError(e.status, e.reason or "error", code))
+        resp = json_error(_HTTPError(e.status, e.reason or "error", code), ollama=ollama)
     except Exception:  # our bug: log it, answer 500 in the same shape
         log.exception("unhandled error on %s %s", request.method, request.path)
-        resp = json_error(HearthError("internal server error (see the Hearth log)"))
+        resp = json_error(HearthError("internal server error (see the Hearth log)"), ollama=ollama)
     finally:
         state.inflight -= 1
     if cors and not resp.prepared:
@@ -235,7 +246,7 @@ def create_app(
     bound_host: str = "127.0.0.1",
 ) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
-    from app.server import native, openai
+    from app.server import native, ollama, openai
 
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app[SERVICE] = service
@@ -244,4 +255,5 @@ def create_app(
     )
     app.router.add_routes(openai.routes)
     app.router.add_routes(native.routes)
+    app.router.add_routes(ollama.routes)
     return app

@@ -1,0 +1,366 @@
+"""Ollama-shaped routes (/api/tags, /api/show, /api/chat, /api/generate, /api/embed, /api/ps,
+/api/version) on the same port, for apps that only speak Ollama. NDJSON streams; errors are
+``{"error": "..."}``. Hearth's own API lives under /api/v1/.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from app import __version__
+from app.core.scheduler import UNSET, parse_keep_alive
+from app.core.service import Generation, Hearth, ModelStatus
+from app.core.types import ChatMessage, Delta, SamplingParams
+from app.errors import HearthError, InvalidRequest, ModelNotFound, UnsupportedParameter
+from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
+from app.server.schemas import Body, parse_messages
+
+routes = web.RouteTableDef()
+
+OLLAMA_VERSION = "0.12.0"  # the API level these shapes follow
+
+
+def _now_iso(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(ts if ts is not None else time.time(), UTC).isoformat().replace("+00:00", "Z")
+
+
+def resolve_id(service: Hearth, name: str) -> str:
+    """Ollama names carry a tag ("llama3:latest"); Hearth ids may not."""
+    try:
+        service.library.get(name)
+        return name
+    except ModelNotFound:
+        if name.endswith(":latest"):
+            service.library.get(name[: -len(":latest")])
+            return name[: -len(":latest")]
+        raise
+
+
+def _details(st: ModelStatus) -> dict[str, Any]:
+    m = st.model
+    return {
+        "parent_model": "",
+        "format": m.format,
+        "family": m.architecture or "",
+        "families": [m.architecture] if m.architecture else [],
+        "parameter_size": _param_size(m.parameters),
+        "quantization_level": m.quantization or "",
+    }
+
+
+def _param_size(n: int | None) -> str:
+    if not n:
+        return ""
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{suffix}"
+    return str(n)
+
+
+def _digest(st: ModelStatus) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{st.model.path}|{st.model.size_bytes}|{st.model.mtime}".encode()).hexdigest()
+
+
+def _tag(model_id: str) -> str:
+    return model_id if ":" in model_id else f"{model_id}:latest"
+
+
+def _sampling(opts: dict[str, Any]) -> tuple[SamplingParams, int | None, tuple[str, ...]]:
+    """Ollama ``options`` with Ollama's defaults (temperature 0.8, top_k 40, top_p 0.9, ...)."""
+    if not isinstance(opts, dict):
+        raise InvalidRequest("'options' must be an object", param="options")
+    b = Body(opts)
+    sampling = SamplingParams(
+        temperature=b.number("temperature", 0.8, lo=0.0, hi=2.0),
+        top_p=b.number("top_p", 0.9, lo=0.0, hi=1.0),
+        top_k=b.integer("top_k", 40, lo=0, hi=1_000_000) or 0,
+        min_p=b.number("min_p", 0.0, lo=0.0, hi=1.0),
+        repeat_penalty=b.number("repeat_penalty", 1.1, lo=0.01, hi=10.0),
+        presence_penalty=b.number("presence_penalty", 0.0, lo=-2.0, hi=2.0),
+        frequency_penalty=b.number("frequency_penalty", 0.0, lo=-2.0, hi=2.0),
+        seed=b.integer("seed", None, lo=-(1 << 63), hi=(1 << 64) - 1),
+    )
+    n = b.integer("num_predict", None, lo=-2, hi=1 << 20)
+    max_tokens = None if n is None or n < 0 else n
+    if n == 0:
+        raise InvalidRequest("'num_predict' must not be 0", param="options.num_predict")
+    stop = opts.get("stop") or []
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise InvalidRequest("'stop' must be a list of strings", param="options.stop")
+    return sampling, max_tokens, tuple(s for s in stop if s)
+
+
+def _reject(b: Body) -> None:
+    if b.data.get("format") not in (None, ""):
+        raise UnsupportedParameter("'format' (structured output) is not supported yet", param="format")
+    if b.data.get("tools"):
+        raise UnsupportedParameter("'tools' are not supported yet", param="tools")
+    if b.data.get("think") not in (None, False):
+        raise UnsupportedParameter("'think' is not supported yet", param="think")
+    if b.data.get("images"):
+        raise UnsupportedParameter("images need a vision model; none is available", param="images")
+    if b.data.get("suffix"):
+        raise UnsupportedParameter("'suffix' (fill-in-the-middle) is not supported", param="suffix")
+    if b.data.get("context"):
+        raise UnsupportedParameter("'context' (deprecated token context) is not supported", param="context")
+
+
+def _keep_alive(b: Body) -> Any:
+    v = b.data.get("keep_alive")
+    return UNSET if v is None else parse_keep_alive(v)
+
+
+def _final_fields(final: Delta, started: float, load_ns: int) -> dict[str, Any]:
+    t = final.timings
+    u = final.usage
+    return {
+        "done_reason": final.finish_reason if final.finish_reason in ("stop", "length") else "stop",
+        "total_duration": int((time.perf_counter() - started) * 1e9),
+        "load_duration": load_ns,
+        "prompt_eval_count": u.prompt_tokens if u else 0,
+        "prompt_eval_duration": int(t.prompt_ms * 1e6) if t else 0,
+        "eval_count": u.completion_tokens if u else 0,
+        "eval_duration": int(t.predicted_ms * 1e6) if t else 0,
+    }
+
+
+async def _load_or_unload(service: Hearth, model_id: str, keep_alive: Any, key: str) -> web.Response:
+    """An empty prompt/messages loads the model; with keep_alive 0 it unloads it (Ollama)."""
+    if keep_alive == 0:
+        await service.unload(model_id)
+        reason = "unload"
+    else:
+        await service.load(model_id, ttl=keep_alive)
+        reason = "load"
+    body: dict[str, Any] = {"model": model_id, "created_at": _now_iso(), "done": True, "done_reason": reason}
+    body[key] = {"role": "assistant", "content": ""} if key == "message" else ""
+    return web.json_response(body)
+
+
+async def _respond(
+    request: web.Request, gen: Generation, model_id: str, stream: bool, key: str, started: float, load_ns: int
+) -> web.StreamResponse:
+    state = request.app[STATE]
+    state.active.add(gen)
+
+    def piece(text: str) -> Any:
+        return {"role": "assistant", "content": text} if key == "message" else text
+
+    try:
+        if not stream:
+            text, final = await gen.collect()
+            _note(request, model_id, final)
+            if final.finish_reason in ("error", "cancelled"):
+                raise HearthError(final.error or "the generation was stopped")
+            return web.json_response(
+                {"model": model_id, "created_at": _now_iso(), key: piece(text), "done": True,
+                 **_final_fields(final, started, load_ns)}
+            )
+        resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await resp.prepare(request)
+
+        async def line(obj: dict[str, Any]) -> None:
+            await resp.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+
+        last: Delta | None = None
+        async for d in gen:
+            if d.text:
+                await line({"model": model_id, "created_at": _now_iso(), key: piece(d.text), "done": False})
+            if d.finish_reason:
+                last = d
+        if last is None or last.finish_reason in ("error", "cancelled"):
+            msg = "the server is shutting down" if state.stopping else (last.error if last else None)
+            await line({"error": msg or "the generation was stopped"})
+        else:
+            _note(request, model_id, last)
+            await line({"model": model_id, "created_at": _now_iso(), key: piece(""), "done": True,
+                        **_final_fields(last, started, load_ns)})
+        await resp.write_eof()
+        return resp
+    finally:
+        state.active.discard(gen)
+        gen.cancel()
+
+
+def _note(request: web.Request, model_id: str, final: Delta) -> None:
+    info = request[REQUEST_LOG]
+    info["model"] = model_id
+    if final.usage:
+        info["prompt_tokens"] = final.usage.prompt_tokens
+        info["completion_tokens"] = final.usage.completion_tokens
+    if final.timings:
+        info["tps"] = final.timings.predicted_per_second
+
+
+async def _jit(service: Hearth, model_id: str) -> int:
+    """Load ahead of the generation to report load_duration (ns) as Ollama does."""
+    if service.scheduler.state(model_id) == "loaded":
+        return 0
+    t0 = time.perf_counter()
+    await service.scheduler.get(model_id, load=True)
+    return int((time.perf_counter() - t0) * 1e9)
+
+
+@routes.get("/api/version")
+async def version(request: web.Request) -> web.Response:
+    return web.json_response({"version": OLLAMA_VERSION, "hearth": __version__})
+
+
+@routes.get("/api/tags")
+async def tags(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    out = []
+    for st in service.models():
+        out.append(
+            {
+                "name": _tag(st.model.id),
+                "model": _tag(st.model.id),
+                "modified_at": _now_iso(st.model.mtime or st.model.added_at),
+                "size": st.model.size_bytes,
+                "digest": _digest(st),
+                "details": _details(st),
+            }
+        )
+    return web.json_response({"models": out})
+
+
+@routes.post("/api/show")
+async def show(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    name = b.text("model") or b.text("name") or ""
+    if not name:
+        raise InvalidRequest("'model' is required", param="model")
+    st = service.model_status(resolve_id(service, name))
+    m = st.model
+    arch = m.architecture or "unknown"
+    info: dict[str, Any] = {"general.architecture": arch, "general.parameter_count": m.parameters}
+    if m.context_length:
+        info[f"{arch}.context_length"] = m.context_length
+    caps = ["embedding"] if m.extra.get("embedding") else ["completion"]
+    return web.json_response(
+        {
+            "modelfile": f"FROM {m.path}\n",
+            "parameters": "",
+            "template": m.chat_template or "",
+            "details": _details(st),
+            "model_info": info,
+            "capabilities": caps,
+            "modified_at": _now_iso(m.mtime or m.added_at),
+        }
+    )
+
+
+@routes.get("/api/ps")
+async def ps(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    by_id = {s.model.id: s for s in service.models()}
+    out = []
+    for i in service.scheduler.loaded():
+        st = by_id.get(i.model_id)
+        if st is None:
+            continue
+        out.append(
+            {
+                "name": _tag(i.model_id),
+                "model": _tag(i.model_id),
+                "size": i.memory_bytes,
+                "digest": _digest(st),
+                "details": _details(st),
+                # Ollama shows a far-future time for "never"
+                "expires_at": _now_iso(i.expires_at) if i.expires_at else "2318-08-08T00:00:00Z",
+                "size_vram": 0,
+                "context_length": i.context_length,
+            }
+        )
+    return web.json_response({"models": out})
+
+
+@routes.post("/api/chat")
+async def chat(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model_id = resolve_id(service, b.text("model", required=True) or "")
+    request[REQUEST_LOG]["model"] = model_id
+    _reject(b)
+    for i, m in enumerate(b.data.get("messages") or []):
+        if isinstance(m, dict) and (m.get("images") or m.get("tool_calls")):
+            raise UnsupportedParameter("images and tool calls are not supported yet", param=f"messages[{i}]")
+    keep = _keep_alive(b)
+    if not b.data.get("messages"):
+        return await _load_or_unload(service, model_id, keep, "message")
+    messages: list[ChatMessage] = parse_messages(b)
+    sampling, max_tokens, stop = _sampling(b.data.get("options") or {})
+    load_ns = await _jit(service, model_id)
+    gen = await service.chat(model_id, messages, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep)
+    return await _respond(request, gen, model_id, b.flag("stream", True), "message", started, load_ns)
+
+
+@routes.post("/api/generate")
+async def generate(request: web.Request) -> web.StreamResponse:
+    started = time.perf_counter()
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model_id = resolve_id(service, b.text("model", required=True) or "")
+    request[REQUEST_LOG]["model"] = model_id
+    _reject(b)
+    keep = _keep_alive(b)
+    prompt = b.text("prompt", default="") or ""
+    if not prompt:
+        return await _load_or_unload(service, model_id, keep, "response")
+    if b.data.get("template"):
+        raise UnsupportedParameter("a custom 'template' is not supported; use raw", param="template")
+    sampling, max_tokens, stop = _sampling(b.data.get("options") or {})
+    load_ns = await _jit(service, model_id)
+    if b.flag("raw"):
+        gen = await service.complete(model_id, prompt, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep)
+    else:  # Ollama applies the model's template to system + prompt
+        msgs = []
+        system = b.text("system")
+        if system:
+            msgs.append(ChatMessage("system", system))
+        msgs.append(ChatMessage("user", prompt))
+        gen = await service.chat(model_id, msgs, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep)
+    return await _respond(request, gen, model_id, b.flag("stream", True), "response", started, load_ns)
+
+
+@routes.post("/api/embed")
+async def embed(request: web.Request) -> web.Response:
+    started = time.perf_counter()
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model_id = resolve_id(service, b.text("model", required=True) or "")
+    request[REQUEST_LOG]["model"] = model_id
+    raw = b.data.get("input")
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not items or not all(isinstance(x, str) and x for x in items):
+        raise InvalidRequest("'input' must be a non-empty string or list of strings", param="input")
+    load_ns = await _jit(service, model_id)
+    vectors, n = await service.embed(model_id, items, ttl=_keep_alive(b))
+    request[REQUEST_LOG]["prompt_tokens"] = n
+    return web.json_response(
+        {"model": model_id, "embeddings": vectors, "total_duration": int((time.perf_counter() - started) * 1e9),
+         "load_duration": load_ns, "prompt_eval_count": n}
+    )
+
+
+@routes.post("/api/embeddings")
+async def embeddings_legacy(request: web.Request) -> web.Response:
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model_id = resolve_id(service, b.text("model", required=True) or "")
+    prompt = b.text("prompt", required=True) or ""
+    if not prompt:
+        raise InvalidRequest("'prompt' must not be empty", param="prompt")
+    vectors, _ = await service.embed(model_id, [prompt], ttl=_keep_alive(b))
+    return web.json_response({"embedding": vectors[0]})
