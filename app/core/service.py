@@ -204,6 +204,10 @@ class Hearth:
         return await self.scheduler.unload(model_id)
 
     # -- inference ---------------------------------------------------------------------------
+    def using(self, model_id: str) -> contextlib.AbstractAsyncContextManager[LoadedModel]:
+        """The loaded model (JIT), held for the ``async with`` block (tokenize, detokenize...)."""
+        return self._model(model_id)
+
     @contextlib.asynccontextmanager
     async def _model(self, model_id: str, ttl: Any = UNSET) -> AsyncIterator[LoadedModel]:
         """The model, JIT-loaded if allowed, held so keep-alive can't unload it mid-request."""
@@ -257,6 +261,7 @@ class Hearth:
         request_id: str,
     ) -> Generation:
         _require(lm, "chat", model_id)
+        _check_bias(lm, sampling)
         special = lm.special_tokens
         template = ChatTemplate(
             lm.chat_template, bos_token=special.get("bos", ""), eos_token=special.get("eos", "")
@@ -304,6 +309,7 @@ class Hearth:
         request_id: str,
     ) -> Generation:
         _require(lm, "completion", model_id)
+        _check_bias(lm, sampling)
         if isinstance(prompt, str):
             tokens = await asyncio.to_thread(
                 lm.tokenize, prompt, add_special=True, parse_special=False
@@ -374,6 +380,16 @@ def _read_calibration(path: Path) -> dict[str, int]:
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int) and v > 0}
+
+
+def _check_bias(lm: LoadedModel, sampling: SamplingParams) -> None:
+    vocab = int(lm.special_tokens.get("n_vocab") or 0)
+    for tok, _ in sampling.logit_bias:
+        if vocab and not 0 <= tok < vocab:
+            raise InvalidRequest(
+                f"logit_bias token id {tok} is out of this model's vocabulary (0-{vocab - 1})",
+                param="logit_bias",
+            )
 
 
 def _require(lm: LoadedModel, capability: str, model_id: str) -> None:

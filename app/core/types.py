@@ -83,6 +83,7 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     seed: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,10 @@ class LoadedModel(Protocol):
         ...
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]: ...
+
+    def detokenize(self, tokens: list[int]) -> str: ...
+
+    def token_piece(self, token: int) -> str: ...
 
     @property
     def capabilities(self) -> frozenset[str]:

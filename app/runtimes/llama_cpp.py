@@ -195,6 +195,12 @@ class LlamaEngine:
     def _sampler(self, s: SamplingParams) -> Any:
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         add = lambda smp: L.llama_sampler_chain_add(chain, smp)  # noqa: E731
+        if s.logit_bias:
+            arr = (L.llama_logit_bias * len(s.logit_bias))()
+            for i, (tok, bias) in enumerate(s.logit_bias):
+                arr[i].token = tok  # type: ignore[assignment]
+                arr[i].bias = bias
+            add(L.llama_sampler_init_logit_bias(self.n_vocab, len(s.logit_bias), arr))
         if self._uses_penalties(s):
             add(
                 L.llama_sampler_init_penalties(
@@ -391,6 +397,12 @@ class LlamaCppModel:
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return self.engine.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.engine.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def token_piece(self, token: int) -> str:
+        return self.engine.piece(token, special=True).decode("utf-8", errors="replace")
 
     @property
     def capabilities(self) -> frozenset[str]:

@@ -82,6 +82,7 @@ class MlxEngine:
             top_k=s.top_k,
         )
         processors = self._make_processors(
+            logit_bias=dict(s.logit_bias) or None,
             repetition_penalty=s.repeat_penalty if s.repeat_penalty != 1.0 else None,
             presence_penalty=s.presence_penalty or None,
             frequency_penalty=s.frequency_penalty or None,
@@ -201,6 +202,12 @@ class MlxModel:
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return self.engine.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return str(self.engine.tokenizer._tokenizer.decode(tokens))
+
+    def token_piece(self, token: int) -> str:
+        return str(self.engine.tokenizer._tokenizer.convert_ids_to_tokens(token))
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
         return self.worker.submit(request)

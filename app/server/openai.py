@@ -7,13 +7,14 @@ import base64
 import struct
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
 
 from app import __version__
 from app.core.service import Generation, Hearth, ModelStatus
-from app.core.types import Delta
+from app.core.types import Delta, SamplingParams
 from app.errors import GenerationTimeout, HearthError, InvalidRequest
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
 from app.server.schemas import (
@@ -156,6 +157,29 @@ def _check_model_field(b: Body) -> str:
     return model
 
 
+def _sum_usage(finals: list[Delta]) -> dict[str, Any]:
+    total = _usage(finals[0])
+    for f in finals[1:]:
+        u = _usage(f)
+        for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            total[k] += u[k]
+    return total
+
+
+async def _start_n(n: int, start: Any, sampling: SamplingParams) -> list[Generation]:
+    """``n`` generations of one prompt; each its own seed so seeded choices still differ."""
+    gens: list[Generation] = []
+    try:
+        for i in range(n):
+            s = sampling if sampling.seed is None or i == 0 else replace(sampling, seed=sampling.seed + i)
+            gens.append(await start(s))
+    except BaseException:
+        for g in gens:
+            g.cancel()
+        raise
+    return gens
+
+
 @routes.post("/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     service: Hearth = request.app[SERVICE]
@@ -167,20 +191,29 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     max_tokens = parse_max_tokens(b)
     so = parse_stream(b)
     reject_pending_features(b, chat=True)
+    n = b.integer("n", 1, lo=1, hi=16) or 1
     request[REQUEST_LOG]["model"] = model
     ttl = parse_ttl(b)
+
+    async def start(s: SamplingParams) -> Generation:
+        return await service.chat(model, messages, sampling=s, max_tokens=max_tokens, stop=stop, ttl=ttl)
+
     # everything that can fail (404, context overflow, queue full) fails here, before headers
-    gen = await service.chat(
-        model, messages, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=ttl
-    )
+    gens = await _start_n(n, start, sampling)
     cid = "chatcmpl-" + uuid.uuid4().hex
     created = int(time.time())
     if not so.stream:
-        text, final = await _run_to_end(request, gen)
-        _note_usage(request, model, final)
-        err = _final_error(final, request)
-        if err:
-            raise err
+        try:
+            results = await asyncio.gather(*(_run_to_end(request, g) for g in gens))
+        finally:
+            for g in gens:
+                g.cancel()
+        done = [f for _, f in results]
+        for f in done:
+            _note_usage(request, model, f)
+            err = _final_error(f, request)
+            if err:
+                raise err
         return web.json_response(
             {
                 "id": cid,
@@ -190,14 +223,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 "system_fingerprint": f"hearth-{__version__}",
                 "choices": [
                     {
-                        "index": 0,
+                        "index": i,
                         "message": {"role": "assistant", "content": text, "refusal": None},
                         "logprobs": None,
-                        "finish_reason": final.finish_reason,
+                        "finish_reason": f.finish_reason,
                     }
+                    for i, (text, f) in enumerate(results)
                 ],
-                "usage": _usage(final),
-                "timings": final.timings.as_dict() if final.timings else None,
+                "usage": _sum_usage(done),
+                "timings": done[0].timings.as_dict() if done[0].timings else None,
             }
         )
 
@@ -210,39 +244,43 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     }
     extra = {"usage": None} if so.include_usage else {}
 
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    def chunk(i: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
             **base,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish}],
             **extra,
         }
 
     sse = SSEWriter(request, {"x-hearth-model": model})
     await sse.start()
-    await sse.send(chunk({"role": "assistant", "content": ""}))
-    last: Delta | None = None
+    finals: list[Delta] = []
     try:
-        async for d in _iterate(request, gen):
-            if d.text:
-                await sse.send(chunk({"content": d.text}))
-            if d.finish_reason:
-                last = d
-    except GenerationTimeout as e:
+        for i, gen in enumerate(gens):  # choices one after the other, each with its index
+            await sse.send(chunk(i, {"role": "assistant", "content": ""}))
+            last: Delta | None = None
+            async for d in _iterate(request, gen):
+                if d.text:
+                    await sse.send(chunk(i, {"content": d.text}))
+                if d.finish_reason:
+                    last = d
+            if last is None:
+                raise _StreamBroken("the generation ended without a result")
+            _note_usage(request, model, last)
+            err = _final_error(last, request)
+            if err:
+                raise err
+            await sse.send(chunk(i, {}, last.finish_reason))
+            finals.append(last)
+    except HearthError as e:
         await sse.send_error(e)
         return await sse.close()
-    if last is None:
-        await sse.send_error(_StreamBroken("the generation ended without a result"))
-        return await sse.close()
-    _note_usage(request, model, last)
-    err = _final_error(last, request)
-    if err:
-        await sse.send_error(err)
-        return await sse.close()
-    await sse.send(chunk({}, last.finish_reason))
+    finally:
+        for g in gens:
+            g.cancel()
     if so.include_usage:
-        usage_chunk = {**base, "choices": [], "usage": _usage(last)}
-        if last.timings:
-            usage_chunk["timings"] = last.timings.as_dict()
+        usage_chunk = {**base, "choices": [], "usage": _sum_usage(finals)}
+        if finals[0].timings:
+            usage_chunk["timings"] = finals[0].timings.as_dict()
         await sse.send(usage_chunk)
     await sse.done()
     return await sse.close()
@@ -263,9 +301,18 @@ async def completions(request: web.Request) -> web.StreamResponse:
     reject_pending_features(b, chat=False)
     request[REQUEST_LOG]["model"] = model
     ttl = parse_ttl(b)
+    n = b.integer("n", 1, lo=1, hi=16) or 1
+    # choice k is prompt k // n, sample k % n (each its own seed when one is given)
+    prompts = [p for p in prompts for _ in range(n)]
     cid = "cmpl-" + uuid.uuid4().hex
     created = int(time.time())
-    # validate every prompt (fit, 404) before any output; generations then run in order
+
+    def sampling_for(k: int) -> SamplingParams:
+        if sampling.seed is None or k % n == 0:
+            return sampling
+        return replace(sampling, seed=sampling.seed + k % n)
+
+    # the first prompt is validated (fit, 404, queue) before any output; the rest run in order
     first = await service.complete(
         model, prompts[0], sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=ttl
     )
@@ -274,7 +321,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         if i == 0:
             return first
         return await service.complete(
-            model, prompts[i], sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=ttl
+            model, prompts[i], sampling=sampling_for(i), max_tokens=max_tokens, stop=stop, ttl=ttl
         )
 
     if not so.stream:
@@ -415,3 +462,36 @@ async def embeddings(request: web.Request) -> web.Response:
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         }
     )
+
+
+@routes.post("/tokenize")
+async def tokenize(request: web.Request) -> web.Response:
+    """llama.cpp-style: {"model", "content", "add_special": false, "with_pieces": false}."""
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model = _check_model_field(b)
+    content = b.text("content", required=True) or ""
+    async with service.using(model) as lm:
+        tokens = await asyncio.to_thread(
+            lm.tokenize, content, add_special=b.flag("add_special"), parse_special=b.flag("parse_special", True)
+        )
+        if b.flag("with_pieces"):
+            return web.json_response({"tokens": [{"id": t, "piece": lm.token_piece(t)} for t in tokens]})
+    return web.json_response({"tokens": tokens})
+
+
+@routes.post("/detokenize")
+async def detokenize(request: web.Request) -> web.Response:
+    """llama.cpp-style: {"model", "tokens": [ids]} -> {"content"}."""
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model = _check_model_field(b)
+    tokens = b.data.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise InvalidRequest("'tokens' must be an array of token ids", param="tokens")
+    async with service.using(model) as lm:
+        vocab = int(lm.special_tokens.get("n_vocab") or 0)
+        if vocab and any(not 0 <= t < vocab for t in tokens):
+            raise InvalidRequest(f"token ids must be in [0, {vocab})", param="tokens")
+        content = await asyncio.to_thread(lm.detokenize, tokens)
+    return web.json_response({"content": content})

@@ -14,6 +14,7 @@ MAX_TOKENS_LIMIT = 1 << 20
 MAX_STOP = 16
 MAX_STOP_LEN = 1024
 MAX_MESSAGES = 100_000
+MAX_N = 16
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
@@ -106,7 +107,34 @@ def parse_sampling(b: Body) -> SamplingParams:
         presence_penalty=b.number("presence_penalty", 0.0, lo=-2.0, hi=2.0),
         frequency_penalty=b.number("frequency_penalty", 0.0, lo=-2.0, hi=2.0),
         seed=b.integer("seed", None, lo=-(1 << 63), hi=(1 << 64) - 1),
+        logit_bias=parse_logit_bias(b),
     )
+
+
+MAX_LOGIT_BIAS = 1024
+
+
+def parse_logit_bias(b: Body) -> tuple[tuple[int, float], ...]:
+    """{"token id": bias in [-100, 100]}; ids are checked against the vocabulary later."""
+    raw = b.data.get("logit_bias")
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise InvalidRequest("'logit_bias' must be an object of token id -> bias", param="logit_bias")
+    if len(raw) > MAX_LOGIT_BIAS:
+        raise InvalidRequest(f"'logit_bias' takes at most {MAX_LOGIT_BIAS} entries", param="logit_bias")
+    out = []
+    for k, v in raw.items():
+        try:
+            tok = int(k)
+        except (TypeError, ValueError):
+            raise InvalidRequest(f"logit_bias key {k!r} is not a token id", param="logit_bias") from None
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not -100 <= v <= 100:
+            raise InvalidRequest("logit_bias values must be numbers in [-100, 100]", param="logit_bias")
+        if tok < 0:
+            raise InvalidRequest(f"token id {tok} is out of the vocabulary", param="logit_bias")
+        out.append((tok, float(v)))
+    return tuple(out)
 
 
 def parse_stop(b: Body) -> tuple[str, ...]:
@@ -139,11 +167,7 @@ def _unsupported(b: Body, key: str, why: str) -> None:
 
 def reject_pending_features(b: Body, *, chat: bool) -> None:
     """Fields that would change the output but are not implemented yet: a 400, never ignored."""
-    n = b.integer("n", 1, lo=1, hi=128)
-    if n != 1:
-        _unsupported(b, "n", "only one choice per request (n=1)")
-    if b.data.get("logit_bias"):
-        _unsupported(b, "logit_bias", "logit bias is not implemented yet")
+    b.integer("n", 1, lo=1, hi=MAX_N)
     if chat:
         if b.data.get("tools"):
             _unsupported(b, "tools", "tool calling arrives in a later version")

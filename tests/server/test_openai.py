@@ -138,11 +138,13 @@ def test_unknown_model_404(served: Served) -> None:
         ({"top_p": -1}, "top_p"),
         ({"max_tokens": -3}, "max_tokens"),
         ({"max_completion_tokens": "ten"}, "max_completion_tokens"),
-        ({"n": 3}, "n"),
+        ({"n": 99}, "n"),
+        ({"logit_bias": {"999999999": 10}}, "logit_bias"),
+        ({"logit_bias": {"50": 500}}, "logit_bias"),
+        ({"logit_bias": {"abc": 1}}, "logit_bias"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"logprobs": True}, "logprobs"),
-        ({"logit_bias": {"50": 10}}, "logit_bias"),
         ({"stop": 7}, "stop"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         ({"messages": []}, "messages"),
@@ -363,3 +365,58 @@ def test_health_and_models_answer_during_generation(served: Served) -> None:
             assert time.monotonic() - t0 < 1.0, f"{path} blocked behind inference"
     finally:
         t.join(120)
+
+
+def test_n_choices_stream_and_not(served: Served) -> None:
+    c = client(served)
+    r = c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=6, temperature=0, n=2)
+    assert [ch.index for ch in r.choices] == [0, 1]
+    assert r.choices[0].message.content == r.choices[1].message.content, "greedy choices agree"
+    assert r.usage.completion_tokens == 12
+    seeded = c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=12, temperature=1.5,
+                                       seed=11, n=3)
+    assert len({ch.message.content for ch in seeded.choices}) > 1, "seeded choices still differ"
+    chunks = list(c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=6, temperature=0,
+                                            n=2, stream=True))
+    by_index: dict[int, list] = {0: [], 1: []}
+    for ch in chunks:
+        by_index[ch.choices[0].index].append(ch.choices[0])
+    for i in (0, 1):
+        assert by_index[i][0].delta.role == "assistant"
+        assert by_index[i][-1].finish_reason == "length"
+        assert "".join(x.delta.content or "" for x in by_index[i]) == r.choices[i].message.content
+    comp = c.completions.create(model=served.model_id, prompt=["Water is", "Fire is"], max_tokens=3,
+                                temperature=0, n=2)
+    assert [ch.index for ch in comp.choices] == [0, 1, 2, 3]
+    assert comp.choices[0].text == comp.choices[1].text != comp.choices[2].text
+
+
+def test_logit_bias_steers_sampling(served: Served) -> None:
+    c = client(served)
+    base = c.completions.create(model=served.model_id, prompt="My favourite fruit is", max_tokens=4, temperature=0)
+    lm = served.call(served.service.scheduler.get(served.model_id))  # type: ignore[attr-defined]
+    banana = lm.tokenize(" banana", add_special=False, parse_special=False)[0]
+    forced = c.completions.create(model=served.model_id, prompt="My favourite fruit is", max_tokens=3,
+                                  temperature=0, logit_bias={str(banana): 100})
+    assert forced.choices[0].text == lm.detokenize([banana] * 3)
+    first = lm.tokenize(base.choices[0].text, add_special=False, parse_special=False)[0]
+    banned = c.completions.create(model=served.model_id, prompt="My favourite fruit is", max_tokens=4,
+                                  temperature=0, logit_bias={str(first): -100})
+    assert lm.tokenize(banned.choices[0].text, add_special=False, parse_special=False)[0] != first
+
+
+def test_tokenize_detokenize(served: Served) -> None:
+    text = "Hello, lighthouse keeper!"
+    st, _, raw = raw_post(served, "/tokenize", {"model": served.model_id, "content": text})
+    assert st == 200
+    tokens = json.loads(raw)["tokens"]
+    assert tokens and all(isinstance(t, int) for t in tokens)
+    st, _, raw = raw_post(served, "/detokenize", {"model": served.model_id, "tokens": tokens})
+    assert st == 200 and json.loads(raw)["content"] == text
+    st, _, raw = raw_post(served, "/tokenize", {"model": served.model_id, "content": text, "with_pieces": True})
+    pieces = json.loads(raw)["tokens"]
+    assert "".join(p["piece"] for p in pieces).replace("Ġ", " ") == text or pieces[0]["id"] == tokens[0]
+    st, _, raw = raw_post(served, "/detokenize", {"model": served.model_id, "tokens": [10**9]})
+    assert st == 400 and json.loads(raw)["error"]["param"] == "tokens"
+    st, _, raw = raw_post(served, "/tokenize", {"model": "ghost", "content": "x"})
+    assert st == 404
