@@ -239,15 +239,19 @@ class Hearth:
         stop: Sequence[str] = (),
         request_id: str = "",
         ttl: Any = UNSET,
+        logprobs: int | None = None,
     ) -> Generation:
         """Start a chat generation. Everything that can fail fails here, before any output.
+
+        Args:
+            logprobs: None = off; N = each token's log-probability and the N most likely.
 
         Raises:
             ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable.
         """
         async with self._model(model_id, ttl) as lm:
             return await self._start_chat(
-                lm, model_id, messages, sampling, max_tokens, stop, request_id
+                lm, model_id, messages, sampling, max_tokens, stop, request_id, logprobs
             )
 
     async def _start_chat(
@@ -259,6 +263,7 @@ class Hearth:
         max_tokens: int | None,
         stop: Sequence[str],
         request_id: str,
+        logprobs: int | None = None,
     ) -> Generation:
         _require(lm, "chat", model_id)
         _check_bias(lm, sampling)
@@ -278,6 +283,7 @@ class Hearth:
             sampling=sampling,
             stop=tuple(stop) + template.default_stops,
             request_id=request_id,
+            logprobs=logprobs,
         )
         return Generation(model_id, len(tokens), lm.submit(req))
 
@@ -291,11 +297,12 @@ class Hearth:
         stop: Sequence[str] = (),
         request_id: str = "",
         ttl: Any = UNSET,
+        logprobs: int | None = None,
     ) -> Generation:
         """Start a raw completion of ``prompt`` (text, or token ids)."""
         async with self._model(model_id, ttl) as lm:
             return await self._start_completion(
-                lm, model_id, prompt, sampling, max_tokens, stop, request_id
+                lm, model_id, prompt, sampling, max_tokens, stop, request_id, logprobs
             )
 
     async def _start_completion(
@@ -307,6 +314,7 @@ class Hearth:
         max_tokens: int | None,
         stop: Sequence[str],
         request_id: str,
+        logprobs: int | None = None,
     ) -> Generation:
         _require(lm, "completion", model_id)
         _check_bias(lm, sampling)
@@ -326,6 +334,7 @@ class Hearth:
             sampling=sampling,
             stop=tuple(stop),
             request_id=request_id,
+            logprobs=logprobs,
         )
         return Generation(model_id, len(tokens), lm.submit(req))
 

@@ -104,6 +104,17 @@ class GenerationRequest:
     sampling: SamplingParams = SamplingParams()
     stop: tuple[str, ...] = ()
     request_id: str = ""
+    logprobs: int | None = None  # None = off; N = the sampled token plus the N most likely
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One generated token's log-probability, with the most likely alternatives."""
+
+    token: str
+    logprob: float
+    bytes: tuple[int, ...]
+    top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +170,7 @@ class Delta:
     usage: Usage | None = None
     timings: Timings | None = None
     error: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 class GenerationStream(Protocol):

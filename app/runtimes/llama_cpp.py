@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams
+from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
 from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
@@ -290,7 +290,9 @@ class LlamaEngine:
                 continue
             k = L.llama_token_to_piece(self.vocab, tok, self._piece, 256, 0, False)
             raw = self._piece.raw[:k] if k >= 0 else self.piece(tok)
-            seq.emit_text(st.decoder.decode(raw), 1)
+            lp = seq.request.logprobs
+            entry = (self._logprob(st.logits_idx, tok, raw, lp),) if lp is not None else ()
+            seq.emit_text(st.decoder.decode(raw), 1, entry)
             if seq.finish_reason is not None:
                 continue
             if st.pos + 1 >= self.n_ctx:
@@ -330,6 +332,26 @@ class LlamaEngine:
         L.llama_memory_seq_rm(self.mem, 0, -1, -1)
         norm = sum(x * x for x in vec) ** 0.5
         return [x / norm for x in vec] if norm > 0 else vec
+
+    def _logprob(self, idx: int, tok: int, raw: bytes, top_n: int) -> TokenLogprob:
+        """Log-softmax of this position's logits (one row, never the whole context's)."""
+        import numpy as np
+
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, idx), shape=(self.n_vocab,))
+        m = float(logits.max())
+        lse = m + float(np.log(np.exp(logits - m).sum()))
+        top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
+        if top_n > 0:
+            ids = np.argpartition(-logits, top_n)[:top_n]
+            ids = ids[np.argsort(-logits[ids])]
+            top = tuple(
+                (b.decode("utf-8", errors="replace"), float(logits[i]) - lse, tuple(b))
+                for i in ids
+                for b in (self.piece(int(i)),)
+            )
+        return TokenLogprob(
+            raw.decode("utf-8", errors="replace"), float(logits[tok]) - lse, tuple(raw), top
+        )
 
     def end(self, seq: Sequence) -> None:
         st = seq.engine_state

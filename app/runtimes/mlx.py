@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams
+from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
 from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
@@ -50,7 +50,9 @@ class MlxEngine:
         path = Path(model.path)
         cfg = _read_json(path / "config.json")
         if cfg.get("auto_map") or (path / "modeling.py").exists():
-            raise InvalidModel(f"'{model.id}' needs custom code (trust_remote_code); Hearth never runs it")
+            raise InvalidModel(
+                f"'{model.id}' needs custom code (trust_remote_code); Hearth never runs it"
+            )
         try:
             self.model, self.tokenizer = mlx_load(str(path))
         except (ValueError, OSError, KeyError) as e:
@@ -131,7 +133,9 @@ class MlxEngine:
                 seq.finish("stop")
                 continue
             st.detok.add_token(tok)
-            seq.emit_text(st.detok.last_segment, 1)
+            lp = seq.request.logprobs
+            entry = (self._logprob(st.pending[1], tok, lp),) if lp is not None else ()
+            seq.emit_text(st.detok.last_segment, 1, entry)
             st.produced += 1
             if seq.finish_reason is not None:
                 continue
@@ -142,6 +146,20 @@ class MlxEngine:
                 st.pending = next(st.gen)
             except StopIteration:
                 seq.finish("length")
+
+    def _logprob(self, logprobs: Any, tok: int, top_n: int) -> TokenLogprob:
+        mx = self._mx
+        hf = self.tokenizer._tokenizer
+
+        def text(t: int) -> str:
+            return str(hf.decode([t]))
+
+        top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
+        if top_n > 0:
+            ids = mx.argsort(-logprobs)[:top_n].tolist()
+            top = tuple((text(i), float(logprobs[i].item()), tuple(text(i).encode())) for i in ids)
+        s = text(tok)
+        return TokenLogprob(s, float(logprobs[tok].item()), tuple(s.encode()), top)
 
     def end(self, seq: Sequence) -> None:
         st = seq.engine_state

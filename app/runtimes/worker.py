@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, TypeVar
 
 from app.core.text import StopMatcher
-from app.core.types import Delta, GenerationRequest, Timings, Usage
+from app.core.types import Delta, GenerationRequest, Timings, TokenLogprob, Usage
 from app.errors import QueueFull
 
 log = logging.getLogger(__name__)
@@ -109,12 +109,14 @@ class Sequence:
     def cancelled(self) -> bool:
         return self.stream.cancelled.is_set()
 
-    def emit_text(self, text: str, tokens: int = 1) -> None:
+    def emit_text(
+        self, text: str, tokens: int = 1, logprobs: tuple[TokenLogprob, ...] = ()
+    ) -> None:
         """Send decoded text (stop strings applied) and count ``tokens``; may finish the sequence."""
         self.generated += tokens
         out, hit = self.stop.feed(text)
-        if out:
-            self.stream.push(Delta(text=out, token_count=tokens))
+        if out or logprobs:
+            self.stream.push(Delta(text=out, token_count=tokens, logprobs=logprobs))
         if hit:
             self.finish_reason = "stop"
         elif self.request.max_tokens is not None and self.generated >= self.request.max_tokens:

@@ -7,6 +7,7 @@ import base64
 import struct
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -14,12 +15,13 @@ from aiohttp import web
 
 from app import __version__
 from app.core.service import Generation, Hearth, ModelStatus
-from app.core.types import Delta, SamplingParams
+from app.core.types import Delta, SamplingParams, TokenLogprob
 from app.errors import GenerationTimeout, HearthError, InvalidRequest
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
 from app.server.schemas import (
     Body,
     parse_embedding_input,
+    parse_logprobs,
     parse_max_tokens,
     parse_messages,
     parse_prompt,
@@ -139,15 +141,52 @@ async def _iterate(request: web.Request, gen: Generation):  # type: ignore[no-un
         gen.cancel()
 
 
-async def _run_to_end(request: web.Request, gen: Generation) -> tuple[str, Delta]:
+async def _run_to_end(
+    request: web.Request, gen: Generation
+) -> tuple[str, Delta, list[TokenLogprob]]:
     parts: list[str] = []
+    lps: list[TokenLogprob] = []
     final = Delta(finish_reason="error", error="no final delta")
     async for d in _iterate(request, gen):
         if d.text:
             parts.append(d.text)
+        lps.extend(d.logprobs)
         if d.finish_reason:
             final = d
-    return "".join(parts), final
+    return "".join(parts), final, lps
+
+
+def chat_logprobs(lps: Sequence[TokenLogprob]) -> dict[str, Any]:
+    """OpenAI's chat shape: content[].token/logprob/bytes/top_logprobs."""
+    return {
+        "content": [
+            {
+                "token": t.token,
+                "logprob": t.logprob,
+                "bytes": list(t.bytes),
+                "top_logprobs": [
+                    {"token": s, "logprob": lp, "bytes": list(bs)} for s, lp, bs in t.top
+                ],
+            }
+            for t in lps
+        ],
+        "refusal": None,
+    }
+
+
+def completion_logprobs(lps: Sequence[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+    """The legacy completions shape: parallel arrays and text offsets."""
+    offsets = []
+    pos = offset
+    for t in lps:
+        offsets.append(pos)
+        pos += len(t.token)
+    return {
+        "tokens": [t.token for t in lps],
+        "token_logprobs": [t.logprob for t in lps],
+        "top_logprobs": [{s: lp for s, lp, _ in t.top} for t in lps],
+        "text_offset": offsets,
+    }
 
 
 def _check_model_field(b: Body) -> str:
@@ -171,7 +210,11 @@ async def _start_n(n: int, start: Any, sampling: SamplingParams) -> list[Generat
     gens: list[Generation] = []
     try:
         for i in range(n):
-            s = sampling if sampling.seed is None or i == 0 else replace(sampling, seed=sampling.seed + i)
+            s = (
+                sampling
+                if sampling.seed is None or i == 0
+                else replace(sampling, seed=sampling.seed + i)
+            )
             gens.append(await start(s))
     except BaseException:
         for g in gens:
@@ -192,11 +235,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     so = parse_stream(b)
     reject_pending_features(b, chat=True)
     n = b.integer("n", 1, lo=1, hi=16) or 1
+    n_lp = parse_logprobs(b, chat=True)
     request[REQUEST_LOG]["model"] = model
     ttl = parse_ttl(b)
 
     async def start(s: SamplingParams) -> Generation:
-        return await service.chat(model, messages, sampling=s, max_tokens=max_tokens, stop=stop, ttl=ttl)
+        return await service.chat(
+            model, messages, sampling=s, max_tokens=max_tokens, stop=stop, ttl=ttl, logprobs=n_lp
+        )
 
     # everything that can fail (404, context overflow, queue full) fails here, before headers
     gens = await _start_n(n, start, sampling)
@@ -208,7 +254,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         finally:
             for g in gens:
                 g.cancel()
-        done = [f for _, f in results]
+        done = [f for _, f, _ in results]
         for f in done:
             _note_usage(request, model, f)
             err = _final_error(f, request)
@@ -225,10 +271,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     {
                         "index": i,
                         "message": {"role": "assistant", "content": text, "refusal": None},
-                        "logprobs": None,
+                        "logprobs": chat_logprobs(lp) if n_lp is not None else None,
                         "finish_reason": f.finish_reason,
                     }
-                    for i, (text, f) in enumerate(results)
+                    for i, (text, f, lp) in enumerate(results)
                 ],
                 "usage": _sum_usage(done),
                 "timings": done[0].timings.as_dict() if done[0].timings else None,
@@ -244,10 +290,13 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     }
     extra = {"usage": None} if so.include_usage else {}
 
-    def chunk(i: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    def chunk(
+        i: int, delta: dict[str, Any], finish: str | None = None, lps: Sequence[TokenLogprob] = ()
+    ) -> dict[str, Any]:
+        lp = chat_logprobs(lps) if lps else None
         return {
             **base,
-            "choices": [{"index": i, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}],
             **extra,
         }
 
@@ -259,8 +308,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             await sse.send(chunk(i, {"role": "assistant", "content": ""}))
             last: Delta | None = None
             async for d in _iterate(request, gen):
-                if d.text:
-                    await sse.send(chunk(i, {"content": d.text}))
+                if d.text or d.logprobs:
+                    await sse.send(chunk(i, {"content": d.text}, lps=d.logprobs))
                 if d.finish_reason:
                     last = d
             if last is None:
@@ -302,6 +351,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     request[REQUEST_LOG]["model"] = model
     ttl = parse_ttl(b)
     n = b.integer("n", 1, lo=1, hi=16) or 1
+    n_lp = parse_logprobs(b, chat=False)
     # choice k is prompt k // n, sample k % n (each its own seed when one is given)
     prompts = [p for p in prompts for _ in range(n)]
     cid = "cmpl-" + uuid.uuid4().hex
@@ -314,27 +364,44 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
     # the first prompt is validated (fit, 404, queue) before any output; the rest run in order
     first = await service.complete(
-        model, prompts[0], sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=ttl
+        model,
+        prompts[0],
+        sampling=sampling,
+        max_tokens=max_tokens,
+        stop=stop,
+        ttl=ttl,
+        logprobs=n_lp,
     )
 
     async def start(i: int) -> Generation:
         if i == 0:
             return first
         return await service.complete(
-            model, prompts[i], sampling=sampling_for(i), max_tokens=max_tokens, stop=stop, ttl=ttl
+            model,
+            prompts[i],
+            sampling=sampling_for(i),
+            max_tokens=max_tokens,
+            stop=stop,
+            ttl=ttl,
+            logprobs=n_lp,
         )
 
     if not so.stream:
         choices = []
         total = None
         for i in range(len(prompts)):
-            text, final = await _run_to_end(request, await start(i))
+            text, final, lps = await _run_to_end(request, await start(i))
             _note_usage(request, model, final)
             err = _final_error(final, request)
             if err:
                 raise err
             choices.append(
-                {"index": i, "text": text, "logprobs": None, "finish_reason": final.finish_reason}
+                {
+                    "index": i,
+                    "text": text,
+                    "logprobs": completion_logprobs(lps) if n_lp is not None else None,
+                    "finish_reason": final.finish_reason,
+                }
             )
             u = _usage(final)
             if total is None:
@@ -376,18 +443,16 @@ async def completions(request: web.Request) -> web.StreamResponse:
         for i in range(len(prompts)):
             gen = await start(i)
             last: Delta | None = None
+            offset = 0
             async for d in _iterate(request, gen):
-                if d.text:
+                if d.text or d.logprobs:
+                    lp = completion_logprobs(d.logprobs, offset) if n_lp is not None else None
+                    offset += sum(len(t.token) for t in d.logprobs)
                     await sse.send(
                         {
                             **base,
                             "choices": [
-                                {
-                                    "index": i,
-                                    "text": d.text,
-                                    "logprobs": None,
-                                    "finish_reason": None,
-                                }
+                                {"index": i, "text": d.text, "logprobs": lp, "finish_reason": None}
                             ],
                             **extra,
                         }
@@ -473,10 +538,15 @@ async def tokenize(request: web.Request) -> web.Response:
     content = b.text("content", required=True) or ""
     async with service.using(model) as lm:
         tokens = await asyncio.to_thread(
-            lm.tokenize, content, add_special=b.flag("add_special"), parse_special=b.flag("parse_special", True)
+            lm.tokenize,
+            content,
+            add_special=b.flag("add_special"),
+            parse_special=b.flag("parse_special", True),
         )
         if b.flag("with_pieces"):
-            return web.json_response({"tokens": [{"id": t, "piece": lm.token_piece(t)} for t in tokens]})
+            return web.json_response(
+                {"tokens": [{"id": t, "piece": lm.token_piece(t)} for t in tokens]}
+            )
     return web.json_response({"tokens": tokens})
 
 
@@ -487,7 +557,9 @@ async def detokenize(request: web.Request) -> web.Response:
     b = Body(await read_json_body(request))
     model = _check_model_field(b)
     tokens = b.data.get("tokens")
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in tokens
+    ):
         raise InvalidRequest("'tokens' must be an array of token ids", param="tokens")
     async with service.using(model) as lm:
         vocab = int(lm.special_tokens.get("n_vocab") or 0)

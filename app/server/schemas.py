@@ -120,17 +120,30 @@ def parse_logit_bias(b: Body) -> tuple[tuple[int, float], ...]:
     if raw is None:
         return ()
     if not isinstance(raw, dict):
-        raise InvalidRequest("'logit_bias' must be an object of token id -> bias", param="logit_bias")
+        raise InvalidRequest(
+            "'logit_bias' must be an object of token id -> bias", param="logit_bias"
+        )
     if len(raw) > MAX_LOGIT_BIAS:
-        raise InvalidRequest(f"'logit_bias' takes at most {MAX_LOGIT_BIAS} entries", param="logit_bias")
+        raise InvalidRequest(
+            f"'logit_bias' takes at most {MAX_LOGIT_BIAS} entries", param="logit_bias"
+        )
     out = []
     for k, v in raw.items():
         try:
             tok = int(k)
         except (TypeError, ValueError):
-            raise InvalidRequest(f"logit_bias key {k!r} is not a token id", param="logit_bias") from None
-        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not -100 <= v <= 100:
-            raise InvalidRequest("logit_bias values must be numbers in [-100, 100]", param="logit_bias")
+            raise InvalidRequest(
+                f"logit_bias key {k!r} is not a token id", param="logit_bias"
+            ) from None
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not math.isfinite(v)
+            or not -100 <= v <= 100
+        ):
+            raise InvalidRequest(
+                "logit_bias values must be numbers in [-100, 100]", param="logit_bias"
+            )
         if tok < 0:
             raise InvalidRequest(f"token id {tok} is out of the vocabulary", param="logit_bias")
         out.append((tok, float(v)))
@@ -182,16 +195,12 @@ def reject_pending_features(b: Body, *, chat: bool) -> None:
                 )
             if rf["type"] != "text":
                 _unsupported(b, "response_format", "structured output arrives in a later version")
-        if b.data.get("logprobs") or b.data.get("top_logprobs"):
-            _unsupported(b, "logprobs", "logprobs arrive in a later version")
         if b.data.get("audio") is not None:
             _unsupported(b, "audio", "audio output is not available")
         mods = b.data.get("modalities")
         if mods is not None and mods != ["text"]:
             _unsupported(b, "modalities", "only text output is available")
     else:
-        if b.data.get("logprobs") is not None:
-            _unsupported(b, "logprobs", "logprobs arrive in a later version")
         if b.data.get("echo"):
             _unsupported(b, "echo", "echo is not implemented")
         if b.data.get("suffix"):
@@ -379,3 +388,17 @@ def parse_ttl(b: Body) -> Any:
         if b.data.get(key) is not None:
             return parse_keep_alive(b.data[key], param=key)
     return UNSET
+
+
+MAX_TOP_LOGPROBS = 20
+
+
+def parse_logprobs(b: Body, *, chat: bool) -> int | None:
+    """Chat: `logprobs` true + `top_logprobs` 0-20. Legacy completions: `logprobs` 0-5."""
+    if chat:
+        on = b.flag("logprobs")
+        top = b.integer("top_logprobs", None, lo=0, hi=MAX_TOP_LOGPROBS)
+        if top is not None and not on:
+            raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+        return (top or 0) if on else None
+    return b.integer("logprobs", None, lo=0, hi=5)

@@ -144,7 +144,7 @@ def test_unknown_model_404(served: Served) -> None:
         ({"logit_bias": {"abc": 1}}, "logit_bias"),
         ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
         ({"response_format": {"type": "json_object"}}, "response_format"),
-        ({"logprobs": True}, "logprobs"),
+        ({"top_logprobs": 2}, "top_logprobs"),
         ({"stop": 7}, "stop"),
         ({"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
         ({"messages": []}, "messages"),
@@ -420,3 +420,35 @@ def test_tokenize_detokenize(served: Served) -> None:
     assert st == 400 and json.loads(raw)["error"]["param"] == "tokens"
     st, _, raw = raw_post(served, "/tokenize", {"model": "ghost", "content": "x"})
     assert st == 404
+
+
+def test_logprobs_chat_and_completions(served: Served) -> None:
+    import math
+
+    c = client(served)
+    r = c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=5, temperature=0,
+                                  logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    assert len(content) == 5
+    assert "".join(t.token for t in content) == r.choices[0].message.content
+    for t in content:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 3
+        assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob >= t.top_logprobs[2].logprob
+        assert t.token == t.top_logprobs[0].token, "greedy picks the most likely token"
+        assert abs(t.logprob - t.top_logprobs[0].logprob) < 1e-4
+        assert bytes(t.bytes).decode(errors="replace") == t.token
+        assert sum(math.exp(x.logprob) for x in t.top_logprobs) <= 1.0001
+    chunks = list(c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=5, temperature=0,
+                                            logprobs=True, stream=True))
+    streamed = [t for ch in chunks if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.content]
+    assert [t.token for t in streamed] == [t.token for t in content]
+    assert all(t.top_logprobs == [] for t in streamed)
+    plain = c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=2, temperature=0)
+    assert plain.choices[0].logprobs is None
+    comp = c.completions.create(model=served.model_id, prompt="One, two,", max_tokens=4, temperature=0, logprobs=2)
+    lp = comp.choices[0].logprobs
+    assert len(lp.tokens) == 4 and len(lp.token_logprobs) == 4 and all(len(t) <= 2 for t in lp.top_logprobs)
+    assert lp.text_offset[0] == 0 and "".join(lp.tokens) == comp.choices[0].text
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.chat.completions.create(model=served.model_id, messages=MSG, top_logprobs=25, logprobs=True)
+    assert ei.value.body["param"] == "top_logprobs"
