@@ -49,6 +49,7 @@ class ServerSettings:
     jit_loading: bool = True
     queue_size: int = 16
     request_timeout_s: float = 600.0
+    reasoning_field_also: bool = False  # also send a model's thinking as `reasoning` (some clients)
 
 
 @dataclass(frozen=True, slots=True)

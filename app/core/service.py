@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from app.core.events import EventHub, LibraryChanged, ModelLoaded
 from app.core.fsutil import atomic_write_json, read_json
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
+from app.core.reasoning import ReasoningSplitter, prompt_opens_reasoning
 from app.core.scheduler import UNSET, ModelScheduler
 from app.core.types import (
     ChatMessage,
@@ -54,13 +55,39 @@ class ModelStatus:
 class Generation:
     """A running generation: prompt size known, deltas to iterate, cancellable."""
 
-    def __init__(self, model_id: str, prompt_tokens: int, stream: GenerationStream) -> None:
+    def __init__(
+        self,
+        model_id: str,
+        prompt_tokens: int,
+        stream: GenerationStream,
+        reasoning: ReasoningSplitter | None = None,
+    ) -> None:
         self.model_id = model_id
         self.prompt_tokens = prompt_tokens
         self._stream = stream
+        self._reasoning = reasoning
 
     def __aiter__(self) -> AsyncIterator[Delta]:
-        return self._stream.__aiter__()
+        if self._reasoning is None:
+            return self._stream.__aiter__()
+        return self._split(self._reasoning)
+
+    async def _split(self, splitter: ReasoningSplitter) -> AsyncIterator[Delta]:
+        """Moves ``<think>`` text to ``Delta.reasoning`` and counts its tokens."""
+        reasoning_tokens = 0
+        async for d in self._stream:
+            if d.finish_reason is not None:
+                r, a = splitter.flush()
+                usage = d.usage
+                if usage is not None:
+                    usage = replace(usage, reasoning_tokens=reasoning_tokens)
+                yield replace(d, text=d.text + a, reasoning=r, usage=usage)
+                continue
+            r, a = splitter.feed(d.text)
+            if r or splitter.inside:
+                reasoning_tokens += d.token_count
+            if r or a or d.logprobs:
+                yield replace(d, text=a, reasoning=r)
 
     def cancel(self) -> None:
         self._stream.cancel()
@@ -277,6 +304,7 @@ class Hearth:
         if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
             tokens = tokens[1:]  # the template wrote a BOS and the tokenizer added another
         self._check_fits(lm, len(tokens), "messages")
+        splitter = ReasoningSplitter(inside=prompt_opens_reasoning(prompt))
         req = GenerationRequest(
             prompt_tokens=tuple(tokens),
             max_tokens=max_tokens,
@@ -285,7 +313,7 @@ class Hearth:
             request_id=request_id,
             logprobs=logprobs,
         )
-        return Generation(model_id, len(tokens), lm.submit(req))
+        return Generation(model_id, len(tokens), lm.submit(req), splitter)
 
     async def complete(
         self,

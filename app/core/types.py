@@ -122,6 +122,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -171,6 +172,7 @@ class Delta:
     timings: Timings | None = None
     error: str | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
+    reasoning: str = ""  # text inside the model's think block (chat only)
 
 
 class GenerationStream(Protocol):

@@ -8,7 +8,7 @@ import struct
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import web
@@ -100,7 +100,7 @@ def _usage(d: Delta) -> dict[str, Any]:
         "completion_tokens": c,
         "total_tokens": p + c,
         "prompt_tokens_details": {"cached_tokens": cached},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens if u else 0},
     }
 
 
@@ -141,19 +141,38 @@ async def _iterate(request: web.Request, gen: Generation):  # type: ignore[no-un
         gen.cancel()
 
 
-async def _run_to_end(
-    request: web.Request, gen: Generation
-) -> tuple[str, Delta, list[TokenLogprob]]:
+@dataclass
+class _Result:
+    text: str
+    final: Delta
+    logprobs: list[TokenLogprob]
+    reasoning: str = ""
+
+
+async def _run_to_end(request: web.Request, gen: Generation) -> _Result:
     parts: list[str] = []
+    thoughts: list[str] = []
     lps: list[TokenLogprob] = []
     final = Delta(finish_reason="error", error="no final delta")
     async for d in _iterate(request, gen):
         if d.text:
             parts.append(d.text)
+        if d.reasoning:
+            thoughts.append(d.reasoning)
         lps.extend(d.logprobs)
         if d.finish_reason:
             final = d
-    return "".join(parts), final, lps
+    return _Result("".join(parts), final, lps, "".join(thoughts))
+
+
+def _reasoning_fields(request: web.Request, text: str) -> dict[str, str]:
+    """reasoning_content (DeepSeek's name, read by most clients), and `reasoning` if asked."""
+    if not text:
+        return {}
+    out = {"reasoning_content": text}
+    if request.app[STATE].settings.reasoning_field_also:
+        out["reasoning"] = text
+    return out
 
 
 def chat_logprobs(lps: Sequence[TokenLogprob]) -> dict[str, Any]:
@@ -202,6 +221,9 @@ def _sum_usage(finals: list[Delta]) -> dict[str, Any]:
         u = _usage(f)
         for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
             total[k] += u[k]
+        total["completion_tokens_details"]["reasoning_tokens"] += u["completion_tokens_details"][
+            "reasoning_tokens"
+        ]
     return total
 
 
@@ -254,7 +276,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         finally:
             for g in gens:
                 g.cancel()
-        done = [f for _, f, _ in results]
+        done = [r.final for r in results]
         for f in done:
             _note_usage(request, model, f)
             err = _final_error(f, request)
@@ -270,11 +292,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 "choices": [
                     {
                         "index": i,
-                        "message": {"role": "assistant", "content": text, "refusal": None},
-                        "logprobs": chat_logprobs(lp) if n_lp is not None else None,
-                        "finish_reason": f.finish_reason,
+                        "message": {
+                            "role": "assistant",
+                            "content": r.text,
+                            "refusal": None,
+                            **_reasoning_fields(request, r.reasoning),
+                        },
+                        "logprobs": chat_logprobs(r.logprobs) if n_lp is not None else None,
+                        "finish_reason": r.final.finish_reason,
                     }
-                    for i, (text, f, lp) in enumerate(results)
+                    for i, r in enumerate(results)
                 ],
                 "usage": _sum_usage(done),
                 "timings": done[0].timings.as_dict() if done[0].timings else None,
@@ -308,6 +335,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             await sse.send(chunk(i, {"role": "assistant", "content": ""}))
             last: Delta | None = None
             async for d in _iterate(request, gen):
+                if d.reasoning:
+                    await sse.send(chunk(i, _reasoning_fields(request, d.reasoning)))
                 if d.text or d.logprobs:
                     await sse.send(chunk(i, {"content": d.text}, lps=d.logprobs))
                 if d.finish_reason:
@@ -390,7 +419,8 @@ async def completions(request: web.Request) -> web.StreamResponse:
         choices = []
         total = None
         for i in range(len(prompts)):
-            text, final, lps = await _run_to_end(request, await start(i))
+            res = await _run_to_end(request, await start(i))
+            text, final, lps = res.text, res.final, res.logprobs
             _note_usage(request, model, final)
             err = _final_error(final, request)
             if err:
