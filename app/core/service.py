@@ -267,18 +267,21 @@ class Hearth:
         request_id: str = "",
         ttl: Any = UNSET,
         logprobs: int | None = None,
+        constraint: tuple[str, str] | None = None,
     ) -> Generation:
         """Start a chat generation. Everything that can fail fails here, before any output.
 
         Args:
             logprobs: None = off; N = each token's log-probability and the N most likely.
+            constraint: ("json_object", "") or ("json_schema", schema JSON): output that must
+                parse (enforced while sampling by the runtime, or a 400 where it can't).
 
         Raises:
             ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable.
         """
         async with self._model(model_id, ttl) as lm:
             return await self._start_chat(
-                lm, model_id, messages, sampling, max_tokens, stop, request_id, logprobs
+                lm, model_id, messages, sampling, max_tokens, stop, request_id, logprobs, constraint
             )
 
     async def _start_chat(
@@ -291,6 +294,7 @@ class Hearth:
         stop: Sequence[str],
         request_id: str,
         logprobs: int | None = None,
+        constraint: tuple[str, str] | None = None,
     ) -> Generation:
         _require(lm, "chat", model_id)
         _check_bias(lm, sampling)
@@ -312,6 +316,7 @@ class Hearth:
             stop=tuple(stop) + template.default_stops,
             request_id=request_id,
             logprobs=logprobs,
+            constraint=constraint,
         )
         return Generation(model_id, len(tokens), lm.submit(req), splitter)
 

@@ -105,6 +105,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     request_id: str = ""
     logprobs: int | None = None  # None = off; N = the sampled token plus the N most likely
+    constraint: tuple[str, str] | None = None  # ("json_object", "") | ("json_schema", schema json)
 
 
 @dataclass(frozen=True, slots=True)

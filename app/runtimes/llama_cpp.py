@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
-from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
+from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,43 @@ except ImportError:  # pragma: no cover - the package is a hard dependency; be e
     L = None  # type: ignore[assignment]
 
 PENALTY_LAST_N = 64
+MAX_GRAMMAR_BYTES = 256 * 1024
+
+
+def grammar_for(constraint: tuple[str, str] | None) -> str | None:
+    """GBNF for a response_format constraint (llama-cpp-python's JSON-schema converter).
+
+    Raises:
+        InvalidRequest: the schema cannot be converted (unsupported keywords, bad refs...).
+    """
+    if constraint is None:
+        return None
+    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+
+    kind, schema = constraint
+    if kind == "json_object":
+        return str(JSON_GBNF)
+    try:
+        return _schema_grammar(schema, json_schema_to_gbnf)
+    except (ValueError, KeyError, TypeError, RecursionError, AssertionError, AttributeError) as e:
+        raise InvalidRequest(
+            f"the JSON schema cannot be enforced: {e}", param="response_format"
+        ) from e
+
+
+_GRAMMAR_CACHE: dict[str, str] = {}
+
+
+def _schema_grammar(schema: str, convert: Any) -> str:
+    g = _GRAMMAR_CACHE.get(schema)
+    if g is None:
+        g = str(convert(schema))
+        if len(_GRAMMAR_CACHE) > 256:
+            _GRAMMAR_CACHE.clear()
+        _GRAMMAR_CACHE[schema] = g
+    return g
+
+
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 _init_lock = threading.Lock()
 _initialized = False
@@ -192,9 +229,15 @@ class LlamaEngine:
     def _uses_penalties(s: SamplingParams) -> bool:
         return s.repeat_penalty != 1.0 or bool(s.frequency_penalty) or bool(s.presence_penalty)
 
-    def _sampler(self, s: SamplingParams) -> Any:
+    def _sampler(self, s: SamplingParams, grammar: str | None = None) -> Any:
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         add = lambda smp: L.llama_sampler_chain_add(chain, smp)  # noqa: E731
+        if grammar is not None:  # first: everything after it sees only allowed tokens
+            g = L.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
+            if not g:
+                L.llama_sampler_free(chain)
+                raise ValueError("the grammar did not compile")
+            add(g)
         if s.logit_bias:
             arr = (L.llama_logit_bias * len(s.logit_bias))()
             for i, (tok, bias) in enumerate(s.logit_bias):
@@ -243,7 +286,12 @@ class LlamaEngine:
     def begin(self, seq: Sequence) -> None:
         req: GenerationRequest = seq.request
         slot = self._free_slots.pop(0)
-        state = _SeqState(slot, self._sampler(req.sampling))
+        try:
+            sampler = self._sampler(req.sampling, grammar_for(req.constraint))
+        except (ValueError, InvalidRequest):
+            self._free_slots.append(slot)
+            raise
+        state = _SeqState(slot, sampler)
         seq.engine_state = state
         L.llama_memory_seq_rm(self.mem, slot, -1, -1)
         tokens = list(req.prompt_tokens)
@@ -404,6 +452,7 @@ class LlamaCppModel:
             "n_vocab": engine.n_vocab,
         }
         self.worker = Worker(engine, name=model.id, queue_size=queue_size)
+        self._good_grammars: set[str] = set()
 
     @property
     def chat_template(self) -> str | None:
@@ -435,7 +484,25 @@ class LlamaCppModel:
         )
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
+        if request.constraint is not None:
+            self._check_grammar(grammar_for(request.constraint))
         return self.worker.submit(request)
+
+    def _check_grammar(self, grammar: str | None) -> None:
+        """Compile the grammar once now, so a bad one is a 400 before any output."""
+        if grammar is None or grammar in self._good_grammars:
+            return
+        if len(grammar) > MAX_GRAMMAR_BYTES:
+            raise InvalidRequest(
+                "the schema makes a grammar that is too large", param="response_format"
+            )
+        g = L.llama_sampler_init_grammar(self.engine.vocab, grammar.encode(), b"root")
+        if not g:
+            raise InvalidRequest(
+                "the schema does not compile to a grammar", param="response_format"
+            )
+        L.llama_sampler_free(g)
+        self._good_grammars.add(grammar)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         return await self.worker.run(lambda: [self.engine.embed(t) for t in inputs])

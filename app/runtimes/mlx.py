@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
-from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
+from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable, UnsupportedParameter
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
 log = logging.getLogger(__name__)
@@ -228,6 +228,10 @@ class MlxModel:
         return str(self.engine.tokenizer._tokenizer.convert_ids_to_tokens(token))
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
+        if request.constraint is not None:
+            raise UnsupportedParameter(
+                "structured output is not available for MLX models yet", param="response_format"
+            )
         return self.worker.submit(request)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:

@@ -25,6 +25,7 @@ from app.server.schemas import (
     parse_max_tokens,
     parse_messages,
     parse_prompt,
+    parse_response_format,
     parse_sampling,
     parse_stop,
     parse_stream,
@@ -258,12 +259,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     reject_pending_features(b, chat=True)
     n = b.integer("n", 1, lo=1, hi=16) or 1
     n_lp = parse_logprobs(b, chat=True)
+    constraint = parse_response_format(b)
     request[REQUEST_LOG]["model"] = model
     ttl = parse_ttl(b)
 
     async def start(s: SamplingParams) -> Generation:
         return await service.chat(
-            model, messages, sampling=s, max_tokens=max_tokens, stop=stop, ttl=ttl, logprobs=n_lp
+            model,
+            messages,
+            sampling=s,
+            max_tokens=max_tokens,
+            stop=stop,
+            ttl=ttl,
+            logprobs=n_lp,
+            constraint=constraint,
         )
 
     # everything that can fail (404, context overflow, queue full) fails here, before headers

@@ -187,14 +187,6 @@ def reject_pending_features(b: Body, *, chat: bool) -> None:
         tc = b.data.get("tool_choice")
         if tc not in (None, "none", "auto"):
             _unsupported(b, "tool_choice", "tool calling arrives in a later version")
-        rf = b.data.get("response_format")
-        if rf is not None:
-            if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
-                raise InvalidRequest(
-                    "'response_format' must be an object with a 'type'", param="response_format"
-                )
-            if rf["type"] != "text":
-                _unsupported(b, "response_format", "structured output arrives in a later version")
         if b.data.get("audio") is not None:
             _unsupported(b, "audio", "audio output is not available")
         mods = b.data.get("modalities")
@@ -402,3 +394,60 @@ def parse_logprobs(b: Body, *, chat: bool) -> int | None:
             raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         return (top or 0) if on else None
     return b.integer("logprobs", None, lo=0, hi=5)
+
+
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_SCHEMA_DEPTH = 32
+
+
+def _depth(v: Any, limit: int) -> int:
+    """Nesting depth of a JSON value, iteratively (a hostile schema can be very deep)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(v, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        if isinstance(node, dict):
+            stack.extend((x, d + 1) for x in node.values())
+        elif isinstance(node, list):
+            stack.extend((x, d + 1) for x in node)
+    return deepest
+
+
+def parse_response_format(b: Body) -> tuple[str, str] | None:
+    """`response_format`: text | json_object | json_schema (bounded in size and depth)."""
+    rf = b.data.get("response_format")
+    if rf is None:
+        return None
+    if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
+        raise InvalidRequest(
+            "'response_format' must be an object with a 'type'", param="response_format"
+        )
+    kind = rf["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return ("json_object", "")
+    if kind != "json_schema":
+        raise InvalidRequest(f"unknown response_format type {kind!r}", param="response_format.type")
+    js = rf.get("json_schema")
+    if not isinstance(js, dict) or not isinstance(js.get("schema", {}), dict):
+        raise InvalidRequest(
+            "'json_schema' must be an object with a 'schema' object",
+            param="response_format.json_schema",
+        )
+    schema = js.get("schema") or {}
+    if _depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+        raise InvalidRequest(
+            f"the schema is nested deeper than {MAX_SCHEMA_DEPTH} levels",
+            param="response_format.json_schema.schema",
+        )
+    raw = json.dumps(schema)
+    if len(raw) > MAX_SCHEMA_BYTES:
+        raise InvalidRequest(
+            f"the schema is larger than {MAX_SCHEMA_BYTES} bytes",
+            param="response_format.json_schema.schema",
+        )
+    return ("json_schema", raw)

@@ -452,3 +452,75 @@ def test_logprobs_chat_and_completions(served: Served) -> None:
     with pytest.raises(openai.BadRequestError) as ei:
         c.chat.completions.create(model=served.model_id, messages=MSG, top_logprobs=25, logprobs=True)
     assert ei.value.body["param"] == "top_logprobs"
+
+
+def test_structured_output_json_schema_and_parse(served: Served) -> None:
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+
+    c = client(served)
+    parsed = c.chat.completions.parse(
+        model=served.model_id,
+        messages=[{"role": "user", "content": "Give me a person: Alice, 30 years old."}],
+        response_format=Person,
+        max_tokens=60,
+        temperature=0,
+    )
+    person = parsed.choices[0].message.parsed
+    assert isinstance(person, Person) and isinstance(person.age, int)
+    ask = [{"role": "user", "content": "What color is the sky?"}]
+    free = c.chat.completions.create(model=served.model_id, messages=ask, max_tokens=20, temperature=0)
+    assert not free.choices[0].message.content.lstrip().startswith("{"), "the model does not answer JSON by itself"
+    obj = c.chat.completions.create(model=served.model_id, messages=ask, max_tokens=20, temperature=0,
+                                    response_format={"type": "json_object"})
+    assert obj.choices[0].message.content.startswith("{"), "json_object is enforced while sampling"
+    enum_schema = {"type": "object", "properties": {"color": {"type": "string", "enum": ["red", "blue"]}},
+                   "required": ["color"], "additionalProperties": False}
+    strict = c.chat.completions.create(
+        model=served.model_id, messages=ask, max_tokens=40, temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": enum_schema, "strict": True}},
+    )
+    assert json.loads(strict.choices[0].message.content)["color"] in ("red", "blue")
+    assert strict.choices[0].finish_reason == "stop"
+    streamed = "".join(
+        ch.choices[0].delta.content or ""
+        for ch in c.chat.completions.create(
+            model=served.model_id, messages=ask, max_tokens=40, temperature=0, stream=True,
+            response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": enum_schema}},
+        )
+    )
+    assert streamed == strict.choices[0].message.content
+
+
+@pytest.mark.parametrize(
+    ("rf", "param"),
+    [
+        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
+            "a": {"$ref": "#/definitions/missing"}}}}}, "response_format"),
+        ({"type": "xml"}, "response_format.type"),
+        ({"type": "json_schema", "json_schema": "nope"}, "response_format.json_schema"),
+    ],
+)
+def test_schema_that_cannot_compile_is_400(served: Served, rf: dict, param: str) -> None:
+    status, _, raw = raw_post(served, "/v1/chat/completions",
+                              {"model": served.model_id, "messages": MSG, "response_format": rf})
+    assert status == 400, raw
+    assert json.loads(raw)["error"]["param"] == param
+
+
+def test_deep_or_huge_schema_refused_and_server_survives(served: Served) -> None:
+    for depth in (60_000, 40):  # llama.cpp #26600: a 60,000-deep grammar segfaulted llama-server
+        deep = '{"type": "array", "items": ' * depth + '{"type": "string"}' + "}" * depth
+        body = (f'{{"model": "{served.model_id}", "messages": {json.dumps(MSG)}, "response_format": '
+                f'{{"type": "json_schema", "json_schema": {{"name": "d", "schema": {deep}}}}}}}')
+        status, _, raw = raw_post(served, "/v1/chat/completions", body.encode())
+        assert status == 400, raw
+        assert json.loads(raw)["error"]["param"] in ("response_format.json_schema.schema", None)
+    big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(1000)}}
+    status, _, raw = raw_post(served, "/v1/chat/completions", {"model": served.model_id, "messages": MSG,
+                              "response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": big}}})
+    assert status == 400 and json.loads(raw)["error"]["param"] == "response_format.json_schema.schema"
+    assert client(served).models.retrieve(served.model_id).id == served.model_id
