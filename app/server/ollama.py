@@ -26,7 +26,11 @@ OLLAMA_VERSION = "0.12.0"  # the API level these shapes follow
 
 
 def _now_iso(ts: float | None = None) -> str:
-    return datetime.fromtimestamp(ts if ts is not None else time.time(), UTC).isoformat().replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(ts if ts is not None else time.time(), UTC)
+        .isoformat()
+        .replace("+00:00", "Z")
+    )
 
 
 def resolve_id(service: Hearth, name: str) -> str:
@@ -65,7 +69,9 @@ def _param_size(n: int | None) -> str:
 def _digest(st: ModelStatus) -> str:
     import hashlib
 
-    return hashlib.sha256(f"{st.model.path}|{st.model.size_bytes}|{st.model.mtime}".encode()).hexdigest()
+    return hashlib.sha256(
+        f"{st.model.path}|{st.model.size_bytes}|{st.model.mtime}".encode()
+    ).hexdigest()
 
 
 def _tag(model_id: str) -> str:
@@ -101,7 +107,9 @@ def _sampling(opts: dict[str, Any]) -> tuple[SamplingParams, int | None, tuple[s
 
 def _reject(b: Body) -> None:
     if b.data.get("format") not in (None, ""):
-        raise UnsupportedParameter("'format' (structured output) is not supported yet", param="format")
+        raise UnsupportedParameter(
+            "'format' (structured output) is not supported yet", param="format"
+        )
     if b.data.get("tools"):
         raise UnsupportedParameter("'tools' are not supported yet", param="tools")
     if b.data.get("think") not in (None, False):
@@ -111,7 +119,9 @@ def _reject(b: Body) -> None:
     if b.data.get("suffix"):
         raise UnsupportedParameter("'suffix' (fill-in-the-middle) is not supported", param="suffix")
     if b.data.get("context"):
-        raise UnsupportedParameter("'context' (deprecated token context) is not supported", param="context")
+        raise UnsupportedParameter(
+            "'context' (deprecated token context) is not supported", param="context"
+        )
 
 
 def _keep_alive(b: Body) -> Any:
@@ -133,7 +143,9 @@ def _final_fields(final: Delta, started: float, load_ns: int) -> dict[str, Any]:
     }
 
 
-async def _load_or_unload(service: Hearth, model_id: str, keep_alive: Any, key: str) -> web.Response:
+async def _load_or_unload(
+    service: Hearth, model_id: str, keep_alive: Any, key: str
+) -> web.Response:
     """An empty prompt/messages loads the model; with keep_alive 0 it unloads it (Ollama)."""
     if keep_alive == 0:
         await service.unload(model_id)
@@ -141,13 +153,24 @@ async def _load_or_unload(service: Hearth, model_id: str, keep_alive: Any, key: 
     else:
         await service.load(model_id, ttl=keep_alive)
         reason = "load"
-    body: dict[str, Any] = {"model": model_id, "created_at": _now_iso(), "done": True, "done_reason": reason}
+    body: dict[str, Any] = {
+        "model": model_id,
+        "created_at": _now_iso(),
+        "done": True,
+        "done_reason": reason,
+    }
     body[key] = {"role": "assistant", "content": ""} if key == "message" else ""
     return web.json_response(body)
 
 
 async def _respond(
-    request: web.Request, gen: Generation, model_id: str, stream: bool, key: str, started: float, load_ns: int
+    request: web.Request,
+    gen: Generation,
+    model_id: str,
+    stream: bool,
+    key: str,
+    started: float,
+    load_ns: int,
 ) -> web.StreamResponse:
     state = request.app[STATE]
     state.active.add(gen)
@@ -162,8 +185,13 @@ async def _respond(
             if final.finish_reason in ("error", "cancelled"):
                 raise HearthError(final.error or "the generation was stopped")
             return web.json_response(
-                {"model": model_id, "created_at": _now_iso(), key: piece(text), "done": True,
-                 **_final_fields(final, started, load_ns)}
+                {
+                    "model": model_id,
+                    "created_at": _now_iso(),
+                    key: piece(text),
+                    "done": True,
+                    **_final_fields(final, started, load_ns),
+                }
             )
         resp = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await resp.prepare(request)
@@ -174,16 +202,27 @@ async def _respond(
         last: Delta | None = None
         async for d in gen:
             if d.text:
-                await line({"model": model_id, "created_at": _now_iso(), key: piece(d.text), "done": False})
+                await line(
+                    {"model": model_id, "created_at": _now_iso(), key: piece(d.text), "done": False}
+                )
             if d.finish_reason:
                 last = d
         if last is None or last.finish_reason in ("error", "cancelled"):
-            msg = "the server is shutting down" if state.stopping else (last.error if last else None)
+            msg = (
+                "the server is shutting down" if state.stopping else (last.error if last else None)
+            )
             await line({"error": msg or "the generation was stopped"})
         else:
             _note(request, model_id, last)
-            await line({"model": model_id, "created_at": _now_iso(), key: piece(""), "done": True,
-                        **_final_fields(last, started, load_ns)})
+            await line(
+                {
+                    "model": model_id,
+                    "created_at": _now_iso(),
+                    key: piece(""),
+                    "done": True,
+                    **_final_fields(last, started, load_ns),
+                }
+            )
         await resp.write_eof()
         return resp
     finally:
@@ -295,15 +334,21 @@ async def chat(request: web.Request) -> web.StreamResponse:
     _reject(b)
     for i, m in enumerate(b.data.get("messages") or []):
         if isinstance(m, dict) and (m.get("images") or m.get("tool_calls")):
-            raise UnsupportedParameter("images and tool calls are not supported yet", param=f"messages[{i}]")
+            raise UnsupportedParameter(
+                "images and tool calls are not supported yet", param=f"messages[{i}]"
+            )
     keep = _keep_alive(b)
     if not b.data.get("messages"):
         return await _load_or_unload(service, model_id, keep, "message")
     messages: list[ChatMessage] = parse_messages(b)
     sampling, max_tokens, stop = _sampling(b.data.get("options") or {})
     load_ns = await _jit(service, model_id)
-    gen = await service.chat(model_id, messages, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep)
-    return await _respond(request, gen, model_id, b.flag("stream", True), "message", started, load_ns)
+    gen = await service.chat(
+        model_id, messages, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep
+    )
+    return await _respond(
+        request, gen, model_id, b.flag("stream", True), "message", started, load_ns
+    )
 
 
 @routes.post("/api/generate")
@@ -319,19 +364,27 @@ async def generate(request: web.Request) -> web.StreamResponse:
     if not prompt:
         return await _load_or_unload(service, model_id, keep, "response")
     if b.data.get("template"):
-        raise UnsupportedParameter("a custom 'template' is not supported; use raw", param="template")
+        raise UnsupportedParameter(
+            "a custom 'template' is not supported; use raw", param="template"
+        )
     sampling, max_tokens, stop = _sampling(b.data.get("options") or {})
     load_ns = await _jit(service, model_id)
     if b.flag("raw"):
-        gen = await service.complete(model_id, prompt, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep)
+        gen = await service.complete(
+            model_id, prompt, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep
+        )
     else:  # Ollama applies the model's template to system + prompt
         msgs = []
         system = b.text("system")
         if system:
             msgs.append(ChatMessage("system", system))
         msgs.append(ChatMessage("user", prompt))
-        gen = await service.chat(model_id, msgs, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep)
-    return await _respond(request, gen, model_id, b.flag("stream", True), "response", started, load_ns)
+        gen = await service.chat(
+            model_id, msgs, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep
+        )
+    return await _respond(
+        request, gen, model_id, b.flag("stream", True), "response", started, load_ns
+    )
 
 
 @routes.post("/api/embed")
@@ -349,8 +402,13 @@ async def embed(request: web.Request) -> web.Response:
     vectors, n = await service.embed(model_id, items, ttl=_keep_alive(b))
     request[REQUEST_LOG]["prompt_tokens"] = n
     return web.json_response(
-        {"model": model_id, "embeddings": vectors, "total_duration": int((time.perf_counter() - started) * 1e9),
-         "load_duration": load_ns, "prompt_eval_count": n}
+        {
+            "model": model_id,
+            "embeddings": vectors,
+            "total_duration": int((time.perf_counter() - started) * 1e9),
+            "load_duration": load_ns,
+            "prompt_eval_count": n,
+        }
     )
 
 
