@@ -16,6 +16,7 @@ class StopMatcher:
         self._stops = tuple(s for s in stops if s)
         self._held = ""
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the stream
 
     def feed(self, text: str) -> tuple[str, bool]:
         if self.stopped:
@@ -28,6 +29,7 @@ class StopMatcher:
             i = buf.find(s)
             if i != -1 and (cut == -1 or i < cut):
                 cut = i
+                self.matched = s
         if cut != -1:
             self.stopped = True
             self._held = ""

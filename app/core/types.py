@@ -174,6 +174,7 @@ class Delta:
     error: str | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
     reasoning: str = ""  # text inside the model's think block (chat only)
+    stop_string: str | None = None  # on the final delta: the stop string that ended it, if any
 
 
 class GenerationStream(Protocol):

@@ -146,6 +146,7 @@ class Sequence:
                 usage=usage,
                 timings=timings,
                 error=self.error,
+                stop_string=self.stop.matched,
             )
         )
         self.stream.close()

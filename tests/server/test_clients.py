@@ -1,0 +1,128 @@
+"""The Responses API with openai-python and the Messages API with the anthropic SDK, on SmolLM2."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+
+from tests.conftest import Served
+
+pytestmark = pytest.mark.model
+anthropic = pytest.importorskip("anthropic", reason="the anthropic SDK is part of the dev extra")
+
+
+def test_responses_create_and_stream(served: Served) -> None:
+    c = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=120)
+    r = c.responses.create(
+        model=served.model_id,
+        input="Say hello.",
+        instructions="Be brief.",
+        max_output_tokens=12,
+        temperature=0,
+    )
+    assert r.object == "response" and r.output_text
+    assert r.usage.output_tokens <= 12 and r.usage.input_tokens > 0
+    items = c.responses.create(
+        model=served.model_id,
+        input=[{"role": "user", "content": [{"type": "input_text", "text": "Say hello."}]}],
+        instructions="Be brief.",
+        max_output_tokens=12,
+        temperature=0,
+    )
+    assert items.output_text == r.output_text, "a string input = the same message as an item"
+    events = list(
+        c.responses.create(
+            model=served.model_id,
+            input="Say hello.",
+            instructions="Be brief.",
+            max_output_tokens=12,
+            temperature=0,
+            stream=True,
+        )
+    )
+    seqs = [e.sequence_number for e in events]
+    assert seqs == list(range(len(events))), "sequence_number counts every event"
+    assert events[0].type == "response.created" and events[-1].type in (
+        "response.completed",
+        "response.incomplete",
+    )
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == r.output_text
+    with c.responses.stream(
+        model=served.model_id,
+        input="Say hello.",
+        instructions="Be brief.",
+        max_output_tokens=200,
+        temperature=0,
+    ) as stream:
+        final = stream.get_final_response()
+    assert final.status == "completed" and final.output_text.startswith(r.output_text)
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.responses.create(model=served.model_id, input="x", previous_response_id="resp_123")
+    assert ei.value.body["param"] == "previous_response_id"
+
+
+def test_responses_json_schema(served: Served) -> None:
+    c = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=120)
+    schema = {
+        "type": "object",
+        "properties": {"color": {"type": "string", "enum": ["red", "blue"]}},
+        "required": ["color"],
+        "additionalProperties": False,
+    }
+    r = c.responses.create(
+        model=served.model_id,
+        input="What color is the sky?",
+        max_output_tokens=40,
+        temperature=0,
+        text={"format": {"type": "json_schema", "name": "c", "schema": schema}},
+    )
+    assert json.loads(r.output_text)["color"] in ("red", "blue")
+
+
+def test_anthropic_messages(served: Served) -> None:
+    c = anthropic.Anthropic(base_url=served.root, api_key="unused", max_retries=0, timeout=120)
+    m = c.messages.create(
+        model=served.model_id,
+        max_tokens=12,
+        extra_body={"temperature": 0},
+        system="Be brief.",
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Say hello."}]}],
+    )
+    assert m.role == "assistant" and m.content[0].type == "text" and m.content[0].text
+    assert m.stop_reason in ("end_turn", "max_tokens") and m.usage.output_tokens <= 12
+    with c.messages.stream(
+        model=served.model_id,
+        max_tokens=12,
+        extra_body={"temperature": 0},
+        system="Be brief.",
+        messages=[{"role": "user", "content": "Say hello."}],
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == m.content[0].text == final.content[0].text
+    words = text.split()
+    if len(words) > 2:
+        stop = " " + words[1]
+        s = c.messages.create(
+            model=served.model_id,
+            max_tokens=12,
+            extra_body={"temperature": 0},
+            system="Be brief.",
+            stop_sequences=[stop],
+            messages=[{"role": "user", "content": "Say hello."}],
+        )
+        assert s.stop_reason == "stop_sequence" and s.stop_sequence == stop
+        assert stop not in s.content[0].text
+    with pytest.raises(anthropic.NotFoundError):
+        c.messages.create(model="ghost", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(anthropic.BadRequestError) as ei:
+        c.messages.create(
+            model=served.model_id, max_tokens=5, messages=[{"role": "wizard", "content": "x"}]
+        )
+    assert (
+        ei.value.body["type"] == "error"
+        and ei.value.body["error"]["type"] == "invalid_request_error"
+    )
