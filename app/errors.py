@@ -113,3 +113,69 @@ class InsufficientMemory(HearthError):
         super().__init__(message, param="model")
         self.needed = needed
         self.available = available
+
+
+# -- Hugging Face Hub and downloads ----------------------------------------------------------------
+class RepoNotFound(HearthError):
+    """The repo (or file) does not exist on the Hub, or it is private and the token cannot see it."""
+
+    status = 404
+    code = "repo_not_found"
+    type = "invalid_request_error"
+
+
+class RepoRefused(HearthError):
+    """Hearth will not download this repo or file (pickle weights, remote code, hostile names)."""
+
+    status = 400
+    code = "repo_refused"
+    type = "invalid_request_error"
+
+
+class AccessDenied(HearthError):
+    """A gated or private repo that the configured token (or no token) cannot download."""
+
+    status = 403
+    code = "gated_repo"
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+
+
+class AmbiguousChoice(InvalidRequest):
+    """A pull without a quantization or file name in a repo with several choices."""
+
+    code = "ambiguous_choice"
+
+    def __init__(self, message: str, *, choices: list[str]) -> None:
+        super().__init__(message, param="model")
+        self.choices = choices
+
+
+class HubUnavailable(HearthError):
+    """The Hub (or its CDN) could not be reached or kept failing."""
+
+    status = 502
+    code = "hub_unavailable"
+
+
+class ChecksumMismatch(DownloadFailed):
+    code = "checksum_mismatch"
+
+
+class InsufficientStorage(DownloadFailed):
+    status = 507
+    code = "insufficient_storage"
+
+
+class DownloadNotFound(HearthError):
+    status = 404
+    code = "download_not_found"
+    type = "invalid_request_error"
+
+
+class DownloadCancelled(HearthError):
+    status = 499
+    code = "cancelled"

@@ -38,6 +38,11 @@ class AppPaths:
         return self.data / "server.json"
 
     @property
+    def hf_token_file(self) -> Path:
+        """The Hugging Face token (0600), kept out of settings.json."""
+        return self.config / "hf_token"
+
+    @property
     def probe_file(self) -> Path:
         return self.cache / "runtime-probe.json"
 

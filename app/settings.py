@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -11,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.core.fsutil import atomic_write_json, file_lock, read_json
+from app.core.fsutil import atomic_write_bytes, atomic_write_json, file_lock, read_json
 from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -63,9 +64,18 @@ class LoadDefaults:
 
 
 @dataclass(frozen=True, slots=True)
+class DownloadSettings:
+    """Hub downloads (issue #3). The Hugging Face token is not here: see ``TokenStore``."""
+
+    stall_timeout_s: float = 30.0  # no bytes for this long: the connection counts as stalled
+    max_concurrent: int = 2
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     load: LoadDefaults = field(default_factory=LoadDefaults)
+    downloads: DownloadSettings = field(default_factory=DownloadSettings)
     models_dir: str = ""  # empty = the default models folder
     tray_hint_shown: bool = False
 
@@ -113,9 +123,12 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     if not 0 <= server.port < 65536:  # 0 = any free port
         raise ConfigError("settings: server.port must be 0-65535")
     load = _coerce(LoadDefaults, raw.get("load", {}), "load")
+    downloads = _coerce(DownloadSettings, raw.get("downloads", {}), "downloads")
+    if downloads.max_concurrent < 1:
+        raise ConfigError("settings: downloads.max_concurrent must be at least 1")
     top = {k: raw[k] for k in ("models_dir", "tray_hint_shown") if k in raw}
     base = _coerce(Settings, top, "settings")
-    return replace(base, server=server, load=load)
+    return replace(base, server=server, load=load, downloads=downloads)
 
 
 class SettingsStore:
@@ -141,3 +154,34 @@ class SettingsStore:
             s = replace(self.load(), **changes)
             atomic_write_json(self.path, s.to_dict(), mode=0o600)
         return s
+
+
+# -- the Hugging Face token (issue #3) ---------------------------------------------------------------
+class TokenStore:
+    """The Hugging Face access token, alone in a 0600 file beside settings.json (never in it, so
+    sharing or logging the settings never leaks it)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> str | None:
+        try:
+            token = self.path.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return token or None
+
+    def save(self, token: str | None) -> None:
+        """Store ``token`` (None or empty: forget it).
+
+        Raises:
+            ConfigError: the token has whitespace or control characters.
+        """
+        token = (token or "").strip()
+        if not token:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            return
+        if any(c.isspace() or ord(c) < 32 for c in token) or len(token) > 1024:
+            raise ConfigError("the Hugging Face token must be one line without spaces")
+        atomic_write_bytes(self.path, token.encode() + b"\n", mode=0o600)

@@ -117,3 +117,24 @@ def served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iter
             os.environ.pop("HEARTH_HOME", None)
         else:
             os.environ["HEARTH_HOME"] = old
+
+
+# -- a local fake Hugging Face Hub (tests/fakehub.py) -----------------------------------------------
+@pytest.fixture
+def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """A fake Hub on a loopback port, set as ``HF_ENDPOINT``; no real token can leak in."""
+    import huggingface_hub.constants as hf_constants
+
+    from tests.fakehub import serve
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))
+    gen = serve()
+    hub = next(gen)
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    try:
+        yield hub
+    finally:
+        gen.close()

@@ -33,6 +33,18 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:")
 
 
+def _template_call(call: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI history carries arguments as a JSON string; templates iterate them as a mapping."""
+    fn = dict(call.get("function") or {})
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            fn["arguments"] = json.loads(args)
+        except ValueError:
+            pass
+    return {**call, "function": fn, "name": fn.get("name"), "arguments": fn.get("arguments")}
+
+
 def _raise(msg: str) -> None:
     raise TemplateError(f"chat template: {msg}", param="messages")
 
@@ -133,7 +145,7 @@ class ChatTemplate:
             if m.name:
                 d["name"] = m.name
             if m.tool_calls:
-                d["tool_calls"] = [dict(t) for t in m.tool_calls]
+                d["tool_calls"] = [_template_call(t) for t in m.tool_calls]
             if m.tool_call_id:
                 d["tool_call_id"] = m.tool_call_id
             msgs.append(d)

@@ -71,6 +71,68 @@ class RequestFinished(Event):
     tokens_per_second: float
 
 
+# -- downloads (app.core.downloads.DownloadManager publishes these) ----------------------------
+@dataclass(frozen=True, slots=True)
+class DownloadQueued(Event):
+    download_id: str
+    repo_id: str
+    name: str  # the file (or MLX folder) being pulled
+    total_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadProgressed(Event):
+    """Throttled (a few per second per download) while bytes arrive, and on each state change."""
+
+    download_id: str
+    state: str  # queued | downloading | stalled | retrying | verifying | paused | ...
+    bytes_done: int
+    total_bytes: int
+    speed_bps: float
+    eta_s: float | None
+    file: str  # the repo file being transferred now
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadStalled(Event):
+    """No bytes for the stall timeout, or the connection broke: retrying after a backoff."""
+
+    download_id: str
+    attempt: int
+    retry_in_s: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadPaused(Event):
+    download_id: str
+    bytes_done: int
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadResumed(Event):
+    download_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadFinished(Event):
+    download_id: str
+    model_id: str
+    path: str
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadFailed(Event):
+    download_id: str
+    message: str
+    code: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadCancelled(Event):
+    download_id: str
+
+
 Listener = Callable[[Event], Any]
 
 

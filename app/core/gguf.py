@@ -186,14 +186,31 @@ class GGUFHeader:
         )
 
 
+class TruncatedHeader(InvalidModel):
+    """The header runs past the bytes given, but not past the file: read more and parse again.
+
+    Raised only when ``parse_header`` gets the beginning of a larger file (``file_size``).
+    """
+
+    def __init__(self, message: str, *, needed: int) -> None:
+        super().__init__(message)
+        self.needed = needed  # a lower bound on the bytes the header needs
+
+
 class _Reader:
-    def __init__(self, buf: mmap.mmap | bytes, size: int) -> None:
+    def __init__(self, buf: mmap.mmap | bytes, size: int, file_size: int | None = None) -> None:
         self.buf = buf
         self.size = size
         self.pos = 0
+        self.file_size = file_size
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
+            if n >= 0 and self.file_size is not None and self.pos + n <= self.file_size:
+                raise TruncatedHeader(
+                    f"GGUF header: {what} lies past the {self.size} bytes read",
+                    needed=self.pos + n,
+                )
             raise InvalidModel(
                 f"invalid GGUF: {what} runs past the end of the file (offset {self.pos})"
             )
@@ -263,13 +280,14 @@ def parse_header(data: bytes | mmap.mmap, file_size: int | None = None) -> GGUFH
 
     ``file_size`` is the whole file's size when ``data`` holds only its beginning (a remote
     header read with an HTTP Range request): then tensor offsets are checked against it and a
-    header that runs past ``data`` raises InvalidModel.
+    header that runs past ``data`` raises TruncatedHeader (an InvalidModel): read more bytes.
 
     Raises:
+        TruncatedHeader: ``data`` ends inside the header but ``file_size`` says the file goes on.
         InvalidModel: the header is malformed.
     """
     size = len(data)
-    r = _Reader(data, size)
+    r = _Reader(data, size, file_size if file_size is not None and file_size > size else None)
     r.need(4, "magic")
     if bytes(data[0:4]) != MAGIC:
         raise InvalidModel("invalid GGUF: bad magic (not a GGUF file)")

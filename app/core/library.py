@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import logging
@@ -13,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from app.core import gguf
+from app.core import gguf, stores
 from app.core.fsutil import atomic_write_json, file_lock, read_json
 from app.core.types import LocalModel
 from app.errors import InvalidModel, ModelNotFound
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*$")
 _SHARD_RE = re.compile(r"-\d{5}-of-\d{5}$")
+_FIRST_SHARD_RE = re.compile(r"^(?P<stem>.+)-00001-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
+_ANY_SHARD_RE = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 INDEX_VERSION = 1
 
 
@@ -37,8 +40,19 @@ def _is_mlx_folder(p: Path) -> bool:
     return p.is_dir() and (p / "config.json").is_file() and any(p.glob("*.safetensors"))
 
 
-def describe(path: Path) -> dict[str, Any]:
+def shard_siblings(path: Path) -> list[Path]:
+    """All shards of a split GGUF given its first shard (``-00001-of-0000N``); else ``[path]``."""
+    m = _FIRST_SHARD_RE.match(path.name)
+    if not m:
+        return [path]
+    n = int(m["n"])
+    return [path.with_name(f"{m['stem']}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
+
+
+def describe(path: Path, *, format: str | None = None) -> dict[str, Any]:
     """Validate a model file or folder and read its metadata.
+
+    ``format="gguf"`` accepts a GGUF without the ``.gguf`` suffix (an Ollama blob).
 
     Raises:
         InvalidModel: not a GGUF file or MLX folder, or its header is malformed.
@@ -77,12 +91,16 @@ def describe(path: Path) -> dict[str, Any]:
         }
     if not path.is_file():
         raise InvalidModel(f"{path} does not exist")
-    if path.suffix.lower() != ".gguf":
+    if path.suffix.lower() != ".gguf" and format != "gguf":
         raise InvalidModel(f"{path.name} is not a .gguf file")
     h = gguf.read_header(path)
+    size = path.stat().st_size
+    shards = shard_siblings(path)
+    if len(shards) > 1:
+        size = sum(p.stat().st_size for p in shards if p.is_file())
     return {
         "format": "gguf",
-        "size_bytes": path.stat().st_size,
+        "size_bytes": size,
         "architecture": h.architecture,
         "name": h.metadata.get("general.name")
         if isinstance(h.metadata.get("general.name"), str)
@@ -265,14 +283,30 @@ class ModelLibrary:
                 pass
             n += 1
 
-    def _add(self, path: Path, meta: dict[str, Any], *, owned: bool, origin: str) -> LocalModel:
+    def _add(
+        self,
+        path: Path,
+        meta: dict[str, Any],
+        *,
+        owned: bool,
+        origin: str,
+        id_hint: str | None = None,
+        refresh: bool = False,
+    ) -> LocalModel:
+        key = _store_key(str(path), meta.get("extra") or {})
         with file_lock(self.index_file):
             entries = self._read()
-            for d in entries:
-                if d["path"] == str(path):
-                    return self._to_model(d)
+            for i, d in enumerate(entries):
+                if _store_key(d["path"], d.get("extra") or {}) == key:
+                    if not refresh:
+                        return self._to_model(d)
+                    # the same path, new bytes (a re-download): keep the id, renew the metadata
+                    del entries[i]
+                    base = d["id"]
+                    break
+            else:
+                base = id_hint or id_from_name(path.name)
             taken = {d["id"] for d in entries}
-            base = id_from_name(path.name)
             mid, n = base, 2
             while mid in taken:
                 mid, n = f"{base}-{n}", n + 1
@@ -299,8 +333,14 @@ class ModelLibrary:
         log.info("library: added %s (%s)", model.id, path)
         return model
 
-    def remove(self, model_id: str) -> tuple[LocalModel, bool]:
-        """Forget a model; delete its file only when Hearth owns it. Returns (model, deleted)."""
+    def remove(self, model_id: str, *, delete_file: bool = False) -> tuple[LocalModel, bool]:
+        """Forget a model. Returns (model, deleted).
+
+        Hearth's own files (downloads, ``--copy`` imports) are deleted. Files of another app (the
+        Hugging Face cache, LM Studio, Ollama) are deleted only with ``delete_file=True`` (the
+        user confirmed); otherwise they stay and a rescan does not list them again. Files
+        imported in place are never deleted.
+        """
         with file_lock(self.index_file):
             entries = self._read()
             for i, d in enumerate(entries):
@@ -315,25 +355,153 @@ class ModelLibrary:
         if model.owned:
             p = Path(model.path)
             # only ever delete inside our own models folder
-            if p.resolve().is_relative_to(self.models_dir.resolve()):
-                with contextlib.suppress(FileNotFoundError):
-                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+            root = self.models_dir.resolve()
+            if p.resolve().is_relative_to(root):
+                for q in shard_siblings(p):
+                    with contextlib.suppress(FileNotFoundError):
+                        shutil.rmtree(q) if q.is_dir() and not q.is_symlink() else q.unlink()
                 deleted = True
+                _prune_empty_parents(p.parent, root)
+        elif model.origin in stores.FOREIGN_ORIGINS:
+            if delete_file:
+                deleted = stores.delete_found(model.path, model.origin, model.extra)
+            else:
+                self._hide(_store_key(model.path, model.extra))
         log.info("library: removed %s (file deleted: %s)", model_id, deleted)
         return model, deleted
 
+    # -- other apps' stores -------------------------------------------------------------------
+    @property
+    def _hidden_file(self) -> Path:
+        return self.index_file.with_name("library-hidden.json")
+
+    def _hidden(self) -> set[str]:
+        try:
+            data = read_json(self._hidden_file, [])
+        except ValueError:
+            return set()
+        return {x for x in data if isinstance(x, str)} if isinstance(data, list) else set()
+
+    def _hide(self, path: str) -> None:
+        with file_lock(self._hidden_file):
+            hidden = self._hidden()
+            hidden.add(path)
+            atomic_write_json(self._hidden_file, sorted(hidden))
+
+    def index_foreign(self, locations: stores.ForeignLocations) -> builtins.list[LocalModel]:
+        """Index, in place, the models other apps downloaded (see ``app.core.stores``); drop
+        entries whose files those apps deleted. Returns the models added now."""
+        found = stores.scan(locations)
+        hidden = self._hidden()
+        present = {_store_key(str(f.path), f.extra) for f in found}
+        with file_lock(self.index_file):
+            entries = self._read()
+            keep = [
+                d
+                for d in entries
+                if d.get("origin") not in stores.FOREIGN_ORIGINS
+                or _store_key(d["path"], d.get("extra") or {}) in present
+                or _still_there(d)
+            ]
+            if len(keep) != len(entries):
+                self._write(keep)
+            known = {_store_key(d["path"], d.get("extra") or {}) for d in keep}
+        added = []
+        for f in found:
+            key = _store_key(str(f.path), f.extra)
+            if key in known or key in hidden:
+                continue
+            try:
+                meta = describe(f.path, format=f.format)
+            except InvalidModel as e:
+                log.warning("%s: skipping %s: %s", f.origin, f.path, e)
+                continue
+            meta = {**meta, "extra": {**(meta.get("extra") or {}), **f.extra}}
+            added.append(
+                self._add(f.path, meta, owned=False, origin=f.origin, id_hint=_foreign_id(f))
+            )
+        return added
+
+    def add_downloaded(self, path: Path, *, source: dict[str, Any]) -> LocalModel:
+        """Register a verified download in the models folder (Hearth owns it).
+
+        Raises:
+            InvalidModel: the file or folder fails validation.
+        """
+        real = path.resolve()
+        meta = describe(real)
+        meta = {**meta, "extra": {**(meta.get("extra") or {}), "hub": source}}
+        return self._add(real, meta, owned=True, origin="downloaded", refresh=True)
+
     def _adopt_models_folder(self) -> None:
-        """Index valid GGUF files that appeared in the models folder (pulls, manual copies)."""
+        """Index valid GGUF files and MLX folders that appeared in the models folder (pulls,
+        manual copies): at the top level and in ``OWNER/NAME/`` folders. Dot-files (partial
+        downloads), symlinks and later shards of split GGUFs are never adopted."""
         if not self.models_dir.is_dir():
             return
         known = {d["path"] for d in self._read()}
-        for p in sorted(self.models_dir.iterdir()):
-            if p.name.startswith(".") or p.is_symlink():
-                continue
+        for p in _candidates(self.models_dir):
             rp = str(p.resolve())
-            if rp in known or not (p.suffix.lower() == ".gguf" or _is_mlx_folder(p)):
+            if rp in known:
                 continue
             try:
                 self._add(Path(rp), describe(Path(rp)), owned=True, origin="downloaded")
             except InvalidModel as e:
                 log.warning("models folder: skipping %s: %s", p.name, e)
+
+
+def _plain(p: Path) -> bool:
+    return not p.name.startswith(".") and not p.is_symlink()
+
+
+def _candidates(root: Path, depth: int = 2) -> list[Path]:
+    """Model files and MLX folders under ``root`` (down to ``depth`` folder levels)."""
+    out: list[Path] = []
+    try:
+        children = sorted(root.iterdir())
+    except OSError:
+        return out
+    for p in children:
+        if not _plain(p):
+            continue
+        if p.is_file() and p.suffix.lower() == ".gguf":
+            if not _ANY_SHARD_RE.search(p.name) or _FIRST_SHARD_RE.match(p.name):
+                out.append(p)
+        elif _is_mlx_folder(p):
+            out.append(p)
+        elif p.is_dir() and depth > 0:
+            out.extend(_candidates(p, depth - 1))
+    return out
+
+
+def _prune_empty_parents(folder: Path, root: Path) -> None:
+    """Remove the OWNER/NAME folders a deletion left empty (never ``root`` itself)."""
+    p = folder
+    while p.resolve() != root and p.resolve().is_relative_to(root):
+        try:
+            p.rmdir()
+        except OSError:
+            return
+        p = p.parent
+
+
+def _still_there(d: dict[str, Any]) -> bool:
+    """A foreign entry whose files the other app has not deleted (its store may be unscanned)."""
+    manifest = (d.get("extra") or {}).get("manifest")
+    if isinstance(manifest, str) and manifest and not Path(manifest).is_file():
+        return False
+    return Path(d["path"]).exists()
+
+
+def _store_key(path: str, extra: dict[str, Any]) -> str:
+    """What makes an entry unique: its path, or for an Ollama tag its manifest (tags share blobs)."""
+    manifest = extra.get("manifest")
+    return f"manifest:{manifest}" if isinstance(manifest, str) and manifest else path
+
+
+def _foreign_id(f: stores.FoundModel) -> str:
+    if f.origin == stores.ORIGIN_OLLAMA:
+        mid = re.sub(r"[^a-z0-9._:/-]+", "-", f.name.lower()).strip("-._:/")
+        mid = "/".join(part for part in mid.split("/") if part not in ("", ".", ".."))
+        return mid if mid and ID_RE.match(mid) else id_from_name(f.name)
+    return id_from_name(f.name)

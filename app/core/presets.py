@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.fsutil import atomic_write_json, file_lock, read_json
+from app.core.tools import FAMILIES as TOOL_FAMILIES
 from app.core.types import LoadOptions
 from app.errors import InvalidRequest
 
@@ -17,7 +18,7 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
 FLASH = ("auto", "on", "off")
 ROPE = ("none", "linear", "yarn")
 # preset keys that are not LoadOptions fields
-EXTRA_KEYS = ("ttl", "pinned")
+EXTRA_KEYS = ("ttl", "pinned", "tool_format")
 _LIMITS: dict[str, tuple[int, int]] = {
     "context_length": (0, 1 << 22),
     "threads": (0, 1024),
@@ -44,6 +45,8 @@ def validate_options(raw: dict[str, Any], *, where: str = "options") -> dict[str
                 raise InvalidRequest("'ttl' must be a number of seconds (-1 = never)", param=p)
             if k == "pinned" and not isinstance(v, bool):
                 raise InvalidRequest("'pinned' must be a boolean", param=p)
+            if k == "tool_format" and v not in (None, *TOOL_FAMILIES):
+                raise InvalidRequest(f"'tool_format' must be one of {TOOL_FAMILIES}", param=p)
             out[k] = v
             continue
         if k not in known:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -17,6 +18,14 @@ from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
 from app.core.reasoning import ReasoningSplitter, prompt_opens_reasoning
 from app.core.scheduler import UNSET, ModelScheduler
+from app.core.tools import (
+    Tool,
+    ToolCallParser,
+    detect_family,
+    generic_tool_prompt,
+    template_handles_tools,
+    tool_call_constraint,
+)
 from app.core.types import (
     ChatMessage,
     Delta,
@@ -27,6 +36,7 @@ from app.core.types import (
     LocalModel,
     Runtime,
     SamplingParams,
+    ToolCallDelta,
 )
 from app.errors import ContextLengthExceeded, InvalidRequest
 
@@ -61,33 +71,57 @@ class Generation:
         prompt_tokens: int,
         stream: GenerationStream,
         reasoning: ReasoningSplitter | None = None,
+        tools: ToolCallParser | None = None,
     ) -> None:
         self.model_id = model_id
         self.prompt_tokens = prompt_tokens
         self._stream = stream
         self._reasoning = reasoning
+        self._tools = tools
 
     def __aiter__(self) -> AsyncIterator[Delta]:
-        if self._reasoning is None:
+        if self._reasoning is None and self._tools is None:
             return self._stream.__aiter__()
-        return self._split(self._reasoning)
+        return self._split()
 
-    async def _split(self, splitter: ReasoningSplitter) -> AsyncIterator[Delta]:
-        """Moves ``<think>`` text to ``Delta.reasoning`` and counts its tokens."""
+    async def _split(self) -> AsyncIterator[Delta]:
+        """Moves ``<think>`` text to ``Delta.reasoning`` (counting its tokens) and tool-call
+        blocks to ``Delta.tool_calls``."""
+        splitter, parser = self._reasoning, self._tools
         reasoning_tokens = 0
         async for d in self._stream:
-            if d.finish_reason is not None:
-                r, a = splitter.flush()
+            final = d.finish_reason is not None
+            r, a = "", d.text
+            if splitter is not None:
+                r, a = splitter.flush() if final else splitter.feed(d.text)
+                if final:
+                    a = d.text + a
+                elif r or splitter.inside:
+                    reasoning_tokens += d.token_count
+            calls: tuple[ToolCallDelta, ...] = ()
+            if parser is not None:
+                ev = parser.feed(a)
+                if final:
+                    tail = parser.flush()
+                    ev.text += tail.text
+                    ev.started += tail.started
+                    ev.arguments += tail.arguments
+                a = ev.text
+                calls = tuple(ToolCallDelta(c.index, c.id, c.name) for c in ev.started) + tuple(
+                    ToolCallDelta(i, arguments=frag) for i, frag in ev.arguments if frag
+                )
+            if final:
                 usage = d.usage
                 if usage is not None:
                     usage = replace(usage, reasoning_tokens=reasoning_tokens)
-                yield replace(d, text=d.text + a, reasoning=r, usage=usage)
-                continue
-            r, a = splitter.feed(d.text)
-            if r or splitter.inside:
-                reasoning_tokens += d.token_count
-            if r or a or d.logprobs:
-                yield replace(d, text=a, reasoning=r)
+                reason = d.finish_reason
+                if parser is not None and parser.calls and reason == "stop":
+                    reason = "tool_calls"
+                yield replace(
+                    d, text=a, reasoning=r, usage=usage, tool_calls=calls, finish_reason=reason
+                )
+            elif r or a or d.logprobs or calls:
+                yield replace(d, text=a, reasoning=r, tool_calls=calls)
 
     def cancel(self) -> None:
         self._stream.cancel()
@@ -268,6 +302,9 @@ class Hearth:
         ttl: Any = UNSET,
         logprobs: int | None = None,
         constraint: tuple[str, str] | None = None,
+        tools: Sequence[Tool] = (),
+        tool_choice: str = "auto",
+        parallel_tool_calls: bool = True,
     ) -> Generation:
         """Start a chat generation. Everything that can fail fails here, before any output.
 
@@ -275,13 +312,28 @@ class Hearth:
             logprobs: None = off; N = each token's log-probability and the N most likely.
             constraint: ("json_object", "") or ("json_schema", schema JSON): output that must
                 parse (enforced while sampling by the runtime, or a 400 where it can't).
+            tools, tool_choice: OpenAI tools; tool_choice "none" | "auto" | "required" | a name.
 
         Raises:
             ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable.
         """
         async with self._model(model_id, ttl) as lm:
+            call = ToolSetup.plan(
+                self, lm, model_id, messages, tools, tool_choice, parallel_tool_calls
+            )
+            if call.constraint is not None:
+                constraint = call.constraint
             return await self._start_chat(
-                lm, model_id, messages, sampling, max_tokens, stop, request_id, logprobs, constraint
+                lm,
+                model_id,
+                call.messages,
+                sampling,
+                max_tokens,
+                stop,
+                request_id,
+                logprobs,
+                constraint,
+                call,
             )
 
     async def _start_chat(
@@ -295,6 +347,7 @@ class Hearth:
         request_id: str,
         logprobs: int | None = None,
         constraint: tuple[str, str] | None = None,
+        call: ToolSetup | None = None,
     ) -> Generation:
         _require(lm, "chat", model_id)
         _check_bias(lm, sampling)
@@ -302,7 +355,8 @@ class Hearth:
         template = ChatTemplate(
             lm.chat_template, bos_token=special.get("bos", ""), eos_token=special.get("eos", "")
         )
-        prompt = template.render(messages, add_generation_prompt=True)
+        extra = {"tools": call.template_tools} if call is not None and call.template_tools else {}
+        prompt = template.render(messages, add_generation_prompt=True, **extra)
         tokens = await asyncio.to_thread(lm.tokenize, prompt, add_special=True, parse_special=True)
         bos = special.get("bos_id")
         if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
@@ -318,7 +372,8 @@ class Hearth:
             logprobs=logprobs,
             constraint=constraint,
         )
-        return Generation(model_id, len(tokens), lm.submit(req), splitter)
+        parser = ToolCallParser(call.family) if call is not None and call.active else None
+        return Generation(model_id, len(tokens), lm.submit(req), splitter, parser)
 
     async def complete(
         self,
@@ -440,3 +495,95 @@ def _require(lm: LoadedModel, capability: str, model_id: str) -> None:
             f"'{model_id}' is an embedding model; it cannot do {capability}s (use /v1/embeddings)",
             param="model",
         )
+
+
+@dataclass
+class ToolSetup:
+    """How one chat request's tools reach the model and come back as calls."""
+
+    messages: Sequence[ChatMessage]
+    family: str = "hermes"
+    active: bool = False
+    template_tools: list[dict[str, Any]] | None = None
+    constraint: tuple[str, str] | None = None
+
+    @classmethod
+    def plan(
+        cls,
+        service: Hearth,
+        lm: LoadedModel,
+        model_id: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[Tool],
+        tool_choice: str,
+        parallel: bool,
+    ) -> ToolSetup:
+        if not tools or tool_choice == "none":
+            return cls(
+                _plain_history(messages)
+                if not template_handles_tools(lm.chat_template)
+                else messages
+            )
+        if tool_choice not in ("auto", "required"):
+            tools = [t for t in tools if t.name == tool_choice]
+            if not tools:
+                raise InvalidRequest(
+                    f"tool_choice names '{tool_choice}', which is not in tools", param="tool_choice"
+                )
+        preset = service.presets.get(model_id) if service.presets is not None else {}
+        native = template_handles_tools(lm.chat_template)
+        family = str(
+            preset.get("tool_format") or (detect_family(lm.chat_template) if native else "hermes")
+        )
+        constraint = None
+        if tool_choice != "auto":
+            # forced: a grammar makes the output a well-formed call of an allowed tool, written
+            # in the hermes form that the parser below reads back
+            family = "hermes"
+            constraint = tool_call_constraint(list(tools), parallel=parallel)
+        if native:
+            return cls(messages, family, True, [t.as_openai() for t in tools], constraint)
+        prompt = generic_tool_prompt(list(tools))
+        history = _plain_history(messages)
+        if history and history[0].role == "system":
+            history = [ChatMessage("system", history[0].content + "\n\n" + prompt), *history[1:]]
+        else:
+            history = [ChatMessage("system", prompt), *history]
+        return cls(history, family, True, None, constraint)
+
+
+def _plain_history(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
+    """Tool turns as plain text, for templates that know no tool role."""
+    out = []
+    for m in messages:
+        if m.role == "tool":
+            out.append(ChatMessage("user", f"<tool_response>\n{m.content}\n</tool_response>"))
+        elif m.role == "assistant" and m.tool_calls:
+            blocks = [
+                "<tool_call>\n"
+                + json.dumps(
+                    {
+                        "name": (c.get("function") or {}).get("name"),
+                        "arguments": _maybe_json((c.get("function") or {}).get("arguments")),
+                    }
+                )
+                + "\n</tool_call>"
+                for c in m.tool_calls
+            ]
+            out.append(
+                ChatMessage(
+                    "assistant", (m.content + "\n" if m.content else "") + "\n".join(blocks)
+                )
+            )
+        else:
+            out.append(m)
+    return out
+
+
+def _maybe_json(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return json.loads(v)
+        except ValueError:
+            return v
+    return v

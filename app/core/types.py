@@ -159,6 +159,16 @@ class Timings:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A streamed tool call: the first delta of an index has id and name, later ones arguments."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
     """A piece of a generation as the runtime produces it.
 
@@ -175,6 +185,7 @@ class Delta:
     logprobs: tuple[TokenLogprob, ...] = ()
     reasoning: str = ""  # text inside the model's think block (chat only)
     stop_string: str | None = None  # on the final delta: the stop string that ended it, if any
+    tool_calls: tuple[ToolCallDelta, ...] = ()
 
 
 class GenerationStream(Protocol):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import json
 import logging
 import os
 import random
@@ -45,6 +46,27 @@ def grammar_for(constraint: tuple[str, str] | None) -> str | None:
     kind, schema = constraint
     if kind == "json_object":
         return str(JSON_GBNF)
+    if kind == "tool_call":  # forced tool calls, written in the hermes form
+        spec = json.loads(schema)
+        try:
+            call = _schema_grammar(
+                json.dumps(spec["schema"]), lambda s: json_schema_to_gbnf(s, ["name", "arguments"])
+            )
+        except (
+            ValueError,
+            KeyError,
+            TypeError,
+            RecursionError,
+            AssertionError,
+            AttributeError,
+        ) as e:
+            raise InvalidRequest(
+                f"a tool's parameters cannot be enforced: {e}", param="tools"
+            ) from e
+        body = call.replace("root ::=", "call-object ::=", 1)
+        block = '"<tool_call>\\n" call-object "\\n</tool_call>"'
+        root = f'root ::= {block} ("\\n" {block})*' if spec.get("parallel") else f"root ::= {block}"
+        return root + "\n" + body
     try:
         return _schema_grammar(schema, json_schema_to_gbnf)
     except (ValueError, KeyError, TypeError, RecursionError, AssertionError, AttributeError) as e:

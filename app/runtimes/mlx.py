@@ -229,8 +229,10 @@ class MlxModel:
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
         if request.constraint is not None:
+            forced_tool = request.constraint[0] == "tool_call"
             raise UnsupportedParameter(
-                "structured output is not available for MLX models yet", param="response_format"
+                "forced tool calls and structured output are not available for MLX models yet",
+                param="tool_choice" if forced_tool else "response_format",
             )
         return self.worker.submit(request)
 

@@ -246,7 +246,7 @@ def create_app(
     bound_host: str = "127.0.0.1",
 ) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
-    from app.server import anthropic, native, ollama, openai, responses
+    from app.server import anthropic, downloads_api, native, ollama, openai, responses
 
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app[SERVICE] = service
@@ -258,4 +258,5 @@ def create_app(
     app.router.add_routes(ollama.routes)
     app.router.add_routes(anthropic.routes)
     app.router.add_routes(responses.routes)
+    app.router.add_routes(downloads_api.routes)
     return app

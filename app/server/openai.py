@@ -15,7 +15,7 @@ from aiohttp import web
 
 from app import __version__
 from app.core.service import Generation, Hearth, ModelStatus
-from app.core.types import Delta, SamplingParams, TokenLogprob
+from app.core.types import Delta, SamplingParams, TokenLogprob, ToolCallDelta
 from app.errors import GenerationTimeout, HearthError, InvalidRequest
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
 from app.server.schemas import (
@@ -29,6 +29,7 @@ from app.server.schemas import (
     parse_sampling,
     parse_stop,
     parse_stream,
+    parse_tools,
     parse_ttl,
     reject_pending_features,
 )
@@ -148,12 +149,14 @@ class _Result:
     final: Delta
     logprobs: list[TokenLogprob]
     reasoning: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
 
 
 async def _run_to_end(request: web.Request, gen: Generation) -> _Result:
     parts: list[str] = []
     thoughts: list[str] = []
     lps: list[TokenLogprob] = []
+    calls: dict[int, dict[str, Any]] = {}
     final = Delta(finish_reason="error", error="no final delta")
     async for d in _iterate(request, gen):
         if d.text:
@@ -161,9 +164,22 @@ async def _run_to_end(request: web.Request, gen: Generation) -> _Result:
         if d.reasoning:
             thoughts.append(d.reasoning)
         lps.extend(d.logprobs)
+        for tc in d.tool_calls:
+            c = calls.setdefault(tc.index, {"id": tc.id, "type": "function",
+                                            "function": {"name": tc.name, "arguments": ""}})
+            c["function"]["arguments"] += tc.arguments
         if d.finish_reason:
             final = d
-    return _Result("".join(parts), final, lps, "".join(thoughts))
+    tool_calls = [calls[i] for i in sorted(calls)] or None
+    return _Result("".join(parts), final, lps, "".join(thoughts), tool_calls)
+
+
+def _tool_call_delta(tc: ToolCallDelta) -> dict[str, Any]:
+    """First delta of an index: id, type, name and empty arguments; later: index + fragment."""
+    if tc.id is not None:
+        return {"index": tc.index, "id": tc.id, "type": "function",
+                "function": {"name": tc.name, "arguments": ""}}
+    return {"index": tc.index, "function": {"arguments": tc.arguments}}
 
 
 def _reasoning_fields(request: web.Request, text: str) -> dict[str, str]:
@@ -260,6 +276,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     n = b.integer("n", 1, lo=1, hi=16) or 1
     n_lp = parse_logprobs(b, chat=True)
     constraint = parse_response_format(b)
+    tools, tool_choice, parallel = parse_tools(b)
     request[REQUEST_LOG]["model"] = model
     ttl = parse_ttl(b)
 
@@ -273,6 +290,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             ttl=ttl,
             logprobs=n_lp,
             constraint=constraint,
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel,
         )
 
     # everything that can fail (404, context overflow, queue full) fails here, before headers
@@ -303,9 +323,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                         "index": i,
                         "message": {
                             "role": "assistant",
-                            "content": r.text,
+                            # content is null when the answer is only tool calls
+                            "content": None if r.tool_calls and not r.text.strip() else r.text,
                             "refusal": None,
                             **_reasoning_fields(request, r.reasoning),
+                            **({"tool_calls": r.tool_calls} if r.tool_calls else {}),
                         },
                         "logprobs": chat_logprobs(r.logprobs) if n_lp is not None else None,
                         "finish_reason": r.final.finish_reason,
@@ -348,6 +370,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     await sse.send(chunk(i, _reasoning_fields(request, d.reasoning)))
                 if d.text or d.logprobs:
                     await sse.send(chunk(i, {"content": d.text}, lps=d.logprobs))
+                if d.tool_calls:
+                    await sse.send(chunk(i, {"tool_calls": [_tool_call_delta(t) for t in d.tool_calls]}))
                 if d.finish_reason:
                     last = d
             if last is None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.tools import Tool
 from app.core.types import ChatMessage, SamplingParams
 from app.errors import InvalidRequest, UnsupportedParameter
 
@@ -182,11 +184,6 @@ def reject_pending_features(b: Body, *, chat: bool) -> None:
     """Fields that would change the output but are not implemented yet: a 400, never ignored."""
     b.integer("n", 1, lo=1, hi=MAX_N)
     if chat:
-        if b.data.get("tools"):
-            _unsupported(b, "tools", "tool calling arrives in a later version")
-        tc = b.data.get("tool_choice")
-        if tc not in (None, "none", "auto"):
-            _unsupported(b, "tool_choice", "tool calling arrives in a later version")
         if b.data.get("audio") is not None:
             _unsupported(b, "audio", "audio output is not available")
         mods = b.data.get("modalities")
@@ -451,3 +448,44 @@ def parse_response_format(b: Body) -> tuple[str, str] | None:
             param="response_format.json_schema.schema",
         )
     return ("json_schema", raw)
+
+
+MAX_TOOLS = 128
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
+
+
+def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
+    """`tools`, `tool_choice` (none/auto/required/{"type":"function","function":{"name"}}) and
+    `parallel_tool_calls` (default true)."""
+    raw = b.data.get("tools")
+    tools: list[Tool] = []
+    if raw is not None:
+        if not isinstance(raw, list) or len(raw) > MAX_TOOLS:
+            raise InvalidRequest(f"'tools' must be an array of at most {MAX_TOOLS} tools", param="tools")
+        for i, t in enumerate(raw):
+            fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not _TOOL_NAME.match(fn["name"]):
+                raise InvalidRequest("each tool needs type function and a valid function name", param=f"tools[{i}]")
+            params = fn.get("parameters") or {"type": "object", "properties": {}}
+            if not isinstance(params, dict) or _depth(params, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+                raise InvalidRequest("'parameters' must be a JSON schema object", param=f"tools[{i}].function.parameters")
+            if len(json.dumps(params)) > MAX_SCHEMA_BYTES:
+                raise InvalidRequest("the parameters schema is too large", param=f"tools[{i}].function.parameters")
+            desc = fn.get("description") or ""
+            tools.append(Tool(fn["name"], desc if isinstance(desc, str) else "", params))
+    tc = b.data.get("tool_choice")
+    choice = "auto" if tools else "none"
+    if isinstance(tc, str):
+        if tc not in ("none", "auto", "required"):
+            raise InvalidRequest("'tool_choice' must be none, auto, required or a function", param="tool_choice")
+        choice = tc
+    elif isinstance(tc, dict):
+        fn = tc.get("function") if tc.get("type") == "function" else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise InvalidRequest("'tool_choice' must name a function", param="tool_choice")
+        choice = fn["name"]
+    elif tc is not None:
+        raise InvalidRequest("'tool_choice' must be a string or an object", param="tool_choice")
+    if choice not in ("none", "auto") and not tools:
+        raise InvalidRequest("'tool_choice' needs 'tools'", param="tool_choice")
+    return tools, choice, b.flag("parallel_tool_calls", True)
