@@ -35,14 +35,13 @@ FALLBACK_STOPS = ("\nUser:", "\nAssistant:")
 
 def _template_call(call: dict[str, Any]) -> dict[str, Any]:
     """OpenAI history carries arguments as a JSON string; templates iterate them as a mapping."""
-    fn = dict(call.get("function") or {})
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        try:
-            fn["arguments"] = json.loads(args)
-        except ValueError:
-            pass
-    return {**call, "function": fn, "name": fn.get("name"), "arguments": fn.get("arguments")}
+    fn = call.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return dict(call)
+    try:
+        return {**call, "function": {**fn, "arguments": json.loads(fn["arguments"])}}
+    except ValueError:
+        return dict(call)
 
 
 def _raise(msg: str) -> None:
