@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - the package is a hard dependency; be e
 
 PENALTY_LAST_N = 64
 MAX_GRAMMAR_BYTES = 256 * 1024
+MAX_PARALLEL_CALLS = 8
 
 
 def grammar_for(constraint: tuple[str, str] | None) -> str | None:
@@ -65,7 +66,9 @@ def grammar_for(constraint: tuple[str, str] | None) -> str | None:
             ) from e
         body = call.replace("root ::=", "call-object ::=", 1)
         block = '"<tool_call>\\n" call-object "\\n</tool_call>"'
-        root = f'root ::= {block} ("\\n" {block})*' if spec.get("parallel") else f"root ::= {block}"
+        # parallel: up to MAX_PARALLEL_CALLS, so a small model cannot chain calls forever
+        more = f' ("\\n" {block}){{0,{MAX_PARALLEL_CALLS - 1}}}' if spec.get("parallel") else ""
+        root = f"root ::= {block}{more}"
         return root + "\n" + body
     try:
         return _schema_grammar(schema, json_schema_to_gbnf)

@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from app.core.service import Hearth
+from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
@@ -16,15 +17,24 @@ from app.server.schemas import Body, parse_ttl
 
 routes = web.RouteTableDef()
 
-STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
 
 def _text_of(content: Any, where: str) -> str:
+    return _blocks(content, where, role="user")[0]
+
+
+def _blocks(
+    content: Any, where: str, *, role: str
+) -> tuple[str, list[dict[str, Any]], list[ChatMessage]]:
+    """(text, tool calls made, tool results given) of one message's content."""
     if isinstance(content, str):
-        return content
+        return content, [], []
     if not isinstance(content, list):
         raise InvalidRequest("content must be a string or an array of content blocks", param=where)
     parts = []
+    calls: list[dict[str, Any]] = []
+    results: list[ChatMessage] = []
     for i, block in enumerate(content):
         if not isinstance(block, dict):
             raise InvalidRequest("content blocks must be objects", param=f"{where}[{i}]")
@@ -33,9 +43,34 @@ def _text_of(content: Any, where: str) -> str:
             if not isinstance(block.get("text"), str):
                 raise InvalidRequest("a text block needs 'text'", param=f"{where}[{i}].text")
             parts.append(block["text"])
+        elif kind == "tool_use" and role == "assistant":
+            if not isinstance(block.get("name"), str) or not isinstance(
+                block.get("input", {}), dict
+            ):
+                raise InvalidRequest("a tool_use block needs name and input", param=f"{where}[{i}]")
+            args = json.dumps(block.get("input", {}))
+            calls.append(
+                {
+                    "id": str(block.get("id") or ""),
+                    "type": "function",
+                    "function": {"name": block["name"], "arguments": args},
+                }
+            )
+        elif kind == "tool_result" and role == "user":
+            inner = block.get("content", "")
+            text = (
+                inner
+                if isinstance(inner, str)
+                else _blocks(inner, f"{where}[{i}].content", role="user")[0]
+            )
+            if block.get("is_error"):
+                text = f"Error: {text}"
+            results.append(
+                ChatMessage("tool", text, tool_call_id=str(block.get("tool_use_id") or ""))
+            )
         elif kind in ("tool_use", "tool_result"):
-            raise UnsupportedParameter(
-                f"'{kind}' blocks arrive with tool calling", param=f"{where}[{i}]"
+            raise InvalidRequest(
+                f"a '{kind}' block cannot be in a {role} message", param=f"{where}[{i}]"
             )
         elif kind in ("image", "document"):
             raise UnsupportedParameter(
@@ -45,12 +80,40 @@ def _text_of(content: Any, where: str) -> str:
             continue  # earlier reasoning is not sent back to the model
         else:
             raise InvalidRequest(f"unknown content block type {kind!r}", param=f"{where}[{i}].type")
-    return "".join(parts)
+    return "".join(parts), calls, results
+
+
+def parse_tools(b: Body) -> tuple[list[Tool], str]:
+    """Anthropic tools ({name, description, input_schema}) and tool_choice (auto/any/tool/none)."""
+    raw = b.data.get("tools") or []
+    if not isinstance(raw, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    tools = []
+    for i, t in enumerate(raw):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
+            raise InvalidRequest("each tool needs a name", param=f"tools[{i}]")
+        schema = t.get("input_schema") or {"type": "object", "properties": {}}
+        if not isinstance(schema, dict):
+            raise InvalidRequest(
+                "'input_schema' must be an object", param=f"tools[{i}].input_schema"
+            )
+        tools.append(Tool(t["name"], str(t.get("description") or ""), schema))
+    tc = b.data.get("tool_choice") or {"type": "auto"}
+    kind = tc.get("type") if isinstance(tc, dict) else None
+    if kind not in ("auto", "any", "tool", "none"):
+        raise InvalidRequest(
+            "'tool_choice.type' must be auto, any, tool or none", param="tool_choice"
+        )
+    if kind == "tool":
+        if not isinstance(tc.get("name"), str):
+            raise InvalidRequest("'tool_choice' of type tool needs a name", param="tool_choice")
+        return tools, tc["name"]
+    if not tools:
+        return tools, "none"
+    return tools, "required" if kind == "any" else str(kind)
 
 
 def parse_request(b: Body) -> tuple[list[ChatMessage], SamplingParams, int, tuple[str, ...]]:
-    if b.data.get("tools"):
-        raise UnsupportedParameter("tools arrive with tool calling", param="tools")
     max_tokens = b.integer("max_tokens", None, lo=1, hi=1 << 20)
     if max_tokens is None:
         raise InvalidRequest("'max_tokens' is required", param="max_tokens")
@@ -66,9 +129,12 @@ def parse_request(b: Body) -> tuple[list[ChatMessage], SamplingParams, int, tupl
             raise InvalidRequest(
                 "each message needs role user or assistant", param=f"messages[{i}].role"
             )
-        msgs.append(
-            ChatMessage(m["role"], _text_of(m.get("content", ""), f"messages[{i}].content"))
+        text, calls, results = _blocks(
+            m.get("content", ""), f"messages[{i}].content", role=m["role"]
         )
+        msgs.extend(results)  # tool results come first: they answer the previous turn's calls
+        if text or calls or not results:
+            msgs.append(ChatMessage(m["role"], text, tool_calls=tuple(calls)))
     stops = b.data.get("stop_sequences") or []
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
         raise InvalidRequest("'stop_sequences' must be an array of strings", param="stop_sequences")
@@ -106,9 +172,20 @@ async def messages(request: web.Request) -> web.StreamResponse:
         b = Body(await read_json_body(request))
         model = b.text("model", required=True) or ""
         msgs, sampling, max_tokens, stops = parse_request(b)
+        tools, tool_choice = parse_tools(b)
+        tc = b.data.get("tool_choice")
+        parallel = not (isinstance(tc, dict) and tc.get("disable_parallel_tool_use"))
         request[REQUEST_LOG]["model"] = model
         gen = await service.chat(
-            model, msgs, sampling=sampling, max_tokens=max_tokens, stop=stops, ttl=parse_ttl(b)
+            model,
+            msgs,
+            sampling=sampling,
+            max_tokens=max_tokens,
+            stop=stops,
+            ttl=parse_ttl(b),
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=parallel,
         )
     except HearthError as e:
         return web.json_response(_error(e), status=e.status)
@@ -117,88 +194,155 @@ async def messages(request: web.Request) -> web.StreamResponse:
     state.active.add(gen)
     try:
         if not b.flag("stream"):
-            text, final = await gen.collect()
-            if final.finish_reason in ("error", "cancelled"):
-                failed = HearthError(final.error or "the generation was stopped")
-                return web.json_response(_error(failed), status=500)
-            reason, seq = _stop(final, stops)
-            u = final.usage
-            request[REQUEST_LOG].update(
-                prompt_tokens=u.prompt_tokens if u else 0,
-                completion_tokens=u.completion_tokens if u else 0,
-            )
-            return web.json_response(
-                {
-                    "id": msg_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": model,
-                    "content": [{"type": "text", "text": text}],
-                    "stop_reason": reason,
-                    "stop_sequence": seq,
-                    "usage": {
-                        "input_tokens": u.prompt_tokens if u else 0,
-                        "output_tokens": u.completion_tokens if u else 0,
-                    },
-                }
-            )
-        resp = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        await resp.prepare(request)
-
-        async def event(kind: str, data: dict[str, Any]) -> None:
-            await resp.write(
-                f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
-            )
-
-        await event(
-            "message_start",
-            {
-                "message": {
-                    "id": msg_id,
-                    "type": "message",
-                    "role": "assistant",
-                    "model": model,
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": gen.prompt_tokens, "output_tokens": 0},
-                }
-            },
-        )
-        await event(
-            "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
-        )
-        await event("ping", {})
-        last: Delta | None = None
-        async for d in gen:
-            if d.text:
-                await event(
-                    "content_block_delta",
-                    {"index": 0, "delta": {"type": "text_delta", "text": d.text}},
-                )
-            if d.finish_reason:
-                last = d
-        if last is None or last.finish_reason in ("error", "cancelled"):
-            msg = (
-                "the server is shutting down" if state.stopping else (last.error if last else None)
-            )
-            await event("error", _error(HearthError(msg or "the generation was stopped")))
-        else:
-            reason, seq = _stop(last, stops)
-            u = last.usage
-            await event("content_block_stop", {"index": 0})
-            await event(
-                "message_delta",
-                {
-                    "delta": {"stop_reason": reason, "stop_sequence": seq},
-                    "usage": {"output_tokens": u.completion_tokens if u else 0},
-                },
-            )
-            await event("message_stop", {})
-        await resp.write_eof()
-        return resp
+            return await _whole(request, gen, model, msg_id, stops)
+        return await _stream(request, gen, model, msg_id, stops)
     finally:
         state.active.discard(gen)
         gen.cancel()
+
+
+def _tool_block(tool_id: str | None, name: str | None, args: str) -> dict[str, Any]:
+    try:
+        value = json.loads(args) if args else {}
+    except ValueError:
+        value = {}
+    return {
+        "type": "tool_use",
+        "id": "toolu_" + (tool_id or "").removeprefix("call_"),
+        "name": name,
+        "input": value if isinstance(value, dict) else {},
+    }
+
+
+async def _whole(
+    request: web.Request, gen: Any, model: str, msg_id: str, stops: tuple[str, ...]
+) -> web.Response:
+    parts: list[str] = []
+    calls: dict[int, list[Any]] = {}
+    final: Delta | None = None
+    async for d in gen:
+        parts.append(d.text)
+        for tc in d.tool_calls:
+            c = calls.setdefault(tc.index, [tc.id, tc.name, ""])
+            c[2] += tc.arguments
+        if d.finish_reason:
+            final = d
+    if final is None or final.finish_reason in ("error", "cancelled"):
+        failed = HearthError((final.error if final else None) or "the generation was stopped")
+        return web.json_response(_error(failed), status=500)
+    reason, seq = _stop(final, stops)
+    u = final.usage
+    request[REQUEST_LOG].update(
+        prompt_tokens=u.prompt_tokens if u else 0, completion_tokens=u.completion_tokens if u else 0
+    )
+    text = "".join(parts)
+    content: list[dict[str, Any]] = (
+        [{"type": "text", "text": text}] if text.strip() or not calls else []
+    )
+    content += [_tool_block(*calls[i]) for i in sorted(calls)]
+    return web.json_response(
+        {
+            "id": msg_id,
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": reason,
+            "stop_sequence": seq,
+            "usage": {
+                "input_tokens": u.prompt_tokens if u else 0,
+                "output_tokens": u.completion_tokens if u else 0,
+            },
+        }
+    )
+
+
+async def _stream(
+    request: web.Request, gen: Any, model: str, msg_id: str, stops: tuple[str, ...]
+) -> web.StreamResponse:
+    state = request.app[STATE]
+    resp = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await resp.prepare(request)
+
+    async def event(kind: str, data: dict[str, Any]) -> None:
+        await resp.write(f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode())
+
+    await event(
+        "message_start",
+        {
+            "message": {
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": gen.prompt_tokens, "output_tokens": 0},
+            }
+        },
+    )
+    await event("ping", {})
+    # blocks open lazily: text first when the model writes text, then one per tool call
+    open_block: int | None = None
+    text_block: int | None = None
+    tool_blocks: dict[int, int] = {}
+    next_index = 0
+    last: Delta | None = None
+    async for d in gen:
+        if d.text and (d.text.strip() or text_block is not None):
+            if text_block is None:
+                if open_block is not None:
+                    await event("content_block_stop", {"index": open_block})
+                text_block = open_block = next_index
+                next_index += 1
+                await event(
+                    "content_block_start",
+                    {"index": text_block, "content_block": {"type": "text", "text": ""}},
+                )
+            await event(
+                "content_block_delta",
+                {"index": text_block, "delta": {"type": "text_delta", "text": d.text}},
+            )
+        for tc in d.tool_calls:
+            if tc.id is not None:
+                if open_block is not None:
+                    await event("content_block_stop", {"index": open_block})
+                tool_blocks[tc.index] = open_block = next_index
+                next_index += 1
+                block = _tool_block(tc.id, tc.name, "")
+                await event("content_block_start", {"index": open_block, "content_block": block})
+            elif tc.arguments:
+                await event(
+                    "content_block_delta",
+                    {
+                        "index": tool_blocks[tc.index],
+                        "delta": {"type": "input_json_delta", "partial_json": tc.arguments},
+                    },
+                )
+        if d.finish_reason:
+            last = d
+    if last is None or last.finish_reason in ("error", "cancelled"):
+        msg = "the server is shutting down" if state.stopping else (last.error if last else None)
+        await event("error", _error(HearthError(msg or "the generation was stopped")))
+    else:
+        if open_block is None:  # an empty answer still has one (empty) text block
+            await event(
+                "content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}
+            )
+            open_block = 0
+        await event("content_block_stop", {"index": open_block})
+        reason, seq = _stop(last, stops)
+        u = last.usage
+        await event(
+            "message_delta",
+            {
+                "delta": {"stop_reason": reason, "stop_sequence": seq},
+                "usage": {"output_tokens": u.completion_tokens if u else 0},
+            },
+        )
+        await event("message_stop", {})
+    await resp.write_eof()
+    return resp

@@ -126,3 +126,33 @@ def test_anthropic_messages(served: Served) -> None:
         ei.value.body["type"] == "error"
         and ei.value.body["error"]["type"] == "invalid_request_error"
     )
+
+
+def test_anthropic_tools(served: Served) -> None:
+    c = anthropic.Anthropic(base_url=served.root, api_key="unused", max_retries=0, timeout=120)
+    tools = [{"name": "get_weather", "description": "Weather for a city",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    m = c.messages.create(model=served.model_id, max_tokens=80, tools=tools, messages=ask,
+                          tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+                          extra_body={"temperature": 0})
+    assert m.stop_reason == "tool_use"
+    use = next(b for b in m.content if b.type == "tool_use")
+    assert use.name == "get_weather" and isinstance(use.input, dict) and use.id.startswith("toolu_")
+    with c.messages.stream(model=served.model_id, max_tokens=80, tools=tools, messages=ask,
+                           tool_choice={"type": "any", "disable_parallel_tool_use": True},
+                           extra_body={"temperature": 0}) as stream:
+        final = stream.get_final_message()
+    streamed = next(b for b in final.content if b.type == "tool_use")
+    assert streamed.name == "get_weather" and streamed.input == use.input
+    assert final.stop_reason == "tool_use"
+    # the tool's result goes back in a user turn; the model answers in text
+    follow = c.messages.create(
+        model=served.model_id, max_tokens=20, tools=tools, extra_body={"temperature": 0},
+        messages=ask + [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "18°C, cloudy"}]},
+        ],
+        tool_choice={"type": "none"},
+    )
+    assert follow.content[0].type == "text" and follow.stop_reason in ("end_turn", "max_tokens")
