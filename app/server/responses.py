@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from app.core.service import Hearth
+from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
@@ -61,10 +62,29 @@ def parse_input(b: Body) -> list[ChatMessage]:
         if not isinstance(item, dict):
             raise InvalidRequest("input items must be objects", param=where)
         kind = item.get("type", "message")
+        if kind == "function_call":
+            if not isinstance(item.get("name"), str) or not isinstance(
+                item.get("arguments", ""), str
+            ):
+                raise InvalidRequest("a function_call item needs name and arguments", param=where)
+            call = {
+                "id": str(item.get("call_id") or ""),
+                "type": "function",
+                "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
+            }
+            if msgs and msgs[-1].role == "assistant" and not msgs[-1].content:
+                prev = msgs.pop()  # consecutive calls belong to one assistant turn
+                msgs.append(ChatMessage("assistant", "", tool_calls=(*prev.tool_calls, call)))
+            else:
+                msgs.append(ChatMessage("assistant", "", tool_calls=(call,)))
+            continue
+        if kind == "function_call_output":
+            out = item.get("output")
+            text = out if isinstance(out, str) else json.dumps(out)
+            msgs.append(ChatMessage("tool", text, tool_call_id=str(item.get("call_id") or "")))
+            continue
         if kind != "message":
-            raise UnsupportedParameter(
-                f"input item type '{kind}' arrives with tool calling", param=where
-            )
+            raise UnsupportedParameter(f"input item type '{kind}' is not supported", param=where)
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
             raise InvalidRequest(f"unknown role {role!r}", param=f"{where}.role")
@@ -154,6 +174,57 @@ def _response(
     }
 
 
+def _fc_id(call_id: str) -> str:
+    return "fc_" + call_id.removeprefix("call_")
+
+
+def _function_call(call_id: str, name: str | None, args: str, status: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": _fc_id(call_id),
+        "call_id": call_id,
+        "name": name,
+        "arguments": args,
+        "status": status,
+    }
+
+
+def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
+    """Responses tools are flat: {"type": "function", "name", "description", "parameters"}."""
+    raw = b.data.get("tools") or []
+    if not isinstance(raw, list):
+        raise InvalidRequest("'tools' must be an array", param="tools")
+    tools = []
+    for i, t in enumerate(raw):
+        if (
+            not isinstance(t, dict)
+            or t.get("type") != "function"
+            or not isinstance(t.get("name"), str)
+        ):
+            raise UnsupportedParameter("only function tools are supported", param=f"tools[{i}]")
+        params = t.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(params, dict) or _depth(params, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+            raise InvalidRequest(
+                "'parameters' must be a JSON schema object", param=f"tools[{i}].parameters"
+            )
+        tools.append(Tool(t["name"], str(t.get("description") or ""), params))
+    tc = b.data.get("tool_choice")
+    choice = "auto" if tools else "none"
+    if isinstance(tc, str):
+        if tc not in ("none", "auto", "required"):
+            raise InvalidRequest(
+                "'tool_choice' must be none, auto, required or a function", param="tool_choice"
+            )
+        choice = tc
+    elif isinstance(tc, dict):
+        if tc.get("type") != "function" or not isinstance(tc.get("name"), str):
+            raise InvalidRequest("'tool_choice' must name a function", param="tool_choice")
+        choice = tc["name"]
+    if not tools:
+        choice = "none"
+    return tools, choice, b.flag("parallel_tool_calls", True)
+
+
 def _message(mid: str, text: str, status: str) -> dict[str, Any]:
     return {
         "type": "message",
@@ -176,8 +247,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
             "Hearth's Responses API is stateless: send the whole conversation",
             param="previous_response_id",
         )
-    if b.data.get("tools"):
-        raise UnsupportedParameter("tools arrive with tool calling", param="tools")
+    tools, tool_choice, parallel = parse_tools(b)
     msgs = parse_input(b)
     constraint = parse_text_format(b)
     max_tokens = b.integer("max_output_tokens", None, lo=1, hi=1 << 20)
@@ -193,22 +263,38 @@ async def responses(request: web.Request) -> web.StreamResponse:
         max_tokens=max_tokens,
         ttl=parse_ttl(b),
         constraint=constraint,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
     )
     rid, mid, created = "resp_" + uuid.uuid4().hex, "msg_" + uuid.uuid4().hex, int(time.time())
     state = request.app[STATE]
     state.active.add(gen)
     try:
         if not b.flag("stream"):
-            text, final = await gen.collect()
-            if final.finish_reason in ("error", "cancelled"):
-                raise HearthError(final.error or "the generation was stopped")
+            pieces: list[str] = []
+            calls: dict[int, list[Any]] = {}
+            final: Delta | None = None
+            async for d in gen:
+                pieces.append(d.text)
+                for tc in d.tool_calls:
+                    calls.setdefault(tc.index, [tc.id, tc.name, ""])[2] += tc.arguments
+                if d.finish_reason:
+                    final = d
+            if final is None or final.finish_reason in ("error", "cancelled"):
+                raise HearthError((final.error if final else None) or "the generation was stopped")
+            text = "".join(pieces)
+            output = [_message(mid, text, "completed")] if text.strip() or not calls else []
+            output += [
+                _function_call(calls[i][0], calls[i][1], calls[i][2], "completed") for i in sorted(calls)
+            ]
             return web.json_response(
                 _response(
                     rid,
                     model,
                     created,
                     "completed",
-                    [_message(mid, text, "completed")],
+                    output,
                     final,
                     b,
                     max_tokens,
@@ -247,7 +333,28 @@ async def responses(request: web.Request) -> web.StreamResponse:
         )
         parts: list[str] = []
         last: Delta | None = None
+        items: dict[int, list[Any]] = {}  # tool index -> [id, name, arguments]
         async for d in gen:
+            for tc in d.tool_calls:
+                if tc.id is not None:
+                    items[tc.index] = [tc.id, tc.name, ""]
+                    await event(
+                        "response.output_item.added",
+                        {
+                            "output_index": 1 + tc.index,
+                            "item": _function_call(tc.id, tc.name, "", "in_progress"),
+                        },
+                    )
+                elif tc.arguments:
+                    items[tc.index][2] += tc.arguments
+                    await event(
+                        "response.function_call_arguments.delta",
+                        {
+                            "item_id": _fc_id(items[tc.index][0]),
+                            "output_index": 1 + tc.index,
+                            "delta": tc.arguments,
+                        },
+                    )
             if d.text:
                 parts.append(d.text)
                 await event(
@@ -291,7 +398,17 @@ async def responses(request: web.Request) -> web.StreamResponse:
         )
         item = _message(mid, text, "completed")
         await event("response.output_item.done", {"output_index": 0, "item": item})
-        done = _response(rid, model, created, "completed", [item], last, b, max_tokens)
+        output = [item]
+        for i in sorted(items):
+            call_id, name, args = items[i]
+            await event(
+                "response.function_call_arguments.done",
+                {"item_id": _fc_id(call_id), "output_index": 1 + i, "arguments": args},
+            )
+            fc = _function_call(call_id, name, args, "completed")
+            await event("response.output_item.done", {"output_index": 1 + i, "item": fc})
+            output.append(fc)
+        done = _response(rid, model, created, "completed", output, last, b, max_tokens)
         await event(
             "response.incomplete" if done["status"] == "incomplete" else "response.completed",
             {"response": done},

@@ -156,3 +156,26 @@ def test_anthropic_tools(served: Served) -> None:
         tool_choice={"type": "none"},
     )
     assert follow.content[0].type == "text" and follow.stop_reason in ("end_turn", "max_tokens")
+
+
+def test_responses_function_tools(served: Served) -> None:
+    c = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=120)
+    tools = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    r = c.responses.create(model=served.model_id, input="What is the weather in Paris?", tools=tools,
+                           tool_choice="required", parallel_tool_calls=False, max_output_tokens=80, temperature=0)
+    (call,) = [o for o in r.output if o.type == "function_call"]
+    assert call.name == "get_weather" and isinstance(json.loads(call.arguments), dict)
+    events = list(c.responses.create(model=served.model_id, input="What is the weather in Paris?", tools=tools,
+                                     tool_choice="required", parallel_tool_calls=False, max_output_tokens=80,
+                                     temperature=0, stream=True))
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    assert json.loads(args) == json.loads(call.arguments)
+    follow = c.responses.create(
+        model=served.model_id, tools=tools, tool_choice="none", max_output_tokens=20, temperature=0,
+        input=[{"role": "user", "content": "What is the weather in Paris?"},
+               {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+               {"type": "function_call_output", "call_id": call.call_id, "output": "18°C, cloudy"}],
+    )
+    assert follow.output_text
