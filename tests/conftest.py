@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -103,13 +104,15 @@ def stop_served(s: Served) -> None:
         s.loop.stop()  # type: ignore[attr-defined]
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[Served]:
-    home = tmp_path_factory.mktemp("served")
+@contextlib.contextmanager
+def serving(home: Path, model: Path, *extra_models: Path, **server: object) -> Iterator[Served]:
+    """A server for a whole test module, with HEARTH_HOME pointing at ``home`` meanwhile."""
     old = os.environ.get("HEARTH_HOME")
     os.environ["HEARTH_HOME"] = str(home)
-    s = start_served(home, smollm2_path)
+    s = start_served(home, model, **server)
     try:
+        for m in extra_models:
+            s.service.import_model(m)  # type: ignore[attr-defined]
         yield s
     finally:
         stop_served(s)
@@ -117,6 +120,12 @@ def served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iter
             os.environ.pop("HEARTH_HOME", None)
         else:
             os.environ["HEARTH_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[Served]:
+    with serving(tmp_path_factory.mktemp("served"), smollm2_path) as s:
+        yield s
 
 
 # -- a local fake Hugging Face Hub (tests/fakehub.py) -----------------------------------------------

@@ -13,7 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.conftest import Served, start_served, stop_served
+from tests.conftest import Served, serving
 
 pytest.importorskip("mlx_lm", reason="MLX runtime tests need mlx-lm (and mlx[cpu] on Linux)")
 
@@ -27,18 +27,8 @@ def tiny_mlx(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def mlx_served(tmp_path_factory: pytest.TempPathFactory, tiny_mlx: Path) -> Iterator[Served]:
-    home = tmp_path_factory.mktemp("mlxserved")
-    old = os.environ.get("HEARTH_HOME")
-    os.environ["HEARTH_HOME"] = str(home)
-    s = start_served(home, tiny_mlx)
-    try:
+    with serving(tmp_path_factory.mktemp("mlxserved"), tiny_mlx) as s:
         yield s
-    finally:
-        stop_served(s)
-        if old is None:
-            os.environ.pop("HEARTH_HOME", None)
-        else:
-            os.environ["HEARTH_HOME"] = old
 
 
 def client(s: Served) -> openai.OpenAI:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,24 +11,15 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.conftest import Served, start_served, stop_served
+from tests.conftest import Served, serving
 
 
 @pytest.fixture(scope="module")
-def emb_served(tmp_path_factory: pytest.TempPathFactory, embedding_gguf: Path, smollm2_path: Path) -> Iterator[Served]:
-    home = tmp_path_factory.mktemp("emb")
-    old = os.environ.get("HEARTH_HOME")
-    os.environ["HEARTH_HOME"] = str(home)
-    s = start_served(home, embedding_gguf)
-    s.service.import_model(smollm2_path)  # type: ignore[attr-defined]
-    try:
+def emb_served(
+    tmp_path_factory: pytest.TempPathFactory, embedding_gguf: Path, smollm2_path: Path
+) -> Iterator[Served]:
+    with serving(tmp_path_factory.mktemp("emb"), embedding_gguf, smollm2_path) as s:
         yield s
-    finally:
-        stop_served(s)
-        if old is None:
-            os.environ.pop("HEARTH_HOME", None)
-        else:
-            os.environ["HEARTH_HOME"] = old
 
 
 def client(s: Served) -> openai.OpenAI:
@@ -56,9 +46,14 @@ def test_similarity_matches_the_reference(emb_served: Served) -> None:
 
 def test_float_and_base64_are_the_same_vector(emb_served: Served) -> None:
     c = client(emb_served)
-    f = c.embeddings.create(model=emb_served.model_id, input="hello there", encoding_format="float").data[0].embedding
-    raw = c.with_raw_response.embeddings.create(model=emb_served.model_id, input="hello there",
-                                                encoding_format="base64")
+    f = (
+        c.embeddings.create(model=emb_served.model_id, input="hello there", encoding_format="float")
+        .data[0]
+        .embedding
+    )
+    raw = c.with_raw_response.embeddings.create(
+        model=emb_served.model_id, input="hello there", encoding_format="base64"
+    )
     b64 = json.loads(raw.http_response.content)["data"][0]["embedding"]
     assert isinstance(b64, str)
     decoded = struct.unpack(f"<{len(f)}f", base64.b64decode(b64))
@@ -69,9 +64,15 @@ def test_token_array_inputs(emb_served: Served) -> None:
     c = client(emb_served)
     lm = emb_served.call(emb_served.service.scheduler.get(emb_served.model_id))  # type: ignore[attr-defined]
     ids = lm.tokenize("hello there", add_special=True, parse_special=False)
-    by_text = c.embeddings.create(model=emb_served.model_id, input="hello there", encoding_format="float").data[0]
-    by_ids = c.embeddings.create(model=emb_served.model_id, input=ids, encoding_format="float").data[0]
-    batch = c.embeddings.create(model=emb_served.model_id, input=[ids, ids], encoding_format="float").data
+    by_text = c.embeddings.create(
+        model=emb_served.model_id, input="hello there", encoding_format="float"
+    ).data[0]
+    by_ids = c.embeddings.create(
+        model=emb_served.model_id, input=ids, encoding_format="float"
+    ).data[0]
+    batch = c.embeddings.create(
+        model=emb_served.model_id, input=[ids, ids], encoding_format="float"
+    ).data
     assert cos(by_text.embedding, by_ids.embedding) > 0.9999
     assert len(batch) == 2
 
@@ -99,10 +100,13 @@ def test_bad_inputs_400(emb_served: Served, body: dict, param: str) -> None:
 def test_a_chat_model_answers_400(emb_served: Served) -> None:
     with pytest.raises(openai.BadRequestError) as ei:
         client(emb_served).embeddings.create(model="smollm2-135m-instruct.q4_1", input="hello")
-    assert ei.value.body["param"] == "model" and "not an embedding model" in ei.value.body["message"]
+    assert (
+        ei.value.body["param"] == "model" and "not an embedding model" in ei.value.body["message"]
+    )
     with pytest.raises(openai.BadRequestError) as ei:
-        client(emb_served).chat.completions.create(model=emb_served.model_id,
-                                                   messages=[{"role": "user", "content": "hi"}])
+        client(emb_served).chat.completions.create(
+            model=emb_served.model_id, messages=[{"role": "user", "content": "hi"}]
+        )
     assert ei.value.body["param"] == "model"
     with pytest.raises(openai.NotFoundError):
         client(emb_served).embeddings.create(model="nope", input="x")

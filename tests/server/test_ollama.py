@@ -3,33 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Served, start_served, stop_served
+from tests.conftest import Served, serving
 
 ollama = pytest.importorskip("ollama", reason="the ollama client is part of the dev extra")
 pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module")
-def osrv(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, embedding_gguf: Path) -> Iterator[Served]:
-    home = tmp_path_factory.mktemp("ollama")
-    old = os.environ.get("HEARTH_HOME")
-    os.environ["HEARTH_HOME"] = str(home)
-    s = start_served(home, smollm2_path)
-    s.service.import_model(embedding_gguf)  # type: ignore[attr-defined]
-    try:
+def osrv(
+    tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, embedding_gguf: Path
+) -> Iterator[Served]:
+    with serving(tmp_path_factory.mktemp("ollama"), smollm2_path, embedding_gguf) as s:
         yield s
-    finally:
-        stop_served(s)
-        if old is None:
-            os.environ.pop("HEARTH_HOME", None)
-        else:
-            os.environ["HEARTH_HOME"] = old
 
 
 def client(s: Served) -> ollama.Client:
@@ -67,28 +57,51 @@ def test_chat_stream_and_not(osrv: Served) -> None:
 
 def test_generate_raw_and_templated(osrv: Served) -> None:
     c = client(osrv)
-    r = c.generate(model=osrv.model_id, prompt="The capital of France is", raw=True,
-                   options={"temperature": 0, "num_predict": 5})
+    r = c.generate(
+        model=osrv.model_id,
+        prompt="The capital of France is",
+        raw=True,
+        options={"temperature": 0, "num_predict": 5},
+    )
     assert r.response and r.done and r.eval_count == 5 and r.done_reason == "length"
-    t = c.generate(model=osrv.model_id, prompt="Hi!", system="Answer in one word.",
-                   options={"temperature": 0, "num_predict": 8})
+    t = c.generate(
+        model=osrv.model_id,
+        prompt="Hi!",
+        system="Answer in one word.",
+        options={"temperature": 0, "num_predict": 8},
+    )
     assert t.done
-    stream = list(c.generate(model=osrv.model_id, prompt="One, two,", raw=True, stream=True,
-                             options={"temperature": 0, "num_predict": 4, "stop": ["\n"]}))
+    stream = list(
+        c.generate(
+            model=osrv.model_id,
+            prompt="One, two,",
+            raw=True,
+            stream=True,
+            options={"temperature": 0, "num_predict": 4, "stop": ["\n"]},
+        )
+    )
     assert stream[-1].done
 
 
 def test_embed_and_ps_and_keep_alive_unload(osrv: Served) -> None:
     c = client(osrv)
-    emb = c.embed(model="all-minilm-l6-v2-q8_0", input=["a cat sits on the mat", "a kitten rests on a rug"])
+    emb = c.embed(
+        model="all-minilm-l6-v2-q8_0", input=["a cat sits on the mat", "a kitten rests on a rug"]
+    )
     a, b = emb.embeddings
-    assert len(a) == 384 and sum(x * y for x, y in zip(a, b, strict=True)) == pytest.approx(0.66, abs=0.05)
-    legacy = c._client.post("/api/embeddings", json={"model": "all-minilm-l6-v2-q8_0", "prompt": "hello"}).json()
+    assert len(a) == 384 and sum(x * y for x, y in zip(a, b, strict=True)) == pytest.approx(
+        0.66, abs=0.05
+    )
+    legacy = c._client.post(
+        "/api/embeddings", json={"model": "all-minilm-l6-v2-q8_0", "prompt": "hello"}
+    ).json()
     assert len(legacy["embedding"]) == 384
     ps = c.ps()
     assert {m.model for m in ps.models} >= {"all-minilm-l6-v2-q8_0:latest"}
     # Ollama's idiom: an empty generate with keep_alive 0 unloads the model
-    r = c._client.post("/api/generate", json={"model": "all-minilm-l6-v2-q8_0", "keep_alive": 0}).json()
+    r = c._client.post(
+        "/api/generate", json={"model": "all-minilm-l6-v2-q8_0", "keep_alive": 0}
+    ).json()
     assert r["done_reason"] == "unload"
     assert "all-minilm-l6-v2-q8_0:latest" not in {m.model for m in c.ps().models}
     r = c._client.post("/api/generate", json={"model": osrv.model_id, "keep_alive": "5m"}).json()
@@ -101,13 +114,21 @@ def test_embed_and_ps_and_keep_alive_unload(osrv: Served) -> None:
     ("path", "body"),
     [
         ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "format": "json"}),
-        ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}),
+        (
+            "/api/chat",
+            {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+        ),
         ("/api/chat", {"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}),
         ("/api/generate", {"prompt": "x", "suffix": "y"}),
-        ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "options": {"temperature": 9}}),
+        (
+            "/api/chat",
+            {"messages": [{"role": "user", "content": "x"}], "options": {"temperature": 9}},
+        ),
     ],
 )
-def test_unsupported_or_bad_fields_are_400_in_ollama_shape(osrv: Served, path: str, body: dict) -> None:
+def test_unsupported_or_bad_fields_are_400_in_ollama_shape(
+    osrv: Served, path: str, body: dict
+) -> None:
     r = client(osrv)._client.post(path, json={"model": osrv.model_id, "stream": False, **body})
     assert r.status_code == 400
     err = r.json()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import openai
 import pytest
 
 from app.core.gguf import read_header
-from tests.conftest import Served, start_served, stop_served
+from tests.conftest import Served, serving
 from tests.gguf_rewrite import copy_with_template
 
 pytestmark = pytest.mark.model
@@ -24,18 +23,8 @@ def think_served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -
         + "{% if add_generation_prompt %}<think>\n{% endif %}"
     )
     model = copy_with_template(smollm2_path, src / "SmolLM2-Think.gguf", template)
-    home = tmp_path_factory.mktemp("think")
-    old = os.environ.get("HEARTH_HOME")
-    os.environ["HEARTH_HOME"] = str(home)
-    s = start_served(home, model, reasoning_field_also=True)
-    try:
+    with serving(tmp_path_factory.mktemp("think"), model, reasoning_field_also=True) as s:
         yield s
-    finally:
-        stop_served(s)
-        if old is None:
-            os.environ.pop("HEARTH_HOME", None)
-        else:
-            os.environ["HEARTH_HOME"] = old
 
 
 def test_reasoning_separated_when_the_template_opens_it(think_served: Served) -> None:
