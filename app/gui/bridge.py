@@ -73,8 +73,23 @@ class Bridge(QObject):
         on_error: ErrorCallback | None = None,
     ) -> concurrent.futures.Future[T]:
         """Run ``coro`` on the service loop; call ``on_done(result)`` or ``on_error(exc)`` later
-        on the GUI thread. Without ``on_error`` a failure is logged."""
-        future = self._loop.submit(coro)
+        on the GUI thread. Without ``on_error`` a failure is logged.
+
+        After ``close()`` (or once the loop has stopped) nothing runs: the coroutine is closed
+        and the returned future is cancelled, so timers that outlive the service stay harmless.
+        """
+        if self._closed or not self._loop.running:
+            coro.close()
+            dropped: concurrent.futures.Future[T] = concurrent.futures.Future()
+            dropped.cancel()
+            return dropped
+        try:
+            future = self._loop.submit(coro)
+        except RuntimeError:  # the loop closed between the check and the submit
+            coro.close()
+            dropped = concurrent.futures.Future()
+            dropped.cancel()
+            return dropped
         future.add_done_callback(partial(self._on_future_done, on_done, on_error))
         return future
 

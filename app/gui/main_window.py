@@ -23,9 +23,13 @@ import app as app_package
 from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
 from app.gui.instance import SingleInstance, instance_name
+from app.gui.models.memory import MemoryMonitor, MemorySnapshot
 from app.gui.tray import Tray
+from app.gui.units import human_bytes
 from app.gui.views.chat import ChatPage
 from app.gui.views.library import LibraryPage, gguf_paths
+from app.gui.views.memory import TITLE as MEMORY_PAGE
+from app.gui.views.memory import MemoryPage
 from app.gui.views.server import ServerPage
 from app.gui.views.settings import SettingsPage
 from app.settings import Settings
@@ -33,7 +37,7 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 ASSETS = Path(app_package.__file__).resolve().parent / "assets"
-PAGES = ("Library", "Chat", "Server", "Settings")
+PAGES = ("Library", MEMORY_PAGE, "Chat", "Server", "Settings")
 TRAY_HINT = (
     "Hearth is still serving at {url}. Use the tray icon to open it again, stop the server or quit."
 )
@@ -66,7 +70,9 @@ class MainWindow(QMainWindow):
         self.resize(1180, 740)
         self.setAcceptDrops(True)
 
+        self.memory = MemoryMonitor(ctx.service, bridge, self)
         self.library_page = LibraryPage(ctx.service, bridge)
+        self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
         self.chat_page = ChatPage(ctx.service, bridge)
         self.server_page = ServerPage(ctx.server, bridge)
         self.settings_page = SettingsPage(ctx.settings_store, bridge)
@@ -84,7 +90,13 @@ class MainWindow(QMainWindow):
         self.stack = QStackedWidget()
         for name, page in zip(
             PAGES,
-            (self.library_page, self.chat_page, self.server_page, self.settings_page),
+            (
+                self.library_page,
+                self.memory_page,
+                self.chat_page,
+                self.server_page,
+                self.settings_page,
+            ),
             strict=True,
         ):
             QListWidgetItem(name, self.nav)
@@ -100,10 +112,22 @@ class MainWindow(QMainWindow):
         row.addWidget(self.stack, 1)
         self.setCentralWidget(central)
 
+        self.memory_status = QLabel()
+        self.memory_status.setToolTip(f"Show the {MEMORY_PAGE.lower()}")
+        self.memory_status.linkActivated.connect(self._on_memory_status_link_activated)
+        self.statusBar().addPermanentWidget(self.memory_status)
         self.server_status = QLabel()
         self.statusBar().addPermanentWidget(self.server_status)
 
-        self.tray = Tray(self.windowIcon(), self._server_url, parent=self)
+        self.tray = Tray(
+            self.windowIcon(),
+            self._server_url,
+            parent=self,
+            loaded_models=lambda: self.memory.snapshot.models,
+        )
+        self.tray.unload_requested.connect(self._on_tray_unload_requested)
+        self.tray.menu_opened.connect(self._on_tray_menu_opened)
+        self.memory.refreshed.connect(self._on_memory_refreshed)
         self.tray.start_requested.connect(self._on_tray_start_requested)
         self.tray.stop_requested.connect(self._on_tray_stop_requested)
         self.tray.open_requested.connect(self._on_tray_open_requested)
@@ -196,6 +220,24 @@ class MainWindow(QMainWindow):
 
     def _on_tray_quit_requested(self) -> None:
         self.quit_app()
+
+    def _on_tray_unload_requested(self, model_id: str) -> None:
+        self.memory_page.unload_model(model_id)
+
+    def _on_tray_menu_opened(self) -> None:
+        self.memory.refresh()  # the menu was built from the cached snapshot; catch up if stale
+
+    def _on_memory_refreshed(self, snapshot: MemorySnapshot) -> None:
+        n = len(snapshot.models)
+        what = f"{n} model{'s' if n != 1 else ''} in memory" if n else "No models in memory"
+        self.memory_status.setText(
+            f"<a href='memory'>{what}</a> · {human_bytes(snapshot.used)} of "
+            f"{human_bytes(snapshot.budget)}"
+        )
+        self.tray.models_changed()
+
+    def _on_memory_status_link_activated(self, _link: str) -> None:
+        self.show_page(MEMORY_PAGE)
 
     def _on_server_page_state_changed(self, running: bool) -> None:
         url = self._server_url()

@@ -1,25 +1,36 @@
-"""The tray icon: server Start/Stop, Open, Quit; the menu is rebuilt from live state each time."""
+"""The tray icon: server Start/Stop, the loaded models (each with Unload), Open, Quit; the menu
+is rebuilt from live state each time it opens."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
+from app.core.scheduler import LoadedInfo
+from app.gui.units import human_bytes
+
 log = logging.getLogger(__name__)
+
+
+def _no_models() -> Sequence[LoadedInfo]:
+    return ()
 
 
 class Tray(QObject):
     """Owns the QSystemTrayIcon and its menu. The actions are stable objects; the menu that
-    holds them is rebuilt on ``aboutToShow`` so it always matches the server's state."""
+    holds them is rebuilt on ``aboutToShow`` so it always matches the server's state and the
+    loaded models (one submenu each, with Unload)."""
 
     start_requested = Signal()
     stop_requested = Signal()
     open_requested = Signal()
     quit_requested = Signal()
+    unload_requested = Signal(str)  # model id
+    menu_opened = Signal()  # about to show: a chance to refresh the loaded models
     message_shown = Signal(str, str)  # title, text
 
     def __init__(
@@ -27,15 +38,22 @@ class Tray(QObject):
         icon: QIcon,
         server_url: Callable[[], str | None],
         parent: QObject | None = None,
+        *,
+        loaded_models: Callable[[], Sequence[LoadedInfo]] = _no_models,
     ) -> None:
         super().__init__(parent)
-        # a callable, not a flag: the menu must reflect the server as it is when it opens
+        # callables, not flags: the menu must reflect the state as it is when it opens
         self._server_url = server_url
+        self._loaded_models = loaded_models
+        self.model_menus: list[QMenu] = []  # one submenu per loaded model, rebuilt each time
+        self._shown_models: list[tuple[str, int, bool]] = []
         self.menu = QMenu()
         self.status_action = QAction("Server stopped", self)
         self.status_action.setEnabled(False)
         self.start_action = QAction("Start server", self)
         self.stop_action = QAction("Stop server", self)
+        self.models_header_action = QAction("No models loaded", self)
+        self.models_header_action.setEnabled(False)
         self.open_action = QAction("Open Hearth", self)
         self.quit_action = QAction("Quit", self)
         self.start_action.triggered.connect(self.start_requested)
@@ -69,19 +87,39 @@ class Tray(QObject):
         self.start_action.setEnabled(url is None)
         self.stop_action.setEnabled(url is not None)
         self.icon.setToolTip(f"Hearth: serving at {url}" if url else "Hearth")
-        for a in (
-            self.status_action,
-            None,
-            self.start_action,
-            self.stop_action,
-            None,
-            self.open_action,
-            self.quit_action,
-        ):
+        for a in (self.status_action, None, self.start_action, self.stop_action, None):
             if a is None:
                 self.menu.addSeparator()
             else:
                 self.menu.addAction(a)
+        self._add_model_entries()
+        self.menu.addSeparator()
+        self.menu.addAction(self.open_action)
+        self.menu.addAction(self.quit_action)
+
+    def models_changed(self) -> None:
+        """The loaded models may have changed: rebuild an open menu if what it lists is stale
+        (a closed menu rebuilds itself when it opens)."""
+        if self.menu.isVisible() and _menu_key(self._loaded_models()) != self._shown_models:
+            self.rebuild_menu()
+
+    def _add_model_entries(self) -> None:
+        for m in self.model_menus:
+            m.deleteLater()
+        self.model_menus = []
+        models = list(self._loaded_models())
+        self._shown_models = _menu_key(models)
+        self.models_header_action.setText("Loaded models" if models else "No models loaded")
+        self.menu.addAction(self.models_header_action)
+        for info in models:
+            note = human_bytes(info.memory_bytes) + (", pinned" if info.pinned else "")
+            sub = QMenu(f"{info.model_id}  ({note})", self.menu)
+            unload = sub.addAction("Unload")
+            unload.triggered.connect(
+                lambda _checked=False, mid=info.model_id: self.unload_requested.emit(mid)
+            )
+            self.menu.addMenu(sub)
+            self.model_menus.append(sub)
 
     def show_message(self, title: str, text: str) -> None:
         self.icon.showMessage(title, text, QSystemTrayIcon.MessageIcon.Information, 8000)
@@ -89,6 +127,7 @@ class Tray(QObject):
 
     def _on_menu_about_to_show(self) -> None:
         self.rebuild_menu()
+        self.menu_opened.emit()
 
     def _on_icon_activated(self, reason: QSystemTrayIcon.ActivationReason) -> None:
         if reason in (
@@ -96,3 +135,7 @@ class Tray(QObject):
             QSystemTrayIcon.ActivationReason.DoubleClick,
         ):
             self.open_requested.emit()
+
+
+def _menu_key(models: Sequence[LoadedInfo]) -> list[tuple[str, int, bool]]:
+    return [(m.model_id, m.memory_bytes, m.pinned) for m in models]

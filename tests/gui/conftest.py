@@ -1,5 +1,6 @@
-"""GUI fixtures: a real Hearth (library, llama.cpp runtime, server controller) under tmp_path,
-driven through the real main window on Qt's offscreen platform."""
+"""GUI fixtures: a real Hearth (library, llama.cpp and MLX runtimes, presets, a memory budget and
+keep-alive read from the settings file, server controller) under tmp_path, driven through the
+real main window on Qt's offscreen platform."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from pytestqt.qtbot import QtBot
 
 from app.core.library import ModelLibrary
 from app.core.loop import LoopThread
+from app.core.presets import PresetStore
+from app.core.scheduler import default_budget
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.gui.bridge import Bridge
@@ -22,6 +25,7 @@ from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
 from app.paths import AppPaths
 from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.mlx import MlxRuntime
 from app.server.runner import ServerController
 from app.settings import SettingsStore
 
@@ -38,10 +42,19 @@ def gui_ctx(hearth_home: Path, probe_file: Path) -> Iterator[GuiContext]:
     assert paths.data.is_relative_to(hearth_home)
     store = SettingsStore(paths.settings_file)
     library = ModelLibrary(paths.library_file, paths.models)
+
+    def jit_ttl() -> float | None:
+        d = store.load().load
+        return None if d.jit_keep_forever else float(d.jit_ttl_s)
+
+    # wired like app.cli.build_service, so the Settings page's budget and TTL take effect
     service = Hearth(
         library,
-        {"gguf": LlamaCppRuntime(probe_file=probe_file)},
+        {"gguf": LlamaCppRuntime(probe_file=probe_file), "mlx": MlxRuntime()},
         load_defaults=lambda: LoadOptions(context_length=2048),
+        presets=PresetStore(paths.config / "presets.json"),
+        budget_bytes=lambda: store.load().load.memory_budget_bytes or default_budget(),
+        default_ttl=jit_ttl,
     )
     loop = LoopThread("test-service").start()
     server = ServerController(service, store, paths)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from PySide6.QtGui import QColor, QPainter, QPixmap  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 log = logging.getLogger("screenshots")
@@ -39,6 +40,20 @@ def settle(seconds: float = 0.3) -> None:
     while time.monotonic() < end:
         QApplication.processEvents()
         time.sleep(0.01)
+
+
+def save_with_dialog(window: QPixmap, dialog: QPixmap, path: Path) -> None:
+    """The window with a dialog drawn over the empty part of its table, framed and shadowed."""
+    out = QPixmap(window)
+    x = out.width() - dialog.width() - 40
+    y = min(130, out.height() - dialog.height() - 70)
+    p = QPainter(out)
+    p.fillRect(x + 6, y + 6, dialog.width(), dialog.height(), QColor(0, 0, 0, 60))  # shadow
+    p.drawPixmap(x, y, dialog)
+    p.setPen(QColor("#8a8a8a"))
+    p.drawRect(x - 1, y - 1, dialog.width() + 1, dialog.height() + 1)
+    p.end()
+    out.save(str(path))
 
 
 def main(out_dir: Path) -> int:
@@ -82,12 +97,25 @@ def main(out_dir: Path) -> int:
         lib.import_files([str(model)])
         wait_until(lambda: lib.table_model.rowCount() == 1)
         mid = lib.table_model.ids()[0]
-        lib.load_model(mid)
+        lib.select(mid)
+        dialog = lib.open_load_dialog(mid)
+        assert dialog is not None
+        wait_until(lambda: dialog.estimate is not None)
+        dialog.ttl_check.setChecked(True)
+        dialog.ttl_spin.setValue(15)
+        settle()
+        dialog_shot = dialog.grab()
+        dialog.start_load()
         wait_until(lambda: lib.table_model.state_of(mid) == "loaded")
         lib.banner.show_message(f"Imported {mid}.")
         lib.select(mid)
         settle()
         w.grab().save(str(out_dir / "screenshot-library.png"))
+
+        w.show_page("Models in memory")
+        wait_until(lambda: w.memory_page.table_model.rowCount() == 1)
+        settle(1.2)
+        save_with_dialog(w.grab(), dialog_shot, out_dir / "screenshot-models.png")
 
         w.show_page("Chat")
         chat = w.chat_page

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 
 from PySide6.QtCore import QObject, Slot
 from pytestqt.qtbot import QtBot
 
 from app.core.events import ModelLoaded, RequestFinished
+from app.core.loop import LoopThread
 from app.errors import ModelNotFound
 from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
@@ -81,3 +83,26 @@ def test_core_events_become_queued_signals(
     gui_ctx.loop.call(publish(), timeout=10)
     qtbot.wait(200)
     assert len(rec.calls) == 2
+
+
+def test_run_after_close_or_loop_stop_does_nothing(qtbot: QtBot, gui_ctx: GuiContext) -> None:
+    # a page's timer may fire after the service stopped (window teardown, quit): never an error
+    ran: list[str] = []
+
+    async def work() -> None:
+        ran.append("ran")
+
+    b = Bridge(gui_ctx.loop, gui_ctx.service.events)
+    b.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the dropped coroutine is closed, not left un-awaited
+        assert b.run(work()).cancelled()
+    stopped = LoopThread("stopped").start()
+    stopped.stop()
+    b2 = Bridge(stopped, gui_ctx.service.events)
+    try:
+        assert b2.call(ran.append, "called").cancelled()
+    finally:
+        b2.close()
+    qtbot.wait(100)
+    assert ran == []

@@ -129,8 +129,13 @@ def test_load_and_unload_buttons_change_the_state(
     qtbot.waitUntil(lambda: page.selected_id() == imported, timeout=10_000)
     assert state_cell(window) == "Not loaded"
 
-    qtbot.mouseClick(page.load_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(page.load_button, Qt.MouseButton.LeftButton)  # opens the Load dialog
+    dialog = page.load_dialog
+    assert dialog is not None and dialog.isVisible()
+    qtbot.waitUntil(dialog.load_button.isEnabled, timeout=10_000)  # filled in: Load = defaults
+    qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: state_cell(window) == "Loaded", timeout=SLOW)
+    qtbot.waitUntil(lambda: page.load_dialog is None, timeout=5_000)  # it closed
     assert not page.load_button.isEnabled()
     assert page.unload_button.isEnabled()
     assert window.chat_page.model_combo.findData(imported) >= 0

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pytestqt.qtbot import QtBot
 
 from app.gui.main_window import PAGES, MainWindow
+from app.gui.units import human_bytes
 
 
 def test_navigation_shows_each_page(window: MainWindow, qtbot: QtBot) -> None:
     assert [window.nav.item(i).text() for i in range(window.nav.count())] == list(PAGES)
     pages = {
         "Library": window.library_page,
+        "Models in memory": window.memory_page,
         "Chat": window.chat_page,
         "Server": window.server_page,
         "Settings": window.settings_page,
@@ -22,6 +24,25 @@ def test_navigation_shows_each_page(window: MainWindow, qtbot: QtBot) -> None:
         assert all(not other.isVisible() for other in pages.values() if other is not page)
     assert window.windowTitle() == "Hearth"
     assert not window.windowIcon().isNull()
+
+
+def test_memory_page_starts_empty_and_the_status_bar_links_to_it(
+    window: MainWindow, qtbot: QtBot
+) -> None:
+    page = window.memory_page
+    qtbot.waitUntil(lambda: window.memory.fetched, timeout=10_000)
+    window.show_page("Models in memory")
+    assert page.empty_label.isVisible() and "No models loaded" in page.empty_label.text()
+    assert not page.unload_button.isEnabled() and not page.pin_button.isEnabled()
+    budget = window.memory.snapshot.budget
+    assert budget > 0
+    assert page.memory_label.text() == f"0 B of {human_bytes(budget)} budget in use (0%)"
+    assert window.memory_status.text() == (
+        f"<a href='memory'>No models in memory</a> · 0 B of {human_bytes(budget)}"
+    )
+    window.show_page("Library")
+    window.memory_status.linkActivated.emit("memory")
+    assert window.current_page == "Models in memory"
 
 
 def test_empty_library_shows_how_to_get_a_model(window: MainWindow, qtbot: QtBot) -> None:

@@ -105,3 +105,48 @@ def test_server_stays_off_at_launch_by_default(
     qtbot.wait(300)
     assert not gui_ctx.server.running
     assert w.server_page.status_label.text() == "Stopped"
+
+
+def test_memory_settings_are_saved_and_used(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
+) -> None:
+    page = window.settings_page
+    window.show_page("Settings")
+    assert page.budget_spin.value() == 0 and page.budget_spin.text() == "Auto (80% of RAM or VRAM)"
+    assert page.jit_ttl_spin.value() == 15 and page.jit_ttl_spin.isEnabled()
+    assert not page.jit_forever_check.isChecked()
+
+    page.budget_spin.setValue(2.5)
+    page.jit_ttl_spin.setValue(5)
+    with qtbot.waitSignal(page.settings_saved, timeout=10_000):
+        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+    load = gui_ctx.settings_store.load().load
+    assert (load.memory_budget_bytes, load.jit_ttl_s, load.jit_keep_forever) == (
+        int(2.5 * 1024**3),
+        300,
+        False,
+    )
+    assert gui_ctx.service.scheduler.budget() == int(2.5 * 1024**3)  # the next load uses it
+
+    page.jit_forever_check.setChecked(True)
+    assert not page.jit_ttl_spin.isEnabled()
+    with qtbot.waitSignal(page.settings_saved, timeout=10_000):
+        page.save()
+    assert gui_ctx.settings_store.load().load.jit_keep_forever is True
+
+
+def test_untouched_memory_fields_keep_their_exact_values(
+    qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge
+) -> None:
+    # values the spins cannot show exactly (10 MiB, 90 s) survive a save that does not touch them
+    s = Settings()
+    gui_ctx.settings_store.save(
+        replace(s, load=replace(s.load, memory_budget_bytes=10 * 1024**2, jit_ttl_s=90))
+    )
+    w = MainWindow(gui_ctx, bridge)
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
+    with qtbot.waitSignal(w.settings_page.settings_saved, timeout=10_000):
+        w.settings_page.save()
+    load = gui_ctx.settings_store.load().load
+    assert (load.memory_budget_bytes, load.jit_ttl_s) == (10 * 1024**2, 90)

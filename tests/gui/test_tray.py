@@ -21,7 +21,9 @@ def start_via_tray(window: MainWindow, qtbot: QtBot) -> None:
     window.server_page.port_spin.setValue(0)
     assert window.tray.start_action.isEnabled()
     window.tray.start_action.trigger()
-    qtbot.waitUntil(lambda: window.server_page.url_edit.text() != "", timeout=SLOW)
+    qtbot.waitUntil(
+        lambda: window.server_page.status_label.text().startswith("Running at"), timeout=SLOW
+    )
 
 
 def test_start_and_stop_actions(window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext) -> None:
@@ -30,6 +32,7 @@ def test_start_and_stop_actions(window: MainWindow, qtbot: QtBot, gui_ctx: GuiCo
         "Server stopped",
         "Start server",
         "Stop server",
+        "No models loaded",
         "Open Hearth",
         "Quit",
     ]
@@ -45,6 +48,19 @@ def test_start_and_stop_actions(window: MainWindow, qtbot: QtBot, gui_ctx: GuiCo
     qtbot.waitUntil(lambda: not gui_ctx.server.running, timeout=SLOW)
     assert open_menu(window)[0] == "Server stopped"
     assert tray.start_action.isEnabled() and not tray.stop_action.isEnabled()
+
+
+def test_stop_right_after_start_is_honoured(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
+) -> None:
+    # Stop asked for while the server is still starting (the tray enables Stop as soon as the
+    # server reports its address): it stops once it has started
+    page = window.server_page
+    page.port_spin.setValue(0)
+    page.start_server()
+    page.stop_server()
+    qtbot.waitUntil(lambda: window.server_page.status_label.text() == "Stopped", timeout=SLOW)
+    assert not gui_ctx.server.running
 
 
 def test_menu_reflects_a_server_started_elsewhere(

@@ -26,7 +26,9 @@ from app.core.service import Hearth, ModelStatus
 from app.core.types import LocalModel
 from app.gui.bridge import Bridge, log_failure
 from app.gui.models.library import LibraryTableModel
+from app.gui.units import grouped
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.load_dialog import LoadDialog
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +62,12 @@ class LibraryPage(QWidget):
         self._service = service
         self._bridge = bridge
         self._select_after_refresh: str | None = None
+        self.load_dialog: LoadDialog | None = None  # the open Load dialog, if any
         self.table_model = LibraryTableModel(self)
 
         self.import_button = QPushButton("Import GGUF…")
-        self.load_button = QPushButton("Load")
+        self.load_button = QPushButton("Load…")
+        self.load_button.setToolTip("Choose the context length and other options, then load")
         self.unload_button = QPushButton("Unload")
         self.remove_button = QPushButton("Remove")
         header = QHBoxLayout()
@@ -114,6 +118,7 @@ class LibraryPage(QWidget):
         self.unload_button.clicked.connect(self._on_unload_button_clicked)
         self.remove_button.clicked.connect(self._on_remove_button_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
+        self.table.doubleClicked.connect(self._on_table_double_clicked)
         bridge.library_changed.connect(self.refresh)
         bridge.model_loading.connect(self._on_bridge_model_changed)
         bridge.model_loaded.connect(self._on_bridge_model_changed)
@@ -162,8 +167,22 @@ class LibraryPage(QWidget):
             )
 
     def load_model(self, model_id: str) -> None:
+        """Load with the preset/defaults at once (no dialog)."""
         self.banner.clear_message()
         self._bridge.run(self._service.load(model_id), on_error=self._show_error)
+
+    def open_load_dialog(self, model_id: str) -> LoadDialog | None:
+        """Show the Load dialog for ``model_id`` (its Load button loads with what it shows)."""
+        row = self.table_model.row_of(model_id)
+        if row < 0:
+            return None
+        self.banner.clear_message()
+        dialog = LoadDialog(self._service, self._bridge, self.table_model.status(row).model, self)
+        dialog.load_finished.connect(self._on_load_dialog_load_finished)
+        dialog.finished.connect(self._on_load_dialog_finished)
+        self.load_dialog = dialog
+        dialog.open()
+        return dialog
 
     def unload_model(self, model_id: str) -> None:
         self.banner.clear_message()
@@ -187,7 +206,21 @@ class LibraryPage(QWidget):
 
     def _on_load_button_clicked(self) -> None:
         if mid := self.selected_id():
-            self.load_model(mid)
+            self.open_load_dialog(mid)
+
+    def _on_table_double_clicked(self, *_: object) -> None:
+        mid = self.selected_id()
+        if mid and self.table_model.state_of(mid) == "not-loaded":
+            self.open_load_dialog(mid)
+
+    def _on_load_dialog_load_finished(self, model_id: str, context_length: int) -> None:
+        self.banner.show_message(
+            f"Loaded {model_id} with a {grouped(context_length)}-token context."
+        )
+
+    def _on_load_dialog_finished(self, _result: int) -> None:
+        if self.sender() is self.load_dialog:
+            self.load_dialog = None
 
     def _on_unload_button_clicked(self) -> None:
         if mid := self.selected_id():

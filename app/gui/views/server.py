@@ -52,6 +52,8 @@ class ServerPage(QWidget):
         self._server = server
         self._bridge = bridge
         self._busy = False
+        self._starting = False  # busy starting (not stopping)
+        self._stop_after_start = False
         self.request_model = RequestLogModel(parent=self)
 
         self.host_edit = QLineEdit("127.0.0.1")
@@ -152,6 +154,7 @@ class ServerPage(QWidget):
             return
         host = self.host_edit.text().strip() or "127.0.0.1"
         self._busy = True
+        self._starting = True
         self.banner.clear_message()
         self.status_label.setText(f"Starting on {host}:{self.port_spin.value() or 'any port'}…")
         self._update_buttons()
@@ -162,6 +165,9 @@ class ServerPage(QWidget):
         )
 
     def stop_server(self) -> None:
+        if self._busy and self._starting:
+            self._stop_after_start = True  # Stop right after Start (tray): honour it once started
+            return
         if not self.running or self._busy:
             return
         self._busy = True
@@ -187,11 +193,14 @@ class ServerPage(QWidget):
         self.copy_url()
 
     def _on_start_done(self, _url: str) -> None:
-        self._busy = False
+        self._busy = self._starting = False
         self._show_state()
+        if self._stop_after_start:
+            self._stop_after_start = False
+            self.stop_server()
 
     def _on_start_failed(self, exc: BaseException) -> None:
-        self._busy = False
+        self._busy = self._starting = self._stop_after_start = False
         self.banner.show_message(log_failure(log, "server did not start", exc), "error")
         self._show_state()
 

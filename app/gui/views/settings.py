@@ -1,4 +1,5 @@
-"""The Settings page: server address, API key, start at launch, models folder, load defaults."""
+"""The Settings page: server address, API key, start at launch, models folder, load defaults,
+memory budget and how long on-demand loads stay."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -28,6 +30,8 @@ from app.settings import Settings, SettingsStore, generate_key, hash_key
 
 log = logging.getLogger(__name__)
 
+GIB = 1024**3
+
 
 class SettingsPage(QWidget):
     """Edits a copy of the settings; Save writes it through the SettingsStore."""
@@ -40,6 +44,9 @@ class SettingsPage(QWidget):
         self._store = store
         self._bridge = bridge
         self.settings: Settings | None = None
+        # what the spins showed after reading the file: an untouched spin keeps the exact value
+        self._shown_budget = (0.0, 0)  # (spin value, bytes on disk)
+        self._shown_ttl = (0, 0)  # (spin value, seconds on disk)
 
         self.banner = MessageBanner()
         self.host_edit = QLineEdit()
@@ -70,7 +77,27 @@ class SettingsPage(QWidget):
         self.threads_spin = QSpinBox()
         self.threads_spin.setRange(0, max(4, (os.cpu_count() or 4) * 2))
         self.threads_spin.setSpecialValueText("Auto (physical cores)")
-        for w in (self.port_spin, self.context_spin, self.threads_spin):
+        self.budget_spin = QDoubleSpinBox()
+        self.budget_spin.setRange(0, 4096)
+        self.budget_spin.setDecimals(1)
+        self.budget_spin.setSingleStep(0.5)
+        self.budget_spin.setSuffix(" GiB")
+        self.budget_spin.setSpecialValueText("Auto (80% of RAM or VRAM)")
+        self.budget_spin.setToolTip(
+            "Loaded models share this much memory: loading past it unloads idle models first"
+        )
+        self.jit_ttl_spin = QSpinBox()
+        self.jit_ttl_spin.setRange(0, 7 * 24 * 60)
+        self.jit_ttl_spin.setSuffix(" min idle")
+        self.jit_ttl_spin.setSpecialValueText("As soon as idle")
+        self.jit_forever_check = QCheckBox("Keep on-demand models loaded forever")
+        for w in (
+            self.port_spin,
+            self.context_spin,
+            self.threads_spin,
+            self.budget_spin,
+            self.jit_ttl_spin,
+        ):
             w.setMinimumWidth(200)
             w.setMaximumWidth(260)
         self.host_edit.setMaximumWidth(320)
@@ -113,6 +140,17 @@ class SettingsPage(QWidget):
         folder_note.setStyleSheet("color:#6b6b6b")
         mf.addRow("", folder_note)
 
+        memory_box = QGroupBox("Memory")
+        yf = QFormLayout(memory_box)
+        yf.addRow("Memory budget", self.budget_spin)
+        yf.addRow("Unload on-demand models after", self.jit_ttl_spin)
+        yf.addRow("", self.jit_forever_check)
+        memory_note = QLabel(
+            "On-demand: loaded by an API request. Models you load follow their Load dialog."
+        )
+        memory_note.setStyleSheet("color:#6b6b6b")
+        yf.addRow("", memory_note)
+
         footer = QHBoxLayout()
         footer.addStretch(1)
         footer.addWidget(self.save_button)
@@ -123,6 +161,7 @@ class SettingsPage(QWidget):
         layout.addWidget(self.banner)
         layout.addWidget(server_box)
         layout.addWidget(models_box)
+        layout.addWidget(memory_box)
         layout.addStretch(1)
         layout.addLayout(footer)
 
@@ -131,6 +170,7 @@ class SettingsPage(QWidget):
         self.clear_key_button.clicked.connect(self._on_clear_key_button_clicked)
         self.copy_key_button.clicked.connect(self._on_copy_key_button_clicked)
         self.browse_button.clicked.connect(self._on_browse_button_clicked)
+        self.jit_forever_check.toggled.connect(self._on_jit_forever_check_toggled)
         self.setEnabled(False)  # until the file has been read
         self.reload()
 
@@ -150,6 +190,9 @@ class SettingsPage(QWidget):
         start = self.start_at_launch_check.isChecked()
         models_dir = self.models_dir_edit.text().strip()
         context, threads = self.context_spin.value(), self.threads_spin.value()
+        budget = self._budget_bytes()
+        jit_ttl = self._jit_ttl_seconds()
+        forever = self.jit_forever_check.isChecked()
 
         def write() -> Settings:
             # read-modify-write on the loop thread so concurrent changes to other fields survive
@@ -157,7 +200,14 @@ class SettingsPage(QWidget):
             s = replace(
                 s,
                 server=replace(s.server, host=host, port=port, start_at_launch=start),
-                load=replace(s.load, context_length=context, threads=threads),
+                load=replace(
+                    s.load,
+                    context_length=context,
+                    threads=threads,
+                    memory_budget_bytes=budget,
+                    jit_ttl_s=jit_ttl,
+                    jit_keep_forever=forever,
+                ),
                 models_dir=models_dir,
             )
             self._store.save(s)
@@ -216,6 +266,9 @@ class SettingsPage(QWidget):
         if folder:
             self.models_dir_edit.setText(folder)
 
+    def _on_jit_forever_check_toggled(self, forever: bool) -> None:
+        self.jit_ttl_spin.setEnabled(not forever)
+
     def _on_store_loaded(self, s: Settings) -> None:
         self.settings = s
         self.host_edit.setText(s.server.host)
@@ -224,6 +277,12 @@ class SettingsPage(QWidget):
         self.models_dir_edit.setText(s.models_dir)
         self.context_spin.setValue(s.load.context_length)
         self.threads_spin.setValue(s.load.threads)
+        self.budget_spin.setValue(s.load.memory_budget_bytes / GIB)
+        self._shown_budget = (self.budget_spin.value(), s.load.memory_budget_bytes)
+        self.jit_ttl_spin.setValue(round(s.load.jit_ttl_s / 60))
+        self._shown_ttl = (self.jit_ttl_spin.value(), s.load.jit_ttl_s)
+        self.jit_forever_check.setChecked(s.load.jit_keep_forever)
+        self.jit_ttl_spin.setEnabled(not s.load.jit_keep_forever)
         self._show_key_status(s)
         self.setEnabled(True)
         self.settings_loaded.emit(s)
@@ -232,6 +291,16 @@ class SettingsPage(QWidget):
         self.settings = s
         self.banner.show_message("Settings saved.")
         self.settings_saved.emit(s)
+
+    def _budget_bytes(self) -> int:
+        shown, on_disk = self._shown_budget
+        value = self.budget_spin.value()
+        return on_disk if value == shown else round(value * GIB)
+
+    def _jit_ttl_seconds(self) -> int:
+        shown, on_disk = self._shown_ttl
+        value = self.jit_ttl_spin.value()
+        return on_disk if value == shown else value * 60
 
     def _show_error(self, exc: BaseException) -> None:
         self.banner.show_message(log_failure(log, "settings", exc), "error")
