@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from app.core.chat_template import ChatTemplate
+from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
 from app.core.fsutil import atomic_write_json, read_json
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
 from app.core.reasoning import ReasoningSplitter, prompt_opens_reasoning
 from app.core.scheduler import UNSET, ModelScheduler
+from app.core.stores import ForeignLocations
 from app.core.tools import (
     Tool,
     ToolCallParser,
@@ -156,8 +158,13 @@ class Hearth:
         budget_bytes: Callable[[], int] | None = None,
         default_ttl: Callable[[], float | None] = lambda: None,
         calibration_file: Path | None = None,
+        downloads: DownloadManager | None = None,
+        foreign: ForeignLocations | None = None,
     ) -> None:
         self.events = events or EventHub()
+        # issue #3: Hub downloads and models from other apps (None where not wired)
+        self.downloads = downloads  # publishes on the same EventHub (build_service wires both)
+        self.foreign = foreign
         self.library = library
         self.runtimes = dict(runtimes)
         self.presets = presets
@@ -226,11 +233,22 @@ class Hearth:
             return (await asyncio.to_thread(self.import_model, p))[0]
         return self.library.get(id_or_path)
 
-    async def remove_model(self, model_id: str) -> tuple[LocalModel, bool]:
+    async def remove_model(
+        self, model_id: str, *, delete_file: bool = False
+    ) -> tuple[LocalModel, bool]:
+        """Unload and forget a model; ``delete_file`` confirms deleting another app's file."""
         await self.scheduler.unload(model_id)
-        result = self.library.remove(model_id)
+        result = self.library.remove(model_id, delete_file=delete_file)
         self.events.publish(LibraryChanged())
         return result
+
+    async def scan_foreign_stores(self) -> list[LocalModel]:
+        """Index the models the HF cache, LM Studio and Ollama hold (in place). Returns new ones."""
+        if self.foreign is None:
+            return []
+        added = await asyncio.to_thread(self.library.index_foreign, self.foreign)
+        self.events.publish(LibraryChanged())
+        return added
 
     # -- load / unload ---------------------------------------------------------------------
     async def load(
@@ -466,6 +484,8 @@ class Hearth:
             return vectors, sum(len(t) for t in token_lists)
 
     async def close(self) -> None:
+        if self.downloads is not None:
+            await self.downloads.close()  # partial downloads stay on disk, resumable
         await self.scheduler.close()
 
 
