@@ -353,6 +353,7 @@ class _Job:
         self.meter = _Meter()
         self.started_at = time.time()
         self.last_publish = 0.0
+        self.pending_publish: asyncio.TimerHandle | None = None
         self.watchers: list[asyncio.Queue[DownloadStatus]] = []
 
     @property
@@ -693,8 +694,17 @@ class DownloadManager:
 
     def _progress(self, job: _Job, *, force: bool = False) -> None:
         now = time.monotonic()
-        if not force and now - job.last_publish < self.progress_interval:
+        wait = self.progress_interval - (now - job.last_publish)
+        if not force and wait > 0:
+            # throttled: publish the latest numbers soon, even if no more bytes come (a stall)
+            if job.pending_publish is None:
+                job.pending_publish = asyncio.get_running_loop().call_later(
+                    wait, self._flush_progress, job
+                )
             return
+        if job.pending_publish is not None:
+            job.pending_publish.cancel()
+            job.pending_publish = None
         job.last_publish = now
         s = job.status()
         for q in job.watchers:
@@ -710,6 +720,11 @@ class DownloadManager:
                 file=s.current_file or "",
             )
         )
+
+    def _flush_progress(self, job: _Job) -> None:
+        job.pending_publish = None
+        if job.state in ACTIVE:
+            self._progress(job, force=True)
 
     # -- layout ----------------------------------------------------------------------------------
     def _repo_dir(self, plan: PullPlan) -> Path:

@@ -267,9 +267,14 @@ async def test_gives_up_after_max_attempts(env: Env) -> None:
 
 async def test_pause_resume_and_resume_after_quitting(env: Env) -> None:
     env.hub.fault(REPO, FILE, stall_at=250_000, stall_s=30)
-    dm = env.manager(stall_timeout=20)
+    dm = env.manager(stall_timeout=20, progress_interval=0.25)
     status = await dm.start(REPO)
     await wait_for(lambda: partial_size(env) == 250_000)
+    # throttled progress still reports the last bytes before the connection went quiet
+    progressed = env.of
+    await wait_for(
+        lambda: any(e.bytes_done == 250_000 for e in progressed(ev.DownloadProgressed)), 2.0
+    )
     paused = await dm.pause(status.id)
     assert paused.state == "paused" and paused.bytes_done == 250_000
     assert env.of(ev.DownloadPaused)
