@@ -485,16 +485,9 @@ class DownloadManager:
     async def wait(self, download_id: str) -> LocalModel:
         """Wait for a download to finish (through pauses). Raises its error."""
         job = self._job(download_id)
-        while True:
-            fut = job.future
-            if fut is None:
-                fut = job.new_future()
-            try:
-                return await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                if job.future is not fut or not fut.cancelled():
-                    raise
-                # the future was replaced (retry); wait on the new one
+        fut = job.future or job.new_future()
+        # shielded: a waiter that gives up (a closed HTTP stream) does not stop the download
+        return await asyncio.shield(fut)
 
     def list(self) -> list[DownloadStatus]:
         """Every download this process knows: running, queued, paused (including partial
@@ -574,7 +567,7 @@ class DownloadManager:
         """Delete a stopped download's partial files, unless another process is using them."""
         lock = _FileLock(self._lock_path(job))
         try:
-            got = await asyncio.to_thread(lock.try_acquire)
+            got = lock.try_acquire()
         except OSError:
             return
         if not got:
@@ -787,7 +780,8 @@ class DownloadManager:
         await self._check_space(job)
         await asyncio.to_thread(self._prepare_dirs, job)
         lock = _FileLock(self._lock_path(job))
-        while not await asyncio.to_thread(lock.try_acquire):
+        # try_acquire never blocks (LOCK_NB); on the loop, a cancellation can't strand a held lock
+        while not lock.try_acquire():
             if job.state != "waiting":
                 log.info("download %s: another process is downloading %s", job.id, job.plan.name)
                 self._set_state(job, "waiting")
@@ -829,7 +823,7 @@ class DownloadManager:
             done = True
             return model
         finally:
-            await asyncio.to_thread(lock.release, unlink=done)
+            lock.release(unlink=done)
 
     async def _check_space(self, job: _Job) -> None:
         needed = job.plan.total_bytes - job.bytes_done + DISK_RESERVE
