@@ -127,6 +127,7 @@ class FakeRepo:
     last_modified: str = "2025-01-01T00:00:00.000Z"
     created_at: str = "2024-01-01T00:00:00.000Z"
     listed_only: list[str] = field(default_factory=list)  # names in siblings, never served
+    api_id: str | None = None  # the id the API answers with (a lying or case-fixing Hub)
 
 
 @dataclass
@@ -279,7 +280,7 @@ class FakeHub:
 
     def _summary(self, r: FakeRepo) -> dict[str, Any]:
         return {
-            "id": r.id,
+            "id": r.api_id or r.id,
             "_id": r.sha[:24],
             "modelId": r.id,
             "author": r.id.split("/")[0],

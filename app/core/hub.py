@@ -752,7 +752,7 @@ class HubClient:
         for w in warnings:
             log.warning("%s: %s", repo_id, w)
         info = RepoInfo(
-            id=m.id or repo_id,
+            id=_canonical(repo_id, m.id),
             revision=m.sha or revision or "main",
             author=m.author or repo_id.split("/")[0],
             format=fmt,
@@ -926,3 +926,14 @@ class HubClient:
             if end != -1:
                 text = text[end + 4 :].lstrip("\n")
         return text
+
+
+def _canonical(asked: str, answered: Any) -> str:
+    """The Hub's spelling of the repo id (it fixes case), only when it names the same repo."""
+    if (
+        isinstance(answered, str)
+        and answered.lower() == asked.lower()
+        and REPO_ID_RE.match(answered)
+    ):
+        return answered
+    return asked

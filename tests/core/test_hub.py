@@ -463,3 +463,12 @@ def test_token_store_is_0600_and_out_of_settings(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError):
         tokens.save("two words")
+
+
+async def test_the_hubs_answer_never_renames_the_repo(fake_hub: FakeHub, tmp_path: Path) -> None:
+    files = {"m-Q4_K_M.gguf": gguf_bytes(tmp_path)}
+    fake_hub.add_repo("acme/case-GGUF", files, tags=["gguf"], api_id="../../evil/x")
+    fake_hub.add_repo("acme/fixed-GGUF", files, tags=["gguf"], api_id="ACME/Fixed-GGUF")
+    assert (await client(fake_hub).repo("acme/case-GGUF", with_fit=False)).id == "acme/case-GGUF"
+    fixed = await client(fake_hub).repo("acme/fixed-GGUF", with_fit=False)
+    assert fixed.id == "ACME/Fixed-GGUF"  # the Hub's own spelling of the same repo
