@@ -56,7 +56,9 @@ from app.core.hub import (
     HubClient,
     HubFormat,
     HubRef,
+    ModelOption,
     RepoFile,
+    RepoInfo,
     check_repo_id,
     check_repo_path,
     choose,
@@ -450,7 +452,19 @@ class DownloadManager:
         """
         r = parse_ref(ref, endpoint=self.hub.endpoint) if isinstance(ref, str) else ref
         info = await self.hub.repo(r.repo_id, revision=r.revision, with_fit=False)
-        opt = choose(info, quant=r.quant, filename=r.filename)
+        return await self.plan_for(info, choose(info, quant=r.quant, filename=r.filename))
+
+    async def plan_for(self, info: RepoInfo, opt: ModelOption) -> PullPlan:
+        """A plan for one option of a repo view (what the Discover page's Download button does).
+
+        Raises:
+            RepoRefused: the repo is refused, or a file has no size or checksum to verify.
+            AccessDenied: a gated or private repo the token cannot read.
+        """
+        if info.refused:
+            raise RepoRefused(f"{info.id}: {info.refused}")
+        if not any(o.name == opt.name and o.files == opt.files for o in info.options):
+            raise RepoRefused(f"{info.id} does not offer {opt.name}")
         for f in opt.files:
             check_repo_path(f.path)
             if f.size is None:

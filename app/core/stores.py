@@ -40,7 +40,10 @@ class ForeignLocations:
     @classmethod
     def default(cls) -> ForeignLocations:
         """The usual places, honouring ``HF_HUB_CACHE``/``HF_HOME`` and ``OLLAMA_MODELS``."""
-        home = Path.home()
+        try:
+            home = Path.home()
+        except (RuntimeError, KeyError):  # no home folder (a service account): nothing to find
+            return cls()
         hf = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
         if not hf:
             hf_home = os.environ.get("HF_HOME") or str(home / ".cache" / "huggingface")

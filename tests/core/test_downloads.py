@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -163,6 +164,18 @@ async def test_the_event_loop_keeps_running_during_a_download(env: Env) -> None:
         await t
     assert Path(model.path).stat().st_size > 4_000_000
     assert len(gaps) > 5 and max(gaps) < 0.5, max(gaps)
+
+
+async def test_discover_page_flow_repo_view_then_download_an_option(env: Env) -> None:
+    dm = env.manager()
+    info = await dm.hub.repo(REPO)  # with fit verdicts
+    option = info.option("Q8_0")
+    status = await dm.start(await dm.plan_for(info, option))
+    assert status.option == "Q8_0" and status.total_bytes == option.size_bytes
+    model = await dm.wait(status.id)
+    assert model.quantization == "Q8_0" and dm.get(status.id).state == "completed"
+    with pytest.raises(RepoRefused):
+        await dm.plan_for(dataclasses.replace(info, refused="pickle weights"), option)
 
 
 async def test_two_pulls_of_one_file_share_one_download(env: Env) -> None:
