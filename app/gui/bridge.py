@@ -18,6 +18,17 @@ from app.errors import HearthError
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+DOWNLOAD_EVENTS = (
+    ev.DownloadQueued,
+    ev.DownloadProgressed,
+    ev.DownloadStalled,
+    ev.DownloadPaused,
+    ev.DownloadResumed,
+    ev.DownloadFinished,
+    ev.DownloadFailed,
+    ev.DownloadCancelled,
+)
+
 DoneCallback = Callable[[Any], None]
 ErrorCallback = Callable[[BaseException], None]
 
@@ -51,6 +62,7 @@ class Bridge(QObject):
     server_started = Signal(str, int, str)  # host, port, base url
     server_stopped = Signal(str)  # reason
     request_finished = Signal(object)  # app.core.events.RequestFinished
+    download_changed = Signal(object)  # any app.core.events.Download* event
     # internal: a zero-argument callable to run on the GUI thread
     _completed = Signal(object)
 
@@ -153,6 +165,8 @@ class Bridge(QObject):
                 self.server_stopped.emit(event.reason)
             elif isinstance(event, ev.RequestFinished):
                 self.request_finished.emit(event)
+            elif isinstance(event, DOWNLOAD_EVENTS):
+                self.download_changed.emit(event)
         except RuntimeError:
             log.debug("bridge deleted; dropping %s", type(event).__name__)
 

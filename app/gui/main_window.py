@@ -27,6 +27,8 @@ from app.gui.models.memory import MemoryMonitor, MemorySnapshot
 from app.gui.tray import Tray
 from app.gui.units import human_bytes
 from app.gui.views.chat import ChatPage
+from app.gui.views.downloads import TITLE as DOWNLOADS_PAGE
+from app.gui.views.downloads import DownloadsPage
 from app.gui.views.library import LibraryPage, gguf_paths
 from app.gui.views.memory import TITLE as MEMORY_PAGE
 from app.gui.views.memory import MemoryPage
@@ -37,7 +39,7 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 ASSETS = Path(app_package.__file__).resolve().parent / "assets"
-PAGES = ("Library", MEMORY_PAGE, "Chat", "Server", "Settings")
+PAGES = ("Library", DOWNLOADS_PAGE, MEMORY_PAGE, "Chat", "Server", "Settings")
 TRAY_HINT = (
     "Hearth is still serving at {url}. Use the tray icon to open it again, stop the server or quit."
 )
@@ -72,6 +74,7 @@ class MainWindow(QMainWindow):
 
         self.memory = MemoryMonitor(ctx.service, bridge, self)
         self.library_page = LibraryPage(ctx.service, bridge)
+        self.downloads_page = DownloadsPage(ctx.service, bridge)
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
         self.chat_page = ChatPage(ctx.service, bridge)
         self.server_page = ServerPage(ctx.server, bridge)
@@ -92,6 +95,7 @@ class MainWindow(QMainWindow):
             PAGES,
             (
                 self.library_page,
+                self.downloads_page,
                 self.memory_page,
                 self.chat_page,
                 self.server_page,

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.core.downloads import DownloadManager
+from app.core.fit import DeviceMemory
+from app.core.hub import HubClient
 from app.core.library import ModelLibrary
 from app.core.loop import LoopThread
 from app.core.presets import PresetStore
@@ -27,7 +30,8 @@ from app.paths import AppPaths
 from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.runtimes.mlx import MlxRuntime
 from app.server.runner import ServerController
-from app.settings import SettingsStore
+from app.settings import SettingsStore, TokenStore
+from tests.fakehub import FakeHub, gguf_bytes
 
 
 @pytest.fixture(scope="session")
@@ -93,3 +97,68 @@ def imported(window: MainWindow, qtbot: QtBot, smollm2_path: Path) -> str:
     window.library_page.import_files([str(smollm2_path)])
     qtbot.waitUntil(lambda: window.library_page.table_model.rowCount() == 1, timeout=10_000)
     return window.library_page.table_model.ids()[0]
+
+
+# -- the Hugging Face Hub (a local fake, tests/fakehub.py) -----------------------------------------
+HUB_REPO = "acme/tiny-GGUF"
+HUB_FILE = "tiny-Q4_K_M.gguf"
+GATED_REPO = "acme/gated-GGUF"
+HUB_ELEMS = 150_000  # ~600 KB: big enough to pause in the middle
+
+
+@pytest.fixture
+def hub(fake_hub: FakeHub, tmp_path: Path) -> FakeHub:
+    """The fake Hub with a two-quantization GGUF repo and a gated one."""
+    build = tmp_path / "hub-build"
+    fake_hub.add_repo(
+        HUB_REPO,
+        {
+            HUB_FILE: gguf_bytes(build, elems=HUB_ELEMS),
+            "tiny-Q8_0.gguf": gguf_bytes(build, file_type=7, elems=HUB_ELEMS),
+            "README.md": b"---\nlicense: mit\n---\n# Tiny\n\nA tiny test model card.\n",
+        },
+        tags=["gguf", "license:mit"],
+        downloads=1234,
+        likes=56,
+        card="# Tiny\n\nA tiny test model card.\n",
+    )
+    fake_hub.add_repo(
+        GATED_REPO,
+        {"gated-Q4_K_M.gguf": gguf_bytes(build, elems=1000)},
+        tags=["gguf"],
+        gated="manual",
+        downloads=10,
+    )
+    return fake_hub
+
+
+@pytest.fixture
+def hub_ctx(gui_ctx: GuiContext, hub: FakeHub) -> GuiContext:
+    """``gui_ctx`` with a DownloadManager on the fake Hub, wired like ``app.cli.build_service``
+    (the token read from the token file on each request)."""
+    tokens = TokenStore(gui_ctx.paths.hf_token_file)
+    client = HubClient(
+        endpoint=hub.endpoint,
+        token=tokens.load,
+        memory_probe=lambda: DeviceMemory(ram_total=64 << 30, ram_available=32 << 30),
+    )
+    gui_ctx.service.downloads = DownloadManager(
+        gui_ctx.service.library,
+        client,
+        gui_ctx.service.events,
+        stall_timeout=10.0,
+        backoff_base=0.05,
+        lock_poll=0.05,
+        progress_interval=0.05,
+    )
+    return gui_ctx
+
+
+@pytest.fixture
+def hub_window(qtbot: QtBot, hub_ctx: GuiContext, bridge: Bridge) -> MainWindow:
+    w = MainWindow(hub_ctx, bridge)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitExposed(w)
+    qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
+    return w
