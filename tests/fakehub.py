@@ -5,7 +5,8 @@
   ``lfs {sha256, size, pointerSize}`` and ``blobId``), ``GET .../tree/REV``,
 - ``GET|HEAD /OWNER/NAME/resolve/REV/PATH``: LFS files answer 302 to a "CDN" path on the same
   server with ``X-Linked-Etag``/``X-Linked-Size``/``X-Repo-Commit``/``ETag`` like the real Hub;
-  small (git) files are served directly. Both honour ``Range`` (206 + ``Content-Range``).
+  small (git) files are served directly. Both honour ``Range`` (206 + ``Content-Range``). The
+  CDN is this server under the name ``localhost``: a cross-host redirect, as on the real Hub.
 - Gated repos: 401 without a token, 403 with a wrong one (``X-Error-Code: GatedRepo``);
   private repos: 401 ``RepoNotFound``.
 
@@ -414,7 +415,8 @@ class FakeHub:
             )
         common = {"X-Repo-Commit": repo.sha}
         if f.lfs:
-            loc = f"{self.endpoint}/cdn/{f.sha256}?repo={repo.id}&path={path}"
+            # another host name for the same server: like the real CDN, a cross-host redirect
+            loc = f"http://localhost:{self.port}/cdn/{f.sha256}?repo={repo.id}&path={path}"
             seen.status = 302
             return web.Response(
                 status=302,

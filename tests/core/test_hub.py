@@ -472,3 +472,14 @@ async def test_the_hubs_answer_never_renames_the_repo(fake_hub: FakeHub, tmp_pat
     assert (await client(fake_hub).repo("acme/case-GGUF", with_fit=False)).id == "acme/case-GGUF"
     fixed = await client(fake_hub).repo("acme/fixed-GGUF", with_fit=False)
     assert fixed.id == "ACME/Fixed-GGUF"  # the Hub's own spelling of the same repo
+
+
+def test_fake_hub_speaks_what_huggingface_hub_expects(repos: FakeHub) -> None:
+    """The fake's HEAD/redirect headers are the real Hub's: huggingface_hub's own metadata call."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    f = repos.repos["acme/tiny-GGUF"].files["tiny-Q4_K_M.gguf"]
+    url = hf_hub_url("acme/tiny-GGUF", "tiny-Q4_K_M.gguf", endpoint=repos.endpoint)
+    meta = get_hf_file_metadata(url)
+    assert meta.size == len(f.data) and meta.etag == f.sha256
+    assert meta.commit_hash == repos.repos["acme/tiny-GGUF"].sha
