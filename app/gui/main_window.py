@@ -27,6 +27,8 @@ from app.gui.models.memory import MemoryMonitor, MemorySnapshot
 from app.gui.tray import Tray
 from app.gui.units import human_bytes
 from app.gui.views.chat import ChatPage
+from app.gui.views.discover import TITLE as DISCOVER_PAGE
+from app.gui.views.discover import DiscoverPage
 from app.gui.views.downloads import TITLE as DOWNLOADS_PAGE
 from app.gui.views.downloads import DownloadsPage
 from app.gui.views.library import LibraryPage, gguf_paths
@@ -39,7 +41,7 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 ASSETS = Path(app_package.__file__).resolve().parent / "assets"
-PAGES = ("Library", DOWNLOADS_PAGE, MEMORY_PAGE, "Chat", "Server", "Settings")
+PAGES = ("Library", DISCOVER_PAGE, DOWNLOADS_PAGE, MEMORY_PAGE, "Chat", "Server", "Settings")
 TRAY_HINT = (
     "Hearth is still serving at {url}. Use the tray icon to open it again, stop the server or quit."
 )
@@ -74,6 +76,7 @@ class MainWindow(QMainWindow):
 
         self.memory = MemoryMonitor(ctx.service, bridge, self)
         self.library_page = LibraryPage(ctx.service, bridge)
+        self.discover_page = DiscoverPage(ctx.service, bridge)
         self.downloads_page = DownloadsPage(ctx.service, bridge)
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
         self.chat_page = ChatPage(ctx.service, bridge)
@@ -95,6 +98,7 @@ class MainWindow(QMainWindow):
             PAGES,
             (
                 self.library_page,
+                self.discover_page,
                 self.downloads_page,
                 self.memory_page,
                 self.chat_page,

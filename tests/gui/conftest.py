@@ -128,6 +128,8 @@ def hub(fake_hub: FakeHub, tmp_path: Path) -> FakeHub:
         tags=["gguf"],
         gated="manual",
         downloads=10,
+        likes=100,
+        last_modified="2026-01-01T00:00:00.000Z",
     )
     return fake_hub
 

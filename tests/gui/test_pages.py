@@ -12,6 +12,7 @@ def test_navigation_shows_each_page(window: MainWindow, qtbot: QtBot) -> None:
     assert [window.nav.item(i).text() for i in range(window.nav.count())] == list(PAGES)
     pages = {
         "Library": window.library_page,
+        "Discover": window.discover_page,
         "Downloads": window.downloads_page,
         "Models in memory": window.memory_page,
         "Chat": window.chat_page,

@@ -1,0 +1,113 @@
+"""Hub search results as a table (SearchResultsTableModel) and the words the Discover page uses
+for access markers and fit verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+
+from app.core.hub import ModelOption, ModelSummary
+from app.gui.units import grouped
+
+Index = QModelIndex | QPersistentModelIndex
+
+COLUMNS: tuple[str, ...] = (
+    "Repository",
+    "Author",
+    "Downloads",
+    "Likes",
+    "Updated",
+    "License",
+    "Access",
+)
+_NUMERIC = {COLUMNS.index(c) for c in ("Downloads", "Likes")}
+ID_ROLE = Qt.ItemDataRole.UserRole
+FIT_TEXT = {"fits-gpu": "Fits GPU", "fits-ram": "Fits RAM", "too-large": "Too large"}
+
+
+def access_text(gated: bool | str, private: bool) -> str:
+    """``"Gated"``, ``"Private"`` or empty (open)."""
+    if private:
+        return "Private"
+    if gated:
+        return "Gated"
+    return ""
+
+
+def fit_text(option: ModelOption) -> str:
+    """The verdict in words, or why there is none."""
+    if option.fit is not None:
+        return FIT_TEXT.get(option.fit, option.fit)
+    if option.fit_error:
+        return "Unknown"
+    return ""
+
+
+class SearchResultsTableModel(QAbstractTableModel):
+    """Rows are ``ModelSummary`` values from one search."""
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self._rows: list[ModelSummary] = []
+
+    def set_results(self, results: Sequence[ModelSummary]) -> None:
+        self.beginResetModel()
+        self._rows = list(results)
+        self.endResetModel()
+
+    def summary(self, row: int) -> ModelSummary:
+        return self._rows[row]
+
+    def ids(self) -> list[str]:
+        return [s.id for s in self._rows]
+
+    def row_of(self, repo_id: str) -> int:
+        return next((i for i, s in enumerate(self._rows) if s.id == repo_id), -1)
+
+    # -- QAbstractTableModel --------------------------------------------------------------------
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
+        return 0 if parent.isValid() else len(self._rows)
+
+    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._rows):
+            return None
+        s = self._rows[index.row()]
+        col = index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._display(s, col)
+        if role == ID_ROLE:
+            return s.id
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in _NUMERIC:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        if role == Qt.ItemDataRole.ToolTipRole and s.tags:
+            return ", ".join(s.tags[:20])
+        return None
+
+    @staticmethod
+    def _display(s: ModelSummary, col: int) -> str:
+        name = COLUMNS[col]
+        if name == "Repository":
+            return s.id
+        if name == "Author":
+            return s.author or ""
+        if name == "Downloads":
+            return grouped(s.downloads) or "0"
+        if name == "Likes":
+            return grouped(s.likes) or "0"
+        if name == "Updated":
+            return s.last_modified.date().isoformat() if s.last_modified else ""
+        if name == "License":
+            return s.license or ""
+        return access_text(s.gated, s.private)

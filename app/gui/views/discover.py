@@ -1,0 +1,374 @@
+"""The Discover page: search the Hugging Face Hub, inspect a repo's quantizations (size and
+whether each fits this machine) and its model card, and queue a download. Every Hub call runs on
+the service loop through the bridge."""
+
+from __future__ import annotations
+
+import html
+import logging
+from typing import cast
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QTextBrowser,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.downloads import DownloadManager, DownloadStatus
+from app.core.hub import HubClient, ModelOption, ModelSummary, RepoInfo, Sort, parse_ref
+from app.core.service import Hearth
+from app.errors import AccessDenied, HearthError
+from app.gui.bridge import Bridge, log_failure
+from app.gui.models.hub import SearchResultsTableModel, access_text, fit_text
+from app.gui.units import human_bytes
+from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+
+log = logging.getLogger(__name__)
+
+TITLE = "Discover"
+SORTS: tuple[tuple[str, Sort], ...] = (
+    ("Most downloads", "downloads"),
+    ("Most likes", "likes"),
+    ("Recently updated", "recent"),
+)
+UNAVAILABLE_TEXT = "The Hugging Face Hub is not available in this session."
+OPTION_ROLE = Qt.ItemDataRole.UserRole
+
+
+def gated_text(exc: AccessDenied) -> str:
+    """Rich text for an access error, with the repo's page as a link where known."""
+    text = html.escape(exc.message)
+    if exc.url:
+        url = html.escape(exc.url, quote=True)
+        text += f" <a href='{url}'>Open the model page</a> to request access, then set your token in Settings."
+    return text
+
+
+class DiscoverPage(QWidget):
+    """Search results on the left; the selected repo's quantizations and card on the right."""
+
+    searched = Signal()  # results (or an error) are shown
+    repo_shown = Signal(str)  # repo id; its options are listed
+    card_shown = Signal(str)  # repo id
+    download_queued = Signal(str)  # download id
+
+    def __init__(self, service: Hearth, bridge: Bridge, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._service = service
+        self._bridge = bridge
+        self._repo_wanted: str | None = None  # drop late answers for repos no longer selected
+        self._search_serial = 0
+        self.repo: RepoInfo | None = None
+        self.results_model = SearchResultsTableModel(self)
+
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search GGUF models on Hugging Face…")
+        self.sort_combo = QComboBox()
+        for label, key in SORTS:
+            self.sort_combo.addItem(label, key)
+        self.search_button = QPushButton("Search")
+        self.open_edit = QLineEdit()
+        self.open_edit.setPlaceholderText("owner/name or a huggingface.co URL")
+        self.open_button = QPushButton("Open")
+
+        header = QHBoxLayout()
+        header.addWidget(page_title(TITLE))
+        header.addStretch(1)
+        search_row = QHBoxLayout()
+        search_row.addWidget(self.search_edit, 1)
+        search_row.addWidget(self.sort_combo)
+        search_row.addWidget(self.search_button)
+        search_row.addSpacing(16)
+        search_row.addWidget(QLabel("Go to:"))
+        search_row.addWidget(self.open_edit)
+        search_row.addWidget(self.open_button)
+
+        self.banner = MessageBanner()
+        self.banner.setTextFormat(Qt.TextFormat.RichText)
+        self.banner.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+            | Qt.TextInteractionFlag.LinksAccessibleByMouse
+        )
+        self.banner.setOpenExternalLinks(True)
+
+        self.results = QTableView()
+        self.results.setModel(self.results_model)
+        self.results.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.results.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.results.setAlternatingRowColors(True)
+        self.results.verticalHeader().hide()
+        self.results.setShowGrid(False)
+        self.results.setWordWrap(False)
+        rh = self.results.horizontalHeader()
+        rh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        rh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+
+        self.repo_title = QLabel("Select a model to see its files.")
+        self.repo_title.setWordWrap(True)
+        self.repo_title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.options = QTreeWidget()
+        self.options.setHeaderLabels(["Quantization", "Size", "Fit"])
+        self.options.setRootIsDecorated(True)
+        self.options.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        self.download_button = QPushButton("Download")
+        self.download_button.setEnabled(False)
+        self.card = QTextBrowser()
+        self.card.setOpenExternalLinks(True)
+
+        detail = QWidget()
+        dl = QVBoxLayout(detail)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.addWidget(self.repo_title)
+        dl.addWidget(self.options, 2)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(self.download_button)
+        dl.addLayout(row)
+        dl.addWidget(self.card, 3)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.results)
+        split.addWidget(detail)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(*PAGE_MARGINS)
+        layout.addLayout(header)
+        layout.addLayout(search_row)
+        layout.addWidget(self.banner)
+        layout.addWidget(split, 1)
+
+        self.search_edit.returnPressed.connect(self._on_search_edit_return_pressed)
+        self.search_button.clicked.connect(self._on_search_button_clicked)
+        self.sort_combo.currentIndexChanged.connect(self._on_sort_combo_changed)
+        self.open_edit.returnPressed.connect(self._on_open_edit_return_pressed)
+        self.open_button.clicked.connect(self._on_open_button_clicked)
+        self.results.selectionModel().selectionChanged.connect(self._on_results_selection_changed)
+        self.options.itemSelectionChanged.connect(self._on_options_selection_changed)
+        self.download_button.clicked.connect(self._on_download_button_clicked)
+
+        if self.manager is None:
+            self.banner.show_message(UNAVAILABLE_TEXT)
+            for w in (self.search_button, self.open_button, self.search_edit, self.open_edit):
+                w.setEnabled(False)
+
+    # -- public --------------------------------------------------------------------------------------
+    @property
+    def manager(self) -> DownloadManager | None:
+        return self._service.downloads
+
+    @property
+    def hub(self) -> HubClient | None:
+        dm = self.manager
+        return dm.hub if dm is not None else None
+
+    @property
+    def sort(self) -> Sort:
+        return cast(Sort, self.sort_combo.currentData())
+
+    def search(self, query: str | None = None) -> None:
+        hub = self.hub
+        if hub is None:
+            return
+        if query is not None:
+            self.search_edit.setText(query)
+        self._search_serial += 1
+        serial = self._search_serial
+        self.banner.clear_message()
+
+        def done(results: list[ModelSummary]) -> None:
+            if serial != self._search_serial:
+                return
+            self.results_model.set_results(results)
+            if not results:
+                self.banner.show_message("No models match that search.")
+            self.searched.emit()
+
+        def failed(exc: BaseException) -> None:
+            if serial == self._search_serial:
+                self._show_error("search", exc)
+                self.searched.emit()
+
+        self._bridge.run(hub.search(self.search_edit.text().strip(), sort=self.sort), done, failed)
+
+    def open_repo(self, text: str) -> None:
+        """Show a repo from an id or a Hub URL (a named quantization is selected when given)."""
+        hub = self.hub
+        if hub is None:
+            return
+        try:
+            ref = parse_ref(text, endpoint=hub.endpoint)
+        except HearthError as e:
+            self.banner.show_message(html.escape(e.message), "error")
+            return
+        self.show_repo(ref.repo_id, select=ref.quant)
+
+    def show_repo(self, repo_id: str, *, select: str | None = None) -> None:
+        hub = self.hub
+        if hub is None:
+            return
+        self._repo_wanted = repo_id
+        self.repo = None
+        self.options.clear()
+        self.card.clear()
+        self.download_button.setEnabled(False)
+        self.repo_title.setText(f"<b>{html.escape(repo_id)}</b> — reading files…")
+        self.banner.clear_message()
+
+        def done(info: RepoInfo) -> None:
+            if self._repo_wanted != repo_id:
+                return
+            self._fill_repo(info, select)
+            self.repo_shown.emit(repo_id)
+            self._load_card(info)
+
+        def failed(exc: BaseException) -> None:
+            if self._repo_wanted == repo_id:
+                self.repo_title.setText(f"<b>{html.escape(repo_id)}</b>")
+                self._show_error(repo_id, exc)
+                self.repo_shown.emit(repo_id)
+
+        self._bridge.run(hub.repo(repo_id), done, failed)
+
+    def selected_option(self) -> ModelOption | None:
+        items = self.options.selectedItems()
+        if not items:
+            return None
+        item = items[0]
+        while (up := item.parent()) is not None:
+            item = up
+        opt = item.data(0, OPTION_ROLE)
+        return opt if isinstance(opt, ModelOption) else None
+
+    def select_option(self, name: str) -> bool:
+        for i in range(self.options.topLevelItemCount()):
+            item = self.options.topLevelItem(i)
+            opt = item.data(0, OPTION_ROLE) if item is not None else None
+            if (
+                item is not None
+                and isinstance(opt, ModelOption)
+                and opt.name.lower() == name.lower()
+            ):
+                self.options.setCurrentItem(item)
+                return True
+        return False
+
+    def download_selected(self) -> None:
+        dm, info, opt = self.manager, self.repo, self.selected_option()
+        if dm is None or info is None or opt is None:
+            return
+        self.banner.clear_message()
+
+        async def queue() -> DownloadStatus:
+            plan = await dm.plan_for(info, opt)
+            return await dm.start(plan)
+
+        def done(status: DownloadStatus) -> None:
+            self.banner.show_message(
+                html.escape(f"Downloading {status.name} ({human_bytes(status.total_bytes)}).")
+            )
+            self.download_queued.emit(status.id)
+
+        self._bridge.run(queue(), done, lambda exc: self._show_error(info.id, exc))
+
+    # -- slots ---------------------------------------------------------------------------------------
+    def _on_search_edit_return_pressed(self) -> None:
+        self.search()
+
+    def _on_search_button_clicked(self) -> None:
+        self.search()
+
+    def _on_sort_combo_changed(self, _index: int) -> None:
+        if self.results_model.rowCount():
+            self.search()
+
+    def _on_open_edit_return_pressed(self) -> None:
+        self.open_repo(self.open_edit.text())
+
+    def _on_open_button_clicked(self) -> None:
+        self.open_repo(self.open_edit.text())
+
+    def _on_results_selection_changed(self, *_: object) -> None:
+        rows = self.results.selectionModel().selectedRows()
+        if rows:
+            self.show_repo(self.results_model.summary(rows[0].row()).id)
+
+    def _on_download_button_clicked(self) -> None:
+        self.download_selected()
+
+    def _on_options_selection_changed(self) -> None:
+        self.download_button.setEnabled(self.selected_option() is not None)
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _fill_repo(self, info: RepoInfo, select: str | None) -> None:
+        self.repo = info
+        access = access_text(info.gated, info.private)
+        bits = [f"<b>{html.escape(info.id)}</b>"]
+        if info.license:
+            bits.append(html.escape(info.license))
+        if access:
+            bits.append(access)
+        bits.append(f"<a href='{html.escape(info.url, quote=True)}'>Hub page</a>")
+        self.repo_title.setText(" · ".join(bits))
+        self.repo_title.setOpenExternalLinks(True)
+        self.options.clear()
+        for opt in info.options:
+            item = QTreeWidgetItem([opt.name, human_bytes(opt.size_bytes), fit_text(opt)])
+            item.setData(0, OPTION_ROLE, opt)
+            if opt.estimate is not None:
+                item.setToolTip(2, f"Needs about {human_bytes(opt.estimate.total)}")
+            elif opt.fit_error:
+                item.setToolTip(2, opt.fit_error)
+            for f in opt.files:
+                child = QTreeWidgetItem([f.path, human_bytes(f.size), ""])
+                item.addChild(child)
+            self.options.addTopLevelItem(item)
+        if info.refused:
+            self.banner.show_message(
+                html.escape(f"Hearth will not download this: {info.refused}"), "error"
+            )
+        elif not info.options:
+            self.banner.show_message("This repo has no GGUF or MLX files Hearth can use.")
+        if select:
+            self.select_option(select)
+        elif (first := self.options.topLevelItem(0)) is not None:
+            self.options.setCurrentItem(first)
+
+    def _load_card(self, info: RepoInfo) -> None:
+        hub = self.hub
+        if hub is None:
+            return
+
+        def done(text: str) -> None:
+            if self._repo_wanted == info.id:
+                self.card.setMarkdown(text or "_This repo has no model card._")
+                self.card_shown.emit(info.id)
+
+        def failed(exc: BaseException) -> None:
+            if self._repo_wanted == info.id:
+                self.card.setPlainText(
+                    f"The model card could not be read: {log_failure(log, 'model card', exc)}"
+                )
+                self.card_shown.emit(info.id)
+
+        self._bridge.run(hub.model_card(info.id, revision=info.revision), done, failed)
+
+    def _show_error(self, what: str, exc: BaseException) -> None:
+        text = log_failure(log, what, exc)
+        if isinstance(exc, AccessDenied):
+            self.banner.show_message(gated_text(exc), "error")
+        else:
+            self.banner.show_message(html.escape(text), "error")
