@@ -36,7 +36,7 @@ from app.gui.views.memory import TITLE as MEMORY_PAGE
 from app.gui.views.memory import MemoryPage
 from app.gui.views.server import ServerPage
 from app.gui.views.settings import SettingsPage
-from app.settings import Settings
+from app.settings import Settings, TokenStore
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,9 @@ class MainWindow(QMainWindow):
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
         self.chat_page = ChatPage(ctx.service, bridge)
         self.server_page = ServerPage(ctx.server, bridge)
-        self.settings_page = SettingsPage(ctx.settings_store, bridge)
+        self.settings_page = SettingsPage(
+            ctx.settings_store, bridge, tokens=TokenStore(ctx.paths.hf_token_file)
+        )
 
         self.nav = QListWidget()
         self.nav.setFixedWidth(168)

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
-from app.settings import Settings, SettingsStore, generate_key, hash_key
+from app.settings import Settings, SettingsStore, TokenStore, generate_key, hash_key
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,21 @@ class SettingsPage(QWidget):
     settings_loaded = Signal(object)  # Settings, as read from the file
     settings_saved = Signal(object)  # Settings, as written
 
-    def __init__(self, store: SettingsStore, bridge: Bridge, parent: QWidget | None = None) -> None:
+    token_changed = Signal(bool)  # a Hugging Face token is set
+
+    def __init__(
+        self,
+        store: SettingsStore,
+        bridge: Bridge,
+        parent: QWidget | None = None,
+        *,
+        tokens: TokenStore | None = None,
+    ) -> None:
         super().__init__(parent)
         self._store = store
+        self._tokens = tokens
         self._bridge = bridge
+        self.token_set: bool | None = None  # None until the token file has been read
         self.settings: Settings | None = None
         # what the spins showed after reading the file: an untouched spin keeps the exact value
         self._shown_budget = (0.0, 0)  # (spin value, bytes on disk)
@@ -104,6 +115,15 @@ class SettingsPage(QWidget):
         self.save_button = QPushButton("Save")
         self.save_button.setDefault(True)
 
+        # the Hugging Face token: written at once to its own 0600 file, never shown back
+        self.token_status_label = QLabel("…")
+        self.token_edit = QLineEdit()
+        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
+        self.token_edit.setPlaceholderText("hf_… (for gated and private models)")
+        self.token_edit.setMaximumWidth(320)
+        self.save_token_button = QPushButton("Set token")
+        self.clear_token_button = QPushButton("Clear token")
+
         server_box = QGroupBox("Server")
         sf = QFormLayout(server_box)
         sf.addRow("Host", self.host_edit)
@@ -151,6 +171,24 @@ class SettingsPage(QWidget):
         memory_note.setStyleSheet("color:#6b6b6b")
         yf.addRow("", memory_note)
 
+        hub_box = QGroupBox("Hugging Face")
+        hf = QFormLayout(hub_box)
+        token_status = QHBoxLayout()
+        token_status.addWidget(self.token_status_label, 1)
+        token_status.addWidget(self.clear_token_button)
+        hf.addRow("Access token", token_status)
+        token_row = QHBoxLayout()
+        token_row.addWidget(self.token_edit, 1)
+        token_row.addWidget(self.save_token_button)
+        hf.addRow("New token", token_row)
+        token_note = QLabel(
+            "Stored in a file only you can read; Hearth never shows it again. Create one at "
+            "huggingface.co/settings/tokens."
+        )
+        token_note.setStyleSheet("color:#6b6b6b")
+        hf.addRow("", token_note)
+        hub_box.setVisible(tokens is not None)
+
         footer = QHBoxLayout()
         footer.addStretch(1)
         footer.addWidget(self.save_button)
@@ -162,6 +200,7 @@ class SettingsPage(QWidget):
         layout.addWidget(server_box)
         layout.addWidget(models_box)
         layout.addWidget(memory_box)
+        layout.addWidget(hub_box)
         layout.addStretch(1)
         layout.addLayout(footer)
 
@@ -171,8 +210,12 @@ class SettingsPage(QWidget):
         self.copy_key_button.clicked.connect(self._on_copy_key_button_clicked)
         self.browse_button.clicked.connect(self._on_browse_button_clicked)
         self.jit_forever_check.toggled.connect(self._on_jit_forever_check_toggled)
+        self.save_token_button.clicked.connect(self._on_save_token_button_clicked)
+        self.clear_token_button.clicked.connect(self._on_clear_token_button_clicked)
+        self.token_edit.returnPressed.connect(self._on_save_token_button_clicked)
         self.setEnabled(False)  # until the file has been read
         self.reload()
+        self.reload_token()
 
     # -- actions -------------------------------------------------------------------------------------
     def reload(self) -> None:
@@ -215,6 +258,34 @@ class SettingsPage(QWidget):
 
         self._bridge.call(write, on_done=self._on_store_saved, on_error=self._show_error)
 
+    def set_token(self, token: str | None) -> None:
+        """Store the Hugging Face token (None or empty: forget it) on the loop thread."""
+        tokens = self._tokens
+        if tokens is None:
+            return
+        self.token_edit.clear()  # the text is not kept in the widget once handed over
+
+        def write() -> bool:
+            tokens.save(token)
+            return tokens.load() is not None
+
+        def done(is_set: bool) -> None:
+            self._show_token_status(is_set)
+            self.banner.show_message(
+                "Hugging Face token saved." if is_set else "Hugging Face token removed."
+            )
+
+        self._bridge.call(write, on_done=done, on_error=self._show_error)
+
+    def reload_token(self) -> None:
+        tokens = self._tokens
+        if tokens is not None:
+            self._bridge.call(
+                lambda: tokens.load() is not None,
+                on_done=self._show_token_status,
+                on_error=self._show_error,
+            )
+
     def generate_key(self) -> str:
         """Make a new API key (replacing any other), store its hash now and show it once."""
         key = generate_key()
@@ -247,6 +318,14 @@ class SettingsPage(QWidget):
     # -- slots ---------------------------------------------------------------------------------------
     def _on_save_button_clicked(self) -> None:
         self.save()
+
+    def _on_save_token_button_clicked(self) -> None:
+        text = self.token_edit.text().strip()
+        if text:
+            self.set_token(text)
+
+    def _on_clear_token_button_clicked(self) -> None:
+        self.set_token(None)
 
     def _on_generate_key_button_clicked(self) -> None:
         self.generate_key()
@@ -304,6 +383,12 @@ class SettingsPage(QWidget):
 
     def _show_error(self, exc: BaseException) -> None:
         self.banner.show_message(log_failure(log, "settings", exc), "error")
+
+    def _show_token_status(self, is_set: bool) -> None:
+        self.token_set = is_set
+        self.token_status_label.setText("Set" if is_set else "Not set")
+        self.clear_token_button.setEnabled(is_set)
+        self.token_changed.emit(is_set)
 
     def _show_key_status(self, s: Settings) -> None:
         n = len(s.server.api_key_hashes)
