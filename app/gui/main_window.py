@@ -134,7 +134,11 @@ class MainWindow(QMainWindow):
             self._server_url,
             parent=self,
             loaded_models=lambda: self.memory.snapshot.models,
+            active_downloads=self.downloads_page.unfinished,
         )
+        self.tray.download_action_requested.connect(self._on_tray_download_action_requested)
+        self.tray.downloads_requested.connect(self._on_tray_downloads_requested)
+        bridge.download_changed.connect(self._on_bridge_download_changed)
         self.tray.unload_requested.connect(self._on_tray_unload_requested)
         self.tray.menu_opened.connect(self._on_tray_menu_opened)
         self.memory.refreshed.connect(self._on_memory_refreshed)
@@ -233,6 +237,17 @@ class MainWindow(QMainWindow):
 
     def _on_tray_unload_requested(self, model_id: str) -> None:
         self.memory_page.unload_model(model_id)
+
+    def _on_tray_download_action_requested(self, action: str, download_id: str) -> None:
+        page = self.downloads_page
+        {"pause": page.pause, "resume": page.resume, "cancel": page.cancel}[action](download_id)
+
+    def _on_tray_downloads_requested(self) -> None:
+        self.show_page(DOWNLOADS_PAGE)
+        self.bring_to_front()
+
+    def _on_bridge_download_changed(self, _event: object) -> None:
+        self.tray.downloads_changed()
 
     def _on_tray_menu_opened(self) -> None:
         self.memory.refresh()  # the menu was built from the cached snapshot; catch up if stale

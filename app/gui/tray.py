@@ -1,5 +1,6 @@
-"""The tray icon: server Start/Stop, the loaded models (each with Unload), Open, Quit; the menu
-is rebuilt from live state each time it opens."""
+"""The tray icon: server Start/Stop, the loaded models (each with Unload), the unfinished
+downloads (each with Pause/Resume and Cancel), Open, Quit; the menu is rebuilt from live state
+each time it opens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
+from app.core.downloads import DownloadStatus
 from app.core.scheduler import LoadedInfo
+from app.gui.models.download import STATE_TEXT, percent
 from app.gui.units import human_bytes
 
 log = logging.getLogger(__name__)
@@ -18,6 +21,15 @@ log = logging.getLogger(__name__)
 
 def _no_models() -> Sequence[LoadedInfo]:
     return ()
+
+
+def _no_downloads() -> Sequence[DownloadStatus]:
+    return ()
+
+
+def download_label(s: DownloadStatus) -> str:
+    """``"tiny-Q4_K_M.gguf — 42% (Downloading)"``."""
+    return f"{s.name} — {percent(s)}% ({STATE_TEXT.get(s.state, s.state)})"
 
 
 class Tray(QObject):
@@ -30,6 +42,8 @@ class Tray(QObject):
     open_requested = Signal()
     quit_requested = Signal()
     unload_requested = Signal(str)  # model id
+    download_action_requested = Signal(str, str)  # "pause" | "resume" | "cancel", download id
+    downloads_requested = Signal()  # show the Downloads page
     menu_opened = Signal()  # about to show: a chance to refresh the loaded models
     message_shown = Signal(str, str)  # title, text
 
@@ -40,11 +54,15 @@ class Tray(QObject):
         parent: QObject | None = None,
         *,
         loaded_models: Callable[[], Sequence[LoadedInfo]] = _no_models,
+        active_downloads: Callable[[], Sequence[DownloadStatus]] = _no_downloads,
     ) -> None:
         super().__init__(parent)
         # callables, not flags: the menu must reflect the state as it is when it opens
         self._server_url = server_url
         self._loaded_models = loaded_models
+        self._active_downloads = active_downloads
+        self.download_menus: list[QMenu] = []  # one submenu per unfinished download
+        self._shown_downloads: list[tuple[str, str, int]] = []
         self.model_menus: list[QMenu] = []  # one submenu per loaded model, rebuilt each time
         self._shown_models: list[tuple[str, int, bool]] = []
         self.menu = QMenu()
@@ -54,6 +72,8 @@ class Tray(QObject):
         self.stop_action = QAction("Stop server", self)
         self.models_header_action = QAction("No models loaded", self)
         self.models_header_action.setEnabled(False)
+        self.downloads_header_action = QAction("Downloads", self)
+        self.downloads_header_action.triggered.connect(self.downloads_requested)
         self.open_action = QAction("Open Hearth", self)
         self.quit_action = QAction("Quit", self)
         self.start_action.triggered.connect(self.start_requested)
@@ -93,6 +113,7 @@ class Tray(QObject):
             else:
                 self.menu.addAction(a)
         self._add_model_entries()
+        self._add_download_entries()
         self.menu.addSeparator()
         self.menu.addAction(self.open_action)
         self.menu.addAction(self.quit_action)
@@ -102,6 +123,43 @@ class Tray(QObject):
         (a closed menu rebuilds itself when it opens)."""
         if self.menu.isVisible() and _menu_key(self._loaded_models()) != self._shown_models:
             self.rebuild_menu()
+
+    def downloads_changed(self) -> None:
+        """Downloads progressed: rebuild an open menu if what it lists is stale."""
+        if self.menu.isVisible() and _download_key(self._active_downloads()) != (
+            self._shown_downloads
+        ):
+            self.rebuild_menu()
+
+    def _add_download_entries(self) -> None:
+        for m in self.download_menus:
+            m.deleteLater()
+        self.download_menus = []
+        downloads = list(self._active_downloads())
+        self._shown_downloads = _download_key(downloads)
+        if not downloads:
+            return
+        self.menu.addSeparator()
+        n = len(downloads)
+        self.downloads_header_action.setText(f"Downloads ({n})")
+        self.menu.addAction(self.downloads_header_action)
+        for s in downloads:
+            sub = QMenu(download_label(s), self.menu)
+            if s.state == "paused":
+                act = sub.addAction("Resume")
+                kind = "resume"
+            else:
+                act = sub.addAction("Pause")
+                kind = "pause"
+            act.triggered.connect(
+                lambda _c=False, k=kind, d=s.id: self.download_action_requested.emit(k, d)
+            )
+            cancel = sub.addAction("Cancel")
+            cancel.triggered.connect(
+                lambda _c=False, d=s.id: self.download_action_requested.emit("cancel", d)
+            )
+            self.menu.addMenu(sub)
+            self.download_menus.append(sub)
 
     def _add_model_entries(self) -> None:
         for m in self.model_menus:
@@ -135,6 +193,10 @@ class Tray(QObject):
             QSystemTrayIcon.ActivationReason.DoubleClick,
         ):
             self.open_requested.emit()
+
+
+def _download_key(downloads: Sequence[DownloadStatus]) -> list[tuple[str, str, int]]:
+    return [(s.id, s.state, percent(s)) for s in downloads]
 
 
 def _menu_key(models: Sequence[LoadedInfo]) -> list[tuple[str, int, bool]]:

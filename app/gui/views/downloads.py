@@ -148,8 +148,13 @@ class DownloadsPage(QWidget):
         self._bridge.call(dm.list, on_done=self._on_list_done, on_error=self._on_action_failed)
 
     def active(self) -> list[DownloadStatus]:
-        """Downloads in progress or waiting (the tray lists these)."""
+        """Downloads in progress or waiting."""
         return [s for s in self.table_model.statuses() if s.state in ACTIVE_STATES]
+
+    def unfinished(self) -> list[DownloadStatus]:
+        """Downloads not completed, failed or cancelled, paused ones included (the tray lists
+        these)."""
+        return [s for s in self.table_model.statuses() if not s.finished]
 
     def selected_id(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()
