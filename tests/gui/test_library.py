@@ -44,6 +44,7 @@ def test_imported_model_shows_its_metadata(
         "Size": "93.8 MiB",
         "Context": "8,192",
         "Chat template": "Yes",
+        "Origin": "Imported",
         "State": "Not loaded",
     }
     assert page.table.isVisible()
@@ -172,3 +173,29 @@ def test_remove_asks_then_forgets_the_model(
     assert page.empty_label.isVisible()
     assert f"Removed {imported}." in page.banner.text()
     assert smollm2_path.is_file()
+
+
+def test_other_apps_models_are_found_shown_and_never_deleted_without_a_yes(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+    import shutil
+
+    from app.core.stores import ForeignLocations
+
+    lms = tmp_path / "lmstudio" / "models" / "lmstudio-community" / "SmolLM2-GGUF" / "SmolLM2-Q4_1.gguf"
+    lms.parent.mkdir(parents=True)
+    shutil.copyfile(smollm2_path, lms)
+    page = window.library_page
+    service = page._service
+    service.foreign = dataclasses.replace(ForeignLocations(), lm_studio=(tmp_path / "lmstudio" / "models",))
+    page.scan_button.click()
+    qtbot.waitUntil(lambda: page.table_model.rowCount() == 1, timeout=20_000)
+    assert cells(window)["Origin"] == "LM Studio"
+    assert "other apps" in page.banner.text()
+    page.select(page.table_model.ids()[0])
+    # "Remove from Hearth only" keeps LM Studio's file
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: box.buttons()[0].click() or 0)
+    page.remove_button.click()
+    qtbot.waitUntil(lambda: page.table_model.rowCount() == 0, timeout=20_000)
+    assert lms.exists(), "another app's file is never deleted without an explicit yes"

@@ -22,8 +22,16 @@ COLUMNS: tuple[str, ...] = (
     "Size",
     "Context",
     "Chat template",
+    "Origin",
     "State",
 )
+ORIGIN_TEXT = {
+    "imported": "Imported",
+    "downloaded": "Hearth",
+    "huggingface-cache": "HF cache",
+    "lm-studio": "LM Studio",
+    "ollama": "Ollama",
+}
 STATE_COLUMN = COLUMNS.index("State")
 _NUMERIC = {COLUMNS.index(c) for c in ("Parameters", "Size", "Context")}
 STATE_TEXT = {"loaded": "Loaded", "loading": "Loading…", "not-loaded": "Not loaded"}
@@ -104,6 +112,7 @@ class LibraryTableModel(QAbstractTableModel):
             human_bytes(m.size_bytes),
             grouped(m.context_length),
             "Yes" if m.has_chat_template else "No",
+            ORIGIN_TEXT.get(m.origin, m.origin),
             STATE_TEXT.get(s.state, s.state),
         )
         return values[col]

@@ -70,10 +70,20 @@ class LibraryPage(QWidget):
         self.load_button.setToolTip("Choose the context length and other options, then load")
         self.unload_button = QPushButton("Unload")
         self.remove_button = QPushButton("Remove")
+        self.scan_button = QPushButton("Find other apps' models")
+        self.scan_button.setToolTip(
+            "Index, in place, the GGUF and MLX models of the Hugging Face cache, LM Studio and Ollama"
+        )
         header = QHBoxLayout()
         header.addWidget(page_title("Library"))
         header.addStretch(1)
-        for b in (self.import_button, self.load_button, self.unload_button, self.remove_button):
+        for b in (
+            self.scan_button,
+            self.import_button,
+            self.load_button,
+            self.unload_button,
+            self.remove_button,
+        ):
             header.addWidget(b)
 
         self.banner = MessageBanner()
@@ -117,6 +127,7 @@ class LibraryPage(QWidget):
         self.load_button.clicked.connect(self._on_load_button_clicked)
         self.unload_button.clicked.connect(self._on_unload_button_clicked)
         self.remove_button.clicked.connect(self._on_remove_button_clicked)
+        self.scan_button.clicked.connect(self._on_scan_button_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
         self.table.doubleClicked.connect(self._on_table_double_clicked)
         bridge.library_changed.connect(self.refresh)
@@ -188,13 +199,36 @@ class LibraryPage(QWidget):
         self.banner.clear_message()
         self._bridge.run(self._service.unload(model_id), on_error=self._show_error)
 
-    def remove_model(self, model_id: str) -> None:
+    def remove_model(self, model_id: str, *, delete_file: bool = False) -> None:
         self.banner.clear_message()
         self._bridge.run(
-            self._service.remove_model(model_id),
+            self._service.remove_model(model_id, delete_file=delete_file),
             on_done=self._on_remove_done,
             on_error=self._show_error,
         )
+
+    def scan_other_apps(self) -> None:
+        """Index the Hugging Face cache, LM Studio and Ollama models in place."""
+        self.banner.clear_message()
+        self._bridge.run(
+            self._service.scan_foreign_stores(),
+            on_done=self._on_scan_done,
+            on_error=self._show_error,
+        )
+
+    def _on_scan_done(self, added: list[LocalModel]) -> None:
+        if added:
+            self.banner.show_message(
+                f"Found {len(added)} model(s) from other apps (indexed in place, nothing copied)."
+            )
+        else:
+            self.banner.show_message(
+                "No new models found in the Hugging Face cache, LM Studio or Ollama."
+            )
+        self.refresh()
+
+    def _on_scan_button_clicked(self) -> None:
+        self.scan_other_apps()
 
     # -- slots ---------------------------------------------------------------------------------------
     def _on_import_button_clicked(self) -> None:
@@ -231,6 +265,20 @@ class LibraryPage(QWidget):
         if mid is None:
             return
         model = self.table_model.status(self.table_model.row_of(mid)).model
+        if model.origin in ("huggingface-cache", "lm-studio", "ollama"):
+            # another app's file: forgetting it is the default; deleting needs an explicit yes
+            box = QMessageBox(self)
+            box.setWindowTitle("Remove model")
+            box.setText(f"{mid} belongs to another app ({model.origin}):\n{model.path}")
+            forget = box.addButton("Remove from Hearth only", QMessageBox.ButtonRole.AcceptRole)
+            delete = box.addButton("Also delete the file", QMessageBox.ButtonRole.DestructiveRole)
+            box.addButton(QMessageBox.StandardButton.Cancel)
+            box.exec()
+            if box.clickedButton() is forget:
+                self.remove_model(mid)
+            elif box.clickedButton() is delete:
+                self.remove_model(mid, delete_file=True)
+            return
         detail = (
             "Its file in Hearth's models folder will be deleted."
             if model.owned
