@@ -176,19 +176,32 @@ def test_remove_asks_then_forgets_the_model(
 
 
 def test_other_apps_models_are_found_shown_and_never_deleted_without_a_yes(
-    window: MainWindow, qtbot: QtBot, smollm2_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    window: MainWindow,
+    qtbot: QtBot,
+    smollm2_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import dataclasses
     import shutil
 
     from app.core.stores import ForeignLocations
 
-    lms = tmp_path / "lmstudio" / "models" / "lmstudio-community" / "SmolLM2-GGUF" / "SmolLM2-Q4_1.gguf"
+    lms = (
+        tmp_path
+        / "lmstudio"
+        / "models"
+        / "lmstudio-community"
+        / "SmolLM2-GGUF"
+        / "SmolLM2-Q4_1.gguf"
+    )
     lms.parent.mkdir(parents=True)
     shutil.copyfile(smollm2_path, lms)
     page = window.library_page
     service = page._service
-    service.foreign = dataclasses.replace(ForeignLocations(), lm_studio=(tmp_path / "lmstudio" / "models",))
+    service.foreign = dataclasses.replace(
+        ForeignLocations(), lm_studio=(tmp_path / "lmstudio" / "models",)
+    )
     page.scan_button.click()
     qtbot.waitUntil(lambda: page.table_model.rowCount() == 1, timeout=20_000)
     assert cells(window)["Origin"] == "LM Studio"
