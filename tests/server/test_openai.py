@@ -17,7 +17,7 @@ pytestmark = pytest.mark.model
 
 
 def client(s: Served) -> openai.OpenAI:
-    return openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=120)
+    return openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=280)
 
 
 def raw_post(
