@@ -196,12 +196,12 @@ def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Serve
     results: dict[str, object] = {}
 
     def stream(name: str) -> None:
-        c = openai.OpenAI(base_url=plain.base_url, api_key="x", max_retries=0, timeout=120)
+        c = openai.OpenAI(base_url=plain.base_url, api_key="x", max_retries=0, timeout=250)
         chunks = list(
             c.completions.create(
                 model=plain.model_id,
                 prompt="Once upon a time",
-                max_tokens=120,
+                max_tokens=40,
                 temperature=0,
                 stream=True,
             )
@@ -235,8 +235,8 @@ def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Serve
     assert int(r.getheader("Retry-After")) >= 1
     assert json.loads(payload)["error"]["code"] == "queue_full"
     assert time.monotonic() - t0 < 2, "queue-full must answer at once"
-    t1.join(120)
-    t2.join(120)
+    t1.join(250)
+    t2.join(250)
     assert results == {"first": "length", "second": "length"} or set(results.values()) <= {
         "stop",
         "length",
