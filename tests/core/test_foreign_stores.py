@@ -46,8 +46,15 @@ def _ollama_manifest(root: Path, name: str, digest: str, host: str = "registry.o
             {
                 "schemaVersion": 2,
                 "layers": [
-                    {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:" + "1" * 64},
-                    {"mediaType": "application/vnd.ollama.image.model", "digest": digest, "size": 1},
+                    {
+                        "mediaType": "application/vnd.ollama.image.template",
+                        "digest": "sha256:" + "1" * 64,
+                    },
+                    {
+                        "mediaType": "application/vnd.ollama.image.model",
+                        "digest": digest,
+                        "size": 1,
+                    },
                 ],
             }
         )
@@ -200,7 +207,10 @@ def test_confirmed_delete_removes_their_files(stores: Stores, lib: ModelLibrary)
     assert deleted and not stores.lms_gguf.exists()
     # Ollama: the manifest goes; the blob stays while another tag uses it
     _, deleted = lib.remove("tiny:latest", delete_file=True)
-    assert deleted and not (stores.ollama_manifests / "registry.ollama.ai/library/tiny/latest").exists()
+    assert (
+        deleted
+        and not (stores.ollama_manifests / "registry.ollama.ai/library/tiny/latest").exists()
+    )
     assert stores.ollama_blob.exists()
     lib.remove("tiny:1b", delete_file=True)
     assert stores.ollama_blob.exists()  # hf.co/... still uses it
@@ -239,9 +249,7 @@ async def test_service_scan_publishes_library_changed(stores: Stores, lib: Model
     events = EventHub()
     seen: list[object] = []
     events.subscribe(seen.append)
-    service = Hearth(
-        lib, {}, load_defaults=LoadOptions, events=events, foreign=stores.locations
-    )
+    service = Hearth(lib, {}, load_defaults=LoadOptions, events=events, foreign=stores.locations)
     added = await service.scan_foreign_stores()
     assert len(added) == 8 and any(isinstance(e, LibraryChanged) for e in seen)
     model, deleted = await service.remove_model("tiny:1b")

@@ -248,7 +248,9 @@ def test_cli_pull_goes_through_the_running_server(hub: FakeHub, served: Served) 
     assert amb.returncode == 1 and "acme/two-GGUF:Q8_0" in amb.stderr
 
 
-def test_api_pull_streams_ndjson_and_obeys_pause_resume_cancel(hub: FakeHub, served: Served) -> None:
+def test_api_pull_streams_ndjson_and_obeys_pause_resume_cancel(
+    hub: FakeHub, served: Served
+) -> None:
     hub.fault(REPO, FILE, stall_at=200_000, stall_s=60)
     req = urllib.request.Request(
         served.root + "/api/v1/pull", data=json.dumps({"model": REPO}).encode(), method="POST"
@@ -268,7 +270,9 @@ def test_api_pull_streams_ndjson_and_obeys_pause_resume_cancel(hub: FakeHub, ser
                 code, s = api(served, "POST", f"/api/v1/downloads/{line['id']}/resume")
                 assert code == 200 and s["state"] in ("queued", "downloading", "verifying")
                 resumed = True
-    assert lines[0]["status"] == "queued" and lines[0]["total"] == len(hub.repos[REPO].files[FILE].data)
+    assert lines[0]["status"] == "queued" and lines[0]["total"] == len(
+        hub.repos[REPO].files[FILE].data
+    )
     assert lines[-1] == {
         "status": "success",
         "id": lines[0]["id"],
