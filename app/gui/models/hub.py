@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 
 from app.core.hub import ModelOption, ModelSummary
+from app.gui.models.base import RowTableModel
 from app.gui.units import grouped
 
 Index = QModelIndex | QPersistentModelIndex
@@ -45,8 +46,10 @@ def fit_text(option: ModelOption) -> str:
     return ""
 
 
-class SearchResultsTableModel(QAbstractTableModel):
+class SearchResultsTableModel(RowTableModel):
     """Rows are ``ModelSummary`` values from one search."""
+
+    columns = COLUMNS
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
@@ -67,19 +70,6 @@ class SearchResultsTableModel(QAbstractTableModel):
         return next((i for i, s in enumerate(self._rows) if s.id == repo_id), -1)
 
     # -- QAbstractTableModel --------------------------------------------------------------------
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
-        return None
-
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None

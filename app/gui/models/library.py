@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
 
 from app.core.service import ModelStatus
+from app.gui.models.base import RowTableModel
 from app.gui.units import grouped, human_bytes, human_count
 
 Index = QModelIndex | QPersistentModelIndex
@@ -38,8 +39,10 @@ STATE_TEXT = {"loaded": "Loaded", "loading": "Loading…", "not-loaded": "Not lo
 ID_ROLE = Qt.ItemDataRole.UserRole
 
 
-class LibraryTableModel(QAbstractTableModel):
+class LibraryTableModel(RowTableModel):
     """Rows are ``ModelStatus`` snapshots; the page replaces them after each core event."""
+
+    columns = COLUMNS
 
     def __init__(self, parent: Any = None) -> None:
         super().__init__(parent)
@@ -66,19 +69,6 @@ class LibraryTableModel(QAbstractTableModel):
         return self._rows[row].state if row >= 0 else None
 
     # -- QAbstractTableModel --------------------------------------------------------------------
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
-        return None
-
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None

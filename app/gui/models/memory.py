@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QModelIndex,
     QObject,
     QPersistentModelIndex,
@@ -23,6 +22,7 @@ from PySide6.QtGui import QColor
 from app.core.scheduler import LoadedInfo, ModelScheduler
 from app.core.service import Hearth
 from app.gui.bridge import Bridge, log_failure
+from app.gui.models.base import RowTableModel
 from app.gui.units import grouped, human_bytes
 
 log = logging.getLogger(__name__)
@@ -170,9 +170,11 @@ _NUMERIC = {COLUMNS.index(c) for c in ("Context", "Memory", "Requests")}
 ID_ROLE = Qt.ItemDataRole.UserRole
 
 
-class LoadedModelsTableModel(QAbstractTableModel):
+class LoadedModelsTableModel(RowTableModel):
     """Rows are ``LoadedInfo`` snapshots. The keep-alive column is computed from the clock at
     paint time, so ``tick()`` (once a second) is all a countdown needs."""
+
+    columns = COLUMNS
 
     def __init__(self, parent: Any = None, *, clock: Callable[[], float] = time.time) -> None:
         super().__init__(parent)
@@ -208,19 +210,6 @@ class LoadedModelsTableModel(QAbstractTableModel):
         return [m.model_id for m in self._rows]
 
     # -- QAbstractTableModel --------------------------------------------------------------------
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
-        return None
-
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
             return None

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 
 from app.core.events import RequestFinished
+from app.gui.models.base import RowTableModel
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -16,8 +17,10 @@ DEFAULT_CAP = 500
 _NUMERIC = {COLUMNS.index(c) for c in ("Status", "Tokens", "tok/s")}
 
 
-class RequestLogModel(QAbstractTableModel):
+class RequestLogModel(RowTableModel):
     """Fed by ``RequestFinished`` events; drops the oldest row past ``cap``."""
+
+    columns = COLUMNS
 
     def __init__(self, cap: int = DEFAULT_CAP, parent: Any = None) -> None:
         super().__init__(parent)
@@ -40,19 +43,6 @@ class RequestLogModel(QAbstractTableModel):
 
     def event_at(self, row: int) -> RequestFinished:
         return self._rows[row]
-
-    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
-        return 0 if parent.isValid() else len(self._rows)
-
-    def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(
-        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
-    ) -> Any:
-        if role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal:
-            return COLUMNS[section]
-        return None
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
