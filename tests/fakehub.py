@@ -1,6 +1,10 @@
 """A local fake of the Hugging Face Hub: the HTTP endpoints huggingface_hub (2.x) and Hearth call.
 
-- ``GET /api/models`` (search: ``search``, ``author``, ``filter``, ``sort``, ``limit``),
+- ``GET /api/models`` (search: ``search``, ``author``, ``filter``, ``sort``, ``limit``,
+  ``expand``): with ``expand`` only ``_id``, ``id`` and the asked properties come back, and an
+  unknown property is a 400, as on the real Hub. Like the real Hub's list answer, ``siblings``
+  carry file names only and ``gguf`` / ``safetensors`` count parameters: a search never says
+  how big a file is (that takes one ``model_info`` per repo with ``blobs=true``),
 - ``GET /api/models/OWNER/NAME[/revision/REV]`` (``blobs=true`` adds sizes; siblings carry
   ``lfs {sha256, size, pointerSize}`` and ``blobId``), ``GET .../tree/REV``,
 - ``GET|HEAD /OWNER/NAME/resolve/REV/PATH``: LFS files answer 302 to a "CDN" path on the same
@@ -31,6 +35,13 @@ from aiohttp import web
 
 TOKEN = "hf_fake_token_for_tests"
 CHUNK = 16 * 1024
+# what the real Hub accepts as ``expand`` on /api/models (huggingface_hub's ExpandModelProperty_T)
+EXPAND_PROPERTIES = frozenset(
+    "author baseModels cardData childrenModelCount config createdAt disabled downloads "
+    "downloadsAllTime evalResults gated gguf inference inferenceProviderMapping lastModified "
+    "library_name likes mask_token model-index pipeline_tag private resourceGroup safetensors "
+    "sha siblings spaces tags transformersInfo trendingScore usedStorage widgetData".split()
+)
 
 
 # -- test files -----------------------------------------------------------------------------------
@@ -306,6 +317,30 @@ class FakeHub:
                     return f
         return None
 
+    def _expanded(self, r: FakeRepo, props: list[str]) -> dict[str, Any]:
+        """A search item with only ``props``, shaped as the real Hub's list answer."""
+        full = self._summary(r)
+        out: dict[str, Any] = {"_id": full["_id"], "id": full["id"]}
+        for p in props:
+            if p in full:
+                out[p] = full[p]
+            elif p == "sha":
+                out[p] = r.sha
+            elif p == "siblings":  # names only: sizes need model_info(files_metadata=True)
+                out[p] = [{"rfilename": n} for n in [*r.files, *r.listed_only]]
+            elif p == "usedStorage":  # every file of the repo, all quantizations together
+                out[p] = sum(len(f.data) for f in r.files.values())
+            elif p == "cardData":
+                out[p] = r.card_data
+            elif p == "config":
+                out[p] = r.config
+            elif p == "gguf" and any(n.endswith(".gguf") for n in r.files):
+                # the real Hub: parameter count and header facts of one GGUF, never bytes
+                out[p] = {"total": 135_000_000, "architecture": "llama", "context_length": 2048}
+            elif p == "safetensors" and any(n.endswith(".safetensors") for n in r.files):
+                out[p] = {"parameters": {"F32": 4096}, "total": 4096}
+        return out
+
     # -- API -------------------------------------------------------------------------------
     async def _search(self, request: web.Request) -> web.Response:
         self._record(request)
@@ -329,6 +364,15 @@ class FakeHub:
             items.sort(key=key, reverse=True)  # type: ignore[arg-type]
         if q.get("limit"):
             items = items[: int(q["limit"])]
+        props = [*q.getall("expand", []), *q.getall("expand[]", [])]
+        if props:
+            bad = [p for p in props if p not in EXPAND_PROPERTIES]
+            if bad:
+                return web.json_response(
+                    {"error": f'"expand" must be one of {sorted(EXPAND_PROPERTIES)}: {bad}'},
+                    status=400,
+                )
+            return web.json_response([self._expanded(r, props) for r in items])
         return web.json_response([self._summary(r) for r in items])
 
     async def _info(self, request: web.Request) -> web.Response:

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import re
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -64,6 +65,7 @@ SEARCH_EXPAND = [
     "library_name",
     "pipeline_tag",
 ]
+SIZE_CONCURRENCY = 4  # repo lookups at once when filling in search results' sizes
 HEADER_FIRST_READ = 2 * 1024 * 1024
 HEADER_MAX_READ = 64 * 1024 * 1024  # vocabularies of 256k tokens need ~10 MB; beyond this: refuse
 DEFAULT_QUANT = "Q4_K_M"
@@ -289,6 +291,9 @@ class ModelSummary:
     library_name: str | None
     pipeline_tag: str | None
     format: HubFormat | None
+    # (smallest, largest) option in bytes; None until the repo's files are read: the Hub's
+    # search answer lists file names at most, never their sizes
+    size_range: tuple[int, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -304,6 +309,7 @@ class ModelSummary:
             "format": self.format,
             "pipeline_tag": self.pipeline_tag,
             "tags": list(self.tags),
+            "size_range": list(self.size_range) if self.size_range else None,
         }
 
 
@@ -330,6 +336,11 @@ class RepoInfo:
     url: str
     warnings: tuple[str, ...] = ()
     card_data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def size_range(self) -> tuple[int, int] | None:
+        """The smallest and largest option in bytes (see ``size_range``)."""
+        return size_range(self.options)
 
     def option(self, name: str) -> ModelOption:
         for o in self.options:
@@ -505,6 +516,15 @@ def assess(
     return fmt, options, None, warnings
 
 
+def size_range(options: Iterable[ModelOption]) -> tuple[int, int] | None:
+    """(smallest, largest) download among a repo's options, in bytes: per GGUF quantization
+    (a sharded one counts as the sum of its shards), the whole folder for MLX. Options with a
+    file of unknown size are left out; None when nothing is left.
+    """
+    sizes = [o.size_bytes for o in options if o.files and all(f.size is not None for f in o.files)]
+    return (min(sizes), max(sizes)) if sizes else None
+
+
 def _mlx_bits(config: Any) -> str | None:
     q = config.get("quantization") if isinstance(config, dict) else None
     if isinstance(q, dict) and isinstance(q.get("bits"), int):
@@ -588,6 +608,10 @@ class HubClient:
         self.memory_probe = memory_probe
         self.context_length = context_length
         self.timeout = timeout
+        # one limit per event loop on concurrent repo lookups for search-result sizes
+        self._size_limits: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Semaphore
+        ] = weakref.WeakKeyDictionary()
 
     # -- plumbing shared with the DownloadManager ------------------------------------------
     def token(self) -> str | None:
@@ -682,6 +706,37 @@ class HubClient:
             return await asyncio.to_thread(run)
         except (HfHubHTTPError, httpx2.HTTPError, OSError, OfflineModeIsEnabled) as e:
             raise self._map_error(query or "search", e) from e
+
+    async def repo_size_range(self, repo_id: str) -> tuple[int, int] | None:
+        """A search result's size range, from the repo's file list (one ``model_info`` call with
+        file metadata; the search answer cannot carry sizes). At most ``SIZE_CONCURRENCY`` of
+        these run at once per loop, however many a caller starts.
+
+        Raises:
+            RepoRefused, RepoNotFound, AccessDenied, HubUnavailable: as ``repo``.
+        """
+        loop = asyncio.get_running_loop()
+        limit = self._size_limits.get(loop)
+        if limit is None:
+            limit = self._size_limits[loop] = asyncio.Semaphore(SIZE_CONCURRENCY)
+        async with limit:
+            info = await self.repo(repo_id, with_fit=False)
+        return info.size_range
+
+    async def with_sizes(self, results: Sequence[ModelSummary]) -> list[ModelSummary]:
+        """``results`` with ``size_range`` filled in where the repo's files could be read (a repo
+        that fails keeps None; the failure is logged)."""
+
+        async def one(s: ModelSummary) -> ModelSummary:
+            if s.size_range is not None:
+                return s
+            try:
+                return replace(s, size_range=await self.repo_size_range(s.id))
+            except HearthError as e:
+                log.info("%s: no size range: %s", s.id, e.message)
+                return s
+
+        return list(await asyncio.gather(*(one(s) for s in results)))
 
     def _summary(self, m: Any) -> ModelSummary:
         tags = tuple(t for t in (m.tags or ()) if isinstance(t, str))

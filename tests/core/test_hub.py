@@ -13,12 +13,14 @@ from app.core.hub import (
     HubClient,
     HubRef,
     RepoFile,
+    assess,
     check_repo_path,
     choices,
     choose,
     group_gguf,
     parse_ref,
     quant_of,
+    size_range,
 )
 from app.errors import AccessDenied, AmbiguousChoice, RepoNotFound, RepoRefused
 from tests.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
@@ -164,6 +166,38 @@ def test_group_gguf_shards_are_one_option_with_summed_size() -> None:
     assert [o.name for o in options] == ["Q4_K_M", "Q8_0"]  # smallest first
 
 
+def test_size_range_smallest_and_largest_option() -> None:
+    files = [
+        rf("m-Q4_K_M.gguf", 400),
+        rf("m-Q8_0-00002-of-00003.gguf", 500),  # a sharded quantization counts as its sum
+        rf("m-Q8_0-00001-of-00003.gguf", 600),
+        rf("m-Q8_0-00003-of-00003.gguf", 700),
+        rf("m-F16-00001-of-00002.gguf", 9000),  # incomplete: not an option, not in the range
+        rf("mmproj-m-f16.gguf", 50),  # a projector is not a model
+        rf("README.md", 10),
+    ]
+    options, _ = group_gguf(files)
+    assert size_range(options) == (400, 1800)
+    assert size_range(options[:1]) == (400, 400)
+    assert size_range([]) is None
+    # a file whose size the Hub did not give leaves its option out of the range
+    unknown, _ = group_gguf([rf("a-Q4_K_M.gguf", 400), RepoFile("a-Q8_0.gguf", None, None, None)])
+    assert size_range(unknown) == (400, 400)
+    nothing, _ = group_gguf([RepoFile("a-Q8_0.gguf", None, None, None)])
+    assert size_range(nothing) is None
+    # MLX: one folder, its weights plus config and tokenizer (what the download is)
+    mlx = [
+        rf("config.json", 100),
+        rf("model-00001-of-00002.safetensors", 3000),
+        rf("model-00002-of-00002.safetensors", 2000),
+        rf("tokenizer.json", 50),
+        rf("README.md", 7),
+    ]
+    fmt, mlx_options, refused, _ = assess(mlx, tags=["mlx"], library_name="mlx")
+    assert fmt == "mlx" and refused is None
+    assert size_range(mlx_options) == (5150, 5150)
+
+
 def test_group_gguf_same_quant_twice_is_named_by_file() -> None:
     options, _ = group_gguf([rf("a-Q4_K_M.gguf"), rf("b-Q4_K_M.gguf"), rf("plain.gguf")])
     assert sorted(o.name for o in options) == ["a-Q4_K_M", "b-Q4_K_M", "plain"]
@@ -253,6 +287,65 @@ async def test_search_sorts_and_marks(repos: FakeHub) -> None:
     assert {m.id for m in mine} == {"acme/tiny-GGUF", "acme/popular-GGUF"}
     with_token = await client(repos, token=TOKEN).search("secret")
     assert [m.id for m in with_token] == ["other/secret-GGUF"] and with_token[0].private
+
+
+async def test_search_results_get_their_size_range_from_each_repo(repos: FakeHub) -> None:
+    c = client(repos)
+    found = await c.search("", format=None, sort="downloads")
+    # the search answer carries no sizes (as on the real Hub): unknown until the files are read
+    assert all(m.size_range is None for m in found)
+    assert all(m.as_dict()["size_range"] is None for m in found)
+    search_reqs = [s for s in repos.seen if s.path == "/api/models"]
+    info_reqs = [s for s in repos.seen if s.path.startswith("/api/models/")]
+    assert search_reqs and not info_reqs
+    sized = {m.id: m for m in await c.with_sizes(found)}
+    assert [m.id for m in found] == list(sized)  # same order
+    tiny = repos.repos["acme/tiny-GGUF"].files
+    q4, q8 = len(tiny["tiny-Q4_K_M.gguf"].data), len(tiny["tiny-Q8_0.gguf"].data)
+    assert q4 < q8
+    assert sized["acme/tiny-GGUF"].size_range == (q4, q8)
+    assert sized["acme/tiny-GGUF"].as_dict()["size_range"] == [q4, q8]
+    mlx_total = sum(len(f.data) for f in repos.repos["mlx-community/tiny-4bit"].files.values())
+    assert sized["mlx-community/tiny-4bit"].size_range == (mlx_total, mlx_total)
+    assert sized["acme/pickle-only"].size_range is None  # refused: nothing to download
+    # gated: the file list is public, so its sizes are known without a token
+    liked = len(repos.repos["other/liked-GGUF"].files["liked-Q4_K_M.gguf"].data)
+    assert sized["other/liked-GGUF"].size_range == (liked, liked)
+    # one repo lookup each; none again once the range is known (the pickle repo has none)
+    before = len(repos.seen)
+    again = await c.with_sizes(list(sized.values()))
+    assert again == list(sized.values())
+    assert [s.path for s in repos.seen[before:]] == ["/api/models/acme/pickle-only"]
+    assert await c.repo_size_range("acme/tiny-GGUF") == (q4, q8)
+
+
+async def test_a_repo_that_vanished_keeps_no_size_range(repos: FakeHub) -> None:
+    c = client(repos)
+    found = await c.search("tiny", format="gguf")
+    del repos.repos["acme/tiny-GGUF"]
+    assert [m.size_range for m in await c.with_sizes(found)] == [None]
+    with pytest.raises(RepoNotFound):
+        await c.repo_size_range("acme/tiny-GGUF")
+
+
+def test_fake_hub_search_answers_expand_like_the_real_hub(repos: FakeHub) -> None:
+    """What list_models(expand=...) can carry: names, parameter counts, whole-repo storage;
+    never a file's size. Unknown properties are refused with a 400 as on the real Hub."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi(endpoint=repos.endpoint)
+    (m,) = api.list_models(
+        search="tiny-GGUF", expand=["siblings", "gguf", "usedStorage", "downloads"]
+    )
+    assert m.id == "acme/tiny-GGUF" and m.downloads == 500
+    assert m.likes is None  # not asked for, not sent
+    assert {s.rfilename for s in m.siblings or []} == set(repos.repos["acme/tiny-GGUF"].files)
+    assert all(s.size is None and s.lfs is None for s in m.siblings or [])
+    assert m.gguf is not None and m.gguf["total"] == 135_000_000  # parameters, not bytes
+    assert m.used_storage == sum(len(f.data) for f in repos.repos["acme/tiny-GGUF"].files.values())
+    with pytest.raises(HfHubHTTPError):
+        list(api.list_models(expand=["fileSizes"]))  # type: ignore[list-item]
 
 
 async def test_repo_view_options_sizes_and_fit(repos: FakeHub) -> None:
