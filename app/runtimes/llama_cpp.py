@@ -20,6 +20,7 @@ from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
 from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
+from app.runtimes.guidance import MAX_PARALLEL_CALLS
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,6 @@ except ImportError:  # pragma: no cover - the package is a hard dependency; be e
 
 PENALTY_LAST_N = 64
 MAX_GRAMMAR_BYTES = 256 * 1024
-MAX_PARALLEL_CALLS = 8
 
 
 def grammar_for(constraint: tuple[str, str] | None) -> str | None:
@@ -254,7 +254,9 @@ class LlamaEngine:
     def _uses_penalties(s: SamplingParams) -> bool:
         return s.repeat_penalty != 1.0 or bool(s.frequency_penalty) or bool(s.presence_penalty)
 
-    def _sampler(self, s: SamplingParams, grammar: str | None = None) -> Any:
+    def _sampler(
+        self, s: SamplingParams, grammar: str | None = None, history: tuple[int, ...] = ()
+    ) -> Any:
         chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
         add = lambda smp: L.llama_sampler_chain_add(chain, smp)  # noqa: E731
         if grammar is not None:  # first: everything after it sees only allowed tokens
@@ -270,15 +272,18 @@ class LlamaEngine:
                 arr[i].bias = bias
             add(L.llama_sampler_init_logit_bias(self.n_vocab, len(s.logit_bias), arr))
         if self._uses_penalties(s):
-            add(
-                L.llama_sampler_init_penalties(
-                    self.n_vocab,
-                    PENALTY_LAST_N,
-                    s.repeat_penalty,
-                    s.frequency_penalty,
-                    s.presence_penalty,
-                )
+            pen = L.llama_sampler_init_penalties(
+                self.n_vocab,
+                PENALTY_LAST_N,
+                s.repeat_penalty,
+                s.frequency_penalty,
+                s.presence_penalty,
             )
+            # penalties look at recent history, the prompt included (as llama-server does); fed
+            # to this sampler alone: a grammar fed the prompt's tokens aborts the process
+            for t in history[-PENALTY_LAST_N:]:
+                L.llama_sampler_accept(pen, t)
+            add(pen)
         if s.temperature <= 0:
             add(L.llama_sampler_init_greedy())
             return chain
@@ -312,7 +317,7 @@ class LlamaEngine:
         req: GenerationRequest = seq.request
         slot = self._free_slots.pop(0)
         try:
-            sampler = self._sampler(req.sampling, grammar_for(req.constraint))
+            sampler = self._sampler(req.sampling, grammar_for(req.constraint), req.prompt_tokens)
         except (ValueError, InvalidRequest):
             self._free_slots.append(slot)
             raise
@@ -340,10 +345,6 @@ class LlamaEngine:
         finally:
             L.llama_set_abort_callback(self.ctx, self._no_abort, None)
             self._aborting = None
-        if self._uses_penalties(req.sampling):
-            # penalties look at recent history, the prompt included (as llama-server does)
-            for t in tokens[-PENALTY_LAST_N:]:
-                L.llama_sampler_accept(state.sampler, t)
         state.pos = len(tokens)
         state.logits_idx = self.batch.n_tokens - 1
         state.ready = True

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
-from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable, UnsupportedParameter
+from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
+from app.runtimes.guidance import Guide
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,11 @@ class MlxEngine:
         self.n_ctx = min(options.context_length or 4096, trained)
         self.seed = options.seed
         self._stream: Any = None
+        self.guide = Guide(
+            self.tokenizer._tokenizer,
+            n_vocab=max(int(cfg.get("vocab_size") or 0), len(self.tokenizer._tokenizer)),
+            eos_tokens=sorted(int(t) for t in self.tokenizer.eos_token_ids),
+        )
 
     # -- helpers --------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
@@ -96,6 +102,9 @@ class MlxEngine:
         def progress(done: int, total: int) -> None:
             if seq.cancelled:
                 raise _Cancelled
+
+        if req.constraint is not None:  # first, so penalties and bias see only valid tokens
+            processors = [self.guide.matcher(req.constraint), *(processors or [])]
 
         remaining = self.n_ctx - len(req.prompt_tokens)
         limit = remaining if req.max_tokens is None else min(req.max_tokens, remaining)
@@ -201,6 +210,7 @@ class MlxModel:
             "n_vocab": len(tok._tokenizer),
         }
         self.worker = Worker(engine, name=model.id, queue_size=queue_size)
+        self._good_constraints: set[tuple[str, str]] = set()
 
     @property
     def chat_template(self) -> str | None:
@@ -228,12 +238,11 @@ class MlxModel:
         return str(self.engine.tokenizer._tokenizer.convert_ids_to_tokens(token))
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
-        if request.constraint is not None:
-            forced_tool = request.constraint[0] == "tool_call"
-            raise UnsupportedParameter(
-                "forced tool calls and structured output are not available for MLX models yet",
-                param="tool_choice" if forced_tool else "response_format",
-            )
+        if request.constraint is not None and request.constraint not in self._good_constraints:
+            self.engine.guide.matcher(request.constraint)  # a 400 now, before any output
+            if len(self._good_constraints) > 256:
+                self._good_constraints.clear()
+            self._good_constraints.add(request.constraint)
         return self.worker.submit(request)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:

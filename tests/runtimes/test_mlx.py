@@ -160,3 +160,189 @@ async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
         assert final.finish_reason == "length" and final.usage.completion_tokens == 3
     finally:
         await h.close()
+
+
+# -- structured output and forced tool calls: a random tiny model, so every valid answer is the
+# -- grammar's doing (unconstrained, it writes byte soup)
+
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "ok": {"type": "boolean"},
+        "color": {"enum": ["red", "green", "blue"]},
+        "count": {"type": "integer", "minimum": 0, "maximum": 99},
+    },
+    "required": ["ok", "color", "count"],
+    "additionalProperties": False,
+}
+
+
+def test_json_schema_is_enforced_on_mlx(mlx_served: Served, tiny_mlx: Path) -> None:
+    from pydantic import BaseModel
+
+    c = client(mlx_served)
+    msgs = [{"role": "user", "content": "describe the sky"}]
+    free = (
+        c.chat.completions.create(
+            model=mlx_served.model_id, messages=msgs, max_tokens=40, temperature=0
+        )
+        .choices[0]
+        .message.content
+    )
+    with pytest.raises(ValueError):
+        json.loads(free)  # without the grammar the tiny model writes no JSON
+    for seed in (1, 2, 3):
+        r = c.chat.completions.create(
+            model=mlx_served.model_id,
+            messages=msgs,
+            max_tokens=200,
+            temperature=1.0,
+            seed=seed,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "answer", "schema": ANSWER_SCHEMA, "strict": True},
+            },
+        )
+        obj = json.loads(r.choices[0].message.content)
+        assert set(obj) == {"ok", "color", "count"}
+        assert isinstance(obj["ok"], bool) and obj["color"] in ("red", "green", "blue")
+        assert isinstance(obj["count"], int) and 0 <= obj["count"] <= 99
+        assert r.choices[0].finish_reason == "stop", "the model stops when the value is complete"
+
+    # streamed, and json_object: a random model rarely closes a free string, so the bias makes
+    # quotes and braces likely; the grammar still decides which of them may come
+    vocab = json.loads((tiny_mlx / "tokenizer.json").read_text())["model"]["vocab"]
+    bias = {str(vocab['"']): 6, str(vocab["}"]): 4}
+    for seed in (5, 6):
+        chunks = list(
+            c.chat.completions.create(
+                model=mlx_served.model_id,
+                messages=msgs,
+                max_tokens=300,
+                temperature=0.7,
+                seed=seed,
+                stream=True,
+                logit_bias=bias,
+                response_format={"type": "json_object"},
+            )
+        )
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert isinstance(json.loads(text), dict), text
+        assert [ch.choices[0].finish_reason for ch in chunks if ch.choices][-1] == "stop"
+
+    class Answer(BaseModel):
+        ok: bool
+        color: str
+
+    parsed = (
+        c.beta.chat.completions.parse(
+            model=mlx_served.model_id,
+            messages=msgs,
+            max_tokens=200,
+            temperature=0.5,
+            seed=9,
+            response_format=Answer,
+        )
+        .choices[0]
+        .message.parsed
+    )
+    assert isinstance(parsed, Answer)
+
+
+def test_a_schema_that_cannot_compile_is_a_400_on_mlx(mlx_served: Served) -> None:
+    c = client(mlx_served)
+    with pytest.raises(openai.BadRequestError) as ei:
+        c.chat.completions.create(
+            model=mlx_served.model_id,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=5,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "x",
+                    "schema": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}},
+                },
+            },
+        )
+    assert ei.value.body["param"] == "response_format"
+    # the model still answers
+    r = c.chat.completions.create(
+        model=mlx_served.model_id, messages=[{"role": "user", "content": "hi"}], max_tokens=3
+    )
+    assert r.usage.completion_tokens == 3
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "unit": {"enum": ["c", "f"]},
+            },
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+CLOCK = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_tool_calls_are_valid_on_mlx(
+    mlx_served: Served, tiny_mlx: Path, stream: bool
+) -> None:
+    c = client(mlx_served)
+    # the grammar allows line breaks and indents between JSON tokens (bounded); a random model
+    # loves them, so they are made unlikely (a bias, not a ban: where the grammar needs one, it
+    # is still the only choice)
+    vocab = json.loads((tiny_mlx / "tokenizer.json").read_text())["model"]["vocab"]
+    bias = {str(vocab[ws]): -100 for ws in ("\u010a", "\u0109", "\u010d")}  # \n \t \r
+    msgs = [{"role": "user", "content": "weather in Paris?"}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice, seed in (("required", 1), (named, 2), ("required", 3)):
+        kw = dict(
+            model=mlx_served.model_id,
+            messages=msgs,
+            tools=[WEATHER, CLOCK],
+            tool_choice=choice,
+            parallel_tool_calls=False,
+            max_tokens=120,
+            temperature=1.0,
+            seed=seed,
+            logit_bias=bias,
+        )
+        if not stream:
+            r = c.chat.completions.create(**kw)
+            calls = [
+                (t.function.name, t.function.arguments) for t in r.choices[0].message.tool_calls
+            ]
+            reason = r.choices[0].finish_reason
+        else:
+            names: dict[int, str] = {}
+            args: dict[int, str] = {}
+            reason = None
+            for ch in c.chat.completions.create(stream=True, **kw):
+                if not ch.choices:
+                    continue
+                for t in ch.choices[0].delta.tool_calls or []:
+                    if t.function and t.function.name:
+                        names[t.index] = t.function.name
+                    if t.function and t.function.arguments:
+                        args[t.index] = args.get(t.index, "") + t.function.arguments
+                reason = ch.choices[0].finish_reason or reason
+            calls = [(names[i], args.get(i, "")) for i in sorted(names)]
+        assert reason == "tool_calls" and len(calls) == 1, calls
+        name, arguments = calls[0]
+        a = json.loads(arguments)
+        if name == "get_weather":
+            assert set(a) == {"city", "unit"} and a["unit"] in ("c", "f")
+            assert isinstance(a["city"], str) and len(a["city"]) <= 12
+        else:
+            assert choice == "required" and name == "get_time" and a == {}
