@@ -140,6 +140,7 @@ class FakeRepo:
     created_at: str = "2024-01-01T00:00:00.000Z"
     listed_only: list[str] = field(default_factory=list)  # names in siblings, never served
     api_id: str | None = None  # the id the API answers with (a lying or case-fixing Hub)
+    gone: bool = False  # still in search answers, but its own page 404s (deleted meanwhile)
 
 
 @dataclass
@@ -380,6 +381,12 @@ class FakeHub:
         repo = self._repo_or_error(request)
         if isinstance(repo, web.Response):
             return repo
+        if repo.gone:
+            return web.json_response(
+                {"error": "Repository not found"},
+                status=404,
+                headers={"X-Error-Code": "RepoNotFound", "X-Error-Message": "Repository not found"},
+            )
         blobs = request.query.get("blobs") in ("true", "True", "1")
         siblings: list[dict[str, Any]] = []
         for path, f in repo.files.items():

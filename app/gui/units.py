@@ -15,6 +15,16 @@ def human_bytes(n: int | None) -> str:
     return f"{size:.1f} TiB"  # unreachable; keeps type checkers calm
 
 
+def human_byte_range(lo: int, hi: int) -> str:
+    """``(1.2 GiB, 7.7 GiB)`` -> ``"1.2–7.7 GiB"``; one number when both ends are equal."""
+    a, b = human_bytes(lo), human_bytes(hi)
+    if a == b:
+        return a
+    a_num, _, a_unit = a.partition(" ")
+    b_num, _, b_unit = b.partition(" ")
+    return f"{a_num}–{b}" if a_unit == b_unit else f"{a}–{b}"
+
+
 def human_count(n: int | None) -> str:
     """Parameter counts the way model cards write them: ``134515008`` -> ``"135M"``."""
     if not n or n < 0:

@@ -22,7 +22,7 @@ from app.core.loop import LoopThread
 from app.core.presets import PresetStore
 from app.core.scheduler import default_budget
 from app.core.service import Hearth
-from app.core.types import LoadOptions
+from app.core.types import LoadOptions, Runtime
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
@@ -31,7 +31,7 @@ from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.runtimes.mlx import MlxRuntime
 from app.server.runner import ServerController
 from app.settings import SettingsStore, TokenStore
-from tests.fakehub import FakeHub, gguf_bytes
+from tests.fakehub import FakeHub, gguf_bytes, mlx_files
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +41,13 @@ def probe_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def gui_ctx(hearth_home: Path, probe_file: Path) -> Iterator[GuiContext]:
+def gui_runtimes(probe_file: Path) -> dict[str, Runtime]:
+    """The runtimes the test's Hearth has (override it for a machine without MLX)."""
+    return {"gguf": LlamaCppRuntime(probe_file=probe_file), "mlx": MlxRuntime()}
+
+
+@pytest.fixture
+def gui_ctx(hearth_home: Path, gui_runtimes: dict[str, Runtime]) -> Iterator[GuiContext]:
     paths = AppPaths.default().ensure()
     assert paths.data.is_relative_to(hearth_home)
     store = SettingsStore(paths.settings_file)
@@ -54,7 +60,7 @@ def gui_ctx(hearth_home: Path, probe_file: Path) -> Iterator[GuiContext]:
     # wired like app.cli.build_service, so the Settings page's budget and TTL take effect
     service = Hearth(
         library,
-        {"gguf": LlamaCppRuntime(probe_file=probe_file), "mlx": MlxRuntime()},
+        gui_runtimes,
         load_defaults=lambda: LoadOptions(context_length=2048),
         presets=PresetStore(paths.config / "presets.json"),
         budget_bytes=lambda: store.load().load.memory_budget_bytes or default_budget(),
@@ -103,12 +109,13 @@ def imported(window: MainWindow, qtbot: QtBot, smollm2_path: Path) -> str:
 HUB_REPO = "acme/tiny-GGUF"
 HUB_FILE = "tiny-Q4_K_M.gguf"
 GATED_REPO = "acme/gated-GGUF"
+MLX_REPO = "mlx-community/tiny-4bit"
 HUB_ELEMS = 150_000  # ~600 KB: big enough to pause in the middle
 
 
 @pytest.fixture
 def hub(fake_hub: FakeHub, tmp_path: Path) -> FakeHub:
-    """The fake Hub with a two-quantization GGUF repo and a gated one."""
+    """The fake Hub with a two-quantization GGUF repo, a gated one and an MLX one."""
     build = tmp_path / "hub-build"
     fake_hub.add_repo(
         HUB_REPO,
@@ -130,6 +137,16 @@ def hub(fake_hub: FakeHub, tmp_path: Path) -> FakeHub:
         downloads=10,
         likes=100,
         last_modified="2026-01-01T00:00:00.000Z",
+    )
+    fake_hub.add_repo(
+        MLX_REPO,
+        {**mlx_files(), "README.md": b"# Tiny MLX\n"},
+        tags=["mlx", "license:apache-2.0"],
+        library_name="mlx",
+        downloads=7,
+        likes=2,
+        config={"model_type": "llama", "quantization": {"bits": 4, "group_size": 64}},
+        card="# Tiny MLX\n\nA tiny MLX test model.\n",
     )
     return fake_hub
 

@@ -1,17 +1,24 @@
-"""The Discover page against the fake Hub: search, a repo's quantizations with sizes and fit
-verdicts, its model card, Download into the queue, jumping to a pasted URL, and the inline
-message (with a link) for a gated repo without a token."""
+"""The Discover page against the fake Hub: search, each result's size range, a repo's
+quantizations with sizes and fit verdicts, its model card, Download into the queue, jumping to a
+pasted URL, the GGUF/MLX format choice (MLX only where it runs) with an MLX repo as one folder,
+and the inline message (with a link) for a gated repo without a token."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from app.core.types import Runtime
 from app.gui.main_window import MainWindow
 from app.gui.models.hub import COLUMNS
+from app.gui.units import human_byte_range, human_bytes
 from app.gui.views.discover import DiscoverPage
-from tests.fakehub import FakeHub
-from tests.gui.conftest import GATED_REPO, HUB_FILE, HUB_REPO
+from app.runtimes.llama_cpp import LlamaCppRuntime
+from tests.fakehub import FakeHub, gguf_bytes
+from tests.gui.conftest import GATED_REPO, HUB_FILE, HUB_REPO, MLX_REPO
 
 TIMEOUT = 20_000
 
@@ -131,3 +138,115 @@ def test_without_the_hub_the_page_says_so(window: MainWindow) -> None:
     assert not page.search_button.isEnabled()
     page.search("anything")  # harmless
     assert page.results_model.rowCount() == 0
+
+
+def test_each_result_shows_its_size_range_once_the_repos_files_are_read(
+    hub_window: MainWindow, hub: FakeHub, qtbot: QtBot, tmp_path: Path
+) -> None:
+    build = tmp_path / "range-build"
+    small = gguf_bytes(build, elems=1000)
+    shards = [gguf_bytes(build, file_type=7, elems=40_000), b"\0" * 300_000]
+    hub.add_repo(
+        "acme/range-GGUF",
+        {
+            "range-Q4_K_M.gguf": small,
+            "Q8_0/range-Q8_0-00001-of-00002.gguf": shards[0],
+            "Q8_0/range-Q8_0-00002-of-00002.gguf": shards[1],
+            "mmproj-range-f16.gguf": b"\0" * 900_000,  # not a model: not in the range
+        },
+        tags=["gguf"],
+        downloads=3,
+    )
+    page = hub_window.discover_page
+    assert COLUMNS.index("Size") == COLUMNS.index("Author") + 1
+    with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
+        page.search("range")
+    assert page.results_model.ids() == ["acme/range-GGUF"]
+    want = human_byte_range(len(small), len(shards[0]) + len(shards[1]))  # shards: their sum
+    assert "–" in want
+    qtbot.waitUntil(lambda: page.size_text("acme/range-GGUF") == want, timeout=TIMEOUT)
+    # the search answer had no sizes (as on the real Hub): each repo's file list gave them
+    assert any(s.path == "/api/models/acme/range-GGUF" for s in hub.seen)
+
+    with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
+        page.search("tiny")
+    tiny = hub.repos[HUB_REPO].files
+    sizes = sorted(len(tiny[n].data) for n in (HUB_FILE, "tiny-Q8_0.gguf"))
+    qtbot.waitUntil(lambda: page.size_text(HUB_REPO) == human_byte_range(*sizes), timeout=TIMEOUT)
+
+
+def test_a_result_whose_files_could_not_be_read_shows_a_dash_until_selected(
+    hub_window: MainWindow, hub: FakeHub, qtbot: QtBot
+) -> None:
+    page = hub_window.discover_page
+    hub.repos[HUB_REPO].gone = True  # listed, but its file list cannot be read
+    with qtbot.waitSignals(
+        [page.searched, page.size_shown],
+        check_params_cbs=[None, lambda repo_id: repo_id == HUB_REPO],
+        timeout=TIMEOUT,
+    ):
+        page.search("tiny")
+    assert page.results_model.ids() == [HUB_REPO]
+    assert page.size_text(HUB_REPO) == "—"
+    hub.repos[HUB_REPO].gone = False  # back: selecting the row reads its files again
+    with qtbot.waitSignal(page.repo_shown, timeout=TIMEOUT):
+        page.results.selectRow(0)
+    tiny = hub.repos[HUB_REPO].files
+    sizes = sorted(len(tiny[n].data) for n in (HUB_FILE, "tiny-Q8_0.gguf"))
+    assert page.size_text(HUB_REPO) == human_byte_range(*sizes)
+
+
+def test_mlx_is_a_format_choice_here_and_an_mlx_repo_downloads_as_one_folder(
+    hub_window: MainWindow, hub: FakeHub, qtbot: QtBot
+) -> None:
+    page = hub_window.discover_page
+    qtbot.waitUntil(lambda: page.formats_known, timeout=TIMEOUT)
+    assert page.formats() == ["gguf", "mlx"]  # mlx[cpu] is installed on this machine
+    with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
+        page.search("tiny")
+    assert MLX_REPO not in page.results_model.ids()  # GGUF first
+    with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
+        page.format_combo.setCurrentIndex(page.format_combo.findData("mlx"))
+    assert page.format == "mlx" and "MLX" in page.search_edit.placeholderText()
+    assert page.results_model.ids() == [MLX_REPO]
+    files = {n: f for n, f in hub.repos[MLX_REPO].files.items() if n != "README.md"}
+    total = sum(len(f.data) for f in files.values())
+    qtbot.waitUntil(lambda: page.size_text(MLX_REPO) == human_bytes(total), timeout=TIMEOUT)
+
+    with qtbot.waitSignal(page.repo_shown, timeout=TIMEOUT):
+        page.results.selectRow(0)
+    opts = option_rows(page)
+    assert list(opts) == ["tiny-4bit/ (MLX folder, 4bit)"]  # one folder entry
+    size, fit, listed = opts["tiny-4bit/ (MLX folder, 4bit)"]
+    assert size == human_bytes(total) and fit == "Fits RAM"
+    assert sorted(listed) == sorted(files)
+    assert page.options.headerItem().text(0) == "Folder"
+    assert page.selected_option() is not None and page.download_button.isEnabled()
+
+    with qtbot.waitSignal(page.download_queued, timeout=TIMEOUT) as queued:
+        qtbot.mouseClick(page.download_button, Qt.MouseButton.LeftButton)
+    did = queued.args[0]
+    downloads = hub_window.downloads_page.table_model
+    qtbot.waitUntil(lambda: downloads.state_of(did) == "completed", timeout=TIMEOUT)
+    lib = hub_window.library_page.table_model
+    qtbot.waitUntil(lambda: lib.rowCount() == 1, timeout=TIMEOUT)
+    model = lib.status(0).model
+    folder = Path(model.path)
+    assert model.format == "mlx" and folder.is_dir()
+    assert sorted(p.name for p in folder.iterdir()) == sorted(files)
+
+
+class TestWithoutMlx:
+    """A machine whose Hearth has no MLX runtime: GGUF is the only choice."""
+
+    @pytest.fixture
+    def gui_runtimes(self, probe_file: Path) -> dict[str, Runtime]:
+        return {"gguf": LlamaCppRuntime(probe_file=probe_file)}
+
+    def test_only_gguf_is_offered(self, hub_window: MainWindow, hub: FakeHub, qtbot: QtBot) -> None:
+        page = hub_window.discover_page
+        qtbot.waitUntil(lambda: page.formats_known, timeout=TIMEOUT)
+        assert page.formats() == ["gguf"] and page.format == "gguf"
+        with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
+            page.search("")
+        assert MLX_REPO not in page.results_model.ids()

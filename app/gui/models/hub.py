@@ -4,28 +4,36 @@ for access markers and fit verdicts."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 
 from app.core.hub import ModelOption, ModelSummary
 from app.gui.models.base import RowTableModel
-from app.gui.units import grouped
+from app.gui.units import grouped, human_byte_range
 
 Index = QModelIndex | QPersistentModelIndex
 
 COLUMNS: tuple[str, ...] = (
     "Repository",
     "Author",
+    "Size",
     "Downloads",
     "Likes",
     "Updated",
     "License",
     "Access",
 )
-_NUMERIC = {COLUMNS.index(c) for c in ("Downloads", "Likes")}
+_NUMERIC = {COLUMNS.index(c) for c in ("Size", "Downloads", "Likes")}
 ID_ROLE = Qt.ItemDataRole.UserRole
 FIT_TEXT = {"fits-gpu": "Fits GPU", "fits-ram": "Fits RAM", "too-large": "Too large"}
+UNKNOWN_SIZE = "—"  # until the repo's files are read
+
+
+def size_range_text(size_range: tuple[int, int] | None) -> str:
+    """``"1.2–7.7 GiB"``: the smallest and largest download a repo offers, or ``"—"``."""
+    return human_byte_range(*size_range) if size_range else UNKNOWN_SIZE
 
 
 def access_text(gated: bool | str, private: bool) -> str:
@@ -69,6 +77,15 @@ class SearchResultsTableModel(RowTableModel):
     def row_of(self, repo_id: str) -> int:
         return next((i for i, s in enumerate(self._rows) if s.id == repo_id), -1)
 
+    def set_size_range(self, repo_id: str, size_range: tuple[int, int] | None) -> None:
+        """Show a repo's size range once its files are read (its row, if still listed)."""
+        row = self.row_of(repo_id)
+        if row < 0 or self._rows[row].size_range == size_range:
+            return
+        self._rows[row] = replace(self._rows[row], size_range=size_range)
+        cell = self.index(row, COLUMNS.index("Size"))
+        self.dataChanged.emit(cell, cell, [Qt.ItemDataRole.DisplayRole])
+
     # -- QAbstractTableModel --------------------------------------------------------------------
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._rows):
@@ -92,6 +109,8 @@ class SearchResultsTableModel(RowTableModel):
             return s.id
         if name == "Author":
             return s.author or ""
+        if name == "Size":
+            return size_range_text(s.size_range)
         if name == "Downloads":
             return grouped(s.downloads) or "0"
         if name == "Likes":

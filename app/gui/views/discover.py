@@ -1,11 +1,15 @@
-"""The Discover page: search the Hugging Face Hub, inspect a repo's quantizations (size and
+"""The Discover page: search the Hugging Face Hub for GGUF (or, where this machine runs MLX,
+MLX) repos, each with the size range of what it offers, inspect a repo's quantizations (size and
 whether each fits this machine) and its model card, and queue a download. Every Hub call runs on
 the service loop through the bridge."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import html
 import logging
+from dataclasses import replace
 from typing import cast
 
 from PySide6.QtCore import Qt, Signal
@@ -27,11 +31,19 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.downloads import DownloadManager, DownloadStatus
-from app.core.hub import HubClient, ModelOption, ModelSummary, RepoInfo, Sort, parse_ref
+from app.core.hub import (
+    HubClient,
+    HubFormat,
+    ModelOption,
+    ModelSummary,
+    RepoInfo,
+    Sort,
+    parse_ref,
+)
 from app.core.service import Hearth
 from app.errors import AccessDenied, HearthError
 from app.gui.bridge import Bridge, log_failure
-from app.gui.models.hub import SearchResultsTableModel, access_text, fit_text
+from app.gui.models.hub import COLUMNS, SearchResultsTableModel, access_text, fit_text
 from app.gui.units import human_bytes
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 
@@ -43,8 +55,25 @@ SORTS: tuple[tuple[str, Sort], ...] = (
     ("Most likes", "likes"),
     ("Recently updated", "recent"),
 )
+FORMATS: tuple[tuple[str, HubFormat], ...] = (("GGUF", "gguf"), ("MLX", "mlx"))
 UNAVAILABLE_TEXT = "The Hugging Face Hub is not available in this session."
 OPTION_ROLE = Qt.ItemDataRole.UserRole
+SizeRange = tuple[int, int] | None
+
+
+def mlx_available(service: Hearth) -> bool:
+    """Whether this machine can run MLX models (imports mlx: call it off the GUI thread)."""
+    runtime = service.runtimes.get("mlx")
+    return runtime is not None and runtime.available()
+
+
+def option_label(info: RepoInfo, option: ModelOption) -> str:
+    """A GGUF option by its quantization; an MLX option as the one folder it downloads as."""
+    if option.format != "mlx":
+        return option.name
+    folder = info.id.rsplit("/", 1)[-1]
+    bits = f", {option.quantization}" if option.quantization else ""
+    return f"{folder}/ (MLX folder{bits})"
 
 
 def gated_text(exc: AccessDenied) -> str:
@@ -63,6 +92,8 @@ class DiscoverPage(QWidget):
     repo_shown = Signal(str)  # repo id; its options are listed
     card_shown = Signal(str)  # repo id
     download_queued = Signal(str)  # download id
+    size_shown = Signal(str)  # repo id; its size range is known (or known to be unknown)
+    formats_listed = Signal()  # the format choices match this machine's runtimes
 
     def __init__(self, service: Hearth, bridge: Bridge, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -70,11 +101,17 @@ class DiscoverPage(QWidget):
         self._bridge = bridge
         self._repo_wanted: str | None = None  # drop late answers for repos no longer selected
         self._search_serial = 0
+        self._sizes: dict[str, SizeRange] = {}  # repo id -> size range, once its files are read
+        self._size_lookups: list[concurrent.futures.Future[SizeRange]] = []
+        self.formats_known = False  # True once MLX is known to run here or not
         self.repo: RepoInfo | None = None
         self.results_model = SearchResultsTableModel(self)
 
         self.search_edit = QLineEdit()
-        self.search_edit.setPlaceholderText("Search GGUF models on Hugging Face…")
+        self.format_combo = QComboBox()
+        self.format_combo.addItem(*FORMATS[0])  # MLX joins once this machine is known to run it
+        self.format_combo.setToolTip("Model format")
+        self._update_placeholder()
         self.sort_combo = QComboBox()
         for label, key in SORTS:
             self.sort_combo.addItem(label, key)
@@ -88,6 +125,7 @@ class DiscoverPage(QWidget):
         header.addStretch(1)
         search_row = QHBoxLayout()
         search_row.addWidget(self.search_edit, 1)
+        search_row.addWidget(self.format_combo)
         search_row.addWidget(self.sort_combo)
         search_row.addWidget(self.search_button)
         search_row.addSpacing(16)
@@ -154,6 +192,7 @@ class DiscoverPage(QWidget):
         self.search_edit.returnPressed.connect(self._on_search_edit_return_pressed)
         self.search_button.clicked.connect(self._on_search_button_clicked)
         self.sort_combo.currentIndexChanged.connect(self._on_sort_combo_changed)
+        self.format_combo.currentIndexChanged.connect(self._on_format_combo_changed)
         self.open_edit.returnPressed.connect(self._on_open_edit_return_pressed)
         self.open_button.clicked.connect(self._on_open_button_clicked)
         self.results.selectionModel().selectionChanged.connect(self._on_results_selection_changed)
@@ -162,8 +201,20 @@ class DiscoverPage(QWidget):
 
         if self.manager is None:
             self.banner.show_message(UNAVAILABLE_TEXT)
-            for w in (self.search_button, self.open_button, self.search_edit, self.open_edit):
+            for w in (
+                self.search_button,
+                self.open_button,
+                self.search_edit,
+                self.open_edit,
+                self.format_combo,
+            ):
                 w.setEnabled(False)
+        else:
+            self._bridge.run(
+                asyncio.to_thread(mlx_available, service),
+                self._on_mlx_checked,
+                lambda exc: self._on_mlx_checked(False, exc),
+            )
 
     # -- public --------------------------------------------------------------------------------------
     @property
@@ -179,6 +230,21 @@ class DiscoverPage(QWidget):
     def sort(self) -> Sort:
         return cast(Sort, self.sort_combo.currentData())
 
+    @property
+    def format(self) -> HubFormat:
+        return cast(HubFormat, self.format_combo.currentData())
+
+    def formats(self) -> list[HubFormat]:
+        """The format choices offered (MLX only where this machine runs it)."""
+        return [
+            cast(HubFormat, self.format_combo.itemData(i)) for i in range(self.format_combo.count())
+        ]
+
+    def size_text(self, repo_id: str) -> str:
+        """What the results list shows as a repo's size range."""
+        row = self.results_model.row_of(repo_id)
+        return self.results_model.index(row, COLUMNS.index("Size")).data() if row >= 0 else ""
+
     def search(self, query: str | None = None) -> None:
         hub = self.hub
         if hub is None:
@@ -192,17 +258,27 @@ class DiscoverPage(QWidget):
         def done(results: list[ModelSummary]) -> None:
             if serial != self._search_serial:
                 return
-            self.results_model.set_results(results)
+            known = [
+                replace(r, size_range=self._sizes[r.id]) if r.id in self._sizes else r
+                for r in results
+            ]
+            self.results_model.set_results(known)
             if not results:
                 self.banner.show_message("No models match that search.")
             self.searched.emit()
+            self._look_up_sizes([r.id for r in results if r.id not in self._sizes])
 
         def failed(exc: BaseException) -> None:
             if serial == self._search_serial:
                 self._show_error("search", exc)
                 self.searched.emit()
 
-        self._bridge.run(hub.search(self.search_edit.text().strip(), sort=self.sort), done, failed)
+        self._cancel_size_lookups()
+        self._bridge.run(
+            hub.search(self.search_edit.text().strip(), format=self.format, sort=self.sort),
+            done,
+            failed,
+        )
 
     def open_repo(self, text: str) -> None:
         """Show a repo from an id or a Hub URL (a named quantization is selected when given)."""
@@ -295,6 +371,19 @@ class DiscoverPage(QWidget):
         if self.results_model.rowCount():
             self.search()
 
+    def _on_format_combo_changed(self, _index: int) -> None:
+        self._update_placeholder()
+        if self.results_model.rowCount():
+            self.search()
+
+    def _on_mlx_checked(self, available: bool, exc: BaseException | None = None) -> None:
+        if exc is not None:
+            log.warning("cannot tell whether MLX runs here: %s", exc)
+        if available and self.format_combo.findData("mlx") < 0:
+            self.format_combo.addItem(*FORMATS[1])
+        self.formats_known = True
+        self.formats_listed.emit()
+
     def _on_open_edit_return_pressed(self) -> None:
         self.open_repo(self.open_edit.text())
 
@@ -313,8 +402,41 @@ class DiscoverPage(QWidget):
         self.download_button.setEnabled(self.selected_option() is not None)
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _update_placeholder(self) -> None:
+        self.search_edit.setPlaceholderText(
+            f"Search {self.format_combo.currentText()} models on Hugging Face…"
+        )
+
+    def _look_up_sizes(self, repo_ids: list[str]) -> None:
+        """Read each listed repo's files in the background (the core runs a few at a time) and
+        show its size range as it arrives; a new search cancels what is still pending."""
+        hub = self.hub
+        if hub is None:
+            return
+        for repo_id in repo_ids:
+
+            def done(size_range: SizeRange, repo_id: str = repo_id) -> None:
+                self._show_size(repo_id, size_range)
+
+            def failed(exc: BaseException, repo_id: str = repo_id) -> None:
+                log_failure(log, f"{repo_id} size range", exc)
+                self.size_shown.emit(repo_id)  # stays "—"; selecting the repo tries again
+
+            self._size_lookups.append(self._bridge.run(hub.repo_size_range(repo_id), done, failed))
+
+    def _cancel_size_lookups(self) -> None:
+        for f in self._size_lookups:
+            f.cancel()
+        self._size_lookups.clear()
+
+    def _show_size(self, repo_id: str, size_range: SizeRange) -> None:
+        self._sizes[repo_id] = size_range
+        self.results_model.set_size_range(repo_id, size_range)
+        self.size_shown.emit(repo_id)
+
     def _fill_repo(self, info: RepoInfo, select: str | None) -> None:
         self.repo = info
+        self._show_size(info.id, info.size_range)
         access = access_text(info.gated, info.private)
         bits = [f"<b>{html.escape(info.id)}</b>"]
         if info.license:
@@ -325,8 +447,11 @@ class DiscoverPage(QWidget):
         self.repo_title.setText(" · ".join(bits))
         self.repo_title.setOpenExternalLinks(True)
         self.options.clear()
+        heading = "Folder" if info.format == "mlx" else "Quantization"
+        self.options.setHeaderLabels([heading, "Size", "Fit"])
         for opt in info.options:
-            item = QTreeWidgetItem([opt.name, human_bytes(opt.size_bytes), fit_text(opt)])
+            label = option_label(info, opt)
+            item = QTreeWidgetItem([label, human_bytes(opt.size_bytes), fit_text(opt)])
             item.setData(0, OPTION_ROLE, opt)
             if opt.estimate is not None:
                 item.setToolTip(2, f"Needs about {human_bytes(opt.estimate.total)}")
