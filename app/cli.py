@@ -400,6 +400,17 @@ def _human_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+def _size_range(size_range: tuple[int, int] | None) -> str:
+    """``"1.2-7.7 GB"`` (ASCII for any terminal); one size when both ends match; ``-`` unknown."""
+    if not size_range:
+        return "-"
+    lo, hi = _human_bytes(size_range[0]), _human_bytes(size_range[1])
+    if lo == hi:
+        return lo
+    lo_num, _, lo_unit = lo.partition(" ")
+    return f"{lo_num}-{hi}" if hi.endswith(" " + lo_unit) else f"{lo}-{hi}"
+
+
 def _human_count(n: int | None) -> str:
     if not n:
         return "-"
@@ -441,21 +452,30 @@ def cmd_search(args: argparse.Namespace) -> int:
     paths, store = _context()
     hub = _hub_client(paths, store.load())
     fmt = None if args.format == "any" else args.format
-    results = asyncio.run(
-        hub.search(args.query, format=fmt, sort=args.sort, limit=args.limit, author=args.author)
-    )
+
+    async def search() -> list[Any]:
+        found = await hub.search(
+            args.query, format=fmt, sort=args.sort, limit=args.limit, author=args.author
+        )
+        # the search answer has no file sizes: one repo lookup each, a few at a time
+        return found if args.no_sizes else await hub.with_sizes(found)
+
+    results = asyncio.run(search())
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
         return EXIT_OK
     if not results:
         print("No models found.", file=sys.stderr)
         return EXIT_OK
-    rows = [("ID", "FORMAT", "DOWNLOADS", "LIKES", "UPDATED", "LICENSE", "ACCESS")]
+    rows = [("ID", "FORMAT", "SIZE", "DOWNLOADS", "LIKES", "UPDATED", "LICENSE", "ACCESS")]
     for r in results:
         access = "private" if r.private else f"gated ({r.gated})" if r.gated else "open"
         updated = r.last_modified.date().isoformat() if r.last_modified else "-"
         fmt = r.format or "-"
-        rows.append((r.id, fmt, str(r.downloads), str(r.likes), updated, r.license or "-", access))
+        size = _size_range(r.size_range)
+        rows.append(
+            (r.id, fmt, size, str(r.downloads), str(r.likes), updated, r.license or "-", access)
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
@@ -613,6 +633,11 @@ def _add_hub_commands(sub: Any) -> None:
     s.add_argument("--limit", type=int, default=20)
     s.add_argument("--format", choices=("gguf", "mlx", "any"), default="gguf")
     s.add_argument("--author", default=None)
+    s.add_argument(
+        "--no-sizes",
+        action="store_true",
+        help="skip reading each repo's file list (no SIZE; size_range is null)",
+    )
     s.set_defaults(func=cmd_search)
 
     s = sub.add_parser(

@@ -93,6 +93,29 @@ def test_search_lists_and_sorts(hub: FakeHub, tmp_path: Path) -> None:
     assert hearth(tmp_path, hub, "search", "--sort", "bogus").returncode == 2
 
 
+def test_search_shows_each_repos_size_range(hub: FakeHub, tmp_path: Path) -> None:
+    files = hub.repos[REPO].files
+    sizes = sorted(len(f.data) for f in files.values())
+    r = hearth(tmp_path, hub, "search", "tiny", "--json", "--format", "any")
+    assert r.returncode == 0, r.stderr
+    rows = {m["id"]: m for m in json.loads(r.stdout)}
+    assert rows[REPO]["size_range"] == [sizes[0], sizes[-1]]  # smallest..largest quantization
+    mlx_total = sum(len(f.data) for f in hub.repos["mlx-community/tiny-4bit"].files.values())
+    assert rows["mlx-community/tiny-4bit"]["size_range"] == [mlx_total, mlx_total]  # one folder
+    assert rows[REPO]["format"] == "gguf" and rows[REPO]["downloads"] == 100  # fields kept
+
+    table = hearth(tmp_path, hub, "search", "tiny", "--format", "any")
+    assert table.returncode == 0, table.stderr
+    header, *lines = table.stdout.splitlines()
+    assert header.split()[:3] == ["ID", "FORMAT", "SIZE"]
+    row = next(line for line in lines if line.startswith(REPO)).split()
+    lo_kb, hi_kb = sizes[0] / 1000, sizes[-1] / 1000
+    assert row[2:4] == [f"{lo_kb:.1f}-{hi_kb:.1f}", "KB"]
+
+    quick = hearth(tmp_path, hub, "search", "tiny", "--json", "--no-sizes")
+    assert [m["size_range"] for m in json.loads(quick.stdout)] == [None]
+
+
 def test_pull_picks_q4_k_m_then_a_named_quant(hub: FakeHub, tmp_path: Path) -> None:
     r = hearth(tmp_path, hub, "pull", REPO)
     assert r.returncode == 0, r.stderr
