@@ -17,7 +17,7 @@ from app.core.events import EventHub, LibraryChanged, ModelLoaded
 from app.core.fsutil import atomic_write_json, read_json
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
-from app.core.reasoning import ReasoningSplitter, prompt_opens_reasoning
+from app.core.reasoning import HarmonySplitter, ReasoningSplitter, reasoning_splitter
 from app.core.scheduler import UNSET, ModelScheduler
 from app.core.stores import ForeignLocations
 from app.core.tools import (
@@ -72,7 +72,7 @@ class Generation:
         model_id: str,
         prompt_tokens: int,
         stream: GenerationStream,
-        reasoning: ReasoningSplitter | None = None,
+        reasoning: ReasoningSplitter | HarmonySplitter | None = None,
         tools: ToolCallParser | None = None,
     ) -> None:
         self.model_id = model_id
@@ -95,9 +95,10 @@ class Generation:
             final = d.finish_reason is not None
             r, a = "", d.text
             if splitter is not None:
-                r, a = splitter.flush() if final else splitter.feed(d.text)
+                r, a = splitter.feed(d.text)
                 if final:
-                    a = d.text + a
+                    r2, a2 = splitter.flush()
+                    r, a = r + r2, a + a2
                 elif r or splitter.inside:
                     reasoning_tokens += d.token_count
             calls: tuple[ToolCallDelta, ...] = ()
@@ -380,7 +381,7 @@ class Hearth:
         if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
             tokens = tokens[1:]  # the template wrote a BOS and the tokenizer added another
         self._check_fits(lm, len(tokens), "messages")
-        splitter = ReasoningSplitter(inside=prompt_opens_reasoning(prompt))
+        splitter = reasoning_splitter(lm.chat_template, prompt)
         req = GenerationRequest(
             prompt_tokens=tuple(tokens),
             max_tokens=max_tokens,
