@@ -1,11 +1,28 @@
 """Ollama-shaped routes (/api/tags, /api/show, /api/chat, /api/generate, /api/embed, /api/ps,
 /api/version) on the same port, for apps that only speak Ollama. NDJSON streams; errors are
 ``{"error": "..."}``. Hearth's own API lives under /api/v1/.
+
+``format``, ``tools`` and ``think`` map onto the core the OpenAI routes use:
+
+- ``format``: ``"json"`` is OpenAI's ``json_object``; a JSON schema object is ``json_schema``
+  (enforced by grammar; a schema that cannot compile is a 400).
+- ``tools`` (/api/chat only): the same tool plumbing as ``tool_choice: "auto"`` (Ollama has no
+  tool_choice). A call comes back whole, as Ollama sends it: ``{"id", "function": {"index",
+  "name", "arguments": {object}}}``, in the stream as soon as its block is parsed. History may
+  carry assistant ``tool_calls`` with object arguments and ``tool`` messages with ``tool_name``.
+- ``think``: reasoning (``<think>`` blocks) goes to ``message.thinking`` (/api/chat) or
+  ``thinking`` (/api/generate). When ``think`` is absent it is separated too: Ollama defaults
+  ``think`` to true for models that can think, and a model that cannot writes no reasoning.
+  ``"low"``/``"medium"``/``"high"`` (gpt-oss levels) count as true. With ``think: false`` Ollama
+  leaves the model's output unparsed; Hearth cannot yet tell the template not to think, so any
+  reasoning the model writes stays in ``content`` inside ``<think>…</think>``, as Ollama would
+  show it, rather than being dropped. A ``raw`` /api/generate is never parsed.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -13,12 +30,16 @@ from typing import Any
 from aiohttp import web
 
 from app import __version__
+from app.core.reasoning import CLOSE_TAG, OPEN_TAG
 from app.core.scheduler import UNSET, parse_keep_alive
 from app.core.service import Generation, Hearth, ModelStatus
+from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, ModelNotFound, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
-from app.server.schemas import Body, parse_messages
+from app.server.schemas import Body, parse_messages, parse_tool_list, schema_constraint
+
+log = logging.getLogger(__name__)
 
 routes = web.RouteTableDef()
 
@@ -105,15 +126,88 @@ def _sampling(opts: dict[str, Any]) -> tuple[SamplingParams, int | None, tuple[s
     return sampling, max_tokens, tuple(s for s in stop if s)
 
 
+THINK_LEVELS = ("low", "medium", "high")
+
+
+def _format(b: Body) -> tuple[str, str] | None:
+    """``format``: "json" (any JSON) or a JSON schema object, as a generation constraint."""
+    fmt = b.data.get("format")
+    if fmt is None or fmt == "":
+        return None
+    if fmt == "json":
+        return ("json_object", "")
+    if isinstance(fmt, dict):
+        return schema_constraint(fmt, param="format")
+    raise InvalidRequest("'format' must be \"json\" or a JSON schema object", param="format")
+
+
+def _think(b: Body) -> bool:
+    """``think``: absent or true separates the reasoning; see the module docstring."""
+    v = b.data.get("think")
+    if v is None or v is True or v in THINK_LEVELS:
+        return True
+    if v is False:
+        return False
+    raise InvalidRequest('\'think\' must be true, false, "low", "medium" or "high"', param="think")
+
+
+def _openai_messages(raw: Any) -> Any:
+    """Ollama history in OpenAI's shape for ``parse_messages``: assistant ``tool_calls`` with
+    object arguments get ids and JSON-string arguments; a ``tool`` message (``tool_name``, and
+    ``tool_call_id`` in newer clients) answers the earliest unanswered call of that name."""
+    if not isinstance(raw, list):
+        return raw
+    out: list[Any] = []
+    pending: list[tuple[str, str]] = []  # (call id, function name), not answered yet
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            out.append(m)
+            continue
+        if m.get("images"):
+            raise UnsupportedParameter(
+                "images need a vision model; none is available", param=f"messages[{i}].images"
+            )
+        m = {k: v for k, v in m.items() if k not in ("thinking", "tool_name", "images")}
+        calls = m.get("tool_calls")
+        if isinstance(calls, list):
+            converted = []
+            for j, c in enumerate(calls):
+                fn = c.get("function") if isinstance(c, dict) else None
+                if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                    raise InvalidRequest(
+                        "a tool call needs a function with a name",
+                        param=f"messages[{i}].tool_calls[{j}]",
+                    )
+                args = fn.get("arguments")
+                cid = c.get("id") if isinstance(c.get("id"), str) else f"call_{i}_{j}"
+                converted.append(
+                    {
+                        "id": cid,
+                        "type": "function",
+                        "function": {
+                            "name": fn["name"],
+                            "arguments": args if isinstance(args, str) else json.dumps(args or {}),
+                        },
+                    }
+                )
+                pending.append((cid, fn["name"]))
+            m["tool_calls"] = converted
+        if m.get("role") == "tool":
+            raw_name = raw[i].get("tool_name") or raw[i].get("name")
+            name = raw_name if isinstance(raw_name, str) else None
+            cid = m.get("tool_call_id")
+            if not isinstance(cid, str):
+                match = next((p for p in pending if name is None or p[1] == name), None)
+                cid = match[0] if match else f"call_{i}"
+            pending = [p for p in pending if p[0] != cid]
+            m["tool_call_id"] = cid
+            if name is not None:
+                m["name"] = name
+        out.append(m)
+    return out
+
+
 def _reject(b: Body) -> None:
-    if b.data.get("format") not in (None, ""):
-        raise UnsupportedParameter(
-            "'format' (structured output) is not supported yet", param="format"
-        )
-    if b.data.get("tools"):
-        raise UnsupportedParameter("'tools' are not supported yet", param="tools")
-    if b.data.get("think") not in (None, False):
-        raise UnsupportedParameter("'think' is not supported yet", param="think")
     if b.data.get("images"):
         raise UnsupportedParameter("images need a vision model; none is available", param="images")
     if b.data.get("suffix"):
@@ -127,6 +221,56 @@ def _reject(b: Body) -> None:
 def _keep_alive(b: Body) -> Any:
     v = b.data.get("keep_alive")
     return UNSET if v is None else parse_keep_alive(v)
+
+
+class _Shaper:
+    """Core deltas -> Ollama's pieces: content, thinking, and tool calls once whole."""
+
+    def __init__(self, think: bool) -> None:
+        self.think = think
+        self._open = False  # think false: inside a <think> block put back into content
+        self._calls: dict[int, list[str]] = {}  # index -> [id, name, arguments so far]
+        self._sent: set[int] = set()
+
+    def feed(self, d: Delta) -> tuple[str, str, list[dict[str, Any]]]:
+        content, thinking = d.text, d.reasoning
+        if not self.think and (thinking or (self._open and content)):
+            joined = ""
+            if thinking:
+                joined = ("" if self._open else OPEN_TAG) + thinking
+                self._open = True
+            if content:
+                joined += CLOSE_TAG + "\n\n" + content
+                self._open = False
+            content, thinking = joined, ""
+        for tc in d.tool_calls:
+            if tc.id is not None:
+                self._calls[tc.index] = [tc.id, tc.name or "", tc.arguments]
+            elif tc.index in self._calls:
+                self._calls[tc.index][2] += tc.arguments
+        return content, thinking, self._ready(final=d.finish_reason is not None)
+
+    def _ready(self, *, final: bool) -> list[dict[str, Any]]:
+        """Calls whose arguments are whole: a JSON object, or ended by a later call or the end."""
+        out = []
+        last = max(self._calls, default=-1)
+        for i in sorted(self._calls):
+            if i in self._sent:
+                continue
+            cid, name, raw = self._calls[i]
+            try:
+                args = json.loads(raw) if raw.strip() else None
+            except ValueError:
+                args = None
+            if not isinstance(args, dict):
+                if not final and i == last:
+                    break  # arguments still streaming in
+                if raw.strip():
+                    log.warning("tool call %s: arguments are not a JSON object: %.200r", name, raw)
+                args = {}
+            self._sent.add(i)
+            out.append({"id": cid, "function": {"index": i, "name": name, "arguments": args}})
+        return out
 
 
 def _final_fields(final: Delta, started: float, load_ns: int) -> dict[str, Any]:
@@ -163,6 +307,20 @@ async def _load_or_unload(
     return web.json_response(body)
 
 
+def _piece(
+    key: str, content: str, thinking: str = "", calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The output fields of one line: ``message`` (/api/chat) or ``response`` (/api/generate)."""
+    if key == "message":
+        msg: dict[str, Any] = {"role": "assistant", "content": content}
+        if thinking:
+            msg["thinking"] = thinking
+        if calls:
+            msg["tool_calls"] = calls
+        return {"message": msg}
+    return {"response": content, **({"thinking": thinking} if thinking else {})}
+
+
 async def _respond(
     request: web.Request,
     gen: Generation,
@@ -171,16 +329,24 @@ async def _respond(
     key: str,
     started: float,
     load_ns: int,
+    think: bool = True,
 ) -> web.StreamResponse:
     state = request.app[STATE]
     state.active.add(gen)
-
-    def piece(text: str) -> Any:
-        return {"role": "assistant", "content": text} if key == "message" else text
-
+    shaper = _Shaper(think)
     try:
         if not stream:
-            text, final = await gen.collect()
+            texts: list[str] = []
+            thoughts: list[str] = []
+            calls: list[dict[str, Any]] = []
+            final = Delta(finish_reason="error", error="the generation ended without a result")
+            async for d in gen:
+                text, thought, ready = shaper.feed(d)
+                texts.append(text)
+                thoughts.append(thought)
+                calls.extend(ready)
+                if d.finish_reason:
+                    final = d
             _note(request, model_id, final)
             if final.finish_reason in ("error", "cancelled"):
                 raise HearthError(final.error or "the generation was stopped")
@@ -188,7 +354,7 @@ async def _respond(
                 {
                     "model": model_id,
                     "created_at": _now_iso(),
-                    key: piece(text),
+                    **_piece(key, "".join(texts), "".join(thoughts), calls),
                     "done": True,
                     **_final_fields(final, started, load_ns),
                 }
@@ -201,9 +367,15 @@ async def _respond(
 
         last: Delta | None = None
         async for d in gen:
-            if d.text:
+            text, thought, ready = shaper.feed(d)
+            if text or thought or ready:
                 await line(
-                    {"model": model_id, "created_at": _now_iso(), key: piece(d.text), "done": False}
+                    {
+                        "model": model_id,
+                        "created_at": _now_iso(),
+                        **_piece(key, text, thought, ready),
+                        "done": False,
+                    }
                 )
             if d.finish_reason:
                 last = d
@@ -218,7 +390,7 @@ async def _respond(
                 {
                     "model": model_id,
                     "created_at": _now_iso(),
-                    key: piece(""),
+                    **_piece(key, ""),
                     "done": True,
                     **_final_fields(last, started, load_ns),
                 }
@@ -285,7 +457,9 @@ async def show(request: web.Request) -> web.Response:
     info: dict[str, Any] = {"general.architecture": arch, "general.parameter_count": m.parameters}
     if m.context_length:
         info[f"{arch}.context_length"] = m.context_length
-    caps = ["embedding"] if m.extra.get("embedding") else ["completion"]
+    caps = ["embedding"] if m.extra.get("embedding") else ["completion", "tools"]
+    if OPEN_TAG in (m.chat_template or "") and "embedding" not in caps:
+        caps.append("thinking")  # the template knows <think> blocks, which are separated
     return web.json_response(
         {
             "modelfile": f"FROM {m.path}\n",
@@ -332,22 +506,29 @@ async def chat(request: web.Request) -> web.StreamResponse:
     model_id = resolve_id(service, b.text("model", required=True) or "")
     request[REQUEST_LOG]["model"] = model_id
     _reject(b)
-    for i, m in enumerate(b.data.get("messages") or []):
-        if isinstance(m, dict) and (m.get("images") or m.get("tool_calls")):
-            raise UnsupportedParameter(
-                "images and tool calls are not supported yet", param=f"messages[{i}]"
-            )
+    constraint, think = _format(b), _think(b)
+    tools: list[Tool] = parse_tool_list(b.data.get("tools") or None)
     keep = _keep_alive(b)
     if not b.data.get("messages"):
         return await _load_or_unload(service, model_id, keep, "message")
-    messages: list[ChatMessage] = parse_messages(b)
+    messages: list[ChatMessage] = parse_messages(
+        Body({"messages": _openai_messages(b.data["messages"])})
+    )
     sampling, max_tokens, stop = _sampling(b.data.get("options") or {})
     load_ns = await _jit(service, model_id)
     gen = await service.chat(
-        model_id, messages, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep
+        model_id,
+        messages,
+        sampling=sampling,
+        max_tokens=max_tokens,
+        stop=stop,
+        ttl=keep,
+        constraint=constraint,
+        tools=tools,
+        tool_choice="auto" if tools else "none",
     )
     return await _respond(
-        request, gen, model_id, b.flag("stream", True), "message", started, load_ns
+        request, gen, model_id, b.flag("stream", True), "message", started, load_ns, think
     )
 
 
@@ -359,6 +540,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
     model_id = resolve_id(service, b.text("model", required=True) or "")
     request[REQUEST_LOG]["model"] = model_id
     _reject(b)
+    if b.data.get("tools"):
+        raise UnsupportedParameter("'tools' need /api/chat", param="tools")
+    constraint, think = _format(b), _think(b)
     keep = _keep_alive(b)
     prompt = b.text("prompt", default="") or ""
     if not prompt:
@@ -367,9 +551,12 @@ async def generate(request: web.Request) -> web.StreamResponse:
         raise UnsupportedParameter(
             "a custom 'template' is not supported; use raw", param="template"
         )
+    raw = b.flag("raw")
+    if raw and constraint is not None:  # service.complete takes no constraint yet
+        raise UnsupportedParameter("'format' does not work with raw yet", param="format")
     sampling, max_tokens, stop = _sampling(b.data.get("options") or {})
     load_ns = await _jit(service, model_id)
-    if b.flag("raw"):
+    if raw:  # the prompt as is: no template, and its output is not parsed for reasoning
         gen = await service.complete(
             model_id, prompt, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep
         )
@@ -380,10 +567,16 @@ async def generate(request: web.Request) -> web.StreamResponse:
             msgs.append(ChatMessage("system", system))
         msgs.append(ChatMessage("user", prompt))
         gen = await service.chat(
-            model_id, msgs, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep
+            model_id,
+            msgs,
+            sampling=sampling,
+            max_tokens=max_tokens,
+            stop=stop,
+            ttl=keep,
+            constraint=constraint,
         )
     return await _respond(
-        request, gen, model_id, b.flag("stream", True), "response", started, load_ns
+        request, gen, model_id, b.flag("stream", True), "response", started, load_ns, think
     )
 
 

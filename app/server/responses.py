@@ -15,7 +15,13 @@ from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
-from app.server.schemas import MAX_SCHEMA_BYTES, MAX_SCHEMA_DEPTH, Body, _depth, parse_ttl
+from app.server.schemas import (
+    MAX_SCHEMA_DEPTH,
+    Body,
+    _depth,
+    parse_ttl,
+    schema_constraint,
+)
 from app.server.sse import SSEWriter
 
 routes = web.RouteTableDef()
@@ -116,12 +122,7 @@ def parse_text_format(b: Body) -> tuple[str, str] | None:
             "'text.format' must be text, json_object or json_schema with a schema",
             param="text.format",
         )
-    if _depth(fmt["schema"], MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
-        raise InvalidRequest("the schema is nested too deeply", param="text.format.schema")
-    raw = json.dumps(fmt["schema"])
-    if len(raw) > MAX_SCHEMA_BYTES:
-        raise InvalidRequest("the schema is too large", param="text.format.schema")
-    return ("json_schema", raw)
+    return schema_constraint(fmt["schema"], param="text.format.schema")
 
 
 def _usage(final: Delta | None) -> dict[str, Any]:
@@ -286,7 +287,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
             text = "".join(pieces)
             output = [_message(mid, text, "completed")] if text.strip() or not calls else []
             output += [
-                _function_call(calls[i][0], calls[i][1], calls[i][2], "completed") for i in sorted(calls)
+                _function_call(calls[i][0], calls[i][1], calls[i][2], "completed")
+                for i in sorted(calls)
             ]
             return web.json_response(
                 _response(

@@ -435,18 +435,20 @@ def parse_response_format(b: Body) -> tuple[str, str] | None:
             "'json_schema' must be an object with a 'schema' object",
             param="response_format.json_schema",
         )
-    schema = js.get("schema") or {}
+    return schema_constraint(js.get("schema") or {}, param="response_format.json_schema.schema")
+
+
+def schema_constraint(schema: dict[str, Any], *, param: str) -> tuple[str, str]:
+    """A JSON schema as a ``("json_schema", JSON)`` constraint, bounded in depth and size (the
+    runtime compiles it, and answers 400 if it cannot). Shared by OpenAI's ``response_format``
+    and Ollama's ``format``."""
     if _depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
         raise InvalidRequest(
-            f"the schema is nested deeper than {MAX_SCHEMA_DEPTH} levels",
-            param="response_format.json_schema.schema",
+            f"the schema is nested deeper than {MAX_SCHEMA_DEPTH} levels", param=param
         )
     raw = json.dumps(schema)
     if len(raw) > MAX_SCHEMA_BYTES:
-        raise InvalidRequest(
-            f"the schema is larger than {MAX_SCHEMA_BYTES} bytes",
-            param="response_format.json_schema.schema",
-        )
+        raise InvalidRequest(f"the schema is larger than {MAX_SCHEMA_BYTES} bytes", param=param)
     return ("json_schema", raw)
 
 
@@ -454,30 +456,48 @@ MAX_TOOLS = 128
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 
 
+def parse_tool_list(raw: Any) -> list[Tool]:
+    """``tools``: ``[{"type": "function", "function": {name, description, parameters}}]``, the
+    shape OpenAI and Ollama share."""
+    tools: list[Tool] = []
+    if raw is None:
+        return tools
+    if not isinstance(raw, list) or len(raw) > MAX_TOOLS:
+        raise InvalidRequest(
+            f"'tools' must be an array of at most {MAX_TOOLS} tools", param="tools"
+        )
+    for i, t in enumerate(raw):
+        fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
+        if (
+            not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+            or not _TOOL_NAME.match(fn["name"])
+        ):
+            raise InvalidRequest(
+                "each tool needs type function and a valid function name", param=f"tools[{i}]"
+            )
+        where = f"tools[{i}].function.parameters"
+        params = fn.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(params, dict) or _depth(params, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
+            raise InvalidRequest("'parameters' must be a JSON schema object", param=where)
+        if len(json.dumps(params)) > MAX_SCHEMA_BYTES:
+            raise InvalidRequest("the parameters schema is too large", param=where)
+        desc = fn.get("description") or ""
+        tools.append(Tool(fn["name"], desc if isinstance(desc, str) else "", params))
+    return tools
+
+
 def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
     """`tools`, `tool_choice` (none/auto/required/{"type":"function","function":{"name"}}) and
     `parallel_tool_calls` (default true)."""
-    raw = b.data.get("tools")
-    tools: list[Tool] = []
-    if raw is not None:
-        if not isinstance(raw, list) or len(raw) > MAX_TOOLS:
-            raise InvalidRequest(f"'tools' must be an array of at most {MAX_TOOLS} tools", param="tools")
-        for i, t in enumerate(raw):
-            fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not _TOOL_NAME.match(fn["name"]):
-                raise InvalidRequest("each tool needs type function and a valid function name", param=f"tools[{i}]")
-            params = fn.get("parameters") or {"type": "object", "properties": {}}
-            if not isinstance(params, dict) or _depth(params, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
-                raise InvalidRequest("'parameters' must be a JSON schema object", param=f"tools[{i}].function.parameters")
-            if len(json.dumps(params)) > MAX_SCHEMA_BYTES:
-                raise InvalidRequest("the parameters schema is too large", param=f"tools[{i}].function.parameters")
-            desc = fn.get("description") or ""
-            tools.append(Tool(fn["name"], desc if isinstance(desc, str) else "", params))
+    tools = parse_tool_list(b.data.get("tools"))
     tc = b.data.get("tool_choice")
     choice = "auto" if tools else "none"
     if isinstance(tc, str):
         if tc not in ("none", "auto", "required"):
-            raise InvalidRequest("'tool_choice' must be none, auto, required or a function", param="tool_choice")
+            raise InvalidRequest(
+                "'tool_choice' must be none, auto, required or a function", param="tool_choice"
+            )
         choice = tc
     elif isinstance(tc, dict):
         fn = tc.get("function") if tc.get("type") == "function" else None

@@ -8,17 +8,28 @@ from pathlib import Path
 
 import pytest
 
+from app.core.gguf import read_header
 from tests.conftest import Served, serving
+from tests.gguf_rewrite import copy_with_template
 
 ollama = pytest.importorskip("ollama", reason="the ollama client is part of the dev extra")
 pytestmark = pytest.mark.model
+
+
+THINKER = "smollm2-think"  # SmolLM2 whose template opens a <think> block (test_reasoning.py)
 
 
 @pytest.fixture(scope="module")
 def osrv(
     tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, embedding_gguf: Path
 ) -> Iterator[Served]:
-    with serving(tmp_path_factory.mktemp("ollama"), smollm2_path, embedding_gguf) as s:
+    src = tmp_path_factory.mktemp("think-src")
+    template = (
+        read_header(smollm2_path).chat_template
+        + "{% if add_generation_prompt %}<think>\n{% endif %}"
+    )
+    thinker = copy_with_template(smollm2_path, src / "SmolLM2-Think.gguf", template)
+    with serving(tmp_path_factory.mktemp("ollama"), smollm2_path, embedding_gguf, thinker) as s:
         yield s
 
 
@@ -113,11 +124,13 @@ def test_embed_and_ps_and_keep_alive_unload(osrv: Served) -> None:
 @pytest.mark.parametrize(
     ("path", "body"),
     [
-        ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "format": "json"}),
         (
             "/api/chat",
             {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
         ),
+        ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "format": "xml"}),
+        ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "think": "maybe"}),
+        ("/api/generate", {"prompt": "x", "raw": True, "format": "json"}),
         ("/api/chat", {"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}),
         ("/api/generate", {"prompt": "x", "suffix": "y"}),
         (
@@ -141,3 +154,147 @@ def test_errors_stay_openai_shaped_elsewhere(osrv: Served) -> None:
     r = client(osrv)._client.post("/api/chat", content=b"{not json")
     assert r.status_code == 400 and isinstance(r.json()["error"], str)
     assert json.loads(client(osrv)._client.get("/api/v1/ps").text)["models"] is not None
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def test_format_json_and_schema(osrv: Served) -> None:
+    c = client(osrv)
+    ask = [{"role": "user", "content": "Alice is 30 years old. Describe her."}]
+    # Ollama's default repeat_penalty (1.1) with a grammar: this once aborted llama.cpp
+    free = c.chat(
+        model=osrv.model_id,
+        messages=[{"role": "user", "content": "Give me a person as JSON."}],
+        format="json",
+        options={"temperature": 0, "num_predict": 64},
+    )
+    assert isinstance(json.loads(free.message.content), dict) and free.done_reason == "stop"
+    opts = {"temperature": 0, "num_predict": 48}
+    r = c.chat(model=osrv.model_id, messages=ask, format=PERSON, options=opts)
+    person = json.loads(r.message.content)
+    assert set(person) == {"name", "age"} and isinstance(person["name"], str)
+    assert isinstance(person["age"], int) and r.done_reason == "stop"
+    parts = list(
+        c.chat(model=osrv.model_id, messages=ask, format=PERSON, options=opts, stream=True)
+    )
+    assert "".join(p.message.content for p in parts) == r.message.content
+    g = c.generate(
+        model=osrv.model_id, prompt="Alice is 30 years old.", format=PERSON, options=opts
+    )
+    assert set(json.loads(g.response)) == {"name", "age"}
+
+
+def test_schema_that_cannot_compile_is_400_in_ollama_shape(osrv: Served) -> None:
+    bad = {"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}
+    for path, body in (
+        ("/api/chat", {"messages": [{"role": "user", "content": "x"}]}),
+        ("/api/generate", {"prompt": "x"}),
+    ):
+        r = client(osrv)._client.post(
+            path, json={"model": osrv.model_id, "stream": False, "format": bad, **body}
+        )
+        assert r.status_code == 400, r.text
+        assert set(r.json()) == {"error"} and "schema" in r.json()["error"]
+    with pytest.raises(ollama.ResponseError) as ei:
+        client(osrv).chat(
+            model=osrv.model_id, messages=[{"role": "user", "content": "x"}], format=bad
+        )
+    assert ei.value.status_code == 400
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+ASK = {"role": "user", "content": "What is the weather in Paris?"}
+# earlier turns in Ollama's shape (object arguments, no ids): the tiny model copies the pattern
+CALLED = {
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+}
+GREEDY = {"temperature": 0, "num_predict": 40, "repeat_penalty": 1.0}
+
+
+def test_tools_call_whole_in_ollama_shape_stream_and_not(osrv: Served) -> None:
+    c = client(osrv)
+    msgs = [ASK, CALLED, ASK, CALLED, ASK]
+    r = c.chat(model=osrv.model_id, messages=msgs, tools=[WEATHER], options=GREEDY)
+    (call,) = r.message.tool_calls
+    assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+    assert r.message.content == "" and r.done and r.done_reason == "stop"
+    raw = c._client.post(
+        "/api/chat",
+        json={
+            "model": osrv.model_id,
+            "messages": msgs,
+            "tools": [WEATHER],
+            "options": GREEDY,
+            "stream": False,
+        },
+    ).json()
+    (wire,) = raw["message"]["tool_calls"]
+    assert wire["id"].startswith("call_") and wire["function"]["index"] == 0
+    assert wire["function"]["arguments"] == {"city": "Paris"}  # an object, not a JSON string
+    parts = list(
+        c.chat(model=osrv.model_id, messages=msgs, tools=[WEATHER], options=GREEDY, stream=True)
+    )
+    with_calls = [p for p in parts if p.message.tool_calls]
+    assert len(with_calls) == 1 and not with_calls[0].done and parts[-1].done
+    assert with_calls[0].message.tool_calls == r.message.tool_calls
+    assert not "".join(p.message.content for p in parts).strip()
+
+
+def test_tool_history_round_trip(osrv: Served) -> None:
+    c = client(osrv)
+    history = [
+        ASK,
+        {**CALLED, "thinking": "I should look it up."},
+        {"role": "tool", "tool_name": "get_weather", "content": '{"temp_c": 18, "sky": "cloudy"}'},
+    ]
+    r = c.chat(model=osrv.model_id, messages=history, tools=[WEATHER], options=GREEDY)
+    assert r.done and (r.message.content or r.message.tool_calls)
+    # without tools too (the template sees the calls as text), and with newer clients' ids
+    with_ids = [
+        ASK,
+        {**CALLED, "tool_calls": [{"id": "call_7", **CALLED["tool_calls"][0]}]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "18 C"},
+    ]
+    r = c.chat(model=osrv.model_id, messages=with_ids, options=GREEDY)
+    assert r.done and r.message.content and not r.message.tool_calls
+
+
+def test_think_separates_reasoning(osrv: Served) -> None:
+    c = client(osrv)
+    shown = c.show(THINKER)
+    assert {"completion", "tools", "thinking"} <= set(shown.capabilities)
+    msgs = [{"role": "user", "content": "What is 2+2?"}]
+    opts = {"temperature": 0, "num_predict": 16}
+    # the model never closes the block the template opened: all it writes is thinking
+    r = c.chat(model=THINKER, messages=msgs, think=True, options=opts)
+    assert r.message.thinking and r.message.content == ""
+    parts = list(c.chat(model=THINKER, messages=msgs, think=True, options=opts, stream=True))
+    assert "".join(p.message.thinking or "" for p in parts) == r.message.thinking
+    assert not "".join(p.message.content for p in parts)
+    # absent: Ollama thinks by default on models that can; gpt-oss levels count as true
+    for think in (None, "high"):
+        same = c.chat(model=THINKER, messages=msgs, think=think, options=opts)
+        assert same.message.thinking == r.message.thinking and same.message.content == ""
+    off = c.chat(model=THINKER, messages=msgs, think=False, options=opts)
+    assert off.message.thinking is None and off.message.content == "<think>" + r.message.thinking
+    g = c.generate(model=THINKER, prompt="What is 2+2?", think=True, options=opts)
+    assert g.thinking == r.message.thinking and g.response == ""
