@@ -64,6 +64,12 @@ class ModelStatus:
         return d
 
 
+# what the chat template is given by the service; a request cannot replace them
+RESERVED_TEMPLATE_VARS = frozenset(
+    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}
+)
+
+
 class Generation:
     """A running generation: prompt size known, deltas to iterate, cancellable."""
 
@@ -324,6 +330,7 @@ class Hearth:
         tools: Sequence[Tool] = (),
         tool_choice: str = "auto",
         parallel_tool_calls: bool = True,
+        template_vars: Mapping[str, Any] | None = None,
     ) -> Generation:
         """Start a chat generation. Everything that can fail fails here, before any output.
 
@@ -332,6 +339,8 @@ class Hearth:
             constraint: ("json_object", "") or ("json_schema", schema JSON): output that must
                 parse (enforced while sampling by the runtime, or a 400 where it can't).
             tools, tool_choice: OpenAI tools; tool_choice "none" | "auto" | "required" | a name.
+            template_vars: extra variables for the chat template (``enable_thinking``,
+                ``reasoning_effort``...); the names the template itself is given are refused.
 
         Raises:
             ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable.
@@ -353,6 +362,7 @@ class Hearth:
                 logprobs,
                 constraint,
                 call,
+                template_vars,
             )
 
     async def _start_chat(
@@ -367,6 +377,7 @@ class Hearth:
         logprobs: int | None = None,
         constraint: tuple[str, str] | None = None,
         call: ToolSetup | None = None,
+        template_vars: Mapping[str, Any] | None = None,
     ) -> Generation:
         _require(lm, "chat", model_id)
         _check_bias(lm, sampling)
@@ -374,7 +385,15 @@ class Hearth:
         template = ChatTemplate(
             lm.chat_template, bos_token=special.get("bos", ""), eos_token=special.get("eos", "")
         )
-        extra = {"tools": call.template_tools} if call is not None and call.template_tools else {}
+        extra = dict(template_vars or {})
+        reserved = set(extra) & RESERVED_TEMPLATE_VARS
+        if reserved:
+            raise InvalidRequest(
+                f"template variable '{sorted(reserved)[0]}' is set by Hearth itself",
+                param="chat_template_kwargs",
+            )
+        if call is not None and call.template_tools:
+            extra["tools"] = call.template_tools
         prompt = template.render(messages, add_generation_prompt=True, **extra)
         tokens = await asyncio.to_thread(lm.tokenize, prompt, add_special=True, parse_special=True)
         bos = special.get("bos_id")
@@ -405,11 +424,13 @@ class Hearth:
         request_id: str = "",
         ttl: Any = UNSET,
         logprobs: int | None = None,
+        constraint: tuple[str, str] | None = None,
     ) -> Generation:
-        """Start a raw completion of ``prompt`` (text, or token ids)."""
+        """Start a raw completion of ``prompt`` (text, or token ids); ``constraint`` as in
+        :meth:`chat`."""
         async with self._model(model_id, ttl) as lm:
             return await self._start_completion(
-                lm, model_id, prompt, sampling, max_tokens, stop, request_id, logprobs
+                lm, model_id, prompt, sampling, max_tokens, stop, request_id, logprobs, constraint
             )
 
     async def _start_completion(
@@ -422,6 +443,7 @@ class Hearth:
         stop: Sequence[str],
         request_id: str,
         logprobs: int | None = None,
+        constraint: tuple[str, str] | None = None,
     ) -> Generation:
         _require(lm, "completion", model_id)
         _check_bias(lm, sampling)
@@ -442,6 +464,7 @@ class Hearth:
             stop=tuple(stop),
             request_id=request_id,
             logprobs=logprobs,
+            constraint=constraint,
         )
         return Generation(model_id, len(tokens), lm.submit(req))
 

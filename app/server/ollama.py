@@ -13,10 +13,11 @@
 - ``think``: reasoning (``<think>`` blocks) goes to ``message.thinking`` (/api/chat) or
   ``thinking`` (/api/generate). When ``think`` is absent it is separated too: Ollama defaults
   ``think`` to true for models that can think, and a model that cannot writes no reasoning.
-  ``"low"``/``"medium"``/``"high"`` (gpt-oss levels) count as true. With ``think: false`` Ollama
-  leaves the model's output unparsed; Hearth cannot yet tell the template not to think, so any
-  reasoning the model writes stays in ``content`` inside ``<think>…</think>``, as Ollama would
-  show it, rather than being dropped. A ``raw`` /api/generate is never parsed.
+  ``"low"``/``"medium"``/``"high"`` (gpt-oss levels) count as true. ``think`` is also given to
+  the chat template (``enable_thinking``, and ``reasoning_effort`` for a level), so Qwen3-style
+  templates switch thinking off for ``think: false``; reasoning that a model writes anyway
+  stays in ``content`` inside ``<think>…</think>``, as Ollama shows it, rather than being
+  dropped. A ``raw`` /api/generate is never parsed for reasoning; ``format`` applies to it too.
 """
 
 from __future__ import annotations
@@ -149,6 +150,17 @@ def _think(b: Body) -> bool:
     if v is False:
         return False
     raise InvalidRequest('\'think\' must be true, false, "low", "medium" or "high"', param="think")
+
+
+def _think_vars(b: Body) -> dict[str, Any] | None:
+    """What ``think`` tells the chat template: ``enable_thinking`` (Qwen3-style templates) or,
+    for a level, ``reasoning_effort`` (gpt-oss templates)."""
+    v = b.data.get("think")
+    if isinstance(v, bool):
+        return {"enable_thinking": v}
+    if v in THINK_LEVELS:
+        return {"enable_thinking": True, "reasoning_effort": v}
+    return None
 
 
 def _openai_messages(raw: Any) -> Any:
@@ -526,6 +538,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
         constraint=constraint,
         tools=tools,
         tool_choice="auto" if tools else "none",
+        template_vars=_think_vars(b),
     )
     return await _respond(
         request, gen, model_id, b.flag("stream", True), "message", started, load_ns, think
@@ -552,13 +565,17 @@ async def generate(request: web.Request) -> web.StreamResponse:
             "a custom 'template' is not supported; use raw", param="template"
         )
     raw = b.flag("raw")
-    if raw and constraint is not None:  # service.complete takes no constraint yet
-        raise UnsupportedParameter("'format' does not work with raw yet", param="format")
     sampling, max_tokens, stop = _sampling(b.data.get("options") or {})
     load_ns = await _jit(service, model_id)
     if raw:  # the prompt as is: no template, and its output is not parsed for reasoning
         gen = await service.complete(
-            model_id, prompt, sampling=sampling, max_tokens=max_tokens, stop=stop, ttl=keep
+            model_id,
+            prompt,
+            sampling=sampling,
+            max_tokens=max_tokens,
+            stop=stop,
+            ttl=keep,
+            constraint=constraint,
         )
     else:  # Ollama applies the model's template to system + prompt
         msgs = []
@@ -574,6 +591,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
             stop=stop,
             ttl=keep,
             constraint=constraint,
+            template_vars=_think_vars(b),
         )
     return await _respond(
         request, gen, model_id, b.flag("stream", True), "response", started, load_ns, think

@@ -29,6 +29,7 @@ from app.server.schemas import (
     parse_sampling,
     parse_stop,
     parse_stream,
+    parse_template_vars,
     parse_tools,
     parse_ttl,
     reject_pending_features,
@@ -165,8 +166,10 @@ async def _run_to_end(request: web.Request, gen: Generation) -> _Result:
             thoughts.append(d.reasoning)
         lps.extend(d.logprobs)
         for tc in d.tool_calls:
-            c = calls.setdefault(tc.index, {"id": tc.id, "type": "function",
-                                            "function": {"name": tc.name, "arguments": ""}})
+            c = calls.setdefault(
+                tc.index,
+                {"id": tc.id, "type": "function", "function": {"name": tc.name, "arguments": ""}},
+            )
             c["function"]["arguments"] += tc.arguments
         if d.finish_reason:
             final = d
@@ -177,8 +180,12 @@ async def _run_to_end(request: web.Request, gen: Generation) -> _Result:
 def _tool_call_delta(tc: ToolCallDelta) -> dict[str, Any]:
     """First delta of an index: id, type, name and empty arguments; later: index + fragment."""
     if tc.id is not None:
-        return {"index": tc.index, "id": tc.id, "type": "function",
-                "function": {"name": tc.name, "arguments": ""}}
+        return {
+            "index": tc.index,
+            "id": tc.id,
+            "type": "function",
+            "function": {"name": tc.name, "arguments": ""},
+        }
     return {"index": tc.index, "function": {"arguments": tc.arguments}}
 
 
@@ -277,6 +284,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     n_lp = parse_logprobs(b, chat=True)
     constraint = parse_response_format(b)
     tools, tool_choice, parallel = parse_tools(b)
+    template_vars = parse_template_vars(b)
     request[REQUEST_LOG]["model"] = model
     ttl = parse_ttl(b)
 
@@ -293,6 +301,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             tools=tools,
             tool_choice=tool_choice,
             parallel_tool_calls=parallel,
+            template_vars=template_vars,
         )
 
     # everything that can fail (404, context overflow, queue full) fails here, before headers
@@ -371,7 +380,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 if d.text or d.logprobs:
                     await sse.send(chunk(i, {"content": d.text}, lps=d.logprobs))
                 if d.tool_calls:
-                    await sse.send(chunk(i, {"tool_calls": [_tool_call_delta(t) for t in d.tool_calls]}))
+                    await sse.send(
+                        chunk(i, {"tool_calls": [_tool_call_delta(t) for t in d.tool_calls]})
+                    )
                 if d.finish_reason:
                     last = d
             if last is None:

@@ -509,3 +509,35 @@ def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
     if choice not in ("none", "auto") and not tools:
         raise InvalidRequest("'tool_choice' needs 'tools'", param="tool_choice")
     return tools, choice, b.flag("parallel_tool_calls", True)
+
+
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
+MAX_TEMPLATE_VARS_BYTES = 16 * 1024
+
+
+def parse_template_vars(b: Body) -> dict[str, Any] | None:
+    """Chat-template variables from a request: ``chat_template_kwargs`` (the object vLLM and
+    llama.cpp's server accept, e.g. ``{"enable_thinking": false}``) and ``reasoning_effort``
+    (given to the template as ``reasoning_effort``, which gpt-oss templates read)."""
+    out: dict[str, Any] = {}
+    raw = b.data.get("chat_template_kwargs")
+    if raw is not None:
+        if not isinstance(raw, dict) or not all(isinstance(k, str) and k for k in raw):
+            raise InvalidRequest(
+                "'chat_template_kwargs' must be an object of variables",
+                param="chat_template_kwargs",
+            )
+        if len(json.dumps(raw)) > MAX_TEMPLATE_VARS_BYTES:
+            raise InvalidRequest(
+                "'chat_template_kwargs' is too large", param="chat_template_kwargs"
+            )
+        out.update(raw)
+    effort = b.data.get("reasoning_effort")
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise InvalidRequest(
+                f"'reasoning_effort' must be one of {', '.join(REASONING_EFFORTS)}",
+                param="reasoning_effort",
+            )
+        out["reasoning_effort"] = effort
+    return out or None

@@ -26,7 +26,9 @@ def osrv(
     src = tmp_path_factory.mktemp("think-src")
     template = (
         read_header(smollm2_path).chat_template
-        + "{% if add_generation_prompt %}<think>\n{% endif %}"
+        # Qwen3-style: the block opens unless the request says enable_thinking=false
+        + "{% if add_generation_prompt %}{% if enable_thinking is defined and not enable_thinking %}"
+        + "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}"
     )
     thinker = copy_with_template(smollm2_path, src / "SmolLM2-Think.gguf", template)
     with serving(tmp_path_factory.mktemp("ollama"), smollm2_path, embedding_gguf, thinker) as s:
@@ -130,7 +132,6 @@ def test_embed_and_ps_and_keep_alive_unload(osrv: Served) -> None:
         ),
         ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "format": "xml"}),
         ("/api/chat", {"messages": [{"role": "user", "content": "x"}], "think": "maybe"}),
-        ("/api/generate", {"prompt": "x", "raw": True, "format": "json"}),
         ("/api/chat", {"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}),
         ("/api/generate", {"prompt": "x", "suffix": "y"}),
         (
@@ -188,6 +189,14 @@ def test_format_json_and_schema(osrv: Served) -> None:
         model=osrv.model_id, prompt="Alice is 30 years old.", format=PERSON, options=opts
     )
     assert set(json.loads(g.response)) == {"name", "age"}
+    raw = c.generate(
+        model=osrv.model_id,
+        prompt="<|im_start|>user\nAlice is 30.<|im_end|>\n<|im_start|>assistant\n",
+        raw=True,
+        format=PERSON,
+        options=opts,
+    )
+    assert set(json.loads(raw.response)) == {"name", "age"}
 
 
 def test_schema_that_cannot_compile_is_400_in_ollama_shape(osrv: Served) -> None:
@@ -294,7 +303,9 @@ def test_think_separates_reasoning(osrv: Served) -> None:
     for think in (None, "high"):
         same = c.chat(model=THINKER, messages=msgs, think=think, options=opts)
         assert same.message.thinking == r.message.thinking and same.message.content == ""
+    # false is told to the template (enable_thinking), which then closes the block itself
     off = c.chat(model=THINKER, messages=msgs, think=False, options=opts)
-    assert off.message.thinking is None and off.message.content == "<think>" + r.message.thinking
+    assert off.message.thinking is None and off.message.content
+    assert "<think>" not in off.message.content and off.message.content != r.message.thinking
     g = c.generate(model=THINKER, prompt="What is 2+2?", think=True, options=opts)
     assert g.thinking == r.message.thinking and g.response == ""

@@ -20,7 +20,12 @@ def think_served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -
     src = tmp_path_factory.mktemp("think-src")
     template = (
         read_header(smollm2_path).chat_template
-        + "{% if add_generation_prompt %}<think>\n{% endif %}"
+        # Qwen3-style: thinking unless the request says enable_thinking=false; gpt-oss-style
+        # reasoning_effort shown in the prompt
+        + "{% if add_generation_prompt %}"
+        + "{% if reasoning_effort is defined %}Reasoning: {{ reasoning_effort }}\n{% endif %}"
+        + "{% if enable_thinking is defined and enable_thinking is false %}"
+        + "<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}"
     )
     model = copy_with_template(smollm2_path, src / "SmolLM2-Think.gguf", template)
     with serving(tmp_path_factory.mktemp("think"), model, reasoning_field_also=True) as s:
@@ -58,3 +63,31 @@ def test_reasoning_separated_when_the_template_opens_it(think_served: Served) ->
         model=think_served.model_id, prompt="<think>x</think>y", max_tokens=3, temperature=0
     )
     assert comp.choices[0].text is not None
+
+
+def test_template_variables_from_the_request(think_served: Served) -> None:
+    c = openai.OpenAI(base_url=think_served.base_url, api_key="x", max_retries=0, timeout=120)
+    kw = dict(
+        model=think_served.model_id,
+        messages=[{"role": "user", "content": "What is 2+2?"}],
+        max_tokens=12,
+        temperature=0,
+    )
+    thinking = c.chat.completions.create(**kw)
+    assert thinking.choices[0].message.model_dump()["reasoning_content"]
+    off = c.chat.completions.create(
+        **kw, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+    )
+    msg = off.choices[0].message.model_dump()
+    assert msg["content"] and not msg.get("reasoning_content"), "the template closed the block"
+    assert off.usage.prompt_tokens > thinking.usage.prompt_tokens  # the empty think block
+    effort = c.chat.completions.create(**kw, reasoning_effort="high")
+    assert effort.usage.prompt_tokens > thinking.usage.prompt_tokens  # "Reasoning: high"
+    for body, param in (
+        ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
+        ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+    ):
+        with pytest.raises(openai.BadRequestError) as ei:
+            c.chat.completions.create(**kw, extra_body=body)
+        assert ei.value.body["param"] == param, body
