@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from app import __version__
-from app.core.reasoning import CLOSE_TAG, OPEN_TAG
+from app.core.reasoning import CLOSE_TAG, OPEN_TAG, is_harmony_template
 from app.core.scheduler import UNSET, parse_keep_alive
 from app.core.service import Generation, Hearth, ModelStatus
 from app.core.tools import Tool
@@ -470,8 +470,9 @@ async def show(request: web.Request) -> web.Response:
     if m.context_length:
         info[f"{arch}.context_length"] = m.context_length
     caps = ["embedding"] if m.extra.get("embedding") else ["completion", "tools"]
-    if OPEN_TAG in (m.chat_template or "") and "embedding" not in caps:
-        caps.append("thinking")  # the template knows <think> blocks, which are separated
+    thinks = OPEN_TAG in (m.chat_template or "") or is_harmony_template(m.chat_template)
+    if thinks and "embedding" not in caps:
+        caps.append("thinking")  # <think> blocks or harmony channels, which are separated
     return web.json_response(
         {
             "modelfile": f"FROM {m.path}\n",
