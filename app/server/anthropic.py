@@ -291,9 +291,31 @@ async def _stream(
     tool_blocks: dict[int, int] = {}
     next_index = 0
     last: Delta | None = None
+
+    async def arguments(index: int, fragments: list[str]) -> None:
+        await event(
+            "content_block_delta",
+            {
+                "index": tool_blocks[index],
+                "delta": {"type": "input_json_delta", "partial_json": "".join(fragments)},
+            },
+        )
+
     async for d in gen:
-        if d.text and (d.text.strip() or text_block is not None):
-            if text_block is None:
+        # one delta may end a call, carry text and start calls: keep that order on the wire,
+        # since each block must be complete before the next one starts
+        fresh = [tc for tc in d.tool_calls if tc.id is not None]
+        fragments: dict[int, list[str]] = {}
+        for tc in d.tool_calls:
+            if tc.id is None and tc.arguments:
+                fragments.setdefault(tc.index, []).append(tc.arguments)
+        started = {tc.index for tc in fresh}
+        for i, parts in fragments.items():
+            if i not in started:
+                await arguments(i, parts)
+        text_open = text_block is not None and open_block == text_block
+        if d.text and (d.text.strip() or text_open):
+            if not text_open:  # text after a tool call goes in a new text block
                 if open_block is not None:
                     await event("content_block_stop", {"index": open_block})
                 text_block = open_block = next_index
@@ -306,22 +328,15 @@ async def _stream(
                 "content_block_delta",
                 {"index": text_block, "delta": {"type": "text_delta", "text": d.text}},
             )
-        for tc in d.tool_calls:
-            if tc.id is not None:
-                if open_block is not None:
-                    await event("content_block_stop", {"index": open_block})
-                tool_blocks[tc.index] = open_block = next_index
-                next_index += 1
-                block = _tool_block(tc.id, tc.name, "")
-                await event("content_block_start", {"index": open_block, "content_block": block})
-            elif tc.arguments:
-                await event(
-                    "content_block_delta",
-                    {
-                        "index": tool_blocks[tc.index],
-                        "delta": {"type": "input_json_delta", "partial_json": tc.arguments},
-                    },
-                )
+        for tc in fresh:
+            if open_block is not None:
+                await event("content_block_stop", {"index": open_block})
+            tool_blocks[tc.index] = open_block = next_index
+            next_index += 1
+            block = _tool_block(tc.id, tc.name, "")
+            await event("content_block_start", {"index": open_block, "content_block": block})
+            if tc.index in fragments:
+                await arguments(tc.index, fragments[tc.index])
         if d.finish_reason:
             last = d
     if last is None or last.finish_reason in ("error", "cancelled"):

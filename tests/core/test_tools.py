@@ -10,21 +10,57 @@ from app.core.tools import Tool, ToolCallParser, detect_family, tool_call_constr
 
 W = '{"city": "Paris", "unit": "°C"}'
 FIXTURES = [
-    ("hermes", f'Let me check.<tool_call>\n{{"name": "get_weather", "arguments": {W}}}\n</tool_call>',
-     "Let me check.", [("get_weather", W)]),
-    ("hermes", f'<tool_call>{{"name": "a", "arguments": {{}}}}</tool_call>\n<tool_call>{{"name": "b", "arguments": {W}}}</tool_call>',
-     "\n", [("a", "{}"), ("b", W)]),
+    (
+        "hermes",
+        f'Let me check.<tool_call>\n{{"name": "get_weather", "arguments": {W}}}\n</tool_call>',
+        "Let me check.",
+        [("get_weather", W)],
+    ),
+    (
+        "hermes",
+        f'<tool_call>{{"name": "a", "arguments": {{}}}}</tool_call>\n<tool_call>{{"name": "b", "arguments": {W}}}</tool_call>',
+        "\n",
+        [("a", "{}"), ("b", W)],
+    ),
     ("llama3", f'{{"name": "get_weather", "parameters": {W}}}', "", [("get_weather", W)]),
-    ("llama3", '<|python_tag|>brave_search.call(query="paris weather")', "",
-     [("brave_search.call", '{"query": "paris weather"}')]),
-    ("mistral", f'[TOOL_CALLS][{{"name": "get_weather", "arguments": {W}}}]', "", [("get_weather", W)]),
-    ("qwen3coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
-     "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>", "", [("get_weather", '{"city": "Paris", "days": 3}')]),
-    ("harmony", f"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{W}<|call|>", "",
-     [("get_weather", W)]),
-    ("deepseek", f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{W}\n```"
-     "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "<｜tool▁calls▁begin｜><｜tool▁calls▁end｜>", [("get_weather", W)]),
-    ("hermes", "No tools needed: 2 < 3 and <tool is not a tag.", "No tools needed: 2 < 3 and <tool is not a tag.", []),
+    (
+        "llama3",
+        '<|python_tag|>brave_search.call(query="paris weather")',
+        "",
+        [("brave_search.call", '{"query": "paris weather"}')],
+    ),
+    (
+        "mistral",
+        f'[TOOL_CALLS][{{"name": "get_weather", "arguments": {W}}}]',
+        "",
+        [("get_weather", W)],
+    ),
+    (
+        "qwen3coder",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+        "",
+        [("get_weather", '{"city": "Paris", "days": 3}')],
+    ),
+    (
+        "harmony",
+        f"<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{W}<|call|>",
+        "",
+        [("get_weather", W)],
+    ),
+    (
+        "deepseek",
+        f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{W}\n```"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁calls▁end｜>",
+        [("get_weather", W)],
+    ),
+    (
+        "hermes",
+        "No tools needed: 2 < 3 and <tool is not a tag.",
+        "No tools needed: 2 < 3 and <tool is not a tag.",
+        [],
+    ),
     ("hermes", "<tool_call>not json</tool_call>", "<tool_call>not json</tool_call>", []),
 ]
 
@@ -70,9 +106,15 @@ def test_utf8_and_tag_cut_at_every_point() -> None:
 
 @pytest.mark.parametrize(
     ("template", "family"),
-    [("{{ '<tool_call>' }}", "hermes"), ("<|python_tag|>{{ x }}", "llama3"), ("[TOOL_CALLS]", "mistral"),
-     ("<function=x><parameter=y>", "qwen3coder"), ("<|channel|>", "harmony"), ("<｜tool▁call▁begin｜>", "deepseek"),
-     (None, "hermes")],
+    [
+        ("{{ '<tool_call>' }}", "hermes"),
+        ("<|python_tag|>{{ x }}", "llama3"),
+        ("[TOOL_CALLS]", "mistral"),
+        ("<function=x><parameter=y>", "qwen3coder"),
+        ("<|channel|>", "harmony"),
+        ("<｜tool▁call▁begin｜>", "deepseek"),
+        (None, "hermes"),
+    ],
 )
 def test_detect_family(template: str | None, family: str) -> None:
     assert detect_family(template) == family
@@ -80,10 +122,283 @@ def test_detect_family(template: str | None, family: str) -> None:
 
 def test_forced_call_schema_has_one_alternative_per_tool() -> None:
     params = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-    kind, spec = tool_call_constraint([Tool("get_weather", "", params), Tool("now", "", {})], parallel=True)
+    kind, spec = tool_call_constraint(
+        [Tool("get_weather", "", params), Tool("now", "", {})], parallel=True
+    )
     spec = json.loads(spec)
     assert kind == "tool_call" and spec["parallel"] is True
     alts = spec["schema"]["oneOf"]
     assert [a["properties"]["name"]["const"] for a in alts] == ["get_weather", "now"]
     assert alts[0]["properties"]["arguments"] == params
     assert alts[1]["properties"]["arguments"]["additionalProperties"] is False
+
+
+# --- arguments streamed as they are generated ---------------------------------------------------
+
+LONG = {
+    "text": "The quick brown fox jumps over the lazy dog. " * 3
+    + 'Ünïcødé 🌊 "quoted" \\ back\nslash',
+    "n": [1, -2.5e3, True, None, {}],
+    "nested": {"a": {"b": []}, "c": "d"},
+}
+LONG_RAW = json.dumps(LONG, ensure_ascii=False, indent=1)  # raw UTF-8, newlines between tokens
+LONG_ESC = json.dumps(LONG)  # \\u escapes, a surrogate pair among them
+QWEN_PARAMS = "".join(
+    f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+    for k, v in LONG.items()
+)
+# (family, raw output, text, calls as (name, arguments), where the first call's name is complete)
+STREAMED = [
+    (
+        "hermes",
+        f'Sure.<tool_call>\n{{"name": "note", "arguments": {LONG_RAW}}}\n</tool_call>',
+        "Sure.",
+        [("note", LONG)],
+        '"note"',
+    ),
+    (
+        "hermes",
+        f'<tool_call>{{"id": 1, "arguments": {LONG_ESC}, "name": "note"}}</tool_call>',
+        "",
+        [("note", LONG)],
+        '"note"',
+    ),
+    (
+        "hermes",
+        f'<tool_call>{{"name": "note", "arguments": {json.dumps(LONG_RAW)}}}</tool_call>',
+        "",
+        [("note", LONG)],
+        '"note"',
+    ),
+    (
+        "mistral",
+        f'[TOOL_CALLS][{{"name": "note", "arguments": {LONG_ESC}}}, {{"arguments": {{}}, "name": "now"}}]',
+        "",
+        [("note", LONG), ("now", {})],
+        '"note"',
+    ),
+    ("llama3", f' {{"name": "note", "parameters": {LONG_RAW}}}', "", [("note", LONG)], '"note"'),
+    (
+        "llama3",
+        f'<|python_tag|>{{"name": "note", "arguments": {LONG_ESC}}}; {{"name": "now", "parameters": {{}}}}',
+        "",
+        [("note", LONG), ("now", {})],
+        '"note"',
+    ),
+    (
+        "qwen3coder",
+        f"<tool_call>\n<function=note>\n{QWEN_PARAMS}</function>\n</tool_call>",
+        "",
+        [("note", LONG)],
+        "<function=note>",
+    ),
+    (
+        "harmony",
+        f"<|channel|>commentary to=functions.note <|constrain|>json<|message|>{LONG_RAW}<|call|>",
+        "",
+        [("note", LONG)],
+        "<|message|>",
+    ),
+    (
+        "deepseek",
+        f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>note\n```json\n{LONG_ESC}\n```<｜tool▁call▁end｜>",
+        "",
+        [("note", LONG)],
+        "```json\n",
+    ),
+]
+
+
+def trace(family: str, pieces: list[str]) -> tuple[str, list[tuple[int, str, int, str]]]:
+    """(text, events as (characters fed so far, "start" | "args", index, name or fragment))."""
+    p = ToolCallParser(family)
+    text, events, fed = [], [], 0
+    for piece in [*pieces, None]:
+        if piece is None:
+            ev = p.flush()
+        else:
+            ev, fed = p.feed(piece), fed + len(piece)
+        text.append(ev.text)
+        events += [(fed, "start", c.index, c.name) for c in ev.started]
+        events += [(fed, "args", i, frag) for i, frag in ev.arguments]
+    return "".join(text), events
+
+
+def check_calls(events: list[tuple[int, str, int, str]]) -> list[tuple[str, str]]:
+    """Each call starts once, before its fragments; (name, joined fragments) per call."""
+    calls: dict[int, list[str]] = {}
+    names: dict[int, str] = {}
+    for _, kind, i, value in events:
+        if kind == "start":
+            assert i not in names and i == len(names)
+            names[i], calls[i] = value, []
+        else:
+            assert i in names, "a fragment before its call started"
+            assert value
+            calls[i].append(value)
+    return [(names[i], "".join(calls[i])) for i in sorted(names)]
+
+
+@pytest.mark.parametrize(("family", "raw", "text", "calls", "named"), STREAMED)
+def test_streamed_calls_split_at_every_point(
+    family: str, raw: str, text: str, calls: list, named: str
+) -> None:
+    splits = [[raw[:cut], raw[cut:]] for cut in range(len(raw) + 1)] + [list(raw)]
+    for pieces in splits:
+        got_text, events = trace(family, pieces)
+        assert got_text == text
+        got = check_calls(events)
+        assert [(n, json.loads(a)) for n, a in got] == calls
+    # fed a character at a time, the first call's arguments come in many fragments (unless they
+    # came before the name, and so were held until it)
+    held = 0 <= raw.find('"arguments"') < raw.index(named)
+    assert len([e for e in events if e[1:3] == ("args", 0)]) > (0 if held else len(LONG))
+
+
+@pytest.mark.parametrize(("family", "raw", "text", "calls", "named"), STREAMED)
+def test_arguments_arrive_while_generated(
+    family: str, raw: str, text: str, calls: list, named: str
+) -> None:
+    pieces = [raw[i : i + 3] for i in range(0, len(raw), 3)]  # about a token each
+    _, events = trace(family, pieces)
+    started = [fed for fed, kind, i, _ in events if kind == "start" and i == 0]
+    fragments = [fed for fed, kind, i, _ in events if kind == "args" and i == 0]
+    assert started[0] <= raw.index(named) + len(named) + 2  # as soon as the name is complete
+    if 0 <= raw.find('"arguments"') < raw.index(named):  # held until the name is known, then sent
+        assert fragments[0] == started[0]
+        return
+    if family == "qwen3coder":  # a fragment per parameter as it closes, then the closing brace
+        assert len(fragments) == len(LONG) + 1 and fragments[0] <= raw.index("<parameter=n>")
+        return
+    assert len([f for f in fragments if f < raw.index("nested")]) >= 5  # long before the end
+
+
+@pytest.mark.parametrize(
+    ("family", "raw", "text", "calls", "named"),
+    STREAMED + [(f, r, t, c, "") for f, r, t, c in FIXTURES],
+)
+def test_cut_anywhere_calls_end_as_valid_json(
+    family: str, raw: str, text: str, calls: list, named: str
+) -> None:
+    """A stream that stops mid-call (max_tokens) still ends every started call with an object."""
+    for cut in range(len(raw) + 1):
+        got_text, events = trace(family, [raw[:cut]])
+        got = check_calls(events)
+        assert all(isinstance(json.loads(a), dict) for _, a in got), raw[:cut]
+        if not got:
+            assert got_text.strip() == raw[:cut].strip() or family == "deepseek"
+
+
+W_RAW = '{"city": "Paris", "unit": "°C"}'
+MALFORMED = [
+    # a bad token after the call started: the call ends with what was sent; the block's rest is dropped
+    (
+        "hermes",
+        '<tool_call>{"name": "f", "arguments": {"a": 1, "b": 2 3}}</tool_call>after',
+        "after",
+        [("f", {"a": 1, "b": 2})],
+    ),
+    (
+        "hermes",
+        '<tool_call>{"name": "f", "arguments": {"a": "x", "b": tru }}</tool_call>',
+        "",
+        [("f", {"a": "x"})],
+    ),
+    (
+        "hermes",
+        '<tool_call>{"name": "f", "arguments": {"a": [1, {"b": "c\\q"}]}}</tool_call>',
+        "",
+        [("f", {"a": [1, {"b": "c"}]})],
+    ),
+    (
+        "hermes",
+        '<tool_call>{"name": "f", "arguments": {"a": 1,}}</tool_call>',
+        "",
+        [("f", {"a": 1})],
+    ),
+    (
+        "hermes",
+        '<tool_call>{"name": "f", "arguments": {"a": 1}} trailing words</tool_call>',
+        "",
+        [("f", {"a": 1})],
+    ),
+    # the stream stops mid-call: closed as sent so far
+    ("hermes", '<tool_call>{"name": "f", "arguments": {"a": "hel', "", [("f", {"a": "hel"})]),
+    ("hermes", '<tool_call>{"name": "f", "arguments": {"a": 12', "", [("f", {"a": 12})]),
+    ("hermes", '<tool_call>{"name": "f", "arguments": {"a": 1, "b": 1.5e', "", [("f", {"a": 1})]),
+    ("hermes", '<tool_call>{"name": "f"', "", [("f", {})]),
+    ("mistral", '[TOOL_CALLS][{"name": "f", "arguments": {"a": [1, 2', "", [("f", {"a": [1, 2]})]),
+    (
+        "harmony",
+        '<|channel|>commentary to=functions.f <|message|>{"a": {"b": 1}, "c": oops}<|call|>',
+        "",
+        [("f", {"a": {"b": 1}})],
+    ),
+    (
+        "qwen3coder",
+        "<tool_call><function=f><parameter=a>1</parameter><parameter=b>unfinished",
+        "",
+        [("f", {"a": 1})],
+    ),
+    # raw control characters in strings (models write them) are escaped on the way through
+    (
+        "hermes",
+        '<tool_call>{"name": "f", "arguments": {"a": "x\ny\tz"}}</tool_call>',
+        "",
+        [("f", {"a": "x\ny\tz"})],
+    ),
+    # arguments that are not an object
+    ("hermes", '<tool_call>{"name": "f", "arguments": "not json"}</tool_call>', "", [("f", {})]),
+    ("hermes", '<tool_call>{"name": "f", "arguments": null}</tool_call>', "", [("f", {})]),
+    ("hermes", '<tool_call>{"name": "f"}</tool_call>', "", [("f", {})]),
+    # no call started yet: the block is text, as it was written
+    (
+        "hermes",
+        '<tool_call>{"arguments": {"a": 1}}</tool_call> ok',
+        '<tool_call>{"arguments": {"a": 1}}</tool_call> ok',
+        [],
+    ),
+    ("hermes", '<tool_call>{"name": 5}</tool_call>', '<tool_call>{"name": 5}</tool_call>', []),
+    ("hermes", "<tool_call></tool_call>", "<tool_call></tool_call>", []),
+    ("hermes", '<tool_call>{"na', '<tool_call>{"na', []),
+    (
+        "hermes",
+        f'<tool_call>oops <tool_call>{{"name": "f", "arguments": {W_RAW}}}</tool_call>',
+        "<tool_call>oops ",
+        [("f", json.loads(W_RAW))],
+    ),
+    (
+        "llama3",
+        '{"answer": 42} is the JSON you asked for',
+        '{"answer": 42} is the JSON you asked for',
+        [],
+    ),
+    ("mistral", "[TOOL_CALLS] sorry, no", "[TOOL_CALLS] sorry, no", []),
+    (
+        "harmony",
+        "<|channel|>commentary to=functions.f <|message|",
+        "<|channel|>commentary to=functions.f <|message|",
+        [],
+    ),
+    # formats without an end marker: after the calls, the stream is text again
+    (
+        "mistral",
+        f'[TOOL_CALLS][{{"name": "f", "arguments": {W_RAW}}}] Done.',
+        " Done.",
+        [("f", json.loads(W_RAW))],
+    ),
+    (
+        "llama3",
+        f'{{"name": "f", "parameters": {W_RAW}}}\nDone.',
+        "\nDone.",
+        [("f", json.loads(W_RAW))],
+    ),
+]
+
+
+@pytest.mark.parametrize(("family", "raw", "text", "calls"), MALFORMED)
+@pytest.mark.parametrize("step", [1, 4, 10_000])
+def test_malformed_blocks(family: str, raw: str, text: str, calls: list, step: int) -> None:
+    got_text, events = trace(family, [raw[i : i + step] for i in range(0, len(raw), step)])
+    assert got_text == text
+    assert [(n, json.loads(a)) for n, a in check_calls(events)] == calls
