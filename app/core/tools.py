@@ -730,16 +730,33 @@ _HEADERS = {
 }
 
 
-class _HeaderCall(_Block):
+class _OneCall(_Block):
+    """A block that holds at most one call, ended by ``_finish`` (once)."""
+
+    def __init__(self, parser: ToolCallParser, opener: str) -> None:
+        super().__init__(parser, opener)
+        self._call: ToolCall | None = None
+        self._done = False
+
+    def close(self, ev: ParseEvent) -> bool:
+        if self._call is None:
+            return False
+        if not self._done:
+            self._finish(self._call, ev)
+        return True
+
+    def _finish(self, call: ToolCall, ev: ParseEvent) -> None:
+        raise NotImplementedError
+
+
+class _HeaderCall(_OneCall):
     """One call: a header with the name, then the arguments JSON; text after it is ignored."""
 
     def __init__(self, parser: ToolCallParser, opener: str, header: re.Pattern[str]) -> None:
         super().__init__(parser, opener)
         self._header = header
-        self._call: ToolCall | None = None
         self._args = _ArgsValue()
         self._begun = False
-        self._done = False
 
     def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
         self.raw += chunk
@@ -766,19 +783,12 @@ class _HeaderCall(_Block):
             self.parser._fragment(call, self._args.take(), ev)
         return status, len(chunk)
 
-    def close(self, ev: ParseEvent) -> bool:
-        if self._call is None:
-            return False
-        if not self._done:
-            self._finish(self._call, ev)
-        return True
-
     def _finish(self, call: ToolCall, ev: ParseEvent) -> None:
         self.parser._fragment(call, self._args.take() + self._args.closing(), ev)
         self._done = True
 
 
-class _XmlCall(_Block):
+class _XmlCall(_OneCall):
     """qwen3coder: ``<function=NAME>`` starts the call; each complete ``<parameter=K>V</parameter>``
     adds ``"K": V`` to the arguments object, which ``</function>`` closes."""
 
@@ -787,10 +797,8 @@ class _XmlCall(_Block):
 
     def __init__(self, parser: ToolCallParser, opener: str) -> None:
         super().__init__(parser, opener)
-        self._call: ToolCall | None = None
         self._pos = 0
         self._params = 0
-        self._done = False
 
     def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
         self.raw += chunk
@@ -813,13 +821,6 @@ class _XmlCall(_Block):
         if end != -1:
             self._finish(call, ev)
         return _FED, len(chunk)
-
-    def close(self, ev: ParseEvent) -> bool:
-        if self._call is None:
-            return False
-        if not self._done:
-            self._finish(self._call, ev)
-        return True
 
     def _finish(self, call: ToolCall, ev: ParseEvent) -> None:
         self.parser._fragment(call, "}" if self._params else "{}", ev)
