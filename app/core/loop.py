@@ -49,7 +49,21 @@ class LoopThread:
         return self._thread.is_alive()
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Cancel what is still running on the loop (a task left pending would be destroyed
+        with a warning), then stop it and join the thread."""
         if not self._thread.is_alive():
             return
+        try:
+            self.submit(self._cancel_pending()).result(min(timeout, 5.0))
+        except (concurrent.futures.TimeoutError, RuntimeError) as e:
+            log.debug("loop stop: pending tasks not all cancelled: %r", e)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout)
+
+    async def _cancel_pending(self) -> None:
+        me = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
