@@ -219,6 +219,17 @@ class LlamaEngine:
         self._abort_cb = L.ggml_abort_callback(self._should_abort)
         self._no_abort = L.ggml_abort_callback()
         self._free_slots = list(range(self.max_sequences))
+        # Prompt-prefix reuse. Each slot remembers the tokens its cache holds, and how many of
+        # them were computed as whole micro-batches aligned at multiples of n_ubatch, the way a
+        # fresh run computes a prompt. Only those are reused: the rest of the prompt is then
+        # computed in the same batches as a fresh run would, so the output is bit-identical to
+        # an uncached run (greedy answers and seeds stay reproducible).
+        n_ubatch = int(L.llama_n_ubatch(self.ctx))
+        self._align = n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch)
+        self._kv: list[list[int]] = [[] for _ in range(self.max_sequences)]
+        self._exact = [0] * self.max_sequences
+        self.n_swa = int(L.llama_model_n_swa(self.model))
+        self.prompt_cache = os.environ.get("HEARTH_PROMPT_CACHE", "1") != "0"
 
     # -- helpers used from any thread (read-only vocab) ----------------------------------
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
@@ -313,9 +324,42 @@ class LlamaEngine:
             b.logits[n - 1] = 1
         b.n_tokens = n
 
+    def _take_slot(self, tokens: list[int]) -> int:
+        """The free slot whose cached tokens share the longest prefix with ``tokens``."""
+        best = max(self._free_slots, key=lambda sl: _common_prefix(self._kv[sl], tokens))
+        self._free_slots.remove(best)
+        return best
+
+    def _reuse(self, slot: int, tokens: list[int]) -> int:
+        """Keep the slot's cache for the whole aligned micro-batches it shares with ``tokens``
+        (never the last token: its logits are needed); drop the rest. Returns the kept length."""
+        kv = self._kv[slot]
+        keep = 0
+        if self.prompt_cache:
+            keep = min(_common_prefix(kv, tokens), self._exact[slot], len(tokens) - 1)
+            keep -= keep % self._align
+        if keep > 0 and self.n_swa > 0:
+            # sliding-window layers forget old positions: continuing at `keep` needs the last
+            # n_swa of them (llama-server's rule)
+            if L.llama_memory_seq_pos_min(self.mem, slot) > max(0, keep - self.n_swa):
+                keep = 0
+        if keep > 0 and not L.llama_memory_seq_rm(self.mem, slot, keep, -1):
+            keep = 0  # this memory cannot drop a tail (recurrent models): start over
+        if keep == 0:
+            L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+        del kv[keep:]
+        self._exact[slot] = keep
+        return keep
+
+    def _forget(self, slot: int) -> None:
+        L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+        self._kv[slot].clear()
+        self._exact[slot] = 0
+
     def begin(self, seq: Sequence) -> None:
         req: GenerationRequest = seq.request
-        slot = self._free_slots.pop(0)
+        tokens = list(req.prompt_tokens)
+        slot = self._take_slot(tokens)
         try:
             sampler = self._sampler(req.sampling, grammar_for(req.constraint), req.prompt_tokens)
         except (ValueError, InvalidRequest):
@@ -323,25 +367,31 @@ class LlamaEngine:
             raise
         state = _SeqState(slot, sampler)
         seq.engine_state = state
-        L.llama_memory_seq_rm(self.mem, slot, -1, -1)
-        tokens = list(req.prompt_tokens)
         if len(tokens) >= self.n_ctx:
             raise ValueError("prompt does not fit the context")
+        cached = self._reuse(slot, tokens)
+        seq.cached = cached
+        kv = self._kv[slot]
         # abort callback only while processing the prompt: checking it per graph node during
         # single-token decode would cost a GIL round trip per node
         self._aborting = seq
         L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
         try:
-            for start in range(0, len(tokens), self.n_batch):
+            for start in range(cached, len(tokens), self.n_batch):
                 if seq.cancelled:
                     return
                 chunk = tokens[start : start + self.n_batch]
                 self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
                 rc = L.llama_decode(self.ctx, self.batch)
-                if rc == 2 or seq.cancelled:  # aborted
+                if rc == 2 or seq.cancelled:  # aborted: what this chunk wrote is unknown
+                    self._forget(slot)
                     return
                 if rc != 0:
+                    self._forget(slot)
                     raise RuntimeError(f"llama_decode failed on the prompt (code {rc})")
+                kv.extend(chunk)
+            # whole micro-batches of the prompt: what a later prompt may reuse exactly
+            self._exact[slot] = len(tokens) - len(tokens) % self._align
         finally:
             L.llama_set_abort_callback(self.ctx, self._no_abort, None)
             self._aborting = None
@@ -372,6 +422,7 @@ class LlamaEngine:
             if st.pos + 1 >= self.n_ctx:
                 seq.finish("length")
                 continue
+            self._kv[st.slot].append(tok)
             b.token[n] = tok
             b.pos[n] = st.pos
             b.n_seq_id[n] = 1
@@ -385,13 +436,16 @@ class LlamaEngine:
         b.n_tokens = n
         rc = L.llama_decode(self.ctx, b)
         if rc != 0:
+            for seq in seqs:
+                if isinstance(seq.engine_state, _SeqState):
+                    self._forget(seq.engine_state.slot)
             raise RuntimeError(f"llama_decode failed (code {rc})")
 
     def embed(self, tokens: list[int]) -> list[float]:
         """The pooled, L2-normalized embedding of one input (worker thread only)."""
         if not tokens:
             raise ValueError("empty input")
-        L.llama_memory_seq_rm(self.mem, 0, -1, -1)
+        self._forget(0)
         self._fill(tokens, 0, 0, logits_last=False)
         for i in range(len(tokens)):
             self.batch.logits[i] = 1
@@ -431,8 +485,9 @@ class LlamaEngine:
         st = seq.engine_state
         if isinstance(st, _SeqState):
             L.llama_sampler_free(st.sampler)
-            L.llama_memory_seq_rm(self.mem, st.slot, -1, -1)
-            self._free_slots.append(st.slot)
+            if not self.prompt_cache:
+                self._forget(st.slot)
+            self._free_slots.append(st.slot)  # its cache stays, for the next prompt
             seq.engine_state = None
 
     def shutdown(self) -> None:
@@ -445,6 +500,14 @@ class LlamaEngine:
         if self.model:
             L.llama_model_free(self.model)
             self.model = None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 class _SeqState:

@@ -118,8 +118,9 @@ async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) ->
         text, final = await gen.collect()
         full = time.perf_counter() - t0
         assert final.usage is not None and final.usage.prompt_tokens > 1800
+        # another prompt (the same one would mostly come from the prompt cache)
         gen = await h.complete(
-            model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1
+            model.id, "Once more: " + prompt, sampling=SamplingParams(temperature=0), max_tokens=1
         )
         await asyncio.sleep(0.3)  # prompt processing is under way
         t1 = time.perf_counter()
@@ -203,3 +204,57 @@ async def test_seed_reproducible_and_sampling_params_applied(
         assert penalized != greedy
     finally:
         await h.close()
+
+
+# -- prompt-prefix cache --------------------------------------------------------------------------
+
+
+async def _turns(
+    h: Hearth, model_id: str, cancel_first: bool = False
+) -> list[tuple[str, list, int, int]]:
+    """A 3-turn conversation (greedy, logprobs): (text, logprobs, prompt, cached) per turn."""
+    g = SamplingParams(temperature=0)
+    conv = [ChatMessage("user", "Tell me about lighthouses, storms and ships. " * 70)]
+    out = []
+    if cancel_first:  # a prompt cancelled while being processed leaves no half-written cache
+        gen = await h.chat(model_id, conv, sampling=g, max_tokens=5)
+        await asyncio.sleep(0.15)
+        gen.cancel()
+        await gen.collect()
+    for turn in range(3):
+        gen = await h.chat(model_id, conv, sampling=g, max_tokens=24, logprobs=2)
+        text, lps, final = "", [], None
+        async for d in gen:
+            text += d.text
+            lps += [(x.token, x.logprob, x.top) for x in d.logprobs]
+            final = d if d.finish_reason else final
+        assert final is not None and final.usage is not None
+        out.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
+        conv += [
+            ChatMessage("assistant", text),
+            ChatMessage("user", f"And what happened on day {turn}? " * 25),
+        ]
+    return out
+
+
+async def test_prompt_cache_reuses_the_conversation_and_changes_no_bit(
+    tmp_path: Path, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Later turns reuse the earlier prompt's cache, and every logprob equals an uncached run's:
+    only whole micro-batches computed as a fresh run computes them are reused."""
+    results = {}
+    for cache in ("0", "1"):
+        monkeypatch.setenv("HEARTH_PROMPT_CACHE", cache)
+        h = make_hearth(tmp_path / f"c{cache}")
+        model, _ = h.import_model(smollm2_path)
+        try:
+            results[cache] = await _turns(h, model.id, cancel_first=cache == "1")
+        finally:
+            await h.close()
+    plain, cached = results["0"], results["1"]
+    assert [c for *_, c in plain] == [0, 0, 0]
+    assert cached[0][3] == 0 and cached[1][3] >= 512 and cached[2][3] >= cached[1][3]
+    assert all(c % 512 == 0 for *_, c in cached), "reuse is in whole micro-batches"
+    for turn, (a, b) in enumerate(zip(plain, cached, strict=True)):
+        assert a[0] == b[0] and a[2] == b[2], f"turn {turn}: the text changed"
+        assert a[1] == b[1], f"turn {turn}: the logprobs changed by reusing the cache"

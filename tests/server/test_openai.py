@@ -143,7 +143,10 @@ def test_unknown_model_404(served: Served) -> None:
         ({"logit_bias": {"50": 500}}, "logit_bias"),
         ({"logit_bias": {"abc": 1}}, "logit_bias"),
         ({"tools": [{"type": "function", "function": {"name": "no spaces allowed"}}]}, "tools[0]"),
-        ({"response_format": {"type": "json_object", "oops": 1}, "tool_choice": "required"}, "tool_choice"),
+        (
+            {"response_format": {"type": "json_object", "oops": 1}, "tool_choice": "required"},
+            "tool_choice",
+        ),
         ({"response_format": {"type": "yaml"}}, "response_format.type"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"stop": 7}, "stop"),
@@ -370,15 +373,21 @@ def test_health_and_models_answer_during_generation(served: Served) -> None:
 
 def test_n_choices_stream_and_not(served: Served) -> None:
     c = client(served)
-    r = c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=6, temperature=0, n=2)
+    r = c.chat.completions.create(
+        model=served.model_id, messages=MSG, max_tokens=6, temperature=0, n=2
+    )
     assert [ch.index for ch in r.choices] == [0, 1]
     assert r.choices[0].message.content == r.choices[1].message.content, "greedy choices agree"
     assert r.usage.completion_tokens == 12
-    seeded = c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=12, temperature=1.5,
-                                       seed=11, n=3)
+    seeded = c.chat.completions.create(
+        model=served.model_id, messages=MSG, max_tokens=12, temperature=1.5, seed=11, n=3
+    )
     assert len({ch.message.content for ch in seeded.choices}) > 1, "seeded choices still differ"
-    chunks = list(c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=6, temperature=0,
-                                            n=2, stream=True))
+    chunks = list(
+        c.chat.completions.create(
+            model=served.model_id, messages=MSG, max_tokens=6, temperature=0, n=2, stream=True
+        )
+    )
     by_index: dict[int, list] = {0: [], 1: []}
     for ch in chunks:
         by_index[ch.choices[0].index].append(ch.choices[0])
@@ -386,23 +395,36 @@ def test_n_choices_stream_and_not(served: Served) -> None:
         assert by_index[i][0].delta.role == "assistant"
         assert by_index[i][-1].finish_reason == "length"
         assert "".join(x.delta.content or "" for x in by_index[i]) == r.choices[i].message.content
-    comp = c.completions.create(model=served.model_id, prompt=["Water is", "Fire is"], max_tokens=3,
-                                temperature=0, n=2)
+    comp = c.completions.create(
+        model=served.model_id, prompt=["Water is", "Fire is"], max_tokens=3, temperature=0, n=2
+    )
     assert [ch.index for ch in comp.choices] == [0, 1, 2, 3]
     assert comp.choices[0].text == comp.choices[1].text != comp.choices[2].text
 
 
 def test_logit_bias_steers_sampling(served: Served) -> None:
     c = client(served)
-    base = c.completions.create(model=served.model_id, prompt="My favourite fruit is", max_tokens=4, temperature=0)
+    base = c.completions.create(
+        model=served.model_id, prompt="My favourite fruit is", max_tokens=4, temperature=0
+    )
     lm = served.call(served.service.scheduler.get(served.model_id))  # type: ignore[attr-defined]
     banana = lm.tokenize(" banana", add_special=False, parse_special=False)[0]
-    forced = c.completions.create(model=served.model_id, prompt="My favourite fruit is", max_tokens=3,
-                                  temperature=0, logit_bias={str(banana): 100})
+    forced = c.completions.create(
+        model=served.model_id,
+        prompt="My favourite fruit is",
+        max_tokens=3,
+        temperature=0,
+        logit_bias={str(banana): 100},
+    )
     assert forced.choices[0].text == lm.detokenize([banana] * 3)
     first = lm.tokenize(base.choices[0].text, add_special=False, parse_special=False)[0]
-    banned = c.completions.create(model=served.model_id, prompt="My favourite fruit is", max_tokens=4,
-                                  temperature=0, logit_bias={str(first): -100})
+    banned = c.completions.create(
+        model=served.model_id,
+        prompt="My favourite fruit is",
+        max_tokens=4,
+        temperature=0,
+        logit_bias={str(first): -100},
+    )
     assert lm.tokenize(banned.choices[0].text, add_special=False, parse_special=False)[0] != first
 
 
@@ -414,9 +436,14 @@ def test_tokenize_detokenize(served: Served) -> None:
     assert tokens and all(isinstance(t, int) for t in tokens)
     st, _, raw = raw_post(served, "/detokenize", {"model": served.model_id, "tokens": tokens})
     assert st == 200 and json.loads(raw)["content"] == text
-    st, _, raw = raw_post(served, "/tokenize", {"model": served.model_id, "content": text, "with_pieces": True})
+    st, _, raw = raw_post(
+        served, "/tokenize", {"model": served.model_id, "content": text, "with_pieces": True}
+    )
     pieces = json.loads(raw)["tokens"]
-    assert "".join(p["piece"] for p in pieces).replace("Ġ", " ") == text or pieces[0]["id"] == tokens[0]
+    assert (
+        "".join(p["piece"] for p in pieces).replace("Ġ", " ") == text
+        or pieces[0]["id"] == tokens[0]
+    )
     st, _, raw = raw_post(served, "/detokenize", {"model": served.model_id, "tokens": [10**9]})
     assert st == 400 and json.loads(raw)["error"]["param"] == "tokens"
     st, _, raw = raw_post(served, "/tokenize", {"model": "ghost", "content": "x"})
@@ -427,8 +454,14 @@ def test_logprobs_chat_and_completions(served: Served) -> None:
     import math
 
     c = client(served)
-    r = c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=5, temperature=0,
-                                  logprobs=True, top_logprobs=3)
+    r = c.chat.completions.create(
+        model=served.model_id,
+        messages=MSG,
+        max_tokens=5,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
     content = r.choices[0].logprobs.content
     assert len(content) == 5
     assert "".join(t.token for t in content) == r.choices[0].message.content
@@ -439,19 +472,42 @@ def test_logprobs_chat_and_completions(served: Served) -> None:
         assert abs(t.logprob - t.top_logprobs[0].logprob) < 1e-4
         assert bytes(t.bytes).decode(errors="replace") == t.token
         assert sum(math.exp(x.logprob) for x in t.top_logprobs) <= 1.0001
-    chunks = list(c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=5, temperature=0,
-                                            logprobs=True, stream=True))
-    streamed = [t for ch in chunks if ch.choices and ch.choices[0].logprobs for t in ch.choices[0].logprobs.content]
+    chunks = list(
+        c.chat.completions.create(
+            model=served.model_id,
+            messages=MSG,
+            max_tokens=5,
+            temperature=0,
+            logprobs=True,
+            stream=True,
+        )
+    )
+    streamed = [
+        t
+        for ch in chunks
+        if ch.choices and ch.choices[0].logprobs
+        for t in ch.choices[0].logprobs.content
+    ]
     assert [t.token for t in streamed] == [t.token for t in content]
     assert all(t.top_logprobs == [] for t in streamed)
-    plain = c.chat.completions.create(model=served.model_id, messages=MSG, max_tokens=2, temperature=0)
+    plain = c.chat.completions.create(
+        model=served.model_id, messages=MSG, max_tokens=2, temperature=0
+    )
     assert plain.choices[0].logprobs is None
-    comp = c.completions.create(model=served.model_id, prompt="One, two,", max_tokens=4, temperature=0, logprobs=2)
+    comp = c.completions.create(
+        model=served.model_id, prompt="One, two,", max_tokens=4, temperature=0, logprobs=2
+    )
     lp = comp.choices[0].logprobs
-    assert len(lp.tokens) == 4 and len(lp.token_logprobs) == 4 and all(len(t) <= 2 for t in lp.top_logprobs)
+    assert (
+        len(lp.tokens) == 4
+        and len(lp.token_logprobs) == 4
+        and all(len(t) <= 2 for t in lp.top_logprobs)
+    )
     assert lp.text_offset[0] == 0 and "".join(lp.tokens) == comp.choices[0].text
     with pytest.raises(openai.BadRequestError) as ei:
-        c.chat.completions.create(model=served.model_id, messages=MSG, top_logprobs=25, logprobs=True)
+        c.chat.completions.create(
+            model=served.model_id, messages=MSG, top_logprobs=25, logprobs=True
+        )
     assert ei.value.body["param"] == "top_logprobs"
 
 
@@ -473,24 +529,50 @@ def test_structured_output_json_schema_and_parse(served: Served) -> None:
     person = parsed.choices[0].message.parsed
     assert isinstance(person, Person) and isinstance(person.age, int)
     ask = [{"role": "user", "content": "What color is the sky?"}]
-    free = c.chat.completions.create(model=served.model_id, messages=ask, max_tokens=20, temperature=0)
-    assert not free.choices[0].message.content.lstrip().startswith("{"), "the model does not answer JSON by itself"
-    obj = c.chat.completions.create(model=served.model_id, messages=ask, max_tokens=20, temperature=0,
-                                    response_format={"type": "json_object"})
+    free = c.chat.completions.create(
+        model=served.model_id, messages=ask, max_tokens=20, temperature=0
+    )
+    assert not free.choices[0].message.content.lstrip().startswith("{"), (
+        "the model does not answer JSON by itself"
+    )
+    obj = c.chat.completions.create(
+        model=served.model_id,
+        messages=ask,
+        max_tokens=20,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
     assert obj.choices[0].message.content.startswith("{"), "json_object is enforced while sampling"
-    enum_schema = {"type": "object", "properties": {"color": {"type": "string", "enum": ["red", "blue"]}},
-                   "required": ["color"], "additionalProperties": False}
+    enum_schema = {
+        "type": "object",
+        "properties": {"color": {"type": "string", "enum": ["red", "blue"]}},
+        "required": ["color"],
+        "additionalProperties": False,
+    }
     strict = c.chat.completions.create(
-        model=served.model_id, messages=ask, max_tokens=40, temperature=0,
-        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": enum_schema, "strict": True}},
+        model=served.model_id,
+        messages=ask,
+        max_tokens=40,
+        temperature=0,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "c", "schema": enum_schema, "strict": True},
+        },
     )
     assert json.loads(strict.choices[0].message.content)["color"] in ("red", "blue")
     assert strict.choices[0].finish_reason == "stop"
     streamed = "".join(
         ch.choices[0].delta.content or ""
         for ch in c.chat.completions.create(
-            model=served.model_id, messages=ask, max_tokens=40, temperature=0, stream=True,
-            response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": enum_schema}},
+            model=served.model_id,
+            messages=ask,
+            max_tokens=40,
+            temperature=0,
+            stream=True,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "c", "schema": enum_schema},
+            },
         )
     )
     assert streamed == strict.choices[0].message.content
@@ -499,15 +581,29 @@ def test_structured_output_json_schema_and_parse(served: Served) -> None:
 @pytest.mark.parametrize(
     ("rf", "param"),
     [
-        ({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
-            "a": {"$ref": "#/definitions/missing"}}}}}, "response_format"),
+        (
+            {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "x",
+                    "schema": {
+                        "type": "object",
+                        "properties": {"a": {"$ref": "#/definitions/missing"}},
+                    },
+                },
+            },
+            "response_format",
+        ),
         ({"type": "xml"}, "response_format.type"),
         ({"type": "json_schema", "json_schema": "nope"}, "response_format.json_schema"),
     ],
 )
 def test_schema_that_cannot_compile_is_400(served: Served, rf: dict, param: str) -> None:
-    status, _, raw = raw_post(served, "/v1/chat/completions",
-                              {"model": served.model_id, "messages": MSG, "response_format": rf})
+    status, _, raw = raw_post(
+        served,
+        "/v1/chat/completions",
+        {"model": served.model_id, "messages": MSG, "response_format": rf},
+    )
     assert status == 400, raw
     assert json.loads(raw)["error"]["param"] == param
 
@@ -515,13 +611,46 @@ def test_schema_that_cannot_compile_is_400(served: Served, rf: dict, param: str)
 def test_deep_or_huge_schema_refused_and_server_survives(served: Served) -> None:
     for depth in (60_000, 40):  # llama.cpp #26600: a 60,000-deep grammar segfaulted llama-server
         deep = '{"type": "array", "items": ' * depth + '{"type": "string"}' + "}" * depth
-        body = (f'{{"model": "{served.model_id}", "messages": {json.dumps(MSG)}, "response_format": '
-                f'{{"type": "json_schema", "json_schema": {{"name": "d", "schema": {deep}}}}}}}')
+        body = (
+            f'{{"model": "{served.model_id}", "messages": {json.dumps(MSG)}, "response_format": '
+            f'{{"type": "json_schema", "json_schema": {{"name": "d", "schema": {deep}}}}}}}'
+        )
         status, _, raw = raw_post(served, "/v1/chat/completions", body.encode())
         assert status == 400, raw
         assert json.loads(raw)["error"]["param"] in ("response_format.json_schema.schema", None)
-    big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(1000)}}
-    status, _, raw = raw_post(served, "/v1/chat/completions", {"model": served.model_id, "messages": MSG,
-                              "response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": big}}})
-    assert status == 400 and json.loads(raw)["error"]["param"] == "response_format.json_schema.schema"
+    big = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "description": "x" * 100} for i in range(1000)},
+    }
+    status, _, raw = raw_post(
+        served,
+        "/v1/chat/completions",
+        {
+            "model": served.model_id,
+            "messages": MSG,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "b", "schema": big}},
+        },
+    )
+    assert (
+        status == 400 and json.loads(raw)["error"]["param"] == "response_format.json_schema.schema"
+    )
     assert client(served).models.retrieve(served.model_id).id == served.model_id
+
+
+def test_a_repeated_long_prompt_reports_cached_tokens(served: Served) -> None:
+    """The prompt cache shows in usage (cached_tokens) and timings (cache_n, prompt_n)."""
+    c = client(served)
+    kw = dict(
+        model=served.model_id,
+        messages=[{"role": "user", "content": "Describe the harbour at dawn. " * 120}],
+        max_tokens=4,
+        temperature=0,
+    )
+    first = c.chat.completions.create(**kw)
+    again = c.chat.completions.create(**kw)
+    assert first.choices[0].message.content == again.choices[0].message.content
+    n = again.usage.prompt_tokens
+    cached = again.usage.prompt_tokens_details.cached_tokens
+    assert n > 700 and 512 <= cached < n, (n, cached)
+    timings = again.model_dump()["timings"]
+    assert timings["cache_n"] == cached and timings["prompt_n"] == n - cached
