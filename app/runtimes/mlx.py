@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from app.runtimes.worker import DeltaStream, Sequence, Worker
 log = logging.getLogger(__name__)
 
 PREFILL_STEP = 512  # prompt chunk: the granularity of cancelling during prompt processing
+PENALTY_CONTEXT = 64  # tokens of history the repetition/presence/frequency penalties look at
 
 
 class _Cancelled(Exception):
@@ -30,13 +32,14 @@ def _import_mlx() -> tuple[Any, Any, Any, Any]:
     try:
         import mlx.core as mx
         from mlx_lm.generate import generate_step
+        from mlx_lm.models import cache as mlx_cache
         from mlx_lm.sample_utils import make_logits_processors, make_sampler
         from mlx_lm.utils import load as mlx_load
     except ImportError as e:
         raise RuntimeUnavailable(
             "MLX is not installed here (pip install 'hearth[mlx]': mlx-lm, and mlx[cpu] on Linux)"
         ) from e
-    return mx, generate_step, (make_sampler, make_logits_processors), mlx_load
+    return mx, generate_step, (make_sampler, make_logits_processors, mlx_cache), mlx_load
 
 
 class MlxEngine:
@@ -47,7 +50,7 @@ class MlxEngine:
     def __init__(self, model: LocalModel, options: LoadOptions) -> None:
         mx, self._generate_step, samplers, mlx_load = _import_mlx()
         self._mx = mx
-        self._make_sampler, self._make_processors = samplers
+        self._make_sampler, self._make_processors, self._cache_mod = samplers
         path = Path(model.path)
         cfg = _read_json(path / "config.json")
         if cfg.get("auto_map") or (path / "modeling.py").exists():
@@ -62,6 +65,13 @@ class MlxEngine:
         self.n_ctx = min(options.context_length or 4096, trained)
         self.seed = options.seed
         self._stream: Any = None
+        # Prompt-prefix reuse, as in the llama.cpp runtime: the cache of the last prompt is kept,
+        # and a later prompt reuses only its whole prefill chunks (PREFILL_STEP tokens, aligned
+        # from the start), which a fresh run computes the same way: answers do not change.
+        self.prompt_cache = os.environ.get("HEARTH_PROMPT_CACHE", "1") != "0"
+        self._cache: list[Any] | None = None
+        self._cache_tokens: list[int] = []
+        self._exact = 0
         self.guide = Guide(
             self.tokenizer._tokenizer,
             n_vocab=max(int(cfg.get("vocab_size") or 0), len(self.tokenizer._tokenizer)),
@@ -74,6 +84,26 @@ class MlxEngine:
         return list(tok.encode(text, add_special_tokens=add_special))
 
     # -- worker thread ----------------------------------------------------------------------
+    def _reuse(self, tokens: list[int]) -> tuple[list[Any], int]:
+        """The KV cache to continue from and how many of ``tokens`` it already holds."""
+        cm = self._cache_mod
+        cache, keep = self._cache, 0
+        self._cache = None  # taken: put back only when the generation ends cleanly
+        if cache is not None and self.prompt_cache and cm.can_trim_prompt_cache(cache):
+            common = 0
+            limit = min(len(self._cache_tokens), self._exact, len(tokens) - 1)
+            while common < limit and self._cache_tokens[common] == tokens[common]:
+                common += 1
+            keep = common - common % PREFILL_STEP
+            held = int(cache[0].offset)
+            if keep > 0 and cm.trim_prompt_cache(cache, held - keep) != held - keep:
+                keep = 0
+        if cache is None or keep == 0:
+            cache = cm.make_prompt_cache(self.model)
+        self._cache_tokens = tokens[:keep]
+        self._exact = keep
+        return cache, keep
+
     def begin(self, seq: Sequence) -> None:
         mx = self._mx
         if self._stream is None:  # MLX streams belong to the thread that made them
@@ -94,10 +124,18 @@ class MlxEngine:
             repetition_penalty=s.repeat_penalty if s.repeat_penalty != 1.0 else None,
             presence_penalty=s.presence_penalty or None,
             frequency_penalty=s.frequency_penalty or None,
-            repetition_context_size=64,
-            presence_context_size=64,
-            frequency_context_size=64,
+            repetition_context_size=PENALTY_CONTEXT,
+            presence_context_size=PENALTY_CONTEXT,
+            frequency_context_size=PENALTY_CONTEXT,
         )
+        tokens = list(req.prompt_tokens)
+        cache, cached = self._reuse(tokens)
+        seq.cached = cached
+        if processors and cached:
+            # mlx-lm shows processors only the tokens it was given: put back the cached
+            # prompt's tail, so penalties see the same history as in an uncached run
+            head = mx.array(tokens[max(0, cached - PENALTY_CONTEXT) : cached])
+            processors = [_with_history(p, head, mx) for p in processors]
 
         def progress(done: int, total: int) -> None:
             if seq.cancelled:
@@ -109,8 +147,9 @@ class MlxEngine:
         remaining = self.n_ctx - len(req.prompt_tokens)
         limit = remaining if req.max_tokens is None else min(req.max_tokens, remaining)
         gen = self._generate_step(
-            mx.array(list(req.prompt_tokens)),
+            mx.array(tokens[cached:]),
             self.model,
+            prompt_cache=cache,
             stream=self._stream,
             max_tokens=limit,
             sampler=sampler,
@@ -127,8 +166,13 @@ class MlxEngine:
             state.pending = next(gen)
         except _Cancelled:
             state.done = True
+            return  # the cache holds part of a prompt: it is dropped
         except StopIteration:
             state.done = True
+            return
+        # whole prefill chunks of this prompt (its last token is computed with the first step)
+        n = len(tokens) - 1
+        self._cache, self._cache_tokens, self._exact = cache, tokens, n - n % PREFILL_STEP
 
     def step(self, seqs: list[Sequence]) -> None:
         for seq in seqs:
@@ -175,10 +219,19 @@ class MlxEngine:
         if isinstance(st, _MlxState):
             st.gen.close()
             seq.engine_state = None
+        if seq.error is not None or seq.finish_reason == "error" or not self.prompt_cache:
+            self._cache = None  # a failed step may have left the layers' caches uneven
 
     def shutdown(self) -> None:
         self.model = None
         self.tokenizer = None
+
+
+def _with_history(processor: Any, head: Any, mx: Any) -> Any:
+    def run(tokens: Any, logits: Any) -> Any:
+        return processor(mx.concatenate([head, tokens]), logits)
+
+    return run
 
 
 class _MlxState:

@@ -346,3 +346,66 @@ def test_forced_tool_calls_are_valid_on_mlx(
             assert isinstance(a["city"], str) and len(a["city"]) <= 12
         else:
             assert choice == "required" and name == "get_time" and a == {}
+
+
+async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
+    tmp_path: Path, tiny_mlx: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation's later turns reuse the earlier prompt's prefill chunks; every logprob is
+    the same as without the cache (penalties included: they still see the cached history)."""
+    from app.core.library import ModelLibrary
+    from app.core.service import Hearth
+    from app.core.types import ChatMessage, LoadOptions, SamplingParams
+    from app.runtimes.mlx import PREFILL_STEP, MlxRuntime
+
+    sampling = SamplingParams(temperature=0, repeat_penalty=1.3)
+    results = {}
+    for cache in ("0", "1"):
+        monkeypatch.setenv("HEARTH_PROMPT_CACHE", cache)
+        lib = ModelLibrary(tmp_path / cache / "lib.json", tmp_path / cache / "models")
+        m, _ = lib.import_path(tiny_mlx)
+        h = Hearth(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: LoadOptions())
+        conv = [ChatMessage("user", "the sea is blue and the sky is grey " * 38)]
+        turns = []
+        try:
+            if cache == "1":  # a prompt cancelled during prefill leaves nothing half-made
+                gen = await h.chat(m.id, conv, sampling=sampling, max_tokens=3)
+                gen.cancel()
+                await gen.collect()
+            for turn in range(3):
+                gen = await h.chat(m.id, conv, sampling=sampling, max_tokens=12, logprobs=2)
+                text, lps, final = "", [], None
+                async for d in gen:
+                    text += d.text
+                    lps += [(x.token, x.logprob, x.top) for x in d.logprobs]
+                    final = d if d.finish_reason else final
+                assert final is not None and final.usage is not None
+                turns.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
+                conv += [
+                    ChatMessage("assistant", text),
+                    ChatMessage("user", f"a cat sits {turn} " * 10),
+                ]
+            # token prompts that go just past a chunk: fewer new tokens than the penalties'
+            # window, so the cached history must be shown to them
+            ids = [5 + (i * 7) % 300 for i in range(PREFILL_STEP + 40)]
+            for prompt in (ids, ids[: PREFILL_STEP + 20] + [9, 8, 7]):
+                gen = await h.complete(m.id, prompt, sampling=sampling, max_tokens=12, logprobs=2)
+                text, lps, final = "", [], None
+                async for d in gen:
+                    text += d.text
+                    lps += [(x.token, x.logprob, x.top) for x in d.logprobs]
+                    final = d if d.finish_reason else final
+                assert final is not None and final.usage is not None
+                turns.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
+        finally:
+            await h.close()
+        results[cache] = turns
+    plain, cached = results["0"], results["1"]
+    assert plain[0][2] > PREFILL_STEP + 1, "the first prompt spans a whole prefill chunk"
+    assert [c for *_, c in plain] == [0] * 5
+    assert cached[0][3] == 0 and cached[1][3] >= PREFILL_STEP and cached[2][3] >= PREFILL_STEP
+    assert cached[4][3] == PREFILL_STEP
+    assert all(c % PREFILL_STEP == 0 for *_, c in cached)
+    for turn, (a, b) in enumerate(zip(plain, cached, strict=True)):
+        assert a[0] == b[0] and a[2] == b[2], f"turn {turn}: the text changed"
+        assert a[1] == b[1], f"turn {turn}: the logprobs changed by reusing the cache"
