@@ -131,9 +131,15 @@ class ChatTemplate:
         return FALLBACK_STOPS if self.is_fallback else ()
 
     def render(
-        self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True, **extra: Any
+        self,
+        messages: Sequence[ChatMessage],
+        /,
+        *,
+        add_generation_prompt: bool = True,
+        **extra: Any,
     ) -> str:
-        """Render ``messages`` to the prompt text.
+        """Render ``messages`` to the prompt text. ``extra`` holds any names (``self`` too: a
+        request's template variables arrive here), so the first two are positional-only.
 
         Raises:
             TemplateError: the template raised, escaped the sandbox, or produced too much.
@@ -159,7 +165,7 @@ class ChatTemplate:
         size = 0
         deadline = time.monotonic() + MAX_RENDER_SECONDS
         try:
-            for chunk in self._tpl.generate(**ctx):
+            for chunk in self._tpl.generate(ctx):  # a mapping: any names, 'self' too
                 size += len(chunk)
                 if size > MAX_OUTPUT_CHARS:
                     raise TemplateError(

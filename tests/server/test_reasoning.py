@@ -83,6 +83,9 @@ def test_template_variables_from_the_request(think_served: Served) -> None:
     assert off.usage.prompt_tokens > thinking.usage.prompt_tokens  # the empty think block
     effort = c.chat.completions.create(**kw, reasoning_effort="high")
     assert effort.usage.prompt_tokens > thinking.usage.prompt_tokens  # "Reasoning: high"
+    # any other name is just a variable, even one that is a parameter name of our own code
+    odd = c.chat.completions.create(**kw, extra_body={"chat_template_kwargs": {"self": 1}})
+    assert odd.choices[0].message.model_dump()["reasoning_content"]
     for body, param in (
         ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs"),
         ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
