@@ -210,9 +210,11 @@ class MlxEngine:
         top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
         if top_n > 0:
             ids = mx.argsort(-logprobs)[:top_n].tolist()
-            top = tuple((text(i), float(logprobs[i].item()), tuple(text(i).encode())) for i in ids)
+            top = tuple(
+                (text(i), _finite(logprobs[i].item()), tuple(text(i).encode())) for i in ids
+            )
         s = text(tok)
-        return TokenLogprob(s, float(logprobs[tok].item()), tuple(s.encode()), top)
+        return TokenLogprob(s, _finite(logprobs[tok].item()), tuple(s.encode()), top)
 
     def end(self, seq: Sequence) -> None:
         st = seq.engine_state
@@ -225,6 +227,14 @@ class MlxEngine:
     def shutdown(self) -> None:
         self.model = None
         self.tokenizer = None
+
+
+MIN_LOGPROB = -9999.0  # OpenAI's "very unlikely"; JSON has no -Infinity
+
+
+def _finite(logprob: float) -> float:
+    """A token the grammar forbids has logprob -inf (the mask comes before mlx-lm's softmax)."""
+    return float(logprob) if logprob > MIN_LOGPROB else MIN_LOGPROB
 
 
 def _with_history(processor: Any, head: Any, mx: Any) -> Any:

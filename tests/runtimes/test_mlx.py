@@ -249,6 +249,32 @@ def test_json_schema_is_enforced_on_mlx(mlx_served: Served, tiny_mlx: Path) -> N
     assert isinstance(parsed, Answer)
 
 
+def test_top_logprobs_under_a_grammar_are_valid_json(mlx_served: Served) -> None:
+    """Tokens the grammar forbids are at -inf: they are listed at -9999.0 (OpenAI's value for
+    "very unlikely"), never as -Infinity, which is no JSON."""
+    raw = client(mlx_served).chat.completions.with_raw_response.create(
+        model=mlx_served.model_id,
+        messages=[{"role": "user", "content": "hi"}],
+        max_tokens=8,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=5,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "a", "schema": {"type": "object", "properties": {}}},
+        },
+    )
+
+    def no_constants(c: str) -> None:
+        raise AssertionError(f"{c} in the response")
+
+    body = json.loads(raw.text, parse_constant=no_constants)
+    tops = [
+        t["logprob"] for e in body["choices"][0]["logprobs"]["content"] for t in e["top_logprobs"]
+    ]
+    assert -9999.0 in tops, "a forced token leaves forbidden ones in the top 5"
+
+
 def test_a_schema_that_cannot_compile_is_a_400_on_mlx(mlx_served: Served) -> None:
     c = client(mlx_served)
     with pytest.raises(openai.BadRequestError) as ei:
