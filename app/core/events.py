@@ -68,7 +68,9 @@ class RequestFinished(Event):
     prompt_tokens: int
     completion_tokens: int
     seconds: float
-    tokens_per_second: float
+    tokens_per_second: float  # decode speed the runtime measured; 0 when not a generation
+    prompt_tokens_per_second: float = 0.0  # prompt processing speed (uncached tokens only)
+    cached_tokens: int = 0  # prompt tokens reused from the prompt cache
 
 
 # -- downloads (app.core.downloads.DownloadManager publishes these) ----------------------------

@@ -145,7 +145,14 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """
     state = request.app[STATE]
     started = time.perf_counter()
-    request[REQUEST_LOG] = {"model": None, "prompt_tokens": 0, "completion_tokens": 0, "tps": 0.0}
+    request[REQUEST_LOG] = {
+        "model": None,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "cached_tokens": 0,
+        "tps": 0.0,
+        "prompt_tps": 0.0,
+    }
     cors: dict[str, str] = {}
     ollama = is_ollama_path(request.path)
     state.inflight += 1
@@ -225,6 +232,8 @@ def _log_request(request: web.Request, resp: web.StreamResponse, started: float)
         completion_tokens=info["completion_tokens"],
         seconds=secs,
         tokens_per_second=info["tps"],
+        prompt_tokens_per_second=info["prompt_tps"],
+        cached_tokens=info["cached_tokens"],
     )
     log.info("%s %s %d %.3fs", request.method, request.path, resp.status, secs)
     request.app[SERVICE].events.publish(ev)

@@ -113,8 +113,10 @@ def _note_usage(request: web.Request, model: str, final: Delta) -> None:
     if final.usage:
         info["prompt_tokens"] += final.usage.prompt_tokens
         info["completion_tokens"] += final.usage.completion_tokens
+        info["cached_tokens"] += final.usage.cached_tokens
     if final.timings:
         info["tps"] = final.timings.predicted_per_second
+        info["prompt_tps"] = final.timings.prompt_per_second
 
 
 def _final_error(final: Delta, request: web.Request) -> HearthError | None:

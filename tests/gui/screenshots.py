@@ -135,21 +135,29 @@ def main(out_dir: Path) -> int:
         wait_until(lambda: bool(w.server_page.url_edit.text()))
         url = w.server_page.url_edit.text()
 
+        notes = " ".join(f"Note {i}: the tea is warm and the cat is asleep." for i in range(60))
+        prompts = ["Hi!", "Name three rivers.", notes, notes, "Tell me a joke.", "Thanks!"]
+
         def client() -> None:
             with urllib.request.urlopen(f"{url}/models", timeout=30) as r:
                 r.read()
-            body = json.dumps(
-                {"model": mid, "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 24}
-            ).encode()
-            req = urllib.request.Request(
-                f"{url}/chat/completions", body, {"Content-Type": "application/json"}
-            )
-            with urllib.request.urlopen(req, timeout=60) as r:
-                r.read()
+            for text in prompts:  # the long one twice in a row: the second reuses the prompt cache
+                body = json.dumps(
+                    {
+                        "model": mid,
+                        "messages": [{"role": "user", "content": text}],
+                        "max_tokens": 24,
+                    }
+                ).encode()
+                req = urllib.request.Request(
+                    f"{url}/chat/completions", body, {"Content-Type": "application/json"}
+                )
+                with urllib.request.urlopen(req, timeout=300) as r:
+                    r.read()
 
         t = threading.Thread(target=client)
         t.start()
-        wait_until(lambda: w.server_page.request_model.rowCount() >= 2)
+        wait_until(lambda: w.server_page.request_model.rowCount() >= 1 + len(prompts), 600)
         t.join()
         settle()
         w.grab().save(str(out_dir / "screenshot-server.png"))

@@ -112,6 +112,91 @@ def test_a_chat_request_is_logged_with_tokens(
     assert float(r["tok/s"]) > 0
 
 
+LONG_PROMPT = " ".join(
+    f"Note {i}: the kettle is on the stove, the cat is on the mat, and the tea is warm."
+    for i in range(40)
+)  # about 900 tokens: two whole 512-token prefill chunks can come from the prompt cache
+
+
+def wait_answer(result: dict[str, Any], qtbot: QtBot) -> dict[str, Any]:
+    qtbot.waitUntil(lambda: "json" in result or "error" in result, timeout=SLOW)
+    assert result.get("status") == 200, result
+    return dict(result["json"])
+
+
+@pytest.mark.model
+def test_the_speed_chart_plots_each_generation_as_measured(
+    window: MainWindow, qtbot: QtBot, imported: str
+) -> None:
+    page = window.server_page
+    chart = page.speed_chart
+    assert chart.is_empty and chart.toolTip() == "No generations yet"
+    page.port_spin.setValue(0)
+    page.start_server()
+    qtbot.waitUntil(lambda: page.url_edit.text() != "", timeout=SLOW)
+    url = page.url_edit.text()
+
+    wait_answer(fetch_in_thread(f"{url}/models"), qtbot)
+    qtbot.waitUntil(lambda: page.request_model.rowCount() == 1, timeout=SLOW)
+    assert chart.is_empty  # listing models is no generation
+
+    body = {
+        "model": imported,
+        "messages": [{"role": "user", "content": LONG_PROMPT}],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    answers = []
+    for n in (1, 2):  # the same long prompt twice: the second reuses the first's prompt cache
+        answers.append(wait_answer(fetch_in_thread(f"{url}/chat/completions", body), qtbot))
+        qtbot.waitUntil(lambda n=n: len(chart.points) == n, timeout=SLOW)
+    assert page.request_model.rowCount() == 3
+
+    for point, answer, r in zip(
+        chart.points, answers, (row(page.request_model, 1), row(page.request_model, 0)), strict=True
+    ):
+        # the point is what the server measured and answered (timings are rounded to 3 places)
+        timings = answer["timings"]
+        assert point.decode_tps == pytest.approx(timings["predicted_per_second"], abs=1e-3)
+        assert point.prompt_tps == pytest.approx(timings["prompt_per_second"], abs=1e-3)
+        assert point.decode_tps > 0 and point.prompt_tps > 0
+        assert r["tok/s"] == f"{point.decode_tps:.1f}"  # the same request's table row
+    assert chart.decode_summary.latest == chart.points[-1].decode_tps
+    assert chart.prompt_summary.latest == chart.points[-1].prompt_tps
+    assert f"{chart.points[-1].decode_tps:.1f}" in chart.decode_summary.text()
+
+    first, second = (a["usage"] for a in answers)
+    assert first["prompt_tokens"] > 600
+    assert first["prompt_tokens_details"]["cached_tokens"] == 0
+    cached = second["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 512
+    assert answers[1]["timings"]["cache_n"] == cached
+    assert row(page.request_model, 1)["Tokens"] == (
+        f"{first['prompt_tokens']:,} in / {first['completion_tokens']:,} out"
+    )
+    assert row(page.request_model, 0)["Tokens"] == (
+        f"{second['prompt_tokens']:,} in ({cached:,} cached) / {second['completion_tokens']:,} out"
+    )
+
+    # the Ollama API logs the same measurements
+    ollama_body = {
+        "model": imported,
+        "messages": body["messages"],
+        "stream": False,
+        "options": {"num_predict": 8, "temperature": 0},
+    }
+    base = url.removesuffix("/v1")
+    ollama = wait_answer(fetch_in_thread(f"{base}/api/chat", ollama_body), qtbot)
+    qtbot.waitUntil(lambda: len(chart.points) == 3, timeout=SLOW)
+    point = chart.points[-1]
+    assert point.decode_tps == pytest.approx(
+        ollama["eval_count"] / ollama["eval_duration"] * 1e9, rel=1e-3
+    )
+    assert point.prompt_tps > 0
+    assert "cached) / " in row(page.request_model)["Tokens"]
+    assert not chart.grab().isNull()
+
+
 def test_a_busy_port_is_reported_inline(window: MainWindow, qtbot: QtBot) -> None:
     page = window.server_page
     with socket.socket() as busy:
@@ -146,3 +231,11 @@ def test_request_log_model_is_newest_first_and_capped() -> None:
     assert len(r["Time"]) == 8  # HH:MM:SS
     model.add(RequestFinished("GET", "/health", 200, None, 0, 0, 0.001, 0.0))
     assert (row(model)["Model"], row(model)["Tokens"], row(model)["tok/s"]) == ("", "", "")
+    model.add(
+        RequestFinished(
+            "POST", "/v1/chat/completions", 200, "m", 1200, 24, 0.9, 50.0,
+            prompt_tokens_per_second=2500.0, cached_tokens=1024,
+        )
+    )  # fmt: skip
+    assert row(model)["Tokens"] == "1,200 in (1,024 cached) / 24 out"
+    assert "prompt 2,500.0 tok/s" in model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)

@@ -52,23 +52,31 @@ class RequestLogModel(RowTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return self._display(e, col)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{e.method} {e.path} -> {e.status} in {e.seconds:.3f}s"
+            tip = f"{e.method} {e.path} -> {e.status} in {e.seconds:.3f}s"
+            if e.prompt_tokens_per_second > 0:
+                tip += f"; prompt {e.prompt_tokens_per_second:,.1f} tok/s"
+            return tip
         if role == Qt.ItemDataRole.TextAlignmentRole and col in _NUMERIC:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
     @staticmethod
     def _display(e: RequestFinished, col: int) -> str:
-        tokens = ""
-        if e.prompt_tokens or e.completion_tokens:
-            tokens = f"{e.prompt_tokens} in / {e.completion_tokens} out"
         values = (
             time.strftime("%H:%M:%S", time.localtime(e.at)),
             e.method,
             e.path,
             str(e.status),
             e.model or "",
-            tokens,
+            tokens_text(e),
             f"{e.tokens_per_second:.1f}" if e.tokens_per_second > 0 else "",
         )
         return values[col]
+
+
+def tokens_text(e: RequestFinished) -> str:
+    """``"1,200 in (1,024 cached) / 24 out"``; empty for a request without tokens."""
+    if not (e.prompt_tokens or e.completion_tokens):
+        return ""
+    cached = f" ({e.cached_tokens:,} cached)" if e.cached_tokens else ""
+    return f"{e.prompt_tokens:,} in{cached} / {e.completion_tokens:,} out"

@@ -24,6 +24,7 @@ from app.core.events import RequestFinished
 from app.gui.bridge import Bridge, error_text, log_failure
 from app.gui.models.request_log import COLUMNS, RequestLogModel
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.speed_chart import SpeedChart
 from app.server.runner import ServerController
 from app.settings import ServerSettings
 
@@ -35,13 +36,13 @@ _COLUMN_SAMPLES = (
     "/v1/chat/completions",
     "Status",
     "smollm2-135m-instruct.q4_1",
-    "12345 in / 12345 out",
+    "12,345 in (12,288 cached) / 1,234 out",
     "tok/s 00",
 )
 
 
 class ServerPage(QWidget):
-    """Start/Stop, address fields, the base URL to copy and the live request log."""
+    """Start/Stop, address fields, the base URL to copy, tok/s charts and the live request log."""
 
     state_changed = Signal(bool)  # running
 
@@ -55,6 +56,7 @@ class ServerPage(QWidget):
         self._starting = False  # busy starting (not stopping)
         self._stop_after_start = False
         self.request_model = RequestLogModel(parent=self)
+        self.speed_chart = SpeedChart()
 
         self.host_edit = QLineEdit("127.0.0.1")
         self.host_edit.setToolTip(
@@ -122,6 +124,8 @@ class ServerPage(QWidget):
         layout.addWidget(self.banner)
         layout.addLayout(form)
         layout.addWidget(hint)
+        layout.addWidget(QLabel("Speed of recent generations"))
+        layout.addWidget(self.speed_chart)
         layout.addWidget(QLabel("Recent requests"))
         layout.addWidget(self.request_table, 1)
 
@@ -222,6 +226,7 @@ class ServerPage(QWidget):
 
     def _on_bridge_request_finished(self, event: RequestFinished) -> None:
         self.request_model.add(event)
+        self.speed_chart.add(event)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _show_state(self) -> None:
