@@ -125,7 +125,7 @@ def main(out_dir: Path) -> int:
         done: list[str] = []
         chat.answer_finished.connect(done.append)
         chat.send("Give me three tips for a cozy evening at home.")
-        wait_until(lambda: bool(done))
+        wait_until(lambda: bool(done), 600)  # a busy machine decodes slowly
         settle()
         w.grab().save(str(out_dir / "screenshot-chat.png"))
 

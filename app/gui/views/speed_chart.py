@@ -8,7 +8,17 @@ from collections import deque
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPaintEvent, QPalette, QPen, QPolygonF
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QPixmap,
+    QPolygonF,
+    QResizeEvent,
+)
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.core.events import RequestFinished
@@ -69,7 +79,8 @@ class SpeedChart(QWidget):
     """Two small line charts over the last ``cap`` generations: decode and prompt tok/s.
 
     Points come from ``RequestFinished`` events (``add``); the summaries are computed once per
-    point so a repaint only draws at most ``2 * cap`` points.
+    point and the picture is drawn into a cached pixmap, so a repaint (expose, scroll, tooltip)
+    only copies the pixmap until a point is added or the size, palette or font changes.
     """
 
     def __init__(self, cap: int = DEFAULT_CAP, parent: QWidget | None = None) -> None:
@@ -78,6 +89,7 @@ class SpeedChart(QWidget):
         self._points: deque[SpeedPoint] = deque(maxlen=cap)
         self._decode = SeriesSummary(None, None)
         self._prompt = SeriesSummary(None, None)
+        self._picture: QPixmap | None = None
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMinimumHeight(130)
         self._update_text()
@@ -91,13 +103,13 @@ class SpeedChart(QWidget):
             SpeedPoint(event.at, event.tokens_per_second, max(event.prompt_tokens_per_second, 0.0))
         )
         self._summarize()
-        self.update()
+        self._invalidate()
         return True
 
     def clear(self) -> None:
         self._points.clear()
         self._summarize()
-        self.update()
+        self._invalidate()
 
     @property
     def points(self) -> tuple[SpeedPoint, ...]:
@@ -139,12 +151,31 @@ class SpeedChart(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
-            self.update()
+            self._invalidate()
         super().changeEvent(event)
 
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self._picture = None
+        super().resizeEvent(event)
+
     def paintEvent(self, event: QPaintEvent) -> None:
-        pal = self.palette()
+        if self._picture is None:
+            self._picture = self._render()
         p = QPainter(self)
+        p.drawPixmap(0, 0, self._picture)
+        p.end()
+
+    def _invalidate(self) -> None:
+        self._picture = None
+        self.update()
+
+    def _render(self) -> QPixmap:
+        dpr = self.devicePixelRatioF()
+        picture = QPixmap(self.size() * dpr)
+        picture.setDevicePixelRatio(dpr)
+        picture.fill(Qt.GlobalColor.transparent)
+        pal = self.palette()
+        p = QPainter(picture)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         frame = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
         p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
@@ -176,6 +207,7 @@ class SpeedChart(QWidget):
                 _PROMPT_DARK if dark else _PROMPT_LIGHT,
             )
         p.end()
+        return picture
 
     def _paint_empty(self, p: QPainter, frame: QRectF) -> None:
         pal = self.palette()
@@ -277,12 +309,14 @@ class SpeedChart(QWidget):
         p.setPen(QPen(color, 1.6))
         if len(pts) > 1:
             p.drawPolyline(QPolygonF(pts))
-        p.setBrush(color)
-        radius = 2.0 if len(pts) > 20 else 2.6
-        for pt in pts[:-1]:
-            p.drawEllipse(pt, radius, radius)
-        p.drawEllipse(pts[-1], 3.6, 3.6)  # the latest stands out
-        p.setBrush(Qt.BrushStyle.NoBrush)
+        # dots are round-capped points: one call for all of them
+        dot = QPen(color, 4.0 if len(pts) > 20 else 5.2)
+        dot.setCapStyle(Qt.PenCapStyle.RoundCap)
+        p.setPen(dot)
+        p.drawPoints(QPolygonF(pts))
+        dot.setWidthF(7.2)  # the latest stands out
+        p.setPen(dot)
+        p.drawPoint(pts[-1])
 
 
 def _summary(values: list[float]) -> SeriesSummary:
