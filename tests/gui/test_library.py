@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QMessageBox
 from pytestqt.qtbot import QtBot
@@ -80,6 +80,20 @@ def _mime(*paths: Path) -> QMimeData:
     return mime
 
 
+# the drag events take a QPoint in PySide6 <= 6.11 and a QPointF since
+try:
+    QDragEnterEvent(
+        QPointF(1, 1),
+        Qt.DropAction.CopyAction,
+        QMimeData(),
+        Qt.MouseButton.LeftButton,
+        Qt.KeyboardModifier.NoModifier,
+    )
+    _POS: QPoint | QPointF = QPointF(50, 50)
+except TypeError:
+    _POS = QPoint(50, 50)
+
+
 def test_dropping_a_gguf_on_the_window_imports_it(
     window: MainWindow, qtbot: QtBot, smollm2_path: Path, tmp_path: Path
 ) -> None:
@@ -90,7 +104,7 @@ def test_dropping_a_gguf_on_the_window_imports_it(
     # the events do not own their QMimeData: keep each one referenced while in use
     text_only = _mime(text_file)
     enter = QDragEnterEvent(
-        QPointF(50, 50),
+        _POS,
         Qt.DropAction.CopyAction,
         text_only,
         Qt.MouseButton.LeftButton,
@@ -101,7 +115,7 @@ def test_dropping_a_gguf_on_the_window_imports_it(
 
     mime = _mime(smollm2_path, text_file)
     enter = QDragEnterEvent(
-        QPointF(50, 50),
+        _POS,
         Qt.DropAction.CopyAction,
         mime,
         Qt.MouseButton.LeftButton,
@@ -110,7 +124,7 @@ def test_dropping_a_gguf_on_the_window_imports_it(
     QApplication.sendEvent(window, enter)
     assert enter.isAccepted()
     drop = QDropEvent(
-        QPointF(50, 50),
+        _POS,
         Qt.DropAction.CopyAction,
         mime,
         Qt.MouseButton.LeftButton,
