@@ -51,7 +51,9 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
 
     def load_defaults() -> LoadOptions:
         d = store.load().load
-        return LoadOptions(context_length=d.context_length, threads=d.threads, batch_size=d.batch_size)
+        return LoadOptions(
+            context_length=d.context_length, threads=d.threads, batch_size=d.batch_size
+        )
 
     def jit_ttl() -> float | None:
         d = store.load().load
@@ -258,22 +260,35 @@ def cmd_ps(args: argparse.Namespace) -> int:
         else:
             until = f"{max(0, int(m['expires_at'] - now))}s"
         rows.append(
-            (m["id"], m["runtime"], str(m["context_length"]), _human_bytes(m["memory_bytes"]),
-             until, str(m["pending_requests"]))
+            (
+                m["id"],
+                m["runtime"],
+                str(m["context_length"]),
+                _human_bytes(m["memory_bytes"]),
+                until,
+                str(m["pending_requests"]),
+            )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     mem = data.get("memory") or {}
     if mem:
-        print(f"memory: {_human_bytes(mem['used'])} of {_human_bytes(mem['budget'])} budget", file=sys.stderr)
+        print(
+            f"memory: {_human_bytes(mem['used'])} of {_human_bytes(mem['budget'])} budget",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
 def cmd_load(args: argparse.Namespace) -> int:
     paths, _ = _context()
     url = _require_server(paths, args.url)
-    body: dict[str, Any] = {"model": args.model, "options": _load_options(args), "force": args.force}
+    body: dict[str, Any] = {
+        "model": args.model,
+        "options": _load_options(args),
+        "force": args.force,
+    }
     if args.ttl is not None:
         body["ttl"] = args.ttl
     if args.pin:
@@ -325,6 +340,7 @@ def _load_options(args: argparse.Namespace) -> dict[str, Any]:
         ("kv_type", "kv_type"),
         ("flash_attention", "flash_attention"),
         ("seed", "seed"),
+        ("parallel", "parallel"),
     ):
         v = getattr(args, flag, None)
         if v is not None:
@@ -735,6 +751,11 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"))
             s.add_argument("--flash-attention", choices=("auto", "on", "off"))
             s.add_argument("--seed", type=int)
+            s.add_argument(
+                "--parallel",
+                type=int,
+                help="requests decoded together (each with the full context; memory grows)",
+            )
             s.add_argument("--no-mmap", action="store_true", help="read the weights into memory")
             s.add_argument("--mlock", action="store_true", help="lock the weights in RAM")
             s.add_argument("--ttl", help='unload after this long idle: seconds or "5m"; -1 = never')

@@ -70,6 +70,7 @@ def estimate_gguf(
     flash_attention: bool = False,
     n_vocab: int | None = None,
     embedding: bool | None = None,
+    parallel: int = 1,
 ) -> MemoryEstimate:
     """Estimate the resident memory of a GGUF model loaded with these options and run to a full
     context (what llama.cpp really touches, not just what it reserves).
@@ -83,6 +84,7 @@ def estimate_gguf(
         n_vocab: vocabulary size when the header's token list length is unknown.
         embedding: an embedding model (pooled outputs for every token, no KV cache for
             non-causal encoders); None = decide from the header.
+        parallel: sequences decoded together, each with its own ``context_length`` of cache.
 
     The per-element constants were fitted to resident-memory measurements of llama.cpp on a
     135M chat model at 1-4k context and a MiniLM embedder (see tests/runtimes/test_memory_estimate.py).
@@ -100,14 +102,15 @@ def estimate_gguf(
     is_embedding = header.is_embedding_model if embedding is None else embedding
     causal = header.arch_value("attention.causal") is not False
     per_elem = KV_BYTES.get(kv_type.lower(), 2.0)
-    kv = int(n_layer * n_ctx * n_head_kv * (head_k + head_v) * per_elem) if causal else 0
+    streams = 1 if is_embedding else max(1, parallel)
+    kv = int(n_layer * n_ctx * n_head_kv * (head_k + head_v) * per_elem) * streams if causal else 0
     vocab = n_vocab or header.array_lengths.get("tokenizer.ggml.tokens") or 32000
     # an embedding context takes a whole input as one micro-batch
     ub = n_ctx if is_embedding else max(1, min(batch_size, n_ctx))
     attn = int(ub * n_ctx * n_head * (1.0 if flash_attention else 6.5))
     act = ub * (8 * n_embd + (3 * n_ff if causal else 0)) * 4
     # pooled embeddings make llama.cpp keep an output row per token; generation keeps one
-    outputs = n_ctx * (vocab + n_embd) * 4 if is_embedding else vocab * 4
+    outputs = n_ctx * (vocab + n_embd) * 4 if is_embedding else vocab * 4 * streams
     return MemoryEstimate(weights, kv, attn + act + outputs, LLAMA_OVERHEAD, n_ctx)
 
 
@@ -194,6 +197,7 @@ def estimate_model(model: Any, options: Any) -> MemoryEstimate:
         batch_size=options.ubatch_size or options.batch_size,
         flash_attention=options.flash_attention == "on",
         embedding=bool(model.extra.get("embedding")),
+        parallel=options.parallel,
     )
 
 

@@ -25,6 +25,7 @@ _LIMITS: dict[str, tuple[int, int]] = {
     "batch_size": (1, 1 << 16),
     "ubatch_size": (0, 1 << 16),
     "gpu_layers": (-1, 100_000),
+    "parallel": (1, 16),
 }
 
 

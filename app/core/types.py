@@ -71,6 +71,8 @@ class LoadOptions:
     rope_freq_base: float = 0.0  # 0 = the model's
     rope_freq_scale: float = 0.0  # 0 = the model's
     seed: int | None = None
+    # requests decoded together in one batch (llama.cpp); each gets its own context_length
+    parallel: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,8 +181,11 @@ class LlamaEngine:
             n_ctx = min(n_ctx, n_train)
         threads = options.threads or physical_cores()
         self.is_embedding = bool(model.extra.get("embedding"))
+        # each of `parallel` sequences gets its own cache stream of n_ctx cells, so a
+        # sequence's cells lie as in a solo run and no request can crowd out another
+        parallel = 1 if self.is_embedding else max(1, options.parallel)
         cp = L.llama_context_default_params()
-        cp.n_ctx = n_ctx
+        cp.n_ctx = n_ctx * parallel
         cp.n_batch = min(options.batch_size, n_ctx)
         cp.n_ubatch = min(options.ubatch_size or options.batch_size, cp.n_batch)
         if self.is_embedding:
@@ -190,7 +193,8 @@ class LlamaEngine:
             cp.embeddings = True
             cp.pooling_type = -1
             cp.n_batch = cp.n_ubatch = n_ctx
-        cp.n_seq_max = 1
+        cp.n_seq_max = parallel
+        cp.kv_unified = False
         cp.n_threads = threads
         cp.n_threads_batch = threads
         cp.no_perf = True
@@ -208,11 +212,12 @@ class LlamaEngine:
             raise ModelLoadFailed(
                 f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}' (out of memory?)"
             )
-        self.n_ctx = L.llama_n_ctx(self.ctx)
+        self.n_ctx = L.llama_n_ctx_seq(self.ctx)  # per sequence
         self.n_batch = L.llama_n_batch(self.ctx)
         self.threads = threads
         self.mem = L.llama_get_memory(self.ctx)
-        self.max_sequences = 1
+        self.max_sequences = parallel
+        self.peak_batch = 0  # the most sequences decoded in one step so far
         self.batch = L.llama_batch_init(self.n_batch, 0, self.max_sequences)
         self._piece = ctypes.create_string_buffer(256)
         self._aborting: Sequence | None = None
@@ -396,26 +401,37 @@ class LlamaEngine:
             L.llama_set_abort_callback(self.ctx, self._no_abort, None)
             self._aborting = None
         state.pos = len(tokens)
-        state.logits_idx = self.batch.n_tokens - 1
         state.ready = True
+        self._sample(seq, state, self.batch.n_tokens - 1)
+
+    def _sample(self, seq: Sequence, st: _SeqState, idx: int) -> None:
+        """Pick the next token from the logits the last decode left at row ``idx``. Done right
+        after each decode: the next one (another sequence's prompt) overwrites the logits."""
+        tok = L.llama_sampler_sample(st.sampler, self.ctx, idx)
+        if L.llama_vocab_is_eog(self.vocab, tok):
+            st.next = (tok, b"", ())
+            return
+        k = L.llama_token_to_piece(self.vocab, tok, self._piece, 256, 0, False)
+        raw = self._piece.raw[:k] if k >= 0 else self.piece(tok)
+        lp = seq.request.logprobs
+        entry = (self._logprob(idx, tok, raw, lp),) if lp is not None else ()
+        st.next = (tok, raw, entry)
 
     def step(self, seqs: list[Sequence]) -> None:
-        """Sample one token for each sequence, emit it, then decode them all in one batch."""
+        """Emit each sequence's sampled token, decode them all in one batch, sample the next."""
         b = self.batch
         n = 0
+        decoded: list[tuple[Sequence, _SeqState]] = []
         for seq in seqs:
             st: _SeqState = seq.engine_state  # type: ignore[assignment]
-            if not st.ready:
+            if not st.ready or st.next is None:
                 seq.finish("cancelled" if seq.cancelled else "error")
                 continue
-            tok = L.llama_sampler_sample(st.sampler, self.ctx, st.logits_idx)
+            tok, raw, entry = st.next
+            st.next = None
             if L.llama_vocab_is_eog(self.vocab, tok):
                 seq.finish("stop")
                 continue
-            k = L.llama_token_to_piece(self.vocab, tok, self._piece, 256, 0, False)
-            raw = self._piece.raw[:k] if k >= 0 else self.piece(tok)
-            lp = seq.request.logprobs
-            entry = (self._logprob(st.logits_idx, tok, raw, lp),) if lp is not None else ()
             seq.emit_text(st.decoder.decode(raw), 1, entry)
             if seq.finish_reason is not None:
                 continue
@@ -428,18 +444,21 @@ class LlamaEngine:
             b.n_seq_id[n] = 1
             b.seq_id[n][0] = st.slot
             b.logits[n] = 1
-            st.logits_idx = n
+            decoded.append((seq, st))
             st.pos += 1
             n += 1
         if n == 0:
             return
         b.n_tokens = n
+        self.peak_batch = max(self.peak_batch, n)
         rc = L.llama_decode(self.ctx, b)
         if rc != 0:
             for seq in seqs:
                 if isinstance(seq.engine_state, _SeqState):
                     self._forget(seq.engine_state.slot)
             raise RuntimeError(f"llama_decode failed (code {rc})")
+        for i, (seq, st) in enumerate(decoded):
+            self._sample(seq, st, i)
 
     def embed(self, tokens: list[int]) -> list[float]:
         """The pooled, L2-normalized embedding of one input (worker thread only)."""
@@ -511,13 +530,14 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class _SeqState:
-    __slots__ = ("slot", "sampler", "pos", "logits_idx", "ready", "decoder")
+    __slots__ = ("slot", "sampler", "pos", "next", "ready", "decoder")
 
     def __init__(self, slot: int, sampler: Any) -> None:
         self.slot = slot
         self.sampler = sampler
         self.pos = 0
-        self.logits_idx = -1
+        # the token sampled after the last decode: (id, its bytes, its logprob entry)
+        self.next: tuple[int, bytes, tuple[TokenLogprob, ...]] | None = None
         self.ready = False
         # holds back an incomplete UTF-8 character until its last byte arrives
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
-from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
+from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
 from app.runtimes.guidance import Guide
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
@@ -51,6 +51,11 @@ class MlxEngine:
         mx, self._generate_step, samplers, mlx_load = _import_mlx()
         self._mx = mx
         self._make_sampler, self._make_processors, self._cache_mod = samplers
+        if options.parallel > 1:
+            raise InvalidRequest(
+                "MLX models decode one request at a time here; 'parallel' must be 1",
+                param="parallel",
+            )
         path = Path(model.path)
         cfg = _read_json(path / "config.json")
         if cfg.get("auto_map") or (path / "modeling.py").exists():

@@ -117,6 +117,13 @@ def test_estimate_follows_the_options(
     q8 = wait_estimate(qtbot, dialog, context_length=8192)
     assert int(q8["kv_cache"]) < int(big["kv_cache"])  # about half: 8-bit instead of 16
     assert dialog.kv_label.text() == f"{human_bytes(int(q8['kv_cache']))}  (8,192 tokens, q8_0)"
+
+    # parallel requests: one cache stream each, so four times the KV cache
+    dialog.parallel_spin.setValue(4)
+    qtbot.waitUntil(lambda: "4 × 8,192 tokens" in dialog.kv_label.text(), timeout=10_000)
+    par = wait_estimate(qtbot, dialog, context_length=8192)
+    assert int(par["kv_cache"]) == 4 * int(q8["kv_cache"])
+    assert dialog.options()["parallel"] == 4
     dialog.reject()
     assert gui_ctx.service.scheduler.loaded() == []  # Cancel loads nothing
 
@@ -298,7 +305,12 @@ def test_mlx_model_dialog_shows_only_what_mlx_reads(
     mid = window.library_page.table_model.ids()[0]
     dialog = open_dialog(window, qtbot, mid)
     form = dialog.options_form
-    for hidden in (dialog.kv_combo, dialog.flash_combo, dialog.gpu_layers_spin):
+    for hidden in (
+        dialog.kv_combo,
+        dialog.flash_combo,
+        dialog.gpu_layers_spin,
+        dialog.parallel_spin,
+    ):
         assert not form.isRowVisible(hidden)
     assert not form.isRowVisible(dialog.advanced_button)  # threads, batch, mmap, RoPE: llama.cpp
     assert dialog.context_spin.isVisible() and dialog.seed_spin.isVisible()

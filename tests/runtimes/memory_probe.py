@@ -1,6 +1,6 @@
 """Child process for the memory-estimate test: load with mmap off, fill the context, report RSS.
 
-Usage: python -m tests.runtimes.memory_probe FORMAT PATH CONTEXT HOME
+Usage: python -m tests.runtimes.memory_probe FORMAT PATH CONTEXT HOME [PARALLEL]
 Prints one JSON line: {"estimate": bytes, "measured": bytes, ...}.
 """
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 
-async def main(fmt: str, path: str, ctx: int, home: str) -> None:
+async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> None:
     from app.core import fit
     from app.core.library import ModelLibrary
     from app.core.service import Hearth
@@ -31,7 +31,7 @@ async def main(fmt: str, path: str, ctx: int, home: str) -> None:
         runtimes["mlx"] = MlxRuntime()
     lib = ModelLibrary(Path(home) / "lib.json", Path(home) / "models")
     model, _ = lib.import_path(path)
-    options = LoadOptions(context_length=ctx, use_mmap=False)
+    options = LoadOptions(context_length=ctx, use_mmap=False, parallel=parallel)
     h = Hearth(lib, runtimes, load_defaults=lambda: options, budget_bytes=lambda: 1 << 40)
     estimate = fit.estimate_model(model, options)
     if fmt == "gguf":  # the probe child runs once, outside this measurement
@@ -55,10 +55,17 @@ async def main(fmt: str, path: str, ctx: int, home: str) -> None:
         tokens = lm.tokenize(words * 2000, add_special=True, parse_special=False)[
             : lm.context_length - 2
         ]
-        gen = await h.complete(
-            model.id, tokens, sampling=SamplingParams(temperature=0), max_tokens=1
-        )
-        await gen.collect()
+
+        async def fill(i: int) -> None:  # a different prompt per sequence: one cache stream each
+            gen = await h.complete(
+                model.id,
+                [tokens[0], 100 + i, *tokens[2:]],
+                sampling=SamplingParams(temperature=0),
+                max_tokens=1,
+            )
+            await gen.collect()
+
+        await asyncio.gather(*(fill(i) for i in range(parallel)))
     after = fit.current_rss()
     print(
         json.dumps(
@@ -75,4 +82,5 @@ async def main(fmt: str, path: str, ctx: int, home: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+    par = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], par))

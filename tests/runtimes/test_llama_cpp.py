@@ -258,3 +258,65 @@ async def test_prompt_cache_reuses_the_conversation_and_changes_no_bit(
     for turn, (a, b) in enumerate(zip(plain, cached, strict=True)):
         assert a[0] == b[0] and a[2] == b[2], f"turn {turn}: the text changed"
         assert a[1] == b[1], f"turn {turn}: the logprobs changed by reusing the cache"
+
+
+# -- parallel sequences (continuous batching) -----------------------------------------------------
+
+
+async def test_parallel_sequences_decode_together_and_match_solo(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """With parallel=4, four requests decode in one batch, each in its own cache stream (so each
+    keeps the full context), and each answer is bit-identical to a solo run's."""
+    prompts = [
+        f"Write a short story about a {x}." for x in ("cat", "lighthouse", "dragon", "robot")
+    ]
+
+    async def answers(h: Hearth, model_id: str, together: bool) -> list[tuple[str, list]]:
+        async def one(p: str) -> tuple[str, list]:
+            gen = await h.chat(
+                model_id,
+                [ChatMessage("user", p)],
+                sampling=SamplingParams(temperature=0),
+                max_tokens=40,
+                logprobs=1,
+            )
+            text, lps = "", []
+            async for d in gen:
+                text += d.text
+                lps += [(x.token, x.logprob) for x in d.logprobs]
+            return text, lps
+
+        if together:
+            return list(await asyncio.gather(*(one(p) for p in prompts)))
+        return [await one(p) for p in prompts]
+
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    solo_h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=1024))
+    model, _ = solo_h.import_model(smollm2_path)
+    try:
+        solo = await answers(solo_h, model.id, together=False)
+    finally:
+        await solo_h.close()
+    h = Hearth(
+        lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=1024, parallel=4)
+    )
+    try:
+        lm = await h.load(model.id)
+        assert lm.context_length == 1024, "each sequence keeps the whole context"
+        together = await answers(h, model.id, together=True)
+        assert lm.engine.peak_batch == 4, "the four requests were decoded in one batch"  # type: ignore[attr-defined]
+        assert together == solo
+        # a prompt near the full context still fits while others run
+        long = "The sea. " * 300
+        gens = await asyncio.gather(
+            *(
+                h.complete(model.id, long + str(i), sampling=SamplingParams(), max_tokens=8)
+                for i in range(4)
+            )
+        )
+        finals = [(await g.collect())[1] for g in gens]
+        assert all(f.finish_reason == "length" and f.usage.prompt_tokens > 900 for f in finals)
+    finally:
+        await h.close()

@@ -16,9 +16,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def measure(fmt: str, path: Path, ctx: int, home: Path) -> dict:
+def measure(fmt: str, path: Path, ctx: int, home: Path, parallel: int = 1) -> dict:
     r = subprocess.run(
-        [sys.executable, "-m", "tests.runtimes.memory_probe", fmt, str(path), str(ctx), str(home)],
+        [
+            sys.executable,
+            "-m",
+            "tests.runtimes.memory_probe",
+            fmt,
+            str(path),
+            str(ctx),
+            str(home),
+            str(parallel),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -41,6 +50,12 @@ def check(name: str, d: dict) -> None:
 @pytest.mark.parametrize("ctx", [1024, 4096])
 def test_llama_chat_model(tmp_path: Path, smollm2_path: Path, ctx: int) -> None:
     check(f"SmolLM2-135M Q4_1 ctx {ctx}", measure("gguf", smollm2_path, ctx, tmp_path))
+
+
+@pytest.mark.model
+def test_llama_parallel_sequences(tmp_path: Path, smollm2_path: Path) -> None:
+    """Four sequences, each with its own 1024-token cache stream, all filled."""
+    check("SmolLM2-135M Q4_1 ctx 1024 x 4", measure("gguf", smollm2_path, 1024, tmp_path, 4))
 
 
 def test_llama_embedding_model(tmp_path: Path, embedding_gguf: Path) -> None:

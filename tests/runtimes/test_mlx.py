@@ -435,3 +435,21 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
     for turn, (a, b) in enumerate(zip(plain, cached, strict=True)):
         assert a[0] == b[0] and a[2] == b[2], f"turn {turn}: the text changed"
         assert a[1] == b[1], f"turn {turn}: the logprobs changed by reusing the cache"
+
+
+async def test_parallel_is_refused_not_ignored_on_mlx(tmp_path: Path, tiny_mlx: Path) -> None:
+    from app.core.library import ModelLibrary
+    from app.core.service import Hearth
+    from app.core.types import LoadOptions
+    from app.errors import InvalidRequest
+    from app.runtimes.mlx import MlxRuntime
+
+    lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
+    m, _ = lib.import_path(tiny_mlx)
+    h = Hearth(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: LoadOptions(parallel=2))
+    try:
+        with pytest.raises(InvalidRequest) as ei:
+            await h.load(m.id)
+        assert ei.value.param == "parallel"
+    finally:
+        await h.close()

@@ -159,6 +159,11 @@ class LoadDialog(QDialog):
         self.flash_combo = _combo(FLASH, _FLASH_TEXT)
         self.kv_combo = _combo(KV_TYPES, _KV_TEXT)
         self.seed_spin = _spin(-1, 2**31 - 1, 1, "Random")
+        self.parallel_spin = _spin(1, 16, 1)
+        self.parallel_spin.setToolTip(
+            "Requests decoded together in one batch. Each gets the whole context, so the KV "
+            "cache (and memory) grows with this number; answers do not change."
+        )
         self.threads_spin = _spin(0, max(4, (os.cpu_count() or 4) * 2), 1, "Auto (physical cores)")
         self.batch_spin = _spin(1, 1 << 16, 128)
         self.ubatch_spin = _spin(0, 1 << 16, 128, "Same as batch")
@@ -185,6 +190,7 @@ class LoadDialog(QDialog):
         self.options_form.addRow("Flash attention", self.flash_combo)
         self.options_form.addRow("KV cache type", self.kv_combo)
         self.options_form.addRow("Seed", self.seed_spin)
+        self.options_form.addRow("Parallel requests", self.parallel_spin)
 
         self.advanced_button = QToolButton()
         self.advanced_button.setText("Advanced options")
@@ -214,6 +220,7 @@ class LoadDialog(QDialog):
             "flash_attention": self.flash_combo,
             "kv_type": self.kv_combo,
             "seed": self.seed_spin,
+            "parallel": self.parallel_spin,
             "threads": self.threads_spin,
             "batch_size": self.batch_spin,
             "ubatch_size": self.ubatch_spin,
@@ -224,7 +231,7 @@ class LoadDialog(QDialog):
             "rope_freq_scale": self.rope_scale_spin,
         }
         if self.is_mlx:
-            for name in ("gpu_layers", "flash_attention", "kv_type"):
+            for name in ("gpu_layers", "flash_attention", "kv_type", "parallel"):
                 self.options_form.setRowVisible(self.editors[name], False)
             self.options_form.setRowVisible(self.advanced_button, False)
             self.options_form.setRowVisible(self.advanced_box, False)
@@ -345,6 +352,7 @@ class LoadDialog(QDialog):
             "flash_attention": self.flash_combo.currentData(),
             "kv_type": self.kv_combo.currentData(),
             "seed": None if seed < 0 else seed,
+            "parallel": self.parallel_spin.value(),
             "threads": self.threads_spin.value(),
             "batch_size": self.batch_spin.value(),
             "ubatch_size": self.ubatch_spin.value(),
@@ -389,6 +397,7 @@ class LoadDialog(QDialog):
         self.flash_combo.setCurrentIndex(max(0, self.flash_combo.findData(o.flash_attention)))
         self.kv_combo.setCurrentIndex(max(0, self.kv_combo.findData(o.kv_type)))
         self.seed_spin.setValue(-1 if o.seed is None else o.seed)
+        self.parallel_spin.setValue(o.parallel)
         self.threads_spin.setValue(o.threads)
         self.batch_spin.setValue(o.batch_size)
         self.ubatch_spin.setValue(o.ubatch_size)
@@ -479,9 +488,10 @@ class LoadDialog(QDialog):
         self.estimate = est
         kv_type = options.get("kv_type", "f16")  # MLX caches keys and values in f16
         self.weights_label.setText(human_bytes(est["weights"]))
-        self.kv_label.setText(
-            f"{human_bytes(est['kv_cache'])}  ({grouped(est['context_length'])} tokens, {kv_type})"
-        )
+        streams = int(options.get("parallel", 1) or 1)
+        per = f"{grouped(est['context_length'])} tokens"
+        per = f"{streams} × {per}" if streams > 1 else per
+        self.kv_label.setText(f"{human_bytes(est['kv_cache'])}  ({per}, {kv_type})")
         self.compute_label.setText(human_bytes(est["compute"]))
         self.overhead_label.setText(human_bytes(est["overhead"]))
         total = human_bytes(est["calibrated_total"])
