@@ -17,14 +17,35 @@ from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
 from app.server.schemas import (
     MAX_SCHEMA_DEPTH,
+    REASONING_EFFORTS,
     Body,
     _depth,
+    parse_template_vars,
     parse_ttl,
     schema_constraint,
 )
 from app.server.sse import SSEWriter
 
 routes = web.RouteTableDef()
+
+
+def _template_vars(b: Body) -> dict[str, Any] | None:
+    """``reasoning.effort`` (the Responses spelling of ``reasoning_effort``) and
+    ``chat_template_kwargs`` for the chat template."""
+    out = parse_template_vars(b) or {}
+    reasoning = b.data.get("reasoning")
+    if reasoning is not None:
+        if not isinstance(reasoning, dict):
+            raise InvalidRequest("'reasoning' must be an object", param="reasoning")
+        effort = reasoning.get("effort")
+        if effort is not None:
+            if effort not in REASONING_EFFORTS:
+                raise InvalidRequest(
+                    f"'reasoning.effort' must be one of {', '.join(REASONING_EFFORTS)}",
+                    param="reasoning.effort",
+                )
+            out["reasoning_effort"] = effort
+    return out or None
 
 
 def _content(content: Any, where: str) -> str:
@@ -256,6 +277,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         temperature=b.number("temperature", 1.0, lo=0.0, hi=2.0),
         top_p=b.number("top_p", 1.0, lo=0.0, hi=1.0),
     )
+    template_vars = _template_vars(b)
     request[REQUEST_LOG]["model"] = model
     gen = await service.chat(
         model,
@@ -267,6 +289,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
+        template_vars=template_vars,
     )
     rid, mid, created = "resp_" + uuid.uuid4().hex, "msg_" + uuid.uuid4().hex, int(time.time())
     state = request.app[STATE]

@@ -83,6 +83,10 @@ def test_template_variables_from_the_request(think_served: Served) -> None:
     assert off.usage.prompt_tokens > thinking.usage.prompt_tokens  # the empty think block
     effort = c.chat.completions.create(**kw, reasoning_effort="high")
     assert effort.usage.prompt_tokens > thinking.usage.prompt_tokens  # "Reasoning: high"
+    rkw = dict(model=think_served.model_id, input="What is 2+2?", max_output_tokens=4)
+    plain_r = c.responses.create(**rkw)
+    high_r = c.responses.create(**rkw, reasoning={"effort": "high"})
+    assert high_r.usage.input_tokens > plain_r.usage.input_tokens  # Responses spells it so
     # any other name is just a variable, even one that is a parameter name of our own code
     odd = c.chat.completions.create(**kw, extra_body={"chat_template_kwargs": {"self": 1}})
     assert odd.choices[0].message.model_dump()["reasoning_content"]
