@@ -81,6 +81,14 @@ class Guide:
         self._tokenizer: Any = None
         self._lock = threading.Lock()
 
+    def warm(self) -> None:
+        """Build the tokenizer view now (about a second for a large vocabulary), so the first
+        constrained request does not pay for it on the server's loop."""
+        try:
+            self._llg_tokenizer()
+        except Exception:  # noqa: BLE001 - reported again, as a 400, by the request that needs it
+            log.info("guided decoding: the tokenizer could not be prepared", exc_info=True)
+
     def _llg_tokenizer(self) -> Any:
         with self._lock:
             if self._tokenizer is None:

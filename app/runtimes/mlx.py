@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +339,7 @@ class MlxRuntime:
 
     def load(self, model: LocalModel, options: LoadOptions) -> MlxModel:
         engine = MlxEngine(model, options)
+        threading.Thread(target=engine.guide.warm, name="mlx-guide-warm", daemon=True).start()
         log.info("mlx: %s loaded (ctx %d)", model.id, engine.n_ctx)
         return MlxModel(model, engine, queue_size=self.queue_size)
 

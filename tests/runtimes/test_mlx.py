@@ -155,6 +155,12 @@ async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
                 break
             await asyncio.sleep(0.02)
         assert lm.pending == 0, "the cancelled generation kept the model busy"
+        # the grammar side of the tokenizer is prepared after the load, off the server's loop
+        for _ in range(250):
+            if lm.engine.guide._tokenizer is not None:  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.02)
+        assert lm.engine.guide._tokenizer is not None  # type: ignore[attr-defined]
         gen2 = await h.complete(m.id, "the", sampling=SamplingParams(temperature=0), max_tokens=3)
         _, final = await gen2.collect()
         assert final.finish_reason == "length" and final.usage.completion_tokens == 3
