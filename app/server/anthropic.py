@@ -12,7 +12,7 @@ from app.core.service import Hearth
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
+from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
 from app.server.schemas import Body, parse_ttl
 
 routes = web.RouteTableDef()
@@ -232,9 +232,7 @@ async def _whole(
         return web.json_response(_error(failed), status=500)
     reason, seq = _stop(final, stops)
     u = final.usage
-    request[REQUEST_LOG].update(
-        prompt_tokens=u.prompt_tokens if u else 0, completion_tokens=u.completion_tokens if u else 0
-    )
+    note_generation(request, model, final)
     text = "".join(parts)
     content: list[dict[str, Any]] = (
         [{"type": "text", "text": text}] if text.strip() or not calls else []
@@ -351,6 +349,7 @@ async def _stream(
         await event("content_block_stop", {"index": open_block})
         reason, seq = _stop(last, stops)
         u = last.usage
+        note_generation(request, model, last)
         await event(
             "message_delta",
             {

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from app.core.events import RequestFinished
 from app.core.service import Generation, Hearth
+from app.core.types import Delta
 from app.errors import HearthError
 from app.server.sse import error_body
 from app.settings import ServerSettings, key_matches
@@ -135,6 +136,20 @@ def origin_allowed(origin: str, state: ServerState) -> bool:
     if origin in state.settings.allowed_origins or "*" in state.settings.allowed_origins:
         return True
     return _is_loopback_origin(origin)
+
+
+def note_generation(request: web.Request, model: str, final: Delta) -> None:
+    """Put a finished generation's tokens and speeds in this request's log entry (added up
+    when one request runs several generations, as with n > 1)."""
+    info = request[REQUEST_LOG]
+    info["model"] = model
+    if final.usage:
+        info["prompt_tokens"] += final.usage.prompt_tokens
+        info["completion_tokens"] += final.usage.completion_tokens
+        info["cached_tokens"] += final.usage.cached_tokens
+    if final.timings:
+        info["tps"] = final.timings.predicted_per_second
+        info["prompt_tps"] = final.timings.prompt_per_second
 
 
 @web.middleware

@@ -37,7 +37,7 @@ from app.core.service import Generation, Hearth, ModelStatus
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, ModelNotFound, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
+from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
 from app.server.schemas import Body, parse_messages, parse_tool_list, schema_constraint
 
 log = logging.getLogger(__name__)
@@ -359,7 +359,7 @@ async def _respond(
                 calls.extend(ready)
                 if d.finish_reason:
                     final = d
-            _note(request, model_id, final)
+            note_generation(request, model_id, final)
             if final.finish_reason in ("error", "cancelled"):
                 raise HearthError(final.error or "the generation was stopped")
             return web.json_response(
@@ -397,7 +397,7 @@ async def _respond(
             )
             await line({"error": msg or "the generation was stopped"})
         else:
-            _note(request, model_id, last)
+            note_generation(request, model_id, last)
             await line(
                 {
                     "model": model_id,
@@ -412,18 +412,6 @@ async def _respond(
     finally:
         state.active.discard(gen)
         gen.cancel()
-
-
-def _note(request: web.Request, model_id: str, final: Delta) -> None:
-    info = request[REQUEST_LOG]
-    info["model"] = model_id
-    if final.usage:
-        info["prompt_tokens"] = final.usage.prompt_tokens
-        info["completion_tokens"] = final.usage.completion_tokens
-        info["cached_tokens"] = final.usage.cached_tokens
-    if final.timings:
-        info["tps"] = final.timings.predicted_per_second
-        info["prompt_tps"] = final.timings.prompt_per_second
 
 
 async def _jit(service: Hearth, model_id: str) -> int:

@@ -17,7 +17,7 @@ from app import __version__
 from app.core.service import Generation, Hearth, ModelStatus
 from app.core.types import Delta, SamplingParams, TokenLogprob, ToolCallDelta
 from app.errors import GenerationTimeout, HearthError, InvalidRequest
-from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
+from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
 from app.server.schemas import (
     Body,
     parse_embedding_input,
@@ -105,18 +105,6 @@ def _usage(d: Delta) -> dict[str, Any]:
         "prompt_tokens_details": {"cached_tokens": cached},
         "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens if u else 0},
     }
-
-
-def _note_usage(request: web.Request, model: str, final: Delta) -> None:
-    info = request[REQUEST_LOG]
-    info["model"] = model
-    if final.usage:
-        info["prompt_tokens"] += final.usage.prompt_tokens
-        info["completion_tokens"] += final.usage.completion_tokens
-        info["cached_tokens"] += final.usage.cached_tokens
-    if final.timings:
-        info["tps"] = final.timings.predicted_per_second
-        info["prompt_tps"] = final.timings.prompt_per_second
 
 
 def _final_error(final: Delta, request: web.Request) -> HearthError | None:
@@ -318,7 +306,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 g.cancel()
         done = [r.final for r in results]
         for f in done:
-            _note_usage(request, model, f)
+            note_generation(request, model, f)
             err = _final_error(f, request)
             if err:
                 raise err
@@ -389,7 +377,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                     last = d
             if last is None:
                 raise _StreamBroken("the generation ended without a result")
-            _note_usage(request, model, last)
+            note_generation(request, model, last)
             err = _final_error(last, request)
             if err:
                 raise err
@@ -467,7 +455,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         for i in range(len(prompts)):
             res = await _run_to_end(request, await start(i))
             text, final, lps = res.text, res.final, res.logprobs
-            _note_usage(request, model, final)
+            note_generation(request, model, final)
             err = _final_error(final, request)
             if err:
                 raise err
@@ -537,7 +525,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
                     last = d
             if last is None:
                 raise _StreamBroken("the generation ended without a result")
-            _note_usage(request, model, last)
+            note_generation(request, model, last)
             err = _final_error(last, request)
             if err:
                 raise err

@@ -14,7 +14,7 @@ from app.core.service import Hearth
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, STATE, read_json_body
+from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
 from app.server.schemas import (
     MAX_SCHEMA_DEPTH,
     REASONING_EFFORTS,
@@ -307,6 +307,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                     final = d
             if final is None or final.finish_reason in ("error", "cancelled"):
                 raise HearthError((final.error if final else None) or "the generation was stopped")
+            note_generation(request, model, final)
             text = "".join(pieces)
             output = [_message(mid, text, "completed")] if text.strip() or not calls else []
             output += [
@@ -407,6 +408,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
                 },
             )
             return await sse.close()
+        note_generation(request, model, last)
         text = "".join(parts)
         await event(
             "response.output_text.done",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import openai
 import pytest
@@ -130,28 +131,61 @@ def test_anthropic_messages(served: Served) -> None:
 
 def test_anthropic_tools(served: Served) -> None:
     c = anthropic.Anthropic(base_url=served.root, api_key="unused", max_retries=0, timeout=120)
-    tools = [{"name": "get_weather", "description": "Weather for a city",
-              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    tools = [
+        {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "input_schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
-    m = c.messages.create(model=served.model_id, max_tokens=80, tools=tools, messages=ask,
-                          tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
-                          extra_body={"temperature": 0})
+    m = c.messages.create(
+        model=served.model_id,
+        max_tokens=80,
+        tools=tools,
+        messages=ask,
+        tool_choice={"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+        extra_body={"temperature": 0},
+    )
     assert m.stop_reason == "tool_use"
     use = next(b for b in m.content if b.type == "tool_use")
     assert use.name == "get_weather" and isinstance(use.input, dict) and use.id.startswith("toolu_")
-    with c.messages.stream(model=served.model_id, max_tokens=80, tools=tools, messages=ask,
-                           tool_choice={"type": "any", "disable_parallel_tool_use": True},
-                           extra_body={"temperature": 0}) as stream:
+    with c.messages.stream(
+        model=served.model_id,
+        max_tokens=80,
+        tools=tools,
+        messages=ask,
+        tool_choice={"type": "any", "disable_parallel_tool_use": True},
+        extra_body={"temperature": 0},
+    ) as stream:
         final = stream.get_final_message()
     streamed = next(b for b in final.content if b.type == "tool_use")
     assert streamed.name == "get_weather" and streamed.input == use.input
     assert final.stop_reason == "tool_use"
     # the tool's result goes back in a user turn; the model answers in text
     follow = c.messages.create(
-        model=served.model_id, max_tokens=20, tools=tools, extra_body={"temperature": 0},
-        messages=ask + [
-            {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "18°C, cloudy"}]},
+        model=served.model_id,
+        max_tokens=20,
+        tools=tools,
+        extra_body={"temperature": 0},
+        messages=ask
+        + [
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": use.id, "content": "18°C, cloudy"}
+                ],
+            },
         ],
         tool_choice={"type": "none"},
     )
@@ -160,22 +194,97 @@ def test_anthropic_tools(served: Served) -> None:
 
 def test_responses_function_tools(served: Served) -> None:
     c = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=120)
-    tools = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
-              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-    r = c.responses.create(model=served.model_id, input="What is the weather in Paris?", tools=tools,
-                           tool_choice="required", parallel_tool_calls=False, max_output_tokens=80, temperature=0)
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
+    r = c.responses.create(
+        model=served.model_id,
+        input="What is the weather in Paris?",
+        tools=tools,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_output_tokens=80,
+        temperature=0,
+    )
     (call,) = [o for o in r.output if o.type == "function_call"]
     assert call.name == "get_weather" and isinstance(json.loads(call.arguments), dict)
-    events = list(c.responses.create(model=served.model_id, input="What is the weather in Paris?", tools=tools,
-                                     tool_choice="required", parallel_tool_calls=False, max_output_tokens=80,
-                                     temperature=0, stream=True))
+    events = list(
+        c.responses.create(
+            model=served.model_id,
+            input="What is the weather in Paris?",
+            tools=tools,
+            tool_choice="required",
+            parallel_tool_calls=False,
+            max_output_tokens=80,
+            temperature=0,
+            stream=True,
+        )
+    )
     assert [e.sequence_number for e in events] == list(range(len(events)))
     args = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     assert json.loads(args) == json.loads(call.arguments)
     follow = c.responses.create(
-        model=served.model_id, tools=tools, tool_choice="none", max_output_tokens=20, temperature=0,
-        input=[{"role": "user", "content": "What is the weather in Paris?"},
-               {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
-               {"type": "function_call_output", "call_id": call.call_id, "output": "18°C, cloudy"}],
+        model=served.model_id,
+        tools=tools,
+        tool_choice="none",
+        max_output_tokens=20,
+        temperature=0,
+        input=[
+            {"role": "user", "content": "What is the weather in Paris?"},
+            {
+                "type": "function_call",
+                "call_id": call.call_id,
+                "name": call.name,
+                "arguments": call.arguments,
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": "18°C, cloudy"},
+        ],
     )
     assert follow.output_text
+
+
+def test_every_generation_route_logs_its_tokens_and_speed(served: Served) -> None:
+    """The request log (Server page table and chart) gets tokens and tok/s from the Responses and
+    Messages routes too, streamed and not, as from chat completions."""
+    from app.core.events import RequestFinished
+
+    seen: list[RequestFinished] = []
+
+    def on(ev: object) -> None:
+        if isinstance(ev, RequestFinished):
+            seen.append(ev)
+
+    unsubscribe = served.service.events.subscribe(on)  # type: ignore[attr-defined]
+    try:
+        oc = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=120)
+        ac = anthropic.Anthropic(base_url=served.root, api_key="x", max_retries=0, timeout=120)
+        msgs = [{"role": "user", "content": "Say hello."}]
+        kw = dict(model=served.model_id, max_tokens=6, messages=msgs)
+        oc.responses.create(model=served.model_id, input="Say hello.", max_output_tokens=6)
+        list(
+            oc.responses.create(
+                model=served.model_id, input="Hi.", max_output_tokens=6, stream=True
+            )
+        )
+        ac.messages.create(**kw)
+        with ac.messages.stream(**kw) as s:
+            s.get_final_message()
+        deadline = time.monotonic() + 10  # the log entry is written as the response ends
+        while time.monotonic() < deadline and sum(e.path == "/v1/messages" for e in seen) < 2:
+            time.sleep(0.05)
+    finally:
+        unsubscribe()
+    gens = [e for e in seen if e.path in ("/v1/responses", "/v1/messages")]
+    assert [e.path for e in gens] == ["/v1/responses"] * 2 + ["/v1/messages"] * 2
+    for e in gens:
+        assert e.model == served.model_id and e.prompt_tokens > 0 and e.completion_tokens > 0, e
+        assert e.tokens_per_second > 0 and e.prompt_tokens_per_second > 0, e
