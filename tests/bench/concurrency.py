@@ -104,8 +104,14 @@ def main() -> None:
     try:
         assert proc.stdout is not None
         base = proc.stdout.readline().strip().removesuffix("/v1")
-        with urllib.request.urlopen(base + "/v1/models", timeout=60) as r:
-            model_id = json.loads(r.read())["data"][0]["id"]
+        model_id = ""
+        for _ in range(600):  # `serve --model PATH` imports and loads it after listening
+            with urllib.request.urlopen(base + "/api/v1/models", timeout=60) as r:
+                ms = json.loads(r.read())["models"]
+            if ms and ms[0]["state"] == "loaded":
+                model_id = ms[0]["id"]
+                break
+            time.sleep(0.1)
         print(
             f"model {model.name}, {n_threads} threads, ctx {args.ctx} per sequence, "
             f"{args.clients} clients x {args.tokens} tokens"
