@@ -52,7 +52,10 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
     def load_defaults() -> LoadOptions:
         d = store.load().load
         return LoadOptions(
-            context_length=d.context_length, threads=d.threads, batch_size=d.batch_size
+            context_length=d.context_length,
+            threads=d.threads,
+            batch_size=d.batch_size,
+            parallel=d.parallel,
         )
 
     def jit_ttl() -> float | None:

@@ -58,6 +58,7 @@ class LoadDefaults:
     context_length: int = 4096
     threads: int = 0  # 0 = physical cores
     batch_size: int = 512
+    parallel: int = 1  # requests one GGUF model decodes together (each with the full context)
     jit_ttl_s: int = 900  # an on-demand load unloads after this long idle; 0 = at once when idle
     jit_keep_forever: bool = False  # on-demand loads never unload on their own
     memory_budget_bytes: int = 0  # 0 = 80% of RAM (or of the largest GPU)
@@ -123,6 +124,8 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     if not 0 <= server.port < 65536:  # 0 = any free port
         raise ConfigError("settings: server.port must be 0-65535")
     load = _coerce(LoadDefaults, raw.get("load", {}), "load")
+    if not 1 <= load.parallel <= 16:
+        raise ConfigError("settings: load.parallel must be 1-16")
     downloads = _coerce(DownloadSettings, raw.get("downloads", {}), "downloads")
     if downloads.max_concurrent < 1:
         raise ConfigError("settings: downloads.max_concurrent must be at least 1")

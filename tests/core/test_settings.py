@@ -261,3 +261,11 @@ def test_without_hearth_home_paths_are_per_user(
     assert paths.config.is_relative_to(tmp_path / "xdg-config")
     assert paths.models.is_relative_to(paths.data)
     assert "Hearth" in str(paths.data)
+
+
+def test_parallel_default_is_bounded() -> None:
+    assert settings_from_dict({}).load.parallel == 1
+    assert settings_from_dict({"load": {"parallel": 4}}).load.parallel == 4
+    for bad in (0, 17):
+        with pytest.raises(ConfigError):
+            settings_from_dict({"load": {"parallel": bad}})

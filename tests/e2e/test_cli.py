@@ -211,3 +211,20 @@ def test_run_chats_in_terminal(tmp_path: Path, smollm2_path: Path) -> None:
     answers = [a for a in r.stdout.split("\n") if a.strip()]
     assert len(answers) >= 2, r.stdout  # one streamed answer per turn
     assert "never read" not in r.stdout
+
+
+def test_settings_load_defaults_reach_every_load(tmp_path: Path) -> None:
+    """The Settings page's load defaults (parallel included) are what loads get."""
+    import dataclasses
+
+    from app.cli import build_service
+    from app.paths import AppPaths
+    from app.settings import LoadDefaults, Settings, SettingsStore
+
+    paths = AppPaths.default(tmp_path / "h").ensure()
+    store = SettingsStore(paths.settings_file)
+    load = LoadDefaults(context_length=1024, threads=1, batch_size=256, parallel=3)
+    store.save(dataclasses.replace(Settings(), load=load))
+    service = build_service(paths, store.load())
+    opts = service.scheduler._load_defaults()  # type: ignore[attr-defined]
+    assert (opts.context_length, opts.threads, opts.batch_size, opts.parallel) == (1024, 1, 256, 3)

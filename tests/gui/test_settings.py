@@ -32,6 +32,7 @@ def test_save_writes_the_settings_file(
     page.models_dir_edit.setText("/tmp/my-models")
     page.context_spin.setValue(8192)
     page.threads_spin.setValue(3)
+    page.parallel_spin.setValue(4)
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
         qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
 
@@ -39,6 +40,7 @@ def test_save_writes_the_settings_file(
     assert (s.server.host, s.server.port, s.server.start_at_launch) == ("0.0.0.0", 9001, True)
     assert (s.models_dir, s.load.context_length, s.load.threads) == ("/tmp/my-models", 8192, 3)
     assert s.tray_hint_shown is True
+    assert s.load.parallel == 4
     on_disk = json.loads(Path(store.path).read_text())
     assert on_disk["server"]["port"] == 9001
     assert page.banner.text() == "Settings saved."

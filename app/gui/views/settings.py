@@ -92,6 +92,12 @@ class SettingsPage(QWidget):
         self.budget_spin.setRange(0, 4096)
         self.budget_spin.setDecimals(1)
         self.budget_spin.setSingleStep(0.5)
+        self.parallel_spin = QSpinBox()
+        self.parallel_spin.setRange(1, 16)
+        self.parallel_spin.setToolTip(
+            "Requests a GGUF model decodes together. Each gets the whole context, so the KV "
+            "cache (and memory) grows with this number; answers do not change."
+        )
         self.budget_spin.setSuffix(" GiB")
         self.budget_spin.setSpecialValueText("Auto (80% of RAM or VRAM)")
         self.budget_spin.setToolTip(
@@ -106,6 +112,7 @@ class SettingsPage(QWidget):
             self.port_spin,
             self.context_spin,
             self.threads_spin,
+            self.parallel_spin,
             self.budget_spin,
             self.jit_ttl_spin,
         ):
@@ -156,6 +163,7 @@ class SettingsPage(QWidget):
         mf.addRow("Models folder", folder_row)
         mf.addRow("Default context length", self.context_spin)
         mf.addRow("Threads", self.threads_spin)
+        mf.addRow("Parallel requests", self.parallel_spin)
         folder_note = QLabel("A new models folder is used after Hearth restarts.")
         folder_note.setStyleSheet("color:#6b6b6b")
         mf.addRow("", folder_note)
@@ -233,6 +241,7 @@ class SettingsPage(QWidget):
         start = self.start_at_launch_check.isChecked()
         models_dir = self.models_dir_edit.text().strip()
         context, threads = self.context_spin.value(), self.threads_spin.value()
+        parallel = self.parallel_spin.value()
         budget = self._budget_bytes()
         jit_ttl = self._jit_ttl_seconds()
         forever = self.jit_forever_check.isChecked()
@@ -247,6 +256,7 @@ class SettingsPage(QWidget):
                     s.load,
                     context_length=context,
                     threads=threads,
+                    parallel=parallel,
                     memory_budget_bytes=budget,
                     jit_ttl_s=jit_ttl,
                     jit_keep_forever=forever,
@@ -356,6 +366,7 @@ class SettingsPage(QWidget):
         self.models_dir_edit.setText(s.models_dir)
         self.context_spin.setValue(s.load.context_length)
         self.threads_spin.setValue(s.load.threads)
+        self.parallel_spin.setValue(s.load.parallel)
         self.budget_spin.setValue(s.load.memory_budget_bytes / GIB)
         self._shown_budget = (self.budget_spin.value(), s.load.memory_budget_bytes)
         self.jit_ttl_spin.setValue(round(s.load.jit_ttl_s / 60))
