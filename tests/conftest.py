@@ -147,3 +147,15 @@ def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object
         yield hub
     finally:
         gen.close()
+
+
+async def transcript(gen: object) -> tuple[str, list[tuple], object]:
+    """Run a core ``Generation`` to its end: the text, each token's (token, logprob, top
+    alternatives), and the final delta (usage, finish_reason)."""
+    text, lps, final = "", [], None
+    async for d in gen:  # type: ignore[attr-defined]
+        text += d.text
+        lps += [(x.token, x.logprob, x.top) for x in d.logprobs]
+        final = d if d.finish_reason else final
+    assert final is not None and final.usage is not None, "no final delta with usage"
+    return text, lps, final

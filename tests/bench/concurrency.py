@@ -14,19 +14,15 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
-import os
 import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from throughput import default_model, threads  # noqa: E402
+from throughput import default_model, start_serve, threads  # noqa: E402
 
 TOPICS = ("a cat", "a lighthouse", "a dragon", "a robot", "the sea", "a city", "a forest", "rain")
 
@@ -85,22 +81,7 @@ def main() -> None:
     args = ap.parse_args()
     model = args.model or default_model()
     n_threads = threads()
-    home = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
-    (home / "config").mkdir()
-    (home / "config" / "settings.json").write_text(
-        json.dumps({"load": {"context_length": args.ctx, "threads": n_threads}})
-    )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "HEARTH_HOME": str(home)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port), "--model", str(model)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    proc = start_serve(model, args.ctx, n_threads)
     try:
         assert proc.stdout is not None
         base = proc.stdout.readline().strip().removesuffix("/v1")

@@ -42,6 +42,26 @@ def threads() -> int:
     return physical_cores()
 
 
+def start_serve(model: Path, ctx: int, n_threads: int) -> subprocess.Popen[str]:
+    """`hearth serve --model MODEL` in a scratch home on a free port; its first stdout line is
+    the base URL."""
+    home = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
+    (home / "config").mkdir()
+    (home / "config" / "settings.json").write_text(
+        json.dumps({"load": {"context_length": ctx, "threads": n_threads}})
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port), "--model", str(model)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HEARTH_HOME": str(home)},
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
 def extra_bufts_ok(model: Path) -> bool:
     """Ask Hearth's probe (in a scratch home) whether llama.cpp's default buffers are safe here."""
     from app.core.gguf import read_header
@@ -125,22 +145,7 @@ def main() -> None:
         f"extra buffer types {'on' if safe else 'off (this CPU crashes with them)'}"
     )
 
-    home = Path(tempfile.mkdtemp(prefix="hearth-bench-"))
-    (home / "config").mkdir()
-    (home / "config" / "settings.json").write_text(
-        json.dumps({"load": {"context_length": args.ctx, "threads": n_threads}})
-    )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "HEARTH_HOME": str(home)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", str(port), "--model", str(model)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=Path(__file__).resolve().parents[2],
-    )
+    proc = start_serve(model, args.ctx, n_threads)
     server_runs: list[float] = []
     direct_runs: list[float] = []
     try:
@@ -160,7 +165,9 @@ def main() -> None:
         for _ in range(args.runs):
             tps, srv, n = bench_server(base, model_id, args.tokens)
             server_runs.append(tps)
-            print(f"  hearth serve : {tps:6.1f} tok/s over {n} tokens (server-side timing {srv:.1f})")
+            print(
+                f"  hearth serve : {tps:6.1f} tok/s over {n} tokens (server-side timing {srv:.1f})"
+            )
             tps = bench_in_process(llm, args.tokens)
             direct_runs.append(tps)
             print(f"  in-process   : {tps:6.1f} tok/s (llama-cpp-python Llama, streaming)")

@@ -15,6 +15,7 @@ from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes import llama_probe
 from app.runtimes.llama_cpp import LlamaCppRuntime, build_info, physical_cores
+from tests.conftest import transcript
 
 pytestmark = pytest.mark.model
 
@@ -223,12 +224,7 @@ async def _turns(
         await gen.collect()
     for turn in range(3):
         gen = await h.chat(model_id, conv, sampling=g, max_tokens=24, logprobs=2)
-        text, lps, final = "", [], None
-        async for d in gen:
-            text += d.text
-            lps += [(x.token, x.logprob, x.top) for x in d.logprobs]
-            final = d if d.finish_reason else final
-        assert final is not None and final.usage is not None
+        text, lps, final = await transcript(gen)
         out.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
         conv += [
             ChatMessage("assistant", text),
@@ -281,10 +277,7 @@ async def test_parallel_sequences_decode_together_and_match_solo(
                 max_tokens=40,
                 logprobs=1,
             )
-            text, lps = "", []
-            async for d in gen:
-                text += d.text
-                lps += [(x.token, x.logprob) for x in d.logprobs]
+            text, lps, _ = await transcript(gen)
             return text, lps
 
         if together:

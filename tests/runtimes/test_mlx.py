@@ -13,7 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.conftest import Served, serving
+from tests.conftest import Served, serving, transcript
 
 pytest.importorskip("mlx_lm", reason="MLX runtime tests need mlx-lm (and mlx[cpu] on Linux)")
 
@@ -406,12 +406,7 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
                 await gen.collect()
             for turn in range(3):
                 gen = await h.chat(m.id, conv, sampling=sampling, max_tokens=12, logprobs=2)
-                text, lps, final = "", [], None
-                async for d in gen:
-                    text += d.text
-                    lps += [(x.token, x.logprob, x.top) for x in d.logprobs]
-                    final = d if d.finish_reason else final
-                assert final is not None and final.usage is not None
+                text, lps, final = await transcript(gen)
                 turns.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
                 conv += [
                     ChatMessage("assistant", text),
@@ -422,12 +417,7 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
             ids = [5 + (i * 7) % 300 for i in range(PREFILL_STEP + 40)]
             for prompt in (ids, ids[: PREFILL_STEP + 20] + [9, 8, 7]):
                 gen = await h.complete(m.id, prompt, sampling=sampling, max_tokens=12, logprobs=2)
-                text, lps, final = "", [], None
-                async for d in gen:
-                    text += d.text
-                    lps += [(x.token, x.logprob, x.top) for x in d.logprobs]
-                    final = d if d.finish_reason else final
-                assert final is not None and final.usage is not None
+                text, lps, final = await transcript(gen)
                 turns.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
         finally:
             await h.close()
