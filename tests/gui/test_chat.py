@@ -4,6 +4,7 @@ errors inline."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
@@ -145,3 +146,42 @@ def test_sending_without_a_model_says_what_to_do(window: MainWindow, qtbot: QtBo
     assert page.send("Hello") is False
     assert "Import a model on the Library page first." in page.transcript.toPlainText()
     assert page.history == []
+
+
+def test_a_thinking_model_shows_its_reasoning_apart_from_the_answer(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path, tmp_path: Path
+) -> None:
+    """A template that opens <think>: what the model writes is reasoning, streamed dimmed under
+    "Thinking", never counted as the answer (nor sent back as history)."""
+    from app.core.gguf import read_header
+    from tests.gguf_rewrite import copy_with_template
+
+    template = (
+        read_header(smollm2_path).chat_template
+        + "{% if add_generation_prompt %}<think>\n{% endif %}"
+    )
+    thinker = copy_with_template(smollm2_path, tmp_path / "SmolLM2-Think.gguf", template)
+    window.library_page.import_files([str(thinker)])
+    qtbot.waitUntil(lambda: window.library_page.table_model.rowCount() == 1, timeout=10_000)
+    model_id = window.library_page.table_model.ids()[0]
+    page = window.chat_page
+    page.refresh_models()
+    _ready(window, qtbot, model_id)
+    page.temperature_spin.setValue(0.0)
+    page.max_tokens_spin.setValue(16)
+    thoughts: list[str] = []
+    page.reasoning_received.connect(thoughts.append)
+    page.prompt_edit.setPlainText("What is 2+2?")
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW):
+        qtbot.mouseClick(page.send_button, Qt.MouseButton.LeftButton)
+    reasoning = "".join(thoughts)
+    assert reasoning.strip() and page.answer_text == ""
+    text = page.transcript.toPlainText()
+    assert "Thinking" in text and reasoning.strip() in text
+    # shown dimmed and in italics
+    at = text.index(reasoning.strip()) + 1
+    cursor = page.transcript.textCursor()
+    cursor.setPosition(at)
+    assert cursor.charFormat().fontItalic()
+    assert "thinking" in page.stats_label.text()
+    assert all(m.role == "user" or reasoning not in m.content for m in page.history)

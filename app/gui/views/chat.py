@@ -55,8 +55,10 @@ async def stream_answer(
     messages: Sequence[ChatMessage],
     sampling: SamplingParams,
     max_tokens: int | None,
+    emit_reasoning: Callable[[str], None] | None = None,
 ) -> Delta:
-    """Load the model if needed and stream the answer's text to ``emit``; return the final delta
+    """Load the model if needed and stream the answer's text to ``emit`` (and the model's
+    reasoning, ``<think>`` or harmony analysis, to ``emit_reasoning``); return the final delta
     (finish reason, usage, timings)."""
     await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
     if turn.cancelled:
@@ -68,6 +70,8 @@ async def stream_answer(
     final: Delta | None = None
     try:
         async for d in gen:
+            if d.reasoning and emit_reasoning is not None:
+                emit_reasoning(d.reasoning)
             if d.text:
                 emit(d.text)
             if d.finish_reason is not None:
@@ -104,6 +108,8 @@ class ChatPage(QWidget):
     answer_finished = Signal(str)  # finish reason: stop | length | cancelled | error
     # emitted on the loop thread, delivered queued (in order) to the GUI thread
     _text_streamed = Signal(object, str)  # turn, text
+    _reasoning_streamed = Signal(object, str)  # turn, reasoning text
+    reasoning_received = Signal(str)
 
     def __init__(self, service: Hearth, bridge: Bridge, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -112,6 +118,7 @@ class ChatPage(QWidget):
         self.history: list[ChatMessage] = []
         self._turn: AnswerTurn | None = None
         self._answer_parts: list[str] = []
+        self._thinking = False  # the reasoning of the answer in flight is being shown
 
         self.model_combo = QComboBox()
         self.model_combo.setMinimumContentsLength(28)
@@ -177,6 +184,7 @@ class ChatPage(QWidget):
         layout.addWidget(self.stats_label)
 
         self._text_streamed.connect(self._on_self_text_streamed)
+        self._reasoning_streamed.connect(self._on_self_reasoning_streamed)
         self.send_button.clicked.connect(self._on_send_button_clicked)
         self.prompt_edit.submitted.connect(self._on_send_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
@@ -234,6 +242,7 @@ class ChatPage(QWidget):
         self._append_text(text)
         self._append_header(f"Assistant · {model_id}", "assistant")
         self._answer_parts = []
+        self._thinking = False
         self.stats_label.setText("Thinking…")
 
         turn = AnswerTurn()
@@ -249,6 +258,7 @@ class ChatPage(QWidget):
                 messages,
                 sampling,
                 max_tokens,
+                partial(self._reasoning_streamed.emit, turn),
             ),
             on_done=partial(self._on_turn_done, turn),
             on_error=partial(self._on_turn_failed, turn),
@@ -306,9 +316,27 @@ class ChatPage(QWidget):
         self._update_buttons()
         self.models_refreshed.emit()
 
+    def _on_self_reasoning_streamed(self, turn: AnswerTurn, text: str) -> None:
+        """The model's reasoning, shown dimmed under a "Thinking" label; never part of the
+        history sent back to it."""
+        if turn is not self._turn:
+            return
+        if not self._thinking:
+            self._thinking = True
+            self._append_notice("Thinking", "meta")
+            self._cursor_at_end().insertBlock()
+        self._append_text(text, "reasoning")
+        self.reasoning_received.emit(text)
+
     def _on_self_text_streamed(self, turn: AnswerTurn, text: str) -> None:
         if turn is not self._turn:
             return  # a late chunk of a cleared conversation
+        if self._thinking:  # the answer starts below the reasoning
+            self._thinking = False
+            cur = self._cursor_at_end()
+            cur.insertBlock()
+            cur.insertBlock()
+            text = text.lstrip("\n") if not self._answer_parts else text
         self._answer_parts.append(text)
         self._append_text(text)
         self.chunk_received.emit(text)
@@ -374,10 +402,14 @@ class ChatPage(QWidget):
         cur.setCharFormat(QTextCharFormat())
         self.transcript.setTextCursor(cur)
 
-    def _append_text(self, text: str) -> None:
+    def _append_text(self, text: str, kind: str = "text") -> None:
         bar = self.transcript.verticalScrollBar()
         follow = bar.value() >= bar.maximum() - 4  # keep following unless the user scrolled up
-        self._cursor_at_end().insertText(text, QTextCharFormat())
+        fmt = QTextCharFormat()
+        if kind == "reasoning":
+            fmt.setForeground(QColor(_ROLE_COLORS["meta"]))
+            fmt.setFontItalic(True)
+        self._cursor_at_end().insertText(text, fmt)
         if follow:
             bar.setValue(bar.maximum())
 
@@ -396,6 +428,10 @@ def _stats_text(final: Delta) -> str:
     t = final.timings
     n = final.usage.completion_tokens if final.usage else (t.predicted_n if t else 0)
     parts.append(f"{n} tokens")
+    if final.usage is not None and final.usage.reasoning_tokens:
+        parts.append(f"{final.usage.reasoning_tokens} thinking")
+    if final.usage is not None and final.usage.cached_tokens:
+        parts.append(f"{final.usage.cached_tokens} prompt tokens from cache")
     if t is not None and t.predicted_per_second > 0:
         parts.append(f"{t.predicted_per_second:.1f} tok/s")
     reason = final.finish_reason or "stop"
