@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -376,33 +377,51 @@ class LlamaEngine:
             raise ValueError("prompt does not fit the context")
         cached = self._reuse(slot, tokens)
         seq.cached = cached
-        kv = self._kv[slot]
+        state.prompt, state.done_upto = tokens, cached
+        # alone, the whole prompt now; with others generating, one chunk per step, so their
+        # streams keep going while a long prompt is read
+        self._prefill(seq, state, whole=self._alone())
+
+    def _alone(self) -> bool:
+        return len(self._free_slots) >= self.max_sequences - 1
+
+    def _prefill(self, seq: Sequence, st: _SeqState, *, whole: bool) -> None:
+        """Process the prompt from ``st.done_upto``: all of it, or one chunk. The chunks start
+        where a fresh run's do, so the numbers are the same however the prompt is split."""
+        tokens, slot, kv = st.prompt, st.slot, self._kv[st.slot]
         # abort callback only while processing the prompt: checking it per graph node during
         # single-token decode would cost a GIL round trip per node
         self._aborting = seq
         L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
         try:
-            for start in range(cached, len(tokens), self.n_batch):
+            while st.done_upto < len(tokens):
                 if seq.cancelled:
                     return
+                start = st.done_upto
                 chunk = tokens[start : start + self.n_batch]
                 self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
                 rc = L.llama_decode(self.ctx, self.batch)
                 if rc == 2 or seq.cancelled:  # aborted: what this chunk wrote is unknown
                     self._forget(slot)
+                    st.failed = True
                     return
                 if rc != 0:
                     self._forget(slot)
+                    st.failed = True
                     raise RuntimeError(f"llama_decode failed on the prompt (code {rc})")
                 kv.extend(chunk)
+                st.done_upto = start + len(chunk)
+                if not whole and st.done_upto < len(tokens):
+                    return  # the rest in the next steps
             # whole micro-batches of the prompt: what a later prompt may reuse exactly
             self._exact[slot] = len(tokens) - len(tokens) % self._align
         finally:
             L.llama_set_abort_callback(self.ctx, self._no_abort, None)
             self._aborting = None
-        state.pos = len(tokens)
-        state.ready = True
-        self._sample(seq, state, self.batch.n_tokens - 1)
+        st.pos = len(tokens)
+        st.ready = True
+        seq.t_prompt_done = time.perf_counter()
+        self._sample(seq, st, self.batch.n_tokens - 1)
 
     def _sample(self, seq: Sequence, st: _SeqState, idx: int) -> None:
         """Pick the next token from the logits the last decode left at row ``idx``. Done right
@@ -422,8 +441,12 @@ class LlamaEngine:
         b = self.batch
         n = 0
         decoded: list[tuple[Sequence, _SeqState]] = []
+        reading: list[tuple[Sequence, _SeqState]] = []
         for seq in seqs:
             st: _SeqState = seq.engine_state  # type: ignore[assignment]
+            if not st.ready and not st.failed and not seq.cancelled and st.prompt:
+                reading.append((seq, st))  # its prompt is still being read
+                continue
             if not st.ready or st.next is None:
                 seq.finish("cancelled" if seq.cancelled else "error")
                 continue
@@ -447,18 +470,19 @@ class LlamaEngine:
             decoded.append((seq, st))
             st.pos += 1
             n += 1
-        if n == 0:
-            return
-        b.n_tokens = n
-        self.peak_batch = max(self.peak_batch, n)
-        rc = L.llama_decode(self.ctx, b)
-        if rc != 0:
-            for seq in seqs:
-                if isinstance(seq.engine_state, _SeqState):
-                    self._forget(seq.engine_state.slot)
-            raise RuntimeError(f"llama_decode failed (code {rc})")
-        for i, (seq, st) in enumerate(decoded):
-            self._sample(seq, st, i)
+        if n:
+            b.n_tokens = n
+            self.peak_batch = max(self.peak_batch, n)
+            rc = L.llama_decode(self.ctx, b)
+            if rc != 0:
+                for seq in seqs:
+                    if isinstance(seq.engine_state, _SeqState):
+                        self._forget(seq.engine_state.slot)
+                raise RuntimeError(f"llama_decode failed (code {rc})")
+            for i, (seq, st) in enumerate(decoded):
+                self._sample(seq, st, i)
+        for seq, st in reading:  # then one chunk of each prompt being read
+            self._prefill(seq, st, whole=not decoded and len(reading) == 1)
 
     def embed(self, tokens: list[int]) -> list[float]:
         """The pooled, L2-normalized embedding of one input (worker thread only)."""
@@ -530,11 +554,24 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class _SeqState:
-    __slots__ = ("slot", "sampler", "pos", "next", "ready", "decoder")
+    __slots__ = (
+        "slot",
+        "sampler",
+        "pos",
+        "next",
+        "ready",
+        "failed",
+        "prompt",
+        "done_upto",
+        "decoder",
+    )
 
     def __init__(self, slot: int, sampler: Any) -> None:
         self.slot = slot
         self.sampler = sampler
+        self.prompt: list[int] = []
+        self.done_upto = 0  # prompt tokens already in the cache
+        self.failed = False
         self.pos = 0
         # the token sampled after the last decode: (id, its bytes, its logprob entry)
         self.next: tuple[int, bytes, tuple[TokenLogprob, ...]] | None = None

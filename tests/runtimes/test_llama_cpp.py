@@ -313,3 +313,56 @@ async def test_parallel_sequences_decode_together_and_match_solo(
         assert all(f.finish_reason == "length" and f.usage.prompt_tokens > 900 for f in finals)
     finally:
         await h.close()
+
+
+async def test_a_long_prompt_does_not_stall_the_streams_already_running(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """With parallel sequences, a joining prompt is read one chunk per step: the running stream
+    keeps producing tokens meanwhile, and the joining answer is still the solo one."""
+    long = "The keeper climbed the stairs of the lighthouse every night. " * 230  # ~3,000 tokens
+    g = SamplingParams(temperature=0)
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=4096))
+    model, _ = h.import_model(smollm2_path)
+    try:
+        solo_text, solo_lps, _ = await transcript(
+            await h.complete(model.id, long, sampling=g, max_tokens=8, logprobs=1)
+        )
+    finally:
+        await h.close()
+    h = Hearth(
+        lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=4096, parallel=2)
+    )
+    try:
+        await h.load(model.id)
+        stamps: list[float] = []
+        runner = await h.complete(model.id, "Once upon a time", sampling=g, max_tokens=400)
+
+        async def run() -> None:
+            async for d in runner:
+                if d.text:
+                    stamps.append(time.perf_counter())
+
+        task = asyncio.create_task(run())
+        while len(stamps) < 3:
+            await asyncio.sleep(0.01)
+        joined = time.perf_counter()
+        gen = await h.complete(model.id, long, sampling=g, max_tokens=8, logprobs=1)
+        first: list[float] = []
+        text, lps, final = "", [], None
+        async for d in gen:
+            if d.text and not first:
+                first.append(time.perf_counter())
+            text += d.text
+            lps += [(x.token, x.logprob, x.top) for x in d.logprobs]
+            final = d if d.finish_reason else final
+        during = [t for t in stamps if joined < t < first[0]]
+        assert len(during) >= 4, f"the running stream got {len(during)} tokens meanwhile"
+        assert (text, lps) == (solo_text, solo_lps), "chunked reading changed the answer"
+        assert final is not None and final.usage is not None and final.usage.prompt_tokens > 2500
+        runner.cancel()
+        await task
+    finally:
+        await h.close()
