@@ -527,9 +527,12 @@ def parse_template_vars(b: Body) -> dict[str, Any] | None:
                 "'chat_template_kwargs' must be an object of variables",
                 param="chat_template_kwargs",
             )
-        if len(json.dumps(raw)) > MAX_TEMPLATE_VARS_BYTES:
+        if (
+            _depth(raw, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH
+            or len(json.dumps(raw)) > MAX_TEMPLATE_VARS_BYTES
+        ):
             raise InvalidRequest(
-                "'chat_template_kwargs' is too large", param="chat_template_kwargs"
+                "'chat_template_kwargs' is too large or too deep", param="chat_template_kwargs"
             )
         out.update(raw)
     effort = b.data.get("reasoning_effort")

@@ -93,6 +93,14 @@ def test_template_variables_from_the_request(think_served: Served) -> None:
     for body, param in (
         ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs"),
         ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
+        (
+            {
+                "chat_template_kwargs": {
+                    "x": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]
+                }
+            },
+            "chat_template_kwargs",
+        ),
         ({"reasoning_effort": "extreme"}, "reasoning_effort"),
     ):
         with pytest.raises(openai.BadRequestError) as ei:
