@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import uuid
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -530,7 +531,7 @@ class _ArgsValue:
 # --- blocks -----------------------------------------------------------------------------------
 
 
-class _Block:
+class _Block(ABC):
     """One call block's text after its start marker, turned into calls as it arrives."""
 
     def __init__(self, parser: ToolCallParser, opener: str) -> None:
@@ -539,13 +540,13 @@ class _Block:
         self.raw = ""  # the block's text taken so far: given back as text when it is no call
         self.leftover = ""  # taken text that goes back to the stream when the block is _OVER
 
+    @abstractmethod
     def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
         """Take ``chunk`` in: (_FED | _NOT_A_CALL | _OVER, characters of it used)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self, ev: ParseEvent) -> bool:
         """The block ended: finish an open call. False when the block holds no call at all."""
-        raise NotImplementedError
 
 
 class _JsonCalls(_Block):
@@ -745,8 +746,9 @@ class _OneCall(_Block):
             self._finish(self._call, ev)
         return True
 
+    @abstractmethod
     def _finish(self, call: ToolCall, ev: ParseEvent) -> None:
-        raise NotImplementedError
+        """Send the call's last fragment (closing its arguments) and mark the block done."""
 
 
 class _HeaderCall(_OneCall):

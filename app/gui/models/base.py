@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelIndex, Qt
@@ -13,7 +14,16 @@ class RowTableModel(QAbstractTableModel):
     """Rows live in ``self._rows``; subclasses set ``columns`` and implement ``data``."""
 
     columns: tuple[str, ...] = ()
-    _rows: list[Any]
+
+    def __init__(self, parent: Any = None) -> None:
+        super().__init__(parent)
+        self._rows: list[Any] = []
+
+    def _replace_rows(self, rows: Iterable[Any]) -> None:
+        """All rows at once (views keep no stale indexes)."""
+        self.beginResetModel()
+        self._rows = list(rows)
+        self.endResetModel()
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
         return 0 if parent.isValid() else len(self._rows)

@@ -51,15 +51,9 @@ class DownloadsTableModel(RowTableModel):
 
     columns = COLUMNS
 
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        self._rows: list[DownloadStatus] = []
-
     # -- content -------------------------------------------------------------------------------
     def set_statuses(self, statuses: Sequence[DownloadStatus]) -> None:
-        self.beginResetModel()
-        self._rows = list(statuses)
-        self.endResetModel()
+        self._replace_rows(statuses)
 
     def upsert(self, status: DownloadStatus) -> None:
         row = self.row_of(status.id)

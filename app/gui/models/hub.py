@@ -59,14 +59,8 @@ class SearchResultsTableModel(RowTableModel):
 
     columns = COLUMNS
 
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        self._rows: list[ModelSummary] = []
-
     def set_results(self, results: Sequence[ModelSummary]) -> None:
-        self.beginResetModel()
-        self._rows = list(results)
-        self.endResetModel()
+        self._replace_rows(results)
 
     def summary(self, row: int) -> ModelSummary:
         return self._rows[row]

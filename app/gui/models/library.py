@@ -44,15 +44,9 @@ class LibraryTableModel(RowTableModel):
 
     columns = COLUMNS
 
-    def __init__(self, parent: Any = None) -> None:
-        super().__init__(parent)
-        self._rows: list[ModelStatus] = []
-
     # -- content -------------------------------------------------------------------------------
     def set_statuses(self, statuses: Sequence[ModelStatus]) -> None:
-        self.beginResetModel()
-        self._rows = list(statuses)
-        self.endResetModel()
+        self._replace_rows(statuses)
 
     def status(self, row: int) -> ModelStatus:
         return self._rows[row]

@@ -190,9 +190,7 @@ class LoadedModelsTableModel(RowTableModel):
             self._rows = new
             self.dataChanged.emit(self.index(0, 0), self.index(len(new) - 1, len(COLUMNS) - 1))
             return
-        self.beginResetModel()
-        self._rows = new
-        self.endResetModel()
+        self._replace_rows(new)
 
     def tick(self) -> None:
         """Repaint the countdowns (the clock moved; nothing was refetched)."""

@@ -37,9 +37,7 @@ class RequestLogModel(RowTableModel):
             self.endRemoveRows()
 
     def clear(self) -> None:
-        self.beginResetModel()
-        self._rows.clear()
-        self.endResetModel()
+        self._replace_rows(())
 
     def event_at(self, row: int) -> RequestFinished:
         return self._rows[row]
