@@ -22,7 +22,7 @@ from typing import Any
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
 from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
 from app.runtimes.guidance import MAX_PARALLEL_CALLS
-from app.runtimes.worker import DeltaStream, Sequence, Worker
+from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class LlamaEngine:
 
     def _take_slot(self, tokens: list[int]) -> int:
         """The free slot whose cached tokens share the longest prefix with ``tokens``."""
-        best = max(self._free_slots, key=lambda sl: _common_prefix(self._kv[sl], tokens))
+        best = max(self._free_slots, key=lambda sl: common_prefix(self._kv[sl], tokens))
         self._free_slots.remove(best)
         return best
 
@@ -342,7 +342,7 @@ class LlamaEngine:
         kv = self._kv[slot]
         keep = 0
         if self.prompt_cache:
-            keep = min(_common_prefix(kv, tokens), self._exact[slot], len(tokens) - 1)
+            keep = min(common_prefix(kv, tokens), self._exact[slot], len(tokens) - 1)
             keep -= keep % self._align
         if keep > 0 and self.n_swa > 0:
             # sliding-window layers forget old positions: continuing at `keep` needs the last
@@ -543,14 +543,6 @@ class LlamaEngine:
         if self.model:
             L.llama_model_free(self.model)
             self.model = None
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class _SeqState:

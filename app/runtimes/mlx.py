@@ -17,7 +17,7 @@ from typing import Any
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
 from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
 from app.runtimes.guidance import Guide
-from app.runtimes.worker import DeltaStream, Sequence, Worker
+from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +96,8 @@ class MlxEngine:
         cache, keep = self._cache, 0
         self._cache = None  # taken: put back only when the generation ends cleanly
         if cache is not None and self.prompt_cache and cm.can_trim_prompt_cache(cache):
-            common = 0
-            limit = min(len(self._cache_tokens), self._exact, len(tokens) - 1)
-            while common < limit and self._cache_tokens[common] == tokens[common]:
-                common += 1
+            common = common_prefix(self._cache_tokens, tokens)
+            common = min(common, self._exact, len(tokens) - 1)
             keep = common - common % PREFILL_STEP
             held = int(cache[0].offset)
             if keep > 0 and cm.trim_prompt_cache(cache, held - keep) != held - keep:

@@ -90,6 +90,15 @@ class DeltaStream:
                 self.cancel()
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens two token lists share (for prompt-cache reuse)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 class Sequence:
     """One admitted request as the engine sees it."""
 
