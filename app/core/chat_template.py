@@ -7,19 +7,26 @@ A model without a template gets ``FALLBACK_TEMPLATE``: a plain transcript ("User
 from __future__ import annotations
 
 import json
-import time
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from app.core.template_sandbox import (
+    MAX_VALUE_LEN,
+    bounded_compile,
+    bounded_render,
+    make_environment,
+)
 from app.core.types import ChatMessage
 from app.errors import TemplateError
 
-MAX_OUTPUT_CHARS = 4 * 1024 * 1024
+MAX_OUTPUT_CHARS = MAX_VALUE_LEN
 MAX_RENDER_SECONDS = 5.0
+MAX_TEMPLATE_CHARS = 256 * 1024  # the largest real templates are tens of kilobytes
 
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}"
@@ -53,78 +60,63 @@ def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, *
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
 
 
-MAX_BINOP_LEN = 1024 * 1024  # no single value a template builds may exceed this
+def _strftime_now(fmt: str) -> str:
+    if not isinstance(fmt, str) or len(fmt) > 256:
+        raise TemplateError("strftime_now takes a short format string", param="messages")
+    return datetime.now().strftime(fmt)
 
 
-def _too_big(n: int) -> TemplateError:
-    return TemplateError(f"chat template tried to build a value of {n} items", param="messages")
+_ENV = make_environment(
+    {"tojson": _tojson}, {"raise_exception": _raise, "strftime_now": _strftime_now}
+)
+_CACHE: OrderedDict[str, jinja2.Template] = OrderedDict()
+_CACHE_SIZE = 32
+_CACHE_LOCK = threading.Lock()
 
 
-class _BoundedSandbox(ImmutableSandboxedEnvironment):
-    """The sandbox, plus bounds on the operators and filters that can allocate without limit."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "*":
-            for seq, n in ((left, right), (right, left)):
-                if (
-                    isinstance(seq, str | list | tuple)
-                    and isinstance(n, int)
-                    and len(seq) * n > MAX_BINOP_LEN
-                ):
-                    raise _too_big(len(seq) * n)
-        if operator == "**" and isinstance(right, int) and abs(right) > 4096:
-            raise _too_big(right)
-        return super().call_binop(context, operator, left, right)
-
-
-def _bounded_width(name: str, fn: Any) -> Any:
-    def wrapper(value: Any, width: Any = 80, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(width, int) and width > MAX_BINOP_LEN:
-            raise _too_big(width)
-        return fn(value, width, *args, **kwargs)
-
-    wrapper.__name__ = name
-    return wrapper
-
-
-def _make_env() -> ImmutableSandboxedEnvironment:
-    env = _BoundedSandbox(
-        trim_blocks=True, lstrip_blocks=True, autoescape=False, undefined=jinja2.Undefined
-    )
-    env.filters["tojson"] = _tojson
-    for name in ("center", "indent", "wordwrap", "truncate"):
-        env.filters[name] = _bounded_width(name, env.filters[name])
-    env.globals["raise_exception"] = _raise
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env
-
-
-_ENV = _make_env()
-_CACHE: dict[str, jinja2.Template] = {}
+def _compiled(source: str) -> jinja2.Template:
+    """The compiled template (cached; compiled under the same bounds as a render)."""
+    with _CACHE_LOCK:
+        tpl = _CACHE.get(source)
+        if tpl is not None:
+            _CACHE.move_to_end(source)
+            return tpl
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise TemplateError(
+            f"the model's chat template is {len(source)} characters; the bound is "
+            f"{MAX_TEMPLATE_CHARS}"
+        )
+    try:
+        with bounded_compile(MAX_RENDER_SECONDS):
+            tpl = _ENV.from_string(source)
+    except TemplateError as e:
+        raise TemplateError(f"the model's chat template does not compile: {e.message}") from e
+    except (Exception, RecursionError, MemoryError) as e:  # compile-time folding can raise anything
+        raise TemplateError(f"the model's chat template does not compile: {e}") from e
+    with _CACHE_LOCK:
+        _CACHE[source] = tpl
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return tpl
 
 
 class ChatTemplate:
     """A compiled template plus the special tokens it refers to."""
 
-    def __init__(self, source: str | None, *, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(
+        self,
+        source: str | None,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        time_limit: float = MAX_RENDER_SECONDS,
+    ) -> None:
+        self.time_limit = time_limit
         self.is_fallback = not (source and source.strip())
         self.source = FALLBACK_TEMPLATE if self.is_fallback else str(source)
         self.bos_token = bos_token
         self.eos_token = eos_token
-        tpl = _CACHE.get(self.source)
-        if tpl is None:
-            try:
-                tpl = _ENV.from_string(self.source)
-            except (
-                Exception,
-                RecursionError,
-                MemoryError,
-            ) as e:  # compile-time folding can raise anything
-                raise TemplateError(f"the model's chat template does not compile: {e}") from e
-            _CACHE[self.source] = tpl
-        self._tpl = tpl
+        self._tpl = _compiled(self.source)  # CPU work too: construct it off the event loop
 
     @property
     def default_stops(self) -> tuple[str, ...]:
@@ -141,9 +133,13 @@ class ChatTemplate:
         """Render ``messages`` to the prompt text. ``extra`` holds any names (``self`` too: a
         request's template variables arrive here), so the first two are positional-only.
 
+        Blocking and CPU-bound (up to MAX_RENDER_SECONDS): call it off the event loop.
+
         Raises:
-            TemplateError: the template raised, escaped the sandbox, or produced too much.
+            TemplateError: the template raised, escaped the sandbox, ran over its time or size
+                bounds, or did not compile.
         """
+
         msgs = []
         for m in messages:
             d: dict[str, Any] = {"role": m.role, "content": m.content}
@@ -163,17 +159,16 @@ class ChatTemplate:
         }
         out: list[str] = []
         size = 0
-        deadline = time.monotonic() + MAX_RENDER_SECONDS
         try:
-            for chunk in self._tpl.generate(ctx):  # a mapping: any names, 'self' too
-                size += len(chunk)
-                if size > MAX_OUTPUT_CHARS:
-                    raise TemplateError(
-                        "chat template output is larger than the bound", param="messages"
-                    )
-                if time.monotonic() > deadline:
-                    raise TemplateError("chat template took too long to render", param="messages")
-                out.append(chunk)
+            with bounded_render(self.time_limit):
+                for chunk in self._tpl.generate(ctx):  # a mapping: any names, 'self' too
+                    size += len(chunk)
+                    if size > MAX_OUTPUT_CHARS:
+                        raise TemplateError(
+                            f"chat template output is larger than {MAX_OUTPUT_CHARS} characters",
+                            param="messages",
+                        )
+                    out.append(chunk)
         except TemplateError:
             raise
         except jinja2.exceptions.SecurityError as e:

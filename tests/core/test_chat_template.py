@@ -249,3 +249,128 @@ def test_blank_template_string_is_the_fallback_with_its_stops(source: str) -> No
     assert t.is_fallback
     assert t.default_stops == FALLBACK_STOPS
     assert t.render([ChatMessage("user", "x")]) == "User: x\nAssistant:"
+
+
+# -- time and memory bounds that hold for any template (issue 9, items 4 and 5) -------------------
+
+SILENT_LOOPS = [
+    # no output at all: a bound checked only between output chunks never fires
+    "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    "{{ messages[0]['content'] }}",
+    "{% for c in 'x' * 1000000 %}{% for d in 'y' * 1000000 %}{% endfor %}{% endfor %}",
+    "{% for i in range(100000) %}{% for j in range(100000) recursive %}{% endfor %}{% endfor %}",
+    "{% macro spin() %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+    "{% endfor %}{% endmacro %}{{ spin() }}",
+    "{% for i in range(100000) %}{% set ns = namespace(x=0) %}{% for j in range(100000) %}"
+    "{% set ns.x = ns.x + 1 %}{% endfor %}{% endfor %}",
+]
+
+
+@pytest.mark.parametrize("source", SILENT_LOOPS)
+def test_the_time_bound_holds_for_a_template_that_outputs_nothing(source: str) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(TemplateError, match="took longer than 0.3s"):
+        ChatTemplate(source, time_limit=0.3).render(MESSAGES)
+    # stopped at its bound; generous slack for a loaded machine
+    assert time.monotonic() - t0 < 10
+
+
+EXPANDING = {
+    "replace": "{{ ('x' * 1000000) | replace('x', 'x' * 1000) }}",
+    "replace-empty": "{{ ('x' * 1000000) | replace('', 'y' * 10) }}",
+    "str.replace": "{{ ('x' * 1000000).replace('x', 'x' * 1000) }}",
+    "multiply": "{{ 'x' * 100000000 }}",
+    "list multiply": "{{ ([1] * 100000000) | length }}",
+    "power": "{{ 10 ** 100000000 }}",
+    "concat doubling": "{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+    "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+    "plus doubling": "{% set ns = namespace(s='x') %}{% for i in range(40) %}"
+    "{% set ns.s = ns.s + ns.s %}{% endfor %}",
+    "retained copies": "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}"
+    "{% set ns.l = ns.l + ['x' * 1000000 ~ i] %}{% endfor %}",
+    "ljust": "{{ 'x'.ljust(1000000000) }}",
+    "zfill": "{{ 'x'.zfill(1000000000) }}",
+    "percent format": "{{ '%01000000000d' % 1 }}",
+    "percent star": "{{ '%*s' % (1000000000, 'x') }}",
+    "str.format": "{{ '{:>999999999}'.format(1) }}",
+    "format filter": "{{ '%1000000000s' | format('x') }}",
+    "indent": "{{ ('a\\n' * 1000000) | indent(1000) }}",
+    "center": "{{ 'x' | center(1000000000) }}",
+    "batch": "{{ [1] | batch(100000000, 0) | list | length }}",
+    "slice": "{{ range(10) | slice(100000000) | list | length }}",
+    "tojson indent": "{{ messages | tojson(indent=100000) }}",
+    "expandtabs": "{{ ('\\t' * 1000000).expandtabs(1000) }}",
+    "join": "{{ (['x' * 1000000] * 8) | join('y' * 1000000) }}",
+    "list of a string": "{{ ('x' * 8000000) | list | length }}",
+    "translate": "{{ ('x' * 1000).translate({120: 'y' * 1000000}) }}",
+    "lipsum": "{{ lipsum(8000000, min=100, max=100) }}",
+    "output": "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+}
+
+_EXPANDING_CHILD = """
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1536 * 1024 * 1024, 1536 * 1024 * 1024))
+from app.core.chat_template import ChatTemplate
+from app.core.types import ChatMessage
+from app.errors import TemplateError
+out = {}
+for name, source in json.loads(sys.argv[1]).items():
+    t0 = time.monotonic()
+    try:
+        ChatTemplate(source, time_limit=2.0).render([ChatMessage("user", "hi")])
+        out[name] = "rendered"
+    except TemplateError as e:
+        out[name] = "TemplateError"
+    except BaseException as e:
+        out[name] = type(e).__name__
+    out[name] += f" {time.monotonic() - t0:.2f}s"
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+print(json.dumps({"results": out, "peak_mib": peak}))
+"""
+
+
+def test_every_expanding_operation_is_refused_before_it_builds() -> None:
+    """Each bomb is a TemplateError, none reaches the 1.5 GiB address-space limit of the
+    child it runs in (a MemoryError there would mean the value was being built), and the
+    child's peak memory stays small."""
+    r = subprocess.run(
+        [sys.executable, "-c", _EXPANDING_CHILD, json.dumps(EXPANDING)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    for name, outcome in report["results"].items():
+        assert outcome.startswith("TemplateError"), (name, outcome)
+    assert report["peak_mib"] < 700, report
+
+
+def test_real_accumulating_templates_still_render() -> None:
+    """Templates that build a string message by message pay for the growth, not for the whole
+    string again each time: 600 messages of 4 KB accumulate without hitting the budget."""
+    source = (
+        "{% set ns = namespace(p='') %}{% for m in messages %}"
+        "{% set ns.p = ns.p ~ '<|' ~ m['role'] ~ '|>' ~ m['content'] ~ '\\n' %}{% endfor %}"
+        "{{ ns.p }}{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
+    msgs = [ChatMessage("user", "y" * 4096) for _ in range(600)]
+    out = ChatTemplate(source).render(msgs)
+    assert out.count("<|user|>") == 600 and out.endswith("<|assistant|>")
+
+
+def test_loop_variables_still_work_with_the_deadline_wrapper() -> None:
+    source = (
+        "{% for m in messages %}{{ loop.index }}/{{ loop.length }}/{{ loop.revindex0 }}"
+        "{% if loop.last %}!{% endif %};{% endfor %}"
+        "{% for x in [[1, [2]], [3]] recursive %}{% if x is iterable %}"
+        "{{ loop(x) }}{% else %}{{ x }}{% endif %}{% endfor %}"
+    )
+    out = ChatTemplate(source).render([ChatMessage("user", "a"), ChatMessage("user", "b")])
+    assert out == "1/2/1;2/2/0!;123"
+
+
+def test_a_huge_template_source_is_refused() -> None:
+    with pytest.raises(TemplateError, match="characters"):
+        ChatTemplate("x" * (300 * 1024)).render(MESSAGES)
