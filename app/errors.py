@@ -69,6 +69,19 @@ class QueueFull(HearthError):
         self.retry_after = retry_after
 
 
+class ModelUnloaded(HearthError):
+    """The model was unloaded (by a user, eviction, keep-alive or shutdown) while a request
+    still needed it; the request ends, the server goes on. A retry loads it again."""
+
+    status = 503
+    code = "model_unloaded"
+    type = "server_error"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class GenerationCancelled(HearthError):
     status = 499
     code = "cancelled"

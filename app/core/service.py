@@ -304,6 +304,31 @@ class Hearth:
             self.scheduler.release(model_id)
 
     @staticmethod
+    async def _tokenize(
+        lm: LoadedModel, text: str, param: str, *, parse_special: bool
+    ) -> list[int]:
+        """Tokenize off the event loop, after refusing a text too long to fit the context
+        whatever its tokens (each token is at most ``max_token_bytes`` bytes), so a huge input
+        costs no tokenizer time."""
+        try:
+            n_bytes = len(text.encode("utf-8"))
+        except UnicodeEncodeError as e:  # a lone surrogate: not text a tokenizer can read
+            raise InvalidRequest(
+                f"the text is not valid Unicode ({e.reason} at character {e.start})", param=param
+            ) from None
+        limit = lm.context_length * max(1, lm.max_token_bytes)
+        if n_bytes > limit:
+            raise ContextLengthExceeded(
+                f"This model's context is {lm.context_length} tokens; a text of {n_bytes} bytes "
+                f"cannot fit it (at most {limit} bytes can). Shorten it or load the model with a "
+                f"larger context.",
+                param=param,
+            )
+        return await asyncio.to_thread(
+            lm.tokenize, text, add_special=True, parse_special=parse_special
+        )
+
+    @staticmethod
     def _check_fits(lm: LoadedModel, n_prompt: int, param: str) -> None:
         if n_prompt == 0:
             raise InvalidRequest("the prompt is empty", param=param)
@@ -382,9 +407,6 @@ class Hearth:
         _require(lm, "chat", model_id)
         _check_bias(lm, sampling)
         special = lm.special_tokens
-        template = ChatTemplate(
-            lm.chat_template, bos_token=special.get("bos", ""), eos_token=special.get("eos", "")
-        )
         extra = dict(template_vars or {})
         reserved = set(extra) & RESERVED_TEMPLATE_VARS
         if reserved:
@@ -394,8 +416,18 @@ class Hearth:
             )
         if call is not None and call.template_tools:
             extra["tools"] = call.template_tools
-        prompt = template.render(messages, add_generation_prompt=True, **extra)
-        tokens = await asyncio.to_thread(lm.tokenize, prompt, add_special=True, parse_special=True)
+
+        def render() -> tuple[ChatTemplate, str]:
+            template = ChatTemplate(
+                lm.chat_template,
+                bos_token=special.get("bos", ""),
+                eos_token=special.get("eos", ""),
+            )
+            return template, template.render(messages, add_generation_prompt=True, **extra)
+
+        # a template is a model's code: it compiles and renders off the event loop, bounded
+        template, prompt = await asyncio.to_thread(render)
+        tokens = await self._tokenize(lm, prompt, "messages", parse_special=True)
         bos = special.get("bos_id")
         if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
             tokens = tokens[1:]  # the template wrote a BOS and the tokenizer added another
@@ -448,9 +480,7 @@ class Hearth:
         _require(lm, "completion", model_id)
         _check_bias(lm, sampling)
         if isinstance(prompt, str):
-            tokens = await asyncio.to_thread(
-                lm.tokenize, prompt, add_special=True, parse_special=False
-            )
+            tokens = await self._tokenize(lm, prompt, "prompt", parse_special=False)
         else:
             tokens = list(prompt)
             vocab = int(lm.special_tokens.get("n_vocab", "0") or 0)
@@ -487,9 +517,7 @@ class Hearth:
             vocab = int(lm.special_tokens.get("n_vocab") or 0)
             for i, item in enumerate(inputs):
                 if isinstance(item, str):
-                    toks = await asyncio.to_thread(
-                        lm.tokenize, item, add_special=True, parse_special=False
-                    )
+                    toks = await self._tokenize(lm, item, f"input[{i}]", parse_special=False)
                 else:
                     toks = list(item)
                     if vocab and any(t < 0 or t >= vocab for t in toks):

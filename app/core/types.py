@@ -217,7 +217,15 @@ class LoadedModel(Protocol):
 
     def detokenize(self, tokens: list[int]) -> str: ...
 
-    def token_piece(self, token: int) -> str: ...
+    def token_pieces(self, tokens: list[int]) -> list[str]:
+        """Each token's text as the vocabulary spells it (special tokens included)."""
+        ...
+
+    @property
+    def max_token_bytes(self) -> int:
+        """The longest token's length in UTF-8 bytes: a text longer than ``context_length``
+        times this cannot fit the context, which the service checks before tokenizing."""
+        ...
 
     @property
     def capabilities(self) -> frozenset[str]:

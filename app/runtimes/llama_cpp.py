@@ -20,9 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
-from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
+from app.errors import (
+    InvalidModel,
+    InvalidRequest,
+    ModelLoadFailed,
+    ModelUnloaded,
+    RuntimeUnavailable,
+)
 from app.runtimes.guidance import MAX_PARALLEL_CALLS
-from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
+from app.runtimes.worker import DeltaStream, NativeLifetime, Sequence, Worker, common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -236,20 +242,40 @@ class LlamaEngine:
         self._exact = [0] * self.max_sequences
         self.n_swa = int(L.llama_model_n_swa(self.model))
         self.prompt_cache = os.environ.get("HEARTH_PROMPT_CACHE", "1") != "0"
+        # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
+        self.lifetime = NativeLifetime()
+        self.max_token_bytes = max(
+            (
+                abs(L.llama_token_to_piece(self.vocab, t, self._piece, 256, 0, True))
+                for t in range(self.n_vocab)
+            ),
+            default=1,
+        )
 
-    # -- helpers used from any thread (read-only vocab) ----------------------------------
+    # -- helpers used from any thread (read-only vocab, under the lifetime hold) ------------
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         raw = text.encode("utf-8")
         cap = len(raw) + 16
         buf = (L.llama_token * cap)()
-        n = L.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (L.llama_token * cap)()
+        with self.lifetime.hold():
             n = L.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+            if n < 0:
+                cap = -n
+                buf = (L.llama_token * cap)()
+                n = L.llama_tokenize(
+                    self.vocab, raw, len(raw), buf, cap, add_special, parse_special
+                )
         return list(buf[:n])
 
     def piece(self, token: int, *, special: bool = False) -> bytes:
+        with self.lifetime.hold():
+            return self._piece_of(token, special)
+
+    def pieces(self, tokens: list[int], *, special: bool = False) -> list[bytes]:
+        with self.lifetime.hold():
+            return [self._piece_of(t, special) for t in tokens]
+
+    def _piece_of(self, token: int, special: bool) -> bytes:
         buf = ctypes.create_string_buffer(256)
         n = L.llama_token_to_piece(self.vocab, token, buf, 256, 0, special)
         if n < 0:
@@ -259,8 +285,18 @@ class LlamaEngine:
 
     def meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(4096)
-        n = L.llama_model_meta_val_str(self.model, key.encode(), buf, 4096)
+        with self.lifetime.hold():
+            n = L.llama_model_meta_val_str(self.model, key.encode(), buf, 4096)
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    def grammar_compiles(self, grammar: str) -> bool:
+        """Whether llama.cpp accepts ``grammar`` (compiled once and freed)."""
+        with self.lifetime.hold():
+            g = L.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
+            if not g:
+                return False
+            L.llama_sampler_free(g)
+            return True
 
     # -- worker thread ----------------------------------------------------------------------
     def _should_abort(self, _data: object) -> bool:
@@ -431,7 +467,7 @@ class LlamaEngine:
             st.next = (tok, b"", ())
             return
         k = L.llama_token_to_piece(self.vocab, tok, self._piece, 256, 0, False)
-        raw = self._piece.raw[:k] if k >= 0 else self.piece(tok)
+        raw = self._piece.raw[:k] if k >= 0 else self._piece_of(tok, False)
         lp = seq.request.logprobs
         entry = (self._logprob(idx, tok, raw, lp),) if lp is not None else ()
         st.next = (tok, raw, entry)
@@ -518,7 +554,7 @@ class LlamaEngine:
             top = tuple(
                 (b.decode("utf-8", errors="replace"), float(logits[i]) - lse, tuple(b))
                 for i in ids
-                for b in (self.piece(int(i)),)
+                for b in (self._piece_of(int(i), False),)
             )
         return TokenLogprob(
             raw.decode("utf-8", errors="replace"), float(logits[tok]) - lse, tuple(raw), top
@@ -534,6 +570,7 @@ class LlamaEngine:
             seq.engine_state = None
 
     def shutdown(self) -> None:
+        self.lifetime.retire()  # no other thread is inside the model from here on
         if self.batch is not None:
             L.llama_batch_free(self.batch)
             self.batch = None
@@ -608,10 +645,16 @@ class LlamaCppModel:
         return self.engine.tokenize(text, add_special=add_special, parse_special=parse_special)
 
     def detokenize(self, tokens: list[int]) -> str:
-        return b"".join(self.engine.piece(t) for t in tokens).decode("utf-8", errors="replace")
+        return b"".join(self.engine.pieces(tokens)).decode("utf-8", errors="replace")
 
-    def token_piece(self, token: int) -> str:
-        return self.engine.piece(token, special=True).decode("utf-8", errors="replace")
+    def token_pieces(self, tokens: list[int]) -> list[str]:
+        return [
+            p.decode("utf-8", errors="replace") for p in self.engine.pieces(tokens, special=True)
+        ]
+
+    @property
+    def max_token_bytes(self) -> int:
+        return self.engine.max_token_bytes
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -634,16 +677,22 @@ class LlamaCppModel:
             raise InvalidRequest(
                 "the schema makes a grammar that is too large", param="response_format"
             )
-        g = L.llama_sampler_init_grammar(self.engine.vocab, grammar.encode(), b"root")
-        if not g:
+        if not self.engine.grammar_compiles(grammar):
             raise InvalidRequest(
                 "the schema does not compile to a grammar", param="response_format"
             )
-        L.llama_sampler_free(g)
         self._good_grammars.add(grammar)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
-        return await self.worker.run(lambda: [self.engine.embed(t) for t in inputs])
+        def job(cancelled: threading.Event) -> list[list[float]]:
+            out = []
+            for t in inputs:  # an unload or a gone client stops a long batch between inputs
+                if cancelled.is_set():
+                    raise ModelUnloaded("the embedding request was stopped (model unloaded)")
+                out.append(self.engine.embed(t))
+            return out
+
+        return await self.worker.run(job)
 
     def close(self) -> None:
         self.worker.close()

@@ -78,6 +78,11 @@ class MlxEngine:
         self._cache: list[Any] | None = None
         self._cache_tokens: list[int] = []
         self._exact = 0
+        # UTF-8 length of the longest vocabulary entry (byte-level BPE spells a byte as one
+        # or two characters, so this never underestimates a token's bytes)
+        self.max_token_bytes = max(
+            (len(t.encode()) for t in self.tokenizer._tokenizer.get_vocab()), default=1
+        )
         self.guide = Guide(
             self.tokenizer._tokenizer,
             n_vocab=max(int(cfg.get("vocab_size") or 0), len(self.tokenizer._tokenizer)),
@@ -301,8 +306,12 @@ class MlxModel:
     def detokenize(self, tokens: list[int]) -> str:
         return str(self.engine.tokenizer._tokenizer.decode(tokens))
 
-    def token_piece(self, token: int) -> str:
-        return str(self.engine.tokenizer._tokenizer.convert_ids_to_tokens(token))
+    def token_pieces(self, tokens: list[int]) -> list[str]:
+        return [str(p) for p in self.engine.tokenizer._tokenizer.convert_ids_to_tokens(tokens)]
+
+    @property
+    def max_token_bytes(self) -> int:
+        return self.engine.max_token_bytes
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
         if request.constraint is not None and request.constraint not in self._good_constraints:

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from app.core.text import StopMatcher
 from app.core.types import Delta, GenerationRequest, Timings, TokenLogprob, Usage
-from app.errors import QueueFull
+from app.errors import ModelUnloaded, QueueFull
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,43 @@ class DeltaStream:
         finally:
             if not self._done:  # consumer left early (disconnect, stop string in caller...)
                 self.cancel()
+
+
+class NativeLifetime:
+    """Keeps a native model alive while other threads call into it.
+
+    Calls made outside the worker thread (tokenize, detokenize, a grammar check, reading
+    metadata) run inside ``hold()``. Before the worker frees the model it calls ``retire()``,
+    which refuses new holds and waits for the running ones to finish, so no native call can
+    touch freed memory whichever way the model goes (unload, eviction, keep-alive, shutdown).
+    """
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._holders = 0
+        self._retired = False
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Raises ModelUnloaded once the model is being freed."""
+        with self._cv:
+            if self._retired:
+                raise ModelUnloaded("the model was unloaded while this request needed it")
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._holders -= 1
+                if not self._holders:
+                    self._cv.notify_all()
+
+    def retire(self) -> None:
+        """No new holds from now on; returns once every running one has ended."""
+        with self._cv:
+            self._retired = True
+            while self._holders:
+                self._cv.wait()
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -185,9 +223,10 @@ class Worker:
         self.engine = engine
         self.queue_size = queue_size
         self._waiting: collections.deque[Sequence] = collections.deque()
-        self._jobs: collections.deque[tuple[Callable[[], Any], asyncio.Future[Any]]] = (
-            collections.deque()
-        )
+        self._jobs: collections.deque[
+            tuple[Callable[[threading.Event], Any], asyncio.Future[Any], threading.Event]
+        ] = collections.deque()
+        self._job_cancel: threading.Event | None = None  # the running job's
         self._active: list[Sequence] = []
         self._cv = threading.Condition()
         self._stopping = False
@@ -204,7 +243,7 @@ class Worker:
         stream = DeltaStream(asyncio.get_running_loop())
         with self._cv:
             if self._stopping:
-                raise QueueFull("the model is unloading", retry_after=1)
+                raise ModelUnloaded("the model is unloading; retry to load it again")
             if len(self._waiting) >= self.queue_size:
                 raise QueueFull(
                     f"too many requests queued for this model ({self.queue_size}); retry shortly",
@@ -214,22 +253,25 @@ class Worker:
             self._cv.notify()
         return stream
 
-    def run(self, fn: Callable[[], T]) -> asyncio.Future[T]:
-        """Run ``fn`` on the worker thread between decode steps (call on the event loop).
+    def run(self, fn: Callable[[threading.Event], T]) -> asyncio.Future[T]:
+        """Run ``fn(cancelled)`` on the worker thread between decode steps (call on the loop).
 
-        For work that needs the native context but is not a generation (embeddings). Raises
-        QueueFull when the queue is full.
+        For work that needs the native context but is not a generation (embeddings). A long
+        job checks ``cancelled`` between its pieces: it is set when the caller stops waiting
+        (the future is cancelled) or the model is closing. Raises QueueFull when the queue is full.
         """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
+        cancel = threading.Event()
+        fut.add_done_callback(lambda f: cancel.set() if f.cancelled() else None)
         with self._cv:
             if self._stopping:
-                raise QueueFull("the model is unloading", retry_after=1)
+                raise ModelUnloaded("the model is unloading; retry to load it again")
             if len(self._jobs) + len(self._waiting) >= self.queue_size:
                 raise QueueFull(
                     f"too many requests queued for this model ({self.queue_size}); retry shortly"
                 )
-            self._jobs.append((fn, fut))
+            self._jobs.append((fn, fut, cancel))
             self._cv.notify()
         return fut
 
@@ -238,14 +280,20 @@ class Worker:
             with self._cv:
                 if not self._jobs:
                     return
-                fn, fut = self._jobs.popleft()
+                fn, fut, cancel = self._jobs.popleft()
+                if self._stopping:
+                    cancel.set()
+                self._job_cancel = cancel
             loop = fut.get_loop()
             try:
-                result = fn()
+                result = fn(cancel)
             except BaseException as e:  # noqa: BLE001 - sent back to the caller
                 _settle(loop, fut, exc=e)
             else:
                 _settle(loop, fut, result=result)
+            finally:
+                with self._cv:
+                    self._job_cancel = None
 
     def close(self, timeout: float = 30.0) -> None:
         """Cancel everything, stop the thread and free the engine."""
@@ -253,6 +301,10 @@ class Worker:
             self._stopping = True
             for s in list(self._waiting) + self._active:
                 s.stream.cancel()
+            for _, _, cancel in self._jobs:
+                cancel.set()
+            if self._job_cancel is not None:
+                self._job_cancel.set()
             self._cv.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
@@ -274,8 +326,10 @@ class Worker:
                     ):
                         self._cv.wait()
                     if self._stopping and not self._waiting and not self._active:
-                        for _, fut in self._jobs:
-                            _settle(fut.get_loop(), fut, exc=QueueFull("the model was unloaded"))
+                        for _, fut, _ in self._jobs:
+                            _settle(
+                                fut.get_loop(), fut, exc=ModelUnloaded("the model was unloaded")
+                            )
                         self._jobs.clear()
                         return
                     new = len(self._active)

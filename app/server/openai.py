@@ -19,6 +19,7 @@ from app.core.types import Delta, SamplingParams, TokenLogprob, ToolCallDelta
 from app.errors import GenerationTimeout, HearthError, InvalidRequest
 from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
 from app.server.schemas import (
+    MAX_PIECES,
     Body,
     parse_embedding_input,
     parse_logprobs,
@@ -30,6 +31,7 @@ from app.server.schemas import (
     parse_stop,
     parse_stream,
     parse_template_vars,
+    parse_tokenize_content,
     parse_tools,
     parse_ttl,
     reject_pending_features,
@@ -599,7 +601,8 @@ async def tokenize(request: web.Request) -> web.Response:
     service: Hearth = request.app[SERVICE]
     b = Body(await read_json_body(request))
     model = _check_model_field(b)
-    content = b.text("content", required=True) or ""
+    content = parse_tokenize_content(b)
+    with_pieces = b.flag("with_pieces")
     async with service.using(model) as lm:
         tokens = await asyncio.to_thread(
             lm.tokenize,
@@ -607,9 +610,16 @@ async def tokenize(request: web.Request) -> web.Response:
             add_special=b.flag("add_special"),
             parse_special=b.flag("parse_special", True),
         )
-        if b.flag("with_pieces"):
+        if with_pieces:
+            if len(tokens) > MAX_PIECES:
+                raise InvalidRequest(
+                    f"'with_pieces' answers at most {MAX_PIECES} tokens; this text has "
+                    f"{len(tokens)} (ask without pieces, or split the text)",
+                    param="with_pieces",
+                )
+            pieces = await asyncio.to_thread(lm.token_pieces, tokens)
             return web.json_response(
-                {"tokens": [{"id": t, "piece": lm.token_piece(t)} for t in tokens]}
+                {"tokens": [{"id": t, "piece": p} for t, p in zip(tokens, pieces, strict=True)]}
             )
     return web.json_response({"tokens": tokens})
 

@@ -330,6 +330,20 @@ def parse_prompt(b: Body) -> list[str | list[int]]:
 
 
 MAX_EMBED_INPUTS = 2048
+MAX_TOKENIZE_BYTES = 4 * 1024 * 1024  # a few seconds of tokenizer time, off the event loop
+MAX_PIECES = 262_144  # tokens /tokenize spells out one by one (with_pieces)
+
+
+def parse_tokenize_content(b: Body) -> str:
+    """/tokenize's ``content``: a string of at most MAX_TOKENIZE_BYTES UTF-8 bytes."""
+    content = b.text("content", required=True) or ""
+    n = len(content.encode("utf-8", errors="surrogatepass"))
+    if n > MAX_TOKENIZE_BYTES:
+        raise InvalidRequest(
+            f"'content' is {n} bytes; /tokenize takes at most {MAX_TOKENIZE_BYTES}",
+            param="content",
+        )
+    return content
 
 
 def parse_embedding_input(b: Body) -> list[str | list[int]]:

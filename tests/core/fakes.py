@@ -88,6 +88,7 @@ class FakeModel:
     """The LoadedModel protocol over a real Worker. One token per character; BOS id 1."""
 
     BOS_ID = 1
+    max_token_bytes = 4  # one token per character: at most 4 UTF-8 bytes
 
     def __init__(
         self,

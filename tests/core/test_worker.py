@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from app.core.types import Delta, GenerationRequest
-from app.errors import QueueFull
+from app.errors import ModelUnloaded, QueueFull
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
 from .fakes import ScriptEngine
@@ -205,7 +205,7 @@ async def test_close_ends_outstanding_streams(engine: ScriptEngine) -> None:
     assert engine.shut_down.is_set()
     assert not w._thread.is_alive()
     assert engine.begun == ["running"]
-    with pytest.raises(QueueFull):
+    with pytest.raises(ModelUnloaded):
         w.submit(req("late"))
 
 
