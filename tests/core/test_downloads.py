@@ -140,10 +140,14 @@ async def test_pull_installs_a_verified_file_and_tells_everyone(env: Env) -> Non
 
 
 async def test_the_event_loop_keeps_running_during_a_download(env: Env) -> None:
-    """Writing and hashing happen off the loop: a ticker keeps ticking (generous bound)."""
-    env.hub.add_repo(
-        "acme/big-GGUF", {"big-Q4_K_M.gguf": gguf_bytes(env.root / "b", elems=1_000_000)}
-    )
+    """Writing and hashing happen off the loop: a ticker keeps ticking (generous bound).
+
+    The fake Hub holds the transfer half-way until the ticker has ticked enough: how long the
+    download lasts is the test's decision, not the machine's speed.
+    """
+    big = gguf_bytes(env.root / "b", elems=1_000_000)
+    env.hub.add_repo("acme/big-GGUF", {"big-Q4_K_M.gguf": big})
+    gate = env.hub.hold("acme/big-GGUF", "big-Q4_K_M.gguf", at=len(big) // 2)
     gaps: list[float] = []
     stop = asyncio.Event()
 
@@ -158,12 +162,17 @@ async def test_the_event_loop_keeps_running_during_a_download(env: Env) -> None:
 
     t = asyncio.create_task(ticker())
     try:
-        model = await env.manager().pull("acme/big-GGUF")
+        pull = asyncio.create_task(env.manager(stall_timeout=600).pull("acme/big-GGUF"))
+        await gate.wait_async()
+        ticks = len(gaps)
+        await wait_for(lambda: len(gaps) >= ticks + 20, timeout=60)  # ticking while it waits
+        gate.open()
+        model = await pull
     finally:
         stop.set()
         await t
-    assert Path(model.path).stat().st_size > 4_000_000
-    assert len(gaps) > 5 and max(gaps) < 0.5, max(gaps)
+    assert Path(model.path).stat().st_size == len(big) > 4_000_000
+    assert max(gaps) < 0.5, max(gaps)
 
 
 async def test_discover_page_flow_repo_view_then_download_an_option(env: Env) -> None:
@@ -188,13 +197,15 @@ async def test_two_pulls_of_one_file_share_one_download(env: Env) -> None:
 
 async def test_two_managers_one_file_lock_across_processes(env: Env) -> None:
     """Two DownloadManagers (as in two processes) share the file through its lock file."""
-    env.hub.fault(REPO, FILE, stall_at=100_000, stall_s=0.5)
-    first, second = env.manager(), env.manager()
-    a, b = await asyncio.gather(first.pull(REPO), second.pull(REPO))
+    gate = env.hub.hold(REPO, FILE, at=100_000)  # the first one holds until the other waits
+    first, second = env.manager(stall_timeout=600), env.manager(stall_timeout=600)
+    both = asyncio.gather(first.pull(REPO), second.pull(REPO))
+    await gate.wait_async()
+    await wait_for(lambda: any(e.state == "waiting" for e in env.of(ev.DownloadProgressed)), 60)
+    gate.open()
+    a, b = await both
     assert a.id == b.id and a.path == b.path
     assert len(env.hub.file_requests(REPO, FILE)) == 1
-    waits = [e for e in env.of(ev.DownloadProgressed) if e.state == "waiting"]
-    assert waits, "the second manager should have waited for the first"
 
 
 # -- verification --------------------------------------------------------------------------------
@@ -251,13 +262,13 @@ async def test_server_ignoring_range_restarts_from_zero(env: Env) -> None:
 
 
 async def test_stall_is_detected_shown_and_retried(env: Env) -> None:
-    env.hub.fault(REPO, FILE, stall_at=300_000, stall_s=10)
-    model = await env.manager(stall_timeout=0.5).pull(REPO)
+    env.hub.hold(REPO, FILE, at=300_000)  # never opened: only the stall timeout ends it
+    model = await env.manager(stall_timeout=1.0).pull(REPO)
     assert Path(model.path).read_bytes() == env.data()
     assert env.hub.ranges(REPO, FILE) == [None, "bytes=300000-"]
     assert any(e.state == "stalled" for e in env.of(ev.DownloadProgressed))
     stall = env.of(ev.DownloadStalled)[0]
-    assert "no data for 0.5s" in stall.reason and stall.attempt == 1
+    assert "no data for 1s" in stall.reason and stall.attempt == 1
 
 
 async def test_rate_limited_retries_after_retry_after(env: Env) -> None:
@@ -279,14 +290,14 @@ async def test_gives_up_after_max_attempts(env: Env) -> None:
 
 
 async def test_pause_resume_and_resume_after_quitting(env: Env) -> None:
-    env.hub.fault(REPO, FILE, stall_at=250_000, stall_s=30)
-    dm = env.manager(stall_timeout=20, progress_interval=0.25)
+    env.hub.hold(REPO, FILE, at=250_000)  # held until paused
+    dm = env.manager(stall_timeout=600, progress_interval=0.25)
     status = await dm.start(REPO)
-    await wait_for(lambda: partial_size(env) == 250_000)
+    await wait_for(lambda: partial_size(env) == 250_000, 60)
     # throttled progress still reports the last bytes before the connection went quiet
     progressed = env.of
     await wait_for(
-        lambda: any(e.bytes_done == 250_000 for e in progressed(ev.DownloadProgressed)), 2.0
+        lambda: any(e.bytes_done == 250_000 for e in progressed(ev.DownloadProgressed)), 60
     )
     paused = await dm.pause(status.id)
     assert paused.state == "paused" and paused.bytes_done == 250_000
@@ -312,11 +323,11 @@ async def test_pause_resume_and_resume_after_quitting(env: Env) -> None:
 
 
 async def test_cancel_removes_partials_and_fails_waiters(env: Env) -> None:
-    env.hub.fault(REPO, FILE, stall_at=100_000, stall_s=30)
-    dm = env.manager(stall_timeout=20)
+    env.hub.hold(REPO, FILE, at=100_000)  # held until cancelled
+    dm = env.manager(stall_timeout=600)
     status = await dm.start(REPO)
     waiter = asyncio.create_task(dm.wait(status.id))
-    await wait_for(lambda: partial_size(env) == 100_000)
+    await wait_for(lambda: partial_size(env) == 100_000, 60)
     s = await dm.cancel(status.id)
     assert s.state == "cancelled"
     with pytest.raises(DownloadCancelled):
