@@ -499,6 +499,8 @@ class DownloadManager:
     async def wait(self, download_id: str) -> LocalModel:
         """Wait for a download to finish (through pauses). Raises its error."""
         job = self._job(download_id)
+        if job.future is None and job.state == "completed" and job.model is not None:
+            return job.model  # finished when found on disk (see _settle_found)
         fut = job.future or job.new_future()
         # shielded: a waiter that gives up (a closed HTTP stream) does not stop the download
         return await asyncio.shield(fut)
@@ -1195,7 +1197,41 @@ class DownloadManager:
             job.state = "paused"
             with contextlib.suppress(OSError):
                 job.started_at = side.stat().st_mtime
-            self._jobs[job.id] = job
+            if self._settle_found(job):
+                self._jobs[job.id] = job
+
+    def _settle_found(self, job: _Job) -> bool:
+        """Settle what a crash left of a download (unless another process is running it):
+        files all in place (killed before the index was written) -> registered, completed; no
+        byte to resume -> its record removed; else paused. False: nothing left to list."""
+        lock = _FileLock(self._lock_path(job))
+        try:
+            if not lock.try_acquire():
+                return True
+        except OSError:
+            return True
+        settled = False
+        try:
+            if self._installed(job):
+                try:
+                    job.model = self._register(job)
+                except HearthError as e:
+                    log.warning("download %s: cannot register %s: %s", job.id, job.target, e)
+                    return True
+                self._remove_sidecar(job)
+                job.state = "completed"
+                settled = True
+                log.info("download %s: finished installing %s", job.id, job.model.id)
+                self.events.publish(LibraryChanged())
+                return True
+            if job.bytes_done == 0:
+                self._discard(job)
+                settled = True
+                log.info("download %s: nothing on disk to resume; its record is removed", job.id)
+                return False
+            return True
+        finally:
+            lock.release(unlink=settled)
 
 
 # -- helpers -------------------------------------------------------------------------------------

@@ -322,6 +322,36 @@ async def test_pause_resume_and_resume_after_quitting(env: Env) -> None:
     assert env.leftovers() == []
 
 
+async def test_what_a_crash_left_is_settled_when_found(env: Env) -> None:
+    """A record with no byte to resume is removed; a download whose file was renamed into
+    place before the crash (the index entry missing) is registered; neither while another
+    process holds the download's lock."""
+    gate = env.hub.hold(REPO, FILE, at=0)
+    other = env.manager(stall_timeout=600)  # "another process", downloading at byte 0
+    running = await other.start(REPO)
+    await gate.wait_async()
+    await wait_for(lambda: partial_size(env) == 0, 60)
+    side = env.models / "acme" / "tiny-GGUF" / f".{FILE}.partial.json"
+    assert [(s.id, s.state) for s in env.manager().list()] == [(running.id, "paused")]
+    assert side.exists() and partial_size(env) == 0  # its files are left alone
+    await other.pause(running.id)  # as a kill would leave it: record and empty partial
+    assert [s.state for s in env.manager().list()] == []
+    assert env.leftovers() == []
+    # killed after the rename, before the index: only the record is left besides the file
+    gate.open()
+    model = await env.manager().pull(REPO)
+    plan = (await env.manager().resolve(REPO)).to_dict()
+    side.write_text(json.dumps({"version": 1, "plan": plan}))
+    env.library.index_file.write_text(json.dumps({"version": 1, "models": []}))
+    env.seen.clear()
+    dm = env.manager()
+    [s] = dm.list()
+    assert (s.state, s.model_id, s.bytes_done) == ("completed", model.id, s.total_bytes)
+    assert await dm.wait(s.id) == env.library.get(model.id)
+    assert env.library.get(model.id).extra["hub"]["repo_id"] == REPO
+    assert env.of(ev.LibraryChanged) and env.leftovers() == []
+
+
 async def test_cancel_removes_partials_and_fails_waiters(env: Env) -> None:
     env.hub.hold(REPO, FILE, at=100_000)  # held until cancelled
     dm = env.manager(stall_timeout=600)
