@@ -821,7 +821,7 @@ class DownloadManager:
                     await asyncio.to_thread(self._remove_sidecar, job)
                 raise
             except OSError as e:
-                if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+                if _disk_full(e):
                     await asyncio.to_thread(self._discard, job)
                     raise InsufficientStorage(
                         f"The disk filled up while downloading {job.plan.name}; the partial "
@@ -832,10 +832,20 @@ class DownloadManager:
             # renames and registration run to the end even if a pause or cancel arrives now
             install = asyncio.ensure_future(asyncio.to_thread(self._install, job))
             try:
-                model = await asyncio.shield(install)
-            except asyncio.CancelledError:
-                model = await install  # installed after all: report it as done
-                job.intent = None
+                try:
+                    model = await asyncio.shield(install)
+                except asyncio.CancelledError:
+                    model = await install  # installed after all: report it as done
+                    job.intent = None
+            except OSError as e:
+                # the verified files stay (and their record): pulling again only registers them
+                if _disk_full(e):
+                    raise InsufficientStorage(
+                        f"The disk filled up while adding {job.plan.name} to the library; the "
+                        f"verified download is kept. Free some space and pull it again to finish "
+                        f"(nothing is downloaded again)."
+                    ) from e
+                raise DownloadFailed(f"cannot install {job.plan.name}: {e.strerror or e}") from e
             done = True
             return model
         finally:
@@ -1235,6 +1245,10 @@ class DownloadManager:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+def _disk_full(e: OSError) -> bool:
+    return e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1))
+
+
 def _write_all(fd: int, data: bytes, hasher: _Hasher) -> None:
     view = memoryview(data)
     while view:

@@ -2,7 +2,7 @@
 
 Real parts throughout: huggingface_hub's client, real HTTP on a loopback port, real files under
 tmp_path, the real ModelLibrary. Faults come from the fake Hub (dropped connections, stalls,
-flipped bytes, ignored Range, 429) and, for the disk, a real 2 MB tmpfs where mounting works.
+flipped bytes, ignored Range, 429) and, for the disk, a real 2 MiB tmpfs where mounting works.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from app.errors import (
     RepoRefused,
 )
 from tests.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
+from tests.smalldisk import SmallDisk, open_small_disk
 
 REPO = "acme/tiny-GGUF"
 FILE = "tiny-Q4_K_M.gguf"
@@ -377,43 +377,49 @@ async def test_not_enough_disk_is_refused_before_starting(env: Env) -> None:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 2 MB filesystem (tmpfs; needs root)."""
-    d = tmp_path / "small-disk"
-    d.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True, text=True
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    """A real 2 MiB filesystem, mounted in this process (root). Without mounts, the e2e tests
+    (tests/e2e/test_pull_disk.py) still get one, in a user namespace for a Hearth process."""
+    d, why = open_small_disk(tmp_path / "small-disk", 2 << 20, "mount")
+    if d is None:
+        pytest.skip(why)
     try:
         yield d
     finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+        d.close()
 
 
-async def test_real_small_disk_refuses_then_enospc_mid_write(env: Env, small_disk: Path) -> None:
+async def test_real_small_disk_refuses_then_enospc_mid_write(
+    env: Env, small_disk: SmallDisk
+) -> None:
     env.hub.add_repo(
         "acme/big-GGUF", {"big-Q4_K_M.gguf": gguf_bytes(env.root / "b2", elems=800_000)}
     )
-    lib = ModelLibrary(env.root / "data" / "library.json", small_disk / "models")
+    lib = ModelLibrary(env.root / "data" / "library.json", small_disk.path / "models")
     hub = HubClient(endpoint=env.hub.endpoint)
-    # the real free-space probe: 3.2 MB cannot fit in 2 MB, refused before a byte moves
-    dm = DownloadManager(lib, hub, env.events, backoff_base=0.05)
+    # the real free-space probe throughout: 3.2 MB cannot fit in 2 MiB, refused before a byte
+    dm = DownloadManager(lib, hub, env.events, backoff_base=0.05, stall_timeout=600)
     with pytest.raises(InsufficientStorage, match="disk space"):
         await dm.pull("acme/big-GGUF")
     assert env.hub.file_requests("acme/big-GGUF", "big-Q4_K_M.gguf") == []
-    # a probe that lies: the disk fills up mid-write -> clean error, partial removed
-    liar = DownloadManager(lib, hub, env.events, free_space=lambda _p: 1 << 40)
+    # this one fits; the disk fills up (another program) while the Hub holds the transfer
+    gate = env.hub.hold(REPO, FILE, at=100_000)
+    pull = asyncio.create_task(dm.pull(REPO))
+    part = small_disk.path / "models" / "acme" / "tiny-GGUF" / f".{FILE}.partial"
+    await gate.wait_async()
+    await wait_for(lambda: part.exists() and part.stat().st_size == 100_000, 60)
+    filler = await asyncio.to_thread(small_disk.fill)
+    gate.open()
     with pytest.raises(InsufficientStorage, match="filled up"):
-        await liar.pull("acme/big-GGUF")
-    assert env.hub.file_requests("acme/big-GGUF", "big-Q4_K_M.gguf")
-    left = [p.name for p in (small_disk / "models").rglob("*") if p.is_file()]
+        await pull
+    left = [p.name for p in (small_disk.path / "models").rglob("*") if p.is_file()]
     assert [n for n in left if not n.endswith(".lock")] == []
     assert lib.list() == []
-    # the disk is usable again: a file that fits still downloads there
-    model = await liar.pull(REPO)
-    assert Path(model.path).is_relative_to(small_disk)
+    # the disk is usable again: the same pull now works there
+    filler.unlink()
+    model = await dm.pull(REPO)
+    assert Path(model.path).is_relative_to(small_disk.path)
+    assert Path(model.path).read_bytes() == env.data()
 
 
 # -- hostile names and symlinks ---------------------------------------------------------------------
