@@ -166,3 +166,51 @@ def test_kill_9_then_a_fresh_process_resumes_or_cleans_up(
     assert entry["id"] == "tiny-q4_k_m" and entry["origin"] == "downloaded"
     assert entry["extra"]["hub"]["repo_id"] == REPO  # registered as the download, not adopted
     assert entry["extra"]["hub"]["sha256"] == {FILE: sha}
+
+
+def test_kill_9_between_shards_then_resume_verifies_the_finished_shard(
+    fake_hub: FakeHub, tmp_path: Path
+) -> None:
+    """A sharded GGUF killed with its first shard complete and verified but not renamed (the
+    shards are renamed together at the end) and the second one half-way: the first is re-hashed
+    from disk, not fetched again; the second resumes with Range."""
+    first, second = "Q8_0/big-Q8_0-00001-of-00002.gguf", "Q8_0/big-Q8_0-00002-of-00002.gguf"
+    shards = {first: gguf_bytes(tmp_path / "build", elems=150_000), second: b"\1" * 400_000}
+    fake_hub.add_repo("acme/big-GGUF", shards, tags=["gguf"])
+    home = tmp_path / "h"
+    hold_settings(home)
+    folder = home / "models" / "acme" / "big-GGUF"
+    part2 = folder / ".big-Q8_0-00002-of-00002.gguf.partial"
+    gate = fake_hub.hold("acme/big-GGUF", second, at=100_000)
+    victim = pull_proc(home, fake_hub, "acme/big-GGUF:Q8_0")
+    try:
+        gate.wait()
+        wait_until(lambda: part2.exists() and part2.stat().st_size == 100_000, "shard 2 bytes")
+        victim.kill9()
+    finally:
+        gate.open()
+        victim.close()
+    assert sorted(p.name for p in folder.iterdir() if not p.name.endswith(".lock")) == [
+        ".big-Q8_0-00001-of-00002.gguf.partial",  # every byte, verified, not renamed
+        ".big-Q8_0-00001-of-00002.gguf.partial.json",
+        ".big-Q8_0-00002-of-00002.gguf.partial",
+    ]
+    assert ls(home) == []
+
+    srv = Server(home, fake_hub)
+    try:
+        code, body = srv.api("GET", "/api/v1/downloads")
+        assert [(d["state"], d["bytes_done"]) for d in body["downloads"]] == [
+            ("paused", len(shards[first]) + 100_000)
+        ]
+        r = hearth(home, fake_hub, "pull", "acme/big-GGUF:Q8_0")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == "big-q8_0"
+    finally:
+        assert srv.stop() == 0, srv.stderr
+    assert fake_hub.ranges("acme/big-GGUF", first) == [None]  # re-hashed from disk, not fetched
+    assert fake_hub.ranges("acme/big-GGUF", second) == [None, "bytes=100000-"]
+    for name, data in shards.items():
+        assert (folder / name.split("/")[1]).read_bytes() == data
+    assert leftovers(home / "models") == []
+    assert [m["id"] for m in ls(home)] == ["big-q8_0"]
