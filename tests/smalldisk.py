@@ -93,13 +93,16 @@ def open_small_disk(path: Path, size: int, mode: str) -> tuple[SmallDisk | None,
     path.mkdir(parents=True, exist_ok=True)
     opts = f"size={size}"
     if mode == "mount":
+        if shutil.which("mount") is None:
+            return None, "mount (util-linux) is not installed"
         r = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)],
             capture_output=True,
             text=True,
         )
         if r.returncode != 0:
-            return None, f"mount -t tmpfs is not allowed here: {r.stderr.strip() or r.returncode}"
+            why = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[0]
+            return None, f"mount -t tmpfs is not allowed here: {why}"
         return SmallDisk(path, size, mode), ""
     if mode != "userns":
         raise ValueError(mode)
@@ -129,9 +132,10 @@ def open_small_disk(path: Path, size: int, mode: str) -> tuple[SmallDisk | None,
     if line != "mounted":
         holder.kill()
         _, err = holder.communicate(timeout=30)
+        why = (err.strip().splitlines() or [f"exit {holder.returncode}"])[0]
         return None, (
-            "no user+mount namespace with a tmpfs here (unshare --user --map-root-user --mount): "
-            + (err.strip() or f"exit {holder.returncode}")
+            "no user+mount namespace with a tmpfs here "
+            f"(unshare --user --map-root-user --mount): {why}"
         )
     disk = SmallDisk(path, size, mode)
     disk._holder = holder

@@ -188,8 +188,16 @@ async def test_discover_page_flow_repo_view_then_download_an_option(env: Env) ->
 
 
 async def test_two_pulls_of_one_file_share_one_download(env: Env) -> None:
-    dm = env.manager()
-    a, b = await asyncio.gather(dm.pull(REPO), dm.pull(f"{REPO}/{FILE}"))
+    # held until the second has joined: a fast transfer could otherwise end before it resolves
+    gate = env.hub.hold(REPO, FILE, at=100_000)
+    dm = env.manager(stall_timeout=600)
+    first = asyncio.create_task(dm.pull(REPO))
+    await gate.wait_async()
+    joined = await dm.start(f"{REPO}/{FILE}")  # the same file named another way
+    assert joined.state == "downloading" and joined.bytes_done > 0
+    second = asyncio.create_task(dm.wait(joined.id))
+    gate.open()
+    a, b = await first, await second
     assert a == b
     assert len(env.hub.file_requests(REPO, FILE)) == 1
     assert len(env.library.list()) == 1
