@@ -193,8 +193,9 @@ async def test_two_pulls_of_one_file_share_one_download(env: Env) -> None:
     dm = env.manager(stall_timeout=600)
     first = asyncio.create_task(dm.pull(REPO))
     await gate.wait_async()
+    await wait_for(lambda: partial_size(env) == 100_000, 60)
     joined = await dm.start(f"{REPO}/{FILE}")  # the same file named another way
-    assert joined.state == "downloading" and joined.bytes_done > 0
+    assert joined.state == "downloading" and joined.bytes_done == 100_000
     second = asyncio.create_task(dm.wait(joined.id))
     gate.open()
     a, b = await first, await second
