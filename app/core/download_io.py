@@ -67,6 +67,7 @@ class FileLock:
         self.fd: int | None = None
 
     def try_acquire(self) -> bool:
+        """Take the lock if no other process holds it (never blocks)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
         try:
             if fcntl is not None:
@@ -80,6 +81,7 @@ class FileLock:
         return True
 
     def release(self, *, unlink: bool = False) -> None:
+        """Let go; ``unlink`` also removes the lock file (the download is finished)."""
         if self.fd is None:
             return
         if unlink:  # a waiter that then locks the unlinked file re-checks for the finished file
@@ -93,10 +95,12 @@ class FileLock:
 
 
 def disk_full(e: OSError) -> bool:
+    """True for the errors of a full disk or an exhausted quota."""
     return e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1))
 
 
 def write_all(fd: int, data: bytes, hasher: Hasher) -> None:
+    """Write every byte of ``data`` at ``fd``'s offset, then add it to the running hash."""
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -105,6 +109,11 @@ def write_all(fd: int, data: bytes, hasher: Hasher) -> None:
 
 
 def hash_prefix(path: Path, n: int, hasher: Hasher) -> None:
+    """Feed the first ``n`` bytes of ``path`` to ``hasher`` (re-hashing a partial file).
+
+    Raises:
+        OSError: unreadable, or shorter than ``n``.
+    """
     with open(path, "rb") as f:
         left = n
         while left:
@@ -116,16 +125,19 @@ def hash_prefix(path: Path, n: int, hasher: Hasher) -> None:
 
 
 def truncate(path: Path) -> None:
+    """Empty ``path`` (created if missing; never through a symlink)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | NOFOLLOW, 0o644)
     os.close(fd)
 
 
 def unlink_quiet(path: Path) -> None:
+    """Delete ``path`` if it exists."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
 
 
 def fsync_dir(path: Path) -> None:
+    """Make renames in ``path`` durable (best effort: not every platform can)."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
