@@ -15,7 +15,10 @@
   private repos: 401 ``RepoNotFound``.
 
 Faults per file (``FakeHub.fault``): drop the connection at byte N, stall at byte N for S
-seconds, flip a byte, ignore Range (200), answer 429 with ``Retry-After``. The server runs on a
+seconds, flip a byte, ignore Range (200), answer 429 with ``Retry-After``. ``FakeHub.hold``
+returns a ``Gate``: the response stops at byte N (0: after the headers; the file's size: after
+the last byte, before the end of a chunked body) until the test opens it, so a test decides how
+long a transfer lasts instead of guessing how fast the machine is. The server runs on a
 loopback port in its own thread, so subprocesses (the CLI) can use it as ``HF_ENDPOINT``.
 """
 
@@ -143,6 +146,50 @@ class FakeRepo:
     gone: bool = False  # still in search answers, but its own page 404s (deleted meanwhile)
 
 
+class Gate:
+    """Holds responses of the fake Hub at a byte offset until the test opens it.
+
+    ``reached`` is set once a response sits at the offset (its bytes before it are sent).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.reached = threading.Event()
+        self.held = 0  # responses waiting at the gate now
+        self._opened = threading.Event()
+        self._loop = loop
+        self._event = asyncio.Event()  # awaited on the hub's loop
+
+    def open(self) -> None:
+        self._opened.set()
+        self._loop.call_soon_threadsafe(self._event.set)
+
+    @property
+    def is_open(self) -> bool:
+        return self._opened.is_set()
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Block until a response reached the gate (AssertionError after ``timeout``)."""
+        if not self.reached.wait(timeout):
+            raise AssertionError(f"no response reached the gate within {timeout:g}s")
+
+    async def wait_async(self, timeout: float = 60.0) -> None:
+        """``wait`` for async tests: the event loop keeps running meanwhile."""
+        await asyncio.to_thread(self.wait, timeout)
+
+    async def _pass(self, stopping: asyncio.Event | None) -> None:
+        self.held += 1
+        self.reached.set()
+        try:
+            waits = [asyncio.ensure_future(self._event.wait())]
+            if stopping is not None:
+                waits.append(asyncio.ensure_future(stopping.wait()))
+            _, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for t in pending:
+                t.cancel()
+        finally:
+            self.held -= 1
+
+
 @dataclass
 class Fault:
     drop_at: int | None = None
@@ -152,6 +199,9 @@ class Fault:
     ignore_range: bool = False
     status: int | None = None
     retry_after: float | None = None
+    hold_at: int | None = None  # stop at this byte until ``gate`` opens
+    gate: Gate | None = None
+    chunked: bool = False  # no Content-Length: the body ends with the last chunk, not a count
     times: int = 1  # requests it applies to (-1: every request)
 
 
@@ -195,6 +245,18 @@ class FakeHub:
         with self._lock:
             self.faults.setdefault((repo_id, path), []).append(f)
         return f
+
+    def hold(
+        self, repo_id: str, path: str, at: int = 0, *, chunked: bool = False, times: int = 1
+    ) -> Gate:
+        """Hold the next ``times`` GETs of a file at byte ``at`` until the returned gate opens.
+
+        ``at`` = the file's size holds after the last byte; only a chunked body (``chunked``)
+        keeps the client waiting there, since with a Content-Length it has all it expects.
+        """
+        gate = Gate(self._loop)
+        self.fault(repo_id, path, hold_at=at, gate=gate, chunked=chunked, times=times)
+        return gate
 
     def file_requests(self, repo_id: str, path: str) -> list[Seen]:
         """The GET requests that fetched this file's bytes (resolve or CDN)."""
@@ -527,7 +589,10 @@ class FakeHub:
             status = 206
         resp = web.StreamResponse(status=status, headers={**headers, "Accept-Ranges": "bytes"})
         resp.content_type = "application/octet-stream"
-        resp.content_length = end - start + 1
+        if fault and fault.chunked:
+            resp.enable_chunked_encoding()
+        else:
+            resp.content_length = end - start + 1
         if status == 206:
             resp.headers["Content-Range"] = f"bytes {start}-{end}/{size}"
         seen.status = status
@@ -535,10 +600,15 @@ class FakeHub:
         if request.method == "HEAD":
             return resp
         pos = start
+        hold = fault.hold_at if fault and fault.gate is not None else None
         try:
             while pos <= end:
+                if hold is not None and pos == hold and fault and fault.gate is not None:
+                    await fault.gate._pass(self._stopping)
+                    if self._stopping is not None and self._stopping.is_set():
+                        return resp
                 stop = min(end + 1, pos + CHUNK)
-                for mark in (fault.drop_at, fault.stall_at) if fault else ():
+                for mark in (fault.drop_at, fault.stall_at, hold) if fault else ():
                     if mark is not None and pos < mark < stop:
                         stop = mark
                 if fault and fault.drop_at is not None and pos == fault.drop_at:
@@ -555,6 +625,10 @@ class FakeHub:
                             pass
                 await resp.write(data[pos:stop])
                 pos = stop
+            if hold is not None and hold == pos and fault and fault.gate is not None:
+                await fault.gate._pass(self._stopping)  # every byte sent, the body not ended
+                if self._stopping is not None and self._stopping.is_set():
+                    return resp
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError, asyncio.CancelledError):
             pass

@@ -14,6 +14,10 @@ On disk, under the models folder (``owner/name/`` per repo):
   files) matched, by a rename: nothing partial is ever listed. Sharded GGUFs rename their first
   shard last (the library lists first shards only); MLX folders are assembled in a hidden
   ``.NAME.partial/`` folder and renamed whole.
+- What a crash left is settled when found: resumable bytes are listed as paused; files already
+  renamed into place are registered; a record with no byte to resume is removed.
+
+The lock file, the running hash and the raw writes are in ``app.core.download_io``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,19 @@ from typing import Any, Literal
 
 import httpx2
 
+from app.core.download_io import (
+    BINARY,
+    NOFOLLOW,
+    FileLock,
+    Hasher,
+    disk_full,
+    free_space,
+    fsync_dir,
+    hash_prefix,
+    truncate,
+    unlink_quiet,
+    write_all,
+)
 from app.core.events import (
     DownloadCancelled as DownloadCancelledEvent,
 )
@@ -79,12 +96,6 @@ from app.errors import (
     RepoRefused,
 )
 
-try:  # POSIX
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-    import msvcrt
-
 log = logging.getLogger(__name__)
 
 State = Literal[
@@ -104,17 +115,6 @@ ACTIVE: frozenset[str] = frozenset(
 )
 SIDECAR_VERSION = 1
 DISK_RESERVE = 1024 * 1024  # keep this much free beyond the download itself
-HASH_CHUNK = 4 * 1024 * 1024
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_BINARY = getattr(os, "O_BINARY", 0)
-
-
-def free_space(path: Path) -> int:
-    """Free bytes on the filesystem holding ``path`` (or its nearest existing parent)."""
-    p = path
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return shutil.disk_usage(p).free
 
 
 # -- plans and statuses --------------------------------------------------------------------------
@@ -280,64 +280,6 @@ class _Meter:
         return (b1 - b0) / (t1 - t0) if t1 > t0 else 0.0
 
 
-class _Hasher:
-    """sha256 for LFS files; git's blob sha1 for small files kept in git."""
-
-    def __init__(self, spec: RepoFile) -> None:
-        self.spec = spec
-        self.reset()
-
-    def reset(self) -> None:
-        if self.spec.sha256:
-            self.h = hashlib.sha256()
-        else:
-            self.h = hashlib.sha1(usedforsecurity=False)
-            self.h.update(b"blob %d\0" % (self.spec.size or 0))
-
-    def update(self, data: bytes) -> None:
-        self.h.update(data)
-
-    @property
-    def expected(self) -> str:
-        return (self.spec.sha256 or self.spec.blob_id or "").lower()
-
-    def matches(self) -> bool:
-        return self.h.hexdigest() == self.expected
-
-
-class _FileLock:
-    """A non-blocking exclusive lock on a small file next to the download (flock / msvcrt)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd: int | None = None
-
-    def try_acquire(self) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            else:  # pragma: no cover
-                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError:
-            os.close(fd)
-            return False
-        self.fd = fd
-        return True
-
-    def release(self, *, unlink: bool = False) -> None:
-        if self.fd is None:
-            return
-        if unlink:  # a waiter that then locks the unlinked file re-checks for the finished file
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-        with contextlib.suppress(OSError):
-            if fcntl is not None:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-        self.fd = None
-
-
 class _Job:
     def __init__(self, plan: PullPlan, target: Path) -> None:
         self.plan = plan
@@ -499,6 +441,8 @@ class DownloadManager:
     async def wait(self, download_id: str) -> LocalModel:
         """Wait for a download to finish (through pauses). Raises its error."""
         job = self._job(download_id)
+        if job.future is None and job.state == "completed" and job.model is not None:
+            return job.model  # finished when found on disk (see _settle_found)
         fut = job.future or job.new_future()
         # shielded: a waiter that gives up (a closed HTTP stream) does not stop the download
         return await asyncio.shield(fut)
@@ -579,7 +523,7 @@ class DownloadManager:
 
     async def _discard_locked(self, job: _Job) -> None:
         """Delete a stopped download's partial files, unless another process is using them."""
-        lock = _FileLock(self._lock_path(job))
+        lock = FileLock(self._lock_path(job))
         try:
             got = lock.try_acquire()
         except OSError:
@@ -793,7 +737,7 @@ class DownloadManager:
         await asyncio.to_thread(self._measure, job)
         await self._check_space(job)
         await asyncio.to_thread(self._prepare_dirs, job)
-        lock = _FileLock(self._lock_path(job))
+        lock = FileLock(self._lock_path(job))
         # try_acquire never blocks (LOCK_NB); on the loop, a cancellation can't strand a held lock
         while not lock.try_acquire():
             if job.state != "waiting":
@@ -819,7 +763,7 @@ class DownloadManager:
                     await asyncio.to_thread(self._remove_sidecar, job)
                 raise
             except OSError as e:
-                if e.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+                if disk_full(e):
                     await asyncio.to_thread(self._discard, job)
                     raise InsufficientStorage(
                         f"The disk filled up while downloading {job.plan.name}; the partial "
@@ -830,10 +774,20 @@ class DownloadManager:
             # renames and registration run to the end even if a pause or cancel arrives now
             install = asyncio.ensure_future(asyncio.to_thread(self._install, job))
             try:
-                model = await asyncio.shield(install)
-            except asyncio.CancelledError:
-                model = await install  # installed after all: report it as done
-                job.intent = None
+                try:
+                    model = await asyncio.shield(install)
+                except asyncio.CancelledError:
+                    model = await install  # installed after all: report it as done
+                    job.intent = None
+            except OSError as e:
+                # the verified files stay (and their record): pulling again only registers them
+                if disk_full(e):
+                    raise InsufficientStorage(
+                        f"The disk filled up while adding {job.plan.name} to the library; the "
+                        f"verified download is kept. Free some space and pull it again to finish "
+                        f"(nothing is downloaded again)."
+                    ) from e
+                raise DownloadFailed(f"cannot install {job.plan.name}: {e.strerror or e}") from e
             done = True
             return model
         finally:
@@ -949,17 +903,17 @@ class DownloadManager:
             if final.stat().st_size == size:  # verified and renamed before a crash
                 job.have[f.path] = size
                 return
-        hasher = _Hasher(f)
+        hasher = Hasher(f)
         have = 0
         if part.exists():
             self._check_not_symlink(part)
             have = part.lstat().st_size
             if have > size:
-                await asyncio.to_thread(_truncate, part)
+                await asyncio.to_thread(truncate, part)
                 have = 0
         if have:
             self._set_state(job, "verifying")
-            await asyncio.to_thread(_hash_prefix, part, have, hasher)
+            await asyncio.to_thread(hash_prefix, part, have, hasher)
         job.have[f.path] = have
         self._set_state(job, "downloading")
         job.meter.reset()
@@ -997,7 +951,7 @@ class DownloadManager:
                 await asyncio.sleep(delay)
                 self._set_state(job, "downloading")
         if not hasher.matches():
-            await asyncio.to_thread(_unlink, part)
+            await asyncio.to_thread(unlink_quiet, part)
             job.have[f.path] = 0
             raise ChecksumMismatch(
                 f"{f.path} from {job.plan.repo_id} failed verification: its sha256 is not the "
@@ -1005,7 +959,7 @@ class DownloadManager:
             )
         job.attempt = 0
 
-    async def _stream(self, job: _Job, f: RepoFile, part: Path, hasher: _Hasher) -> None:
+    async def _stream(self, job: _Job, f: RepoFile, part: Path, hasher: Hasher) -> None:
         """One HTTP request: append to ``part`` from the bytes it has. Transient trouble: _Retry."""
         size = f.size or 0
         url = self.hub.file_url(job.plan.repo_id, f.path, job.plan.revision)
@@ -1024,7 +978,7 @@ class DownloadManager:
                         raise RepoNotFound(f"{job.plan.repo_id}: {f.path} is not on the Hub")
                     if st == 416 or st == 408 or st == 429 or st >= 500:
                         if st == 416:  # our bytes don't fit the file: start over
-                            await asyncio.to_thread(_truncate, part)
+                            await asyncio.to_thread(truncate, part)
                             job.have[f.path] = 0
                             hasher.reset()
                         raise _Retry(f"HTTP {st}", retry_after=_retry_after(r.headers))
@@ -1045,7 +999,7 @@ class DownloadManager:
                                 f"{f.path}: the server's file has {total} bytes, the Hub lists {size}"
                             )
                         if start != have:
-                            await asyncio.to_thread(_truncate, part)
+                            await asyncio.to_thread(truncate, part)
                             job.have[f.path] = 0
                             hasher.reset()
                             raise _Retry(f"the server sent bytes from {start}, not {have}")
@@ -1061,7 +1015,7 @@ class DownloadManager:
                             log.warning(
                                 "download %s: %s changed on the server; restarting", job.id, f.path
                             )
-                            await asyncio.to_thread(_truncate, part)
+                            await asyncio.to_thread(truncate, part)
                             job.have[f.path] = 0
                             hasher.reset()
                             raise _Retry("the file changed on the server")
@@ -1082,12 +1036,12 @@ class DownloadManager:
         f: RepoFile,
         part: Path,
         r: httpx2.Response,
-        hasher: _Hasher,
+        hasher: Hasher,
         *,
         truncate: bool,
     ) -> None:
         size = f.size or 0
-        flags = os.O_WRONLY | os.O_CREAT | _NOFOLLOW | _BINARY | (os.O_TRUNC if truncate else 0)
+        flags = os.O_WRONLY | os.O_CREAT | NOFOLLOW | BINARY | (os.O_TRUNC if truncate else 0)
         try:
             fd = os.open(part, flags, 0o644)
         except OSError as e:
@@ -1103,7 +1057,7 @@ class DownloadManager:
                     continue
                 if job.have[f.path] + len(chunk) > size:
                     raise DownloadFailed(f"{f.path}: the server sent more bytes than the file has")
-                pending = loop.run_in_executor(None, _write_all, fd, chunk, hasher)
+                pending = loop.run_in_executor(None, write_all, fd, chunk, hasher)
                 await asyncio.shield(pending)
                 pending = None
                 job.have[f.path] += len(chunk)
@@ -1125,7 +1079,7 @@ class DownloadManager:
                 part = self._partial(final)
                 if part.exists():
                     os.replace(part, final)
-            _fsync_dir(job.target.parent)
+            fsync_dir(job.target.parent)
         else:
             staging = self._staging(job)
             for f in plan.files:
@@ -1146,7 +1100,7 @@ class DownloadManager:
                 shutil.rmtree(old, ignore_errors=True)
             else:
                 os.replace(staging, target)
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
         model = self._register(job)
         self._remove_sidecar(job)
         return model
@@ -1195,48 +1149,44 @@ class DownloadManager:
             job.state = "paused"
             with contextlib.suppress(OSError):
                 job.started_at = side.stat().st_mtime
-            self._jobs[job.id] = job
+            if self._settle_found(job):
+                self._jobs[job.id] = job
+
+    def _settle_found(self, job: _Job) -> bool:
+        """Settle what a crash left of a download (unless another process is running it):
+        files all in place (killed before the index was written) -> registered, completed; no
+        byte to resume -> its record removed; else paused. False: nothing left to list."""
+        lock = FileLock(self._lock_path(job))
+        try:
+            if not lock.try_acquire():
+                return True
+        except OSError:
+            return True
+        settled = False
+        try:
+            if self._installed(job):
+                try:
+                    job.model = self._register(job)
+                except HearthError as e:
+                    log.warning("download %s: cannot register %s: %s", job.id, job.target, e)
+                    return True
+                self._remove_sidecar(job)
+                job.state = "completed"
+                settled = True
+                log.info("download %s: finished installing %s", job.id, job.model.id)
+                self.events.publish(LibraryChanged())
+                return True
+            if job.bytes_done == 0:
+                self._discard(job)
+                settled = True
+                log.info("download %s: nothing on disk to resume; its record is removed", job.id)
+                return False
+            return True
+        finally:
+            lock.release(unlink=settled)
 
 
 # -- helpers -------------------------------------------------------------------------------------
-def _write_all(fd: int, data: bytes, hasher: _Hasher) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-    hasher.update(data)
-
-
-def _hash_prefix(path: Path, n: int, hasher: _Hasher) -> None:
-    with open(path, "rb") as f:
-        left = n
-        while left:
-            chunk = f.read(min(HASH_CHUNK, left))
-            if not chunk:
-                raise OSError(errno.EIO, f"{path} is shorter than expected")
-            hasher.update(chunk)
-            left -= len(chunk)
-
-
-def _truncate(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _NOFOLLOW, 0o644)
-    os.close(fd)
-
-
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def _etag(headers: Any) -> str | None:
     v = headers.get("x-linked-etag") or headers.get("etag")
     if not v:

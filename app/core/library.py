@@ -448,6 +448,8 @@ class ModelLibrary:
                 self._add(Path(rp), describe(Path(rp)), owned=True, origin="downloaded")
             except InvalidModel as e:
                 log.warning("models folder: skipping %s: %s", p.name, e)
+            except OSError as e:  # e.g. a full disk: listing what is indexed must still work
+                log.warning("models folder: cannot index %s now: %s", p.name, e)
 
 
 def _plain(p: Path) -> bool:

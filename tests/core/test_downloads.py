@@ -2,7 +2,7 @@
 
 Real parts throughout: huggingface_hub's client, real HTTP on a loopback port, real files under
 tmp_path, the real ModelLibrary. Faults come from the fake Hub (dropped connections, stalls,
-flipped bytes, ignored Range, 429) and, for the disk, a real 2 MB tmpfs where mounting works.
+flipped bytes, ignored Range, 429) and, for the disk, a real 2 MiB tmpfs where mounting works.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from app.errors import (
     RepoRefused,
 )
 from tests.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
+from tests.smalldisk import SmallDisk, open_small_disk
 
 REPO = "acme/tiny-GGUF"
 FILE = "tiny-Q4_K_M.gguf"
@@ -140,10 +140,14 @@ async def test_pull_installs_a_verified_file_and_tells_everyone(env: Env) -> Non
 
 
 async def test_the_event_loop_keeps_running_during_a_download(env: Env) -> None:
-    """Writing and hashing happen off the loop: a ticker keeps ticking (generous bound)."""
-    env.hub.add_repo(
-        "acme/big-GGUF", {"big-Q4_K_M.gguf": gguf_bytes(env.root / "b", elems=1_000_000)}
-    )
+    """Writing and hashing happen off the loop: a ticker keeps ticking (generous bound).
+
+    The fake Hub holds the transfer half-way until the ticker has ticked enough: how long the
+    download lasts is the test's decision, not the machine's speed.
+    """
+    big = gguf_bytes(env.root / "b", elems=1_000_000)
+    env.hub.add_repo("acme/big-GGUF", {"big-Q4_K_M.gguf": big})
+    gate = env.hub.hold("acme/big-GGUF", "big-Q4_K_M.gguf", at=len(big) // 2)
     gaps: list[float] = []
     stop = asyncio.Event()
 
@@ -158,12 +162,17 @@ async def test_the_event_loop_keeps_running_during_a_download(env: Env) -> None:
 
     t = asyncio.create_task(ticker())
     try:
-        model = await env.manager().pull("acme/big-GGUF")
+        pull = asyncio.create_task(env.manager(stall_timeout=600).pull("acme/big-GGUF"))
+        await gate.wait_async()
+        ticks = len(gaps)
+        await wait_for(lambda: len(gaps) >= ticks + 20, timeout=60)  # ticking while it waits
+        gate.open()
+        model = await pull
     finally:
         stop.set()
         await t
-    assert Path(model.path).stat().st_size > 4_000_000
-    assert len(gaps) > 5 and max(gaps) < 0.5, max(gaps)
+    assert Path(model.path).stat().st_size == len(big) > 4_000_000
+    assert max(gaps) < 0.5, max(gaps)
 
 
 async def test_discover_page_flow_repo_view_then_download_an_option(env: Env) -> None:
@@ -179,8 +188,17 @@ async def test_discover_page_flow_repo_view_then_download_an_option(env: Env) ->
 
 
 async def test_two_pulls_of_one_file_share_one_download(env: Env) -> None:
-    dm = env.manager()
-    a, b = await asyncio.gather(dm.pull(REPO), dm.pull(f"{REPO}/{FILE}"))
+    # held until the second has joined: a fast transfer could otherwise end before it resolves
+    gate = env.hub.hold(REPO, FILE, at=100_000)
+    dm = env.manager(stall_timeout=600)
+    first = asyncio.create_task(dm.pull(REPO))
+    await gate.wait_async()
+    await wait_for(lambda: partial_size(env) == 100_000, 60)
+    joined = await dm.start(f"{REPO}/{FILE}")  # the same file named another way
+    assert joined.state == "downloading" and joined.bytes_done == 100_000
+    second = asyncio.create_task(dm.wait(joined.id))
+    gate.open()
+    a, b = await first, await second
     assert a == b
     assert len(env.hub.file_requests(REPO, FILE)) == 1
     assert len(env.library.list()) == 1
@@ -188,13 +206,15 @@ async def test_two_pulls_of_one_file_share_one_download(env: Env) -> None:
 
 async def test_two_managers_one_file_lock_across_processes(env: Env) -> None:
     """Two DownloadManagers (as in two processes) share the file through its lock file."""
-    env.hub.fault(REPO, FILE, stall_at=100_000, stall_s=0.5)
-    first, second = env.manager(), env.manager()
-    a, b = await asyncio.gather(first.pull(REPO), second.pull(REPO))
+    gate = env.hub.hold(REPO, FILE, at=100_000)  # the first one holds until the other waits
+    first, second = env.manager(stall_timeout=600), env.manager(stall_timeout=600)
+    both = asyncio.gather(first.pull(REPO), second.pull(REPO))
+    await gate.wait_async()
+    await wait_for(lambda: any(e.state == "waiting" for e in env.of(ev.DownloadProgressed)), 60)
+    gate.open()
+    a, b = await both
     assert a.id == b.id and a.path == b.path
     assert len(env.hub.file_requests(REPO, FILE)) == 1
-    waits = [e for e in env.of(ev.DownloadProgressed) if e.state == "waiting"]
-    assert waits, "the second manager should have waited for the first"
 
 
 # -- verification --------------------------------------------------------------------------------
@@ -251,13 +271,13 @@ async def test_server_ignoring_range_restarts_from_zero(env: Env) -> None:
 
 
 async def test_stall_is_detected_shown_and_retried(env: Env) -> None:
-    env.hub.fault(REPO, FILE, stall_at=300_000, stall_s=10)
-    model = await env.manager(stall_timeout=0.5).pull(REPO)
+    env.hub.hold(REPO, FILE, at=300_000)  # never opened: only the stall timeout ends it
+    model = await env.manager(stall_timeout=1.0).pull(REPO)
     assert Path(model.path).read_bytes() == env.data()
     assert env.hub.ranges(REPO, FILE) == [None, "bytes=300000-"]
     assert any(e.state == "stalled" for e in env.of(ev.DownloadProgressed))
     stall = env.of(ev.DownloadStalled)[0]
-    assert "no data for 0.5s" in stall.reason and stall.attempt == 1
+    assert "no data for 1s" in stall.reason and stall.attempt == 1
 
 
 async def test_rate_limited_retries_after_retry_after(env: Env) -> None:
@@ -279,14 +299,14 @@ async def test_gives_up_after_max_attempts(env: Env) -> None:
 
 
 async def test_pause_resume_and_resume_after_quitting(env: Env) -> None:
-    env.hub.fault(REPO, FILE, stall_at=250_000, stall_s=30)
-    dm = env.manager(stall_timeout=20, progress_interval=0.25)
+    env.hub.hold(REPO, FILE, at=250_000)  # held until paused
+    dm = env.manager(stall_timeout=600, progress_interval=0.25)
     status = await dm.start(REPO)
-    await wait_for(lambda: partial_size(env) == 250_000)
+    await wait_for(lambda: partial_size(env) == 250_000, 60)
     # throttled progress still reports the last bytes before the connection went quiet
     progressed = env.of
     await wait_for(
-        lambda: any(e.bytes_done == 250_000 for e in progressed(ev.DownloadProgressed)), 2.0
+        lambda: any(e.bytes_done == 250_000 for e in progressed(ev.DownloadProgressed)), 60
     )
     paused = await dm.pause(status.id)
     assert paused.state == "paused" and paused.bytes_done == 250_000
@@ -311,12 +331,42 @@ async def test_pause_resume_and_resume_after_quitting(env: Env) -> None:
     assert env.leftovers() == []
 
 
+async def test_what_a_crash_left_is_settled_when_found(env: Env) -> None:
+    """A record with no byte to resume is removed; a download whose file was renamed into
+    place before the crash (the index entry missing) is registered; neither while another
+    process holds the download's lock."""
+    gate = env.hub.hold(REPO, FILE, at=0)
+    other = env.manager(stall_timeout=600)  # "another process", downloading at byte 0
+    running = await other.start(REPO)
+    await gate.wait_async()
+    await wait_for(lambda: partial_size(env) == 0, 60)
+    side = env.models / "acme" / "tiny-GGUF" / f".{FILE}.partial.json"
+    assert [(s.id, s.state) for s in env.manager().list()] == [(running.id, "paused")]
+    assert side.exists() and partial_size(env) == 0  # its files are left alone
+    await other.pause(running.id)  # as a kill would leave it: record and empty partial
+    assert [s.state for s in env.manager().list()] == []
+    assert env.leftovers() == []
+    # killed after the rename, before the index: only the record is left besides the file
+    gate.open()
+    model = await env.manager().pull(REPO)
+    plan = (await env.manager().resolve(REPO)).to_dict()
+    side.write_text(json.dumps({"version": 1, "plan": plan}))
+    env.library.index_file.write_text(json.dumps({"version": 1, "models": []}))
+    env.seen.clear()
+    dm = env.manager()
+    [s] = dm.list()
+    assert (s.state, s.model_id, s.bytes_done) == ("completed", model.id, s.total_bytes)
+    assert await dm.wait(s.id) == env.library.get(model.id)
+    assert env.library.get(model.id).extra["hub"]["repo_id"] == REPO
+    assert env.of(ev.LibraryChanged) and env.leftovers() == []
+
+
 async def test_cancel_removes_partials_and_fails_waiters(env: Env) -> None:
-    env.hub.fault(REPO, FILE, stall_at=100_000, stall_s=30)
-    dm = env.manager(stall_timeout=20)
+    env.hub.hold(REPO, FILE, at=100_000)  # held until cancelled
+    dm = env.manager(stall_timeout=600)
     status = await dm.start(REPO)
     waiter = asyncio.create_task(dm.wait(status.id))
-    await wait_for(lambda: partial_size(env) == 100_000)
+    await wait_for(lambda: partial_size(env) == 100_000, 60)
     s = await dm.cancel(status.id)
     assert s.state == "cancelled"
     with pytest.raises(DownloadCancelled):
@@ -336,43 +386,49 @@ async def test_not_enough_disk_is_refused_before_starting(env: Env) -> None:
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A real 2 MB filesystem (tmpfs; needs root)."""
-    d = tmp_path / "small-disk"
-    d.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)], capture_output=True, text=True
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {r.stderr.strip()}")
+def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
+    """A real 2 MiB filesystem, mounted in this process (root). Without mounts, the e2e tests
+    (tests/e2e/test_pull_disk.py) still get one, in a user namespace for a Hearth process."""
+    d, why = open_small_disk(tmp_path / "small-disk", 2 << 20, "mount")
+    if d is None:
+        pytest.skip(why)
     try:
         yield d
     finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+        d.close()
 
 
-async def test_real_small_disk_refuses_then_enospc_mid_write(env: Env, small_disk: Path) -> None:
+async def test_real_small_disk_refuses_then_enospc_mid_write(
+    env: Env, small_disk: SmallDisk
+) -> None:
     env.hub.add_repo(
         "acme/big-GGUF", {"big-Q4_K_M.gguf": gguf_bytes(env.root / "b2", elems=800_000)}
     )
-    lib = ModelLibrary(env.root / "data" / "library.json", small_disk / "models")
+    lib = ModelLibrary(env.root / "data" / "library.json", small_disk.path / "models")
     hub = HubClient(endpoint=env.hub.endpoint)
-    # the real free-space probe: 3.2 MB cannot fit in 2 MB, refused before a byte moves
-    dm = DownloadManager(lib, hub, env.events, backoff_base=0.05)
+    # the real free-space probe throughout: 3.2 MB cannot fit in 2 MiB, refused before a byte
+    dm = DownloadManager(lib, hub, env.events, backoff_base=0.05, stall_timeout=600)
     with pytest.raises(InsufficientStorage, match="disk space"):
         await dm.pull("acme/big-GGUF")
     assert env.hub.file_requests("acme/big-GGUF", "big-Q4_K_M.gguf") == []
-    # a probe that lies: the disk fills up mid-write -> clean error, partial removed
-    liar = DownloadManager(lib, hub, env.events, free_space=lambda _p: 1 << 40)
+    # this one fits; the disk fills up (another program) while the Hub holds the transfer
+    gate = env.hub.hold(REPO, FILE, at=100_000)
+    pull = asyncio.create_task(dm.pull(REPO))
+    part = small_disk.path / "models" / "acme" / "tiny-GGUF" / f".{FILE}.partial"
+    await gate.wait_async()
+    await wait_for(lambda: part.exists() and part.stat().st_size == 100_000, 60)
+    filler = await asyncio.to_thread(small_disk.fill)
+    gate.open()
     with pytest.raises(InsufficientStorage, match="filled up"):
-        await liar.pull("acme/big-GGUF")
-    assert env.hub.file_requests("acme/big-GGUF", "big-Q4_K_M.gguf")
-    left = [p.name for p in (small_disk / "models").rglob("*") if p.is_file()]
+        await pull
+    left = [p.name for p in (small_disk.path / "models").rglob("*") if p.is_file()]
     assert [n for n in left if not n.endswith(".lock")] == []
     assert lib.list() == []
-    # the disk is usable again: a file that fits still downloads there
-    model = await liar.pull(REPO)
-    assert Path(model.path).is_relative_to(small_disk)
+    # the disk is usable again: the same pull now works there
+    filler.unlink()
+    model = await dm.pull(REPO)
+    assert Path(model.path).is_relative_to(small_disk.path)
+    assert Path(model.path).read_bytes() == env.data()
 
 
 # -- hostile names and symlinks ---------------------------------------------------------------------

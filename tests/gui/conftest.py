@@ -165,7 +165,7 @@ def hub_ctx(gui_ctx: GuiContext, hub: FakeHub) -> GuiContext:
         gui_ctx.service.library,
         client,
         gui_ctx.service.events,
-        stall_timeout=10.0,
+        stall_timeout=3600.0,  # tests hold transfers with fake-Hub gates, not stalls
         backoff_base=0.05,
         lock_poll=0.05,
         progress_interval=0.05,

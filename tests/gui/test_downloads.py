@@ -56,7 +56,7 @@ def test_a_download_shows_progress_then_done_and_the_model_reaches_the_library(
 def test_pause_and_resume_a_stalled_download_from_the_buttons(
     hub_window: MainWindow, hub: FakeHub, qtbot: QtBot
 ) -> None:
-    hub.fault(HUB_REPO, HUB_FILE, stall_at=64 * 1024, stall_s=30)  # hangs until paused
+    hub.hold(HUB_REPO, HUB_FILE, at=64 * 1024)  # held until paused
     page = hub_window.downloads_page
     hub_window.show_page("Downloads")
     did = start(hub_window, qtbot, f"{HUB_REPO}:Q4_K_M")
@@ -79,10 +79,12 @@ def test_pause_and_resume_a_stalled_download_from_the_buttons(
 
 
 def test_cancel_then_retry(hub_window: MainWindow, hub: FakeHub, qtbot: QtBot) -> None:
-    hub.fault(HUB_REPO, HUB_FILE, stall_at=64 * 1024, stall_s=30)
+    gate = hub.hold(HUB_REPO, HUB_FILE, at=64 * 1024)  # held until cancelled
     page = hub_window.downloads_page
     did = start(hub_window, qtbot, f"{HUB_REPO}:Q4_K_M")
     model = page.table_model
+    # the request itself must be the held one: cancelled before it, the retry would be held
+    qtbot.waitUntil(gate.reached.is_set, timeout=TIMEOUT)
     qtbot.waitUntil(lambda: model.state_of(did) == "downloading", timeout=TIMEOUT)
     page.select(did)
     qtbot.mouseClick(page.cancel_button, LEFT)

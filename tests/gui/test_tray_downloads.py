@@ -19,9 +19,10 @@ def test_the_tray_lists_unfinished_downloads_with_pause_resume_and_cancel(
     hub_window: MainWindow, hub: FakeHub, qtbot: QtBot
 ) -> None:
     assert not any(t.startswith("Downloads") for t in tray_texts(hub_window))
-    hub.fault(HUB_REPO, HUB_FILE, stall_at=64 * 1024, stall_s=30)
+    gate = hub.hold(HUB_REPO, HUB_FILE, at=64 * 1024)  # held until paused
     did = start(hub_window, qtbot, f"{HUB_REPO}:Q4_K_M")
     model = hub_window.downloads_page.table_model
+    qtbot.waitUntil(gate.reached.is_set, timeout=TIMEOUT)
     qtbot.waitUntil(lambda: model.state_of(did) == "downloading", timeout=TIMEOUT)
     texts = tray_texts(hub_window)
     assert "Downloads (1)" in texts
