@@ -12,7 +12,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.core.fsutil import atomic_write_bytes, atomic_write_json, file_lock, read_json
+from app.core.fsutil import (
+    atomic_write_bytes,
+    atomic_write_json,
+    file_lock,
+    read_json,
+    remove_stale_writes,
+)
 from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -139,6 +145,7 @@ class SettingsStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        remove_stale_writes(path)  # left by a write that was killed mid-way
 
     def load(self) -> Settings:
         try:
