@@ -159,7 +159,7 @@ class GuardedRequestHandler(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._client = client_key(self.peername)
+        self._client = client_key(transport.get_extra_info("peername"))
         self._since = self._loop.time()
         self._arm(self._since + self._edge.limits.header_timeout_s)
 
@@ -176,6 +176,9 @@ class GuardedRequestHandler(RequestHandler):
         super().data_received(data)
         if self.transport is None or self._force_close:
             return
+        # A request that ends inside this read may be followed by the start of the next one;
+        # those bytes are timed from the next read (until then the connection costs what an
+        # idle keep-alive one does, which aiohttp's keep-alive timer already bounds)
         if self._request_count != before and self._messages:
             payload = self._messages[-1][1]  # the newest request; earlier ones are whole
             if _received(payload):
@@ -184,8 +187,6 @@ class GuardedRequestHandler(RequestHandler):
                 self._enter_body(payload)
         elif self._phase is Phase.BODY:
             if self._body is None or _received(self._body):
-                # the body ended; bytes of a next request in the same read, if any, are timed
-                # once more arrive (until then the connection costs what an idle one does)
                 self._to_idle()
         elif self._phase in (Phase.FRESH, Phase.IDLE) and data.strip(b"\r\n"):
             self._enter_headers()  # llhttp skips CRLFs between requests: those start nothing
@@ -237,7 +238,8 @@ class GuardedRequestHandler(RequestHandler):
         limits = self._edge.limits
         if self._phase is Phase.BODY and self._body is not None:
             rate = limits.body_min_rate
-            extra = self._body.total_raw_bytes / rate if rate else 0.0
+            # bytes as sent: aiohttp's decompression is off (HANDLER_OPTIONS)
+            extra = self._body.total_bytes / rate if rate else 0.0
             due = self._since + limits.body_timeout_s + extra
             if self._loop.time() < due:  # bytes came in at the minimum rate: more time
                 self._arm(due)

@@ -21,8 +21,6 @@ import pytest
 
 from tests.conftest import Served, start_served, stop_served
 
-pytestmark = pytest.mark.model
-
 HEADER_S = 2.0
 BODY_S = 2.0
 MIN_RATE = 64 * 1024
@@ -122,6 +120,7 @@ class _Prober(threading.Thread):
             self.stop.wait(0.1)
 
 
+@pytest.mark.model
 def test_dribbling_clients_are_closed_by_deadlines_and_health_answers_meanwhile(
     edge: Served,
 ) -> None:
@@ -200,6 +199,7 @@ def test_dribbling_clients_are_closed_by_deadlines_and_health_answers_meanwhile(
         assert secs < PROMPT_S, f"{path} took {secs:.2f}s during the storm"
 
 
+@pytest.mark.model
 def test_keep_alive_idle_between_requests_is_not_a_slow_client(edge: Served) -> None:
     with socket.create_connection(("127.0.0.1", edge.port), timeout=30) as c:
         for i in range(3):
@@ -210,6 +210,7 @@ def test_keep_alive_idle_between_requests_is_not_a_slow_client(edge: Served) -> 
                 time.sleep(2 * max(HEADER_S, BODY_S))
 
 
+@pytest.mark.model
 def test_large_bodies_sent_promptly_or_at_the_minimum_rate_are_served(edge: Served) -> None:
     big = _estimate(edge.model_id, pad=8 * 1024 * 1024)  # at once: a fraction of the deadline
     with socket.create_connection(("127.0.0.1", edge.port), timeout=60) as c:
@@ -230,6 +231,7 @@ def test_large_bodies_sent_promptly_or_at_the_minimum_rate_are_served(edge: Serv
         assert status == 200, body[:200]
 
 
+@pytest.mark.model
 def test_a_stream_answering_longer_than_the_deadlines_is_not_cut(edge: Served) -> None:
     body = json.dumps(
         {"model": edge.model_id, "prompt": "Once upon a time", "max_tokens": 16, "stream": True}
@@ -246,6 +248,7 @@ def test_a_stream_answering_longer_than_the_deadlines_is_not_cut(edge: Served) -
             buf += chunk
 
 
+@pytest.mark.model
 def test_caps_refuse_only_new_incomplete_connections(tmp_path: Path, smollm2_path: Path) -> None:
     """Per client 5, in all 8. Over the cap a connection that is still sending is refused
     (503, closed); whole requests from the same address are always served."""
@@ -329,3 +332,33 @@ def test_caps_refuse_only_new_incomplete_connections(tmp_path: Path, smollm2_pat
         for c in socks:
             c.close()
         stop_served(s)
+
+
+@pytest.mark.parametrize(
+    ("peer", "key"),
+    [
+        (("127.0.0.2", 5000), "127.0.0.2"),
+        (("::ffff:10.1.2.3", 5000, 0, 0), "10.1.2.3"),  # a dual-stack socket's IPv4 client
+        (("2001:db8:1:2:aaaa::1", 5000, 0, 0), "2001:db8:1:2::/64"),
+        (("2001:db8:1:2:bbbb::9", 5000, 0, 0), "2001:db8:1:2::/64"),  # same host, same cap
+        (("::1", 5000, 0, 0), "::1"),
+        (("fe80::1%eth0", 5000, 0, 2), "fe80::/64"),
+    ],
+)
+def test_client_key_groups_an_ipv6_host_by_its_64(peer: tuple, key: str) -> None:
+    from app.server.edge import client_key
+
+    assert client_key(peer) == key
+
+
+def test_incomplete_counter_caps_and_releases() -> None:
+    from app.server.edge import EdgeLimits, IncompleteConnections
+
+    c = IncompleteConnections(EdgeLimits(max_incomplete=3, max_incomplete_per_client=2))
+    assert c.admit("a") and c.admit("a") and not c.admit("a")  # per client
+    assert c.admit("b") and not c.admit("c")  # in all
+    c.release("a")
+    assert c.admit("c") and not c.admit("a")
+    for k in ("a", "b", "c"):
+        c.release(k)
+    assert (c.total, c.by_client) == (0, {})
