@@ -12,7 +12,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.core.fsutil import atomic_write_bytes, atomic_write_json, file_lock, read_json
+from app.core.fsutil import (
+    atomic_write_bytes,
+    atomic_write_json,
+    file_lock,
+    read_json,
+    remove_stale_writes,
+)
 from app.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -51,6 +57,15 @@ class ServerSettings:
     queue_size: int = 16
     request_timeout_s: float = 600.0
     reasoning_field_also: bool = False  # also send a model's thinking as `reasoning` (some clients)
+    # slow clients (SECURITY.md 6): a request's headers must arrive within header_timeout_s of
+    # its first byte (of the connection, for its first request); its body within body_timeout_s
+    # plus one second per body_min_rate bytes received (0 = no extension)
+    header_timeout_s: float = 20.0
+    body_timeout_s: float = 30.0
+    body_min_rate: int = 16 * 1024
+    # connections still sending their headers or body, in all and per client address (IPv6: /64)
+    max_incomplete_connections: int = 512
+    max_incomplete_per_client: int = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +138,9 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     server = _coerce(ServerSettings, raw.get("server", {}), "server")
     if not 0 <= server.port < 65536:  # 0 = any free port
         raise ConfigError("settings: server.port must be 0-65535")
+    for name in ("max_incomplete_connections", "max_incomplete_per_client"):
+        if getattr(server, name) < 1:
+            raise ConfigError(f"settings: server.{name} must be at least 1")
     load = _coerce(LoadDefaults, raw.get("load", {}), "load")
     if not 1 <= load.parallel <= 16:
         raise ConfigError("settings: load.parallel must be 1-16")
@@ -139,6 +157,7 @@ class SettingsStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        remove_stale_writes(path)  # left by a write that was killed mid-way
 
     def load(self) -> Settings:
         try:

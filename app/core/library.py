@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from app.core import gguf, stores
-from app.core.fsutil import atomic_write_json, file_lock, read_json
+from app.core.fsutil import (
+    atomic_write_json,
+    file_lock,
+    read_json,
+    remove_stale_temp_files,
+    remove_stale_writes,
+    temp_path,
+)
 from app.core.types import LocalModel
 from app.errors import InvalidModel, ModelNotFound
 
@@ -121,20 +128,10 @@ class ModelLibrary:
         self.models_dir = models_dir
         self._clean_stale_temp_files()
 
-    def _clean_stale_temp_files(self, older_than_s: float = 600.0) -> None:
-        """Temp files of writes or copies that a crash (kill -9) interrupted."""
-        now = time.time()
-        for folder, pattern in (
-            (self.index_file.parent, f".{self.index_file.name}.*.tmp"),
-            (self.models_dir, ".*.partial"),
-        ):
-            if not folder.is_dir():
-                continue
-            for p in folder.glob(pattern):
-                with contextlib.suppress(OSError):
-                    if now - p.lstat().st_mtime > older_than_s:
-                        shutil.rmtree(p) if p.is_dir() else p.unlink()
-                        log.info("removed a stale temp file %s", p)
+    def _clean_stale_temp_files(self) -> None:
+        """Temp files of writes or copies whose process was killed (kill -9) mid-way."""
+        remove_stale_writes(self.index_file)
+        remove_stale_temp_files(self.models_dir, ".*.partial")
 
     # -- index file -------------------------------------------------------------------------
     def _read(self) -> list[dict[str, Any]]:
@@ -248,7 +245,7 @@ class ModelLibrary:
                     return self._to_model(d), False
             self.models_dir.mkdir(parents=True, exist_ok=True)
             dest = self._free_name(src)
-            tmp = self.models_dir / f".{dest.name}.{os.getpid()}.{time.monotonic_ns()}.partial"
+            tmp = temp_path(dest, ".partial")
             try:
                 if src.is_dir():
                     shutil.copytree(src, tmp)

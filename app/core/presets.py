@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.core.fsutil import atomic_write_json, file_lock, read_json
+from app.core.fsutil import atomic_write_json, file_lock, read_json, remove_stale_writes
 from app.core.tools import FAMILIES as TOOL_FAMILIES
 from app.core.types import LoadOptions
 from app.errors import InvalidRequest
@@ -87,6 +87,7 @@ class PresetStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        remove_stale_writes(path)  # left by a write that was killed mid-way
 
     def all(self) -> dict[str, dict[str, Any]]:
         try:

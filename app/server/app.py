@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -15,6 +15,7 @@ from app.core.events import RequestFinished
 from app.core.service import Generation, Hearth
 from app.core.types import Delta
 from app.errors import HearthError
+from app.server.body import read_body, too_large
 from app.server.sse import error_body
 from app.settings import ServerSettings, key_matches
 
@@ -35,6 +36,7 @@ class ServerState:
     inflight: int = 0
     stopping: bool = False
     started_at: float = field(default_factory=time.time)
+    bound_addresses: tuple[str, ...] = ()  # what the listening sockets are bound to
 
 
 SERVICE = web.AppKey("service", Hearth)
@@ -74,12 +76,6 @@ class _Unauthorized(HearthError):
     type = "invalid_request_error"
 
 
-class _TooLarge(HearthError):
-    status = 413
-    code = "request_too_large"
-    type = "invalid_request_error"
-
-
 class _HTTPError(HearthError):
     type = "invalid_request_error"
 
@@ -111,30 +107,63 @@ def host_name(host_header: str) -> str | None:
 def allowed_hosts(state: ServerState) -> frozenset[str]:
     names = set(LOOPBACK_NAMES)
     names.update(h.lower() for h in state.settings.allowed_hosts)
-    bound = state.bound_host.lower()
-    if bound not in ("0.0.0.0", "::", ""):
-        names.add(f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound)
+    # the name the server was bound by and the addresses it is bound to (the printed base URL
+    # shows the address); a wildcard bind adds nothing
+    for bound in (state.bound_host.lower(), *state.bound_addresses):
+        if bound not in ("0.0.0.0", "::", ""):
+            names.add(f"[{bound}]" if ":" in bound and not bound.startswith("[") else bound)
     return frozenset(names)
 
 
+# one serialized origin (RFC 6454): scheme "://" host [":" port], nothing else. Hosts are DNS
+# labels, dotted IPv4, or a bracketed IPv6 literal (checked below); no path, userinfo, spaces or lists
+_ORIGIN_RE = re.compile(
+    r"(?P<scheme>[a-z][a-z0-9+.-]*)://"
+    r"(?P<host>\[[0-9a-f:.]+\]|[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*)"
+    r"(?::(?P<port>[0-9]{1,5}))?",
+    re.ASCII,
+)
+
+
+def parse_origin(origin: str) -> tuple[str, str, int | None] | None:
+    """``(scheme, host, port)`` of one well-formed Origin value, lowercased; None otherwise
+    (``null``, two origins, a path, a bracket that is not an IPv6 address...)."""
+    m = _ORIGIN_RE.fullmatch(origin.lower())
+    if m is None:
+        return None
+    host = m["host"]
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return None
+        host = host[1:-1]
+    port = int(m["port"]) if m["port"] is not None else None
+    if port is not None and not 0 < port < 65536:
+        return None
+    return m["scheme"], host, port
+
+
 def _is_loopback_origin(origin: str) -> bool:
-    try:
-        parts = urlsplit(origin)
-    except ValueError:
+    parsed = parse_origin(origin)
+    if parsed is None or parsed[0] not in ("http", "https"):
         return False
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return False
-    if parts.hostname == "localhost":
+    host = parsed[1]
+    if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(parts.hostname).is_loopback
+        return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
 
 
 def origin_allowed(origin: str, state: ServerState) -> bool:
-    if origin in state.settings.allowed_origins or "*" in state.settings.allowed_origins:
+    """An Origin the user listed (exactly), any well-formed one with ``*``, or a loopback one."""
+    allowed = state.settings.allowed_origins
+    if origin in allowed and not any(c in origin for c in ", \t"):
         return True
+    if "*" in allowed:
+        return parse_origin(origin) is not None
     return _is_loopback_origin(origin)
 
 
@@ -179,9 +208,10 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             raise _Forbidden(
                 "Host not allowed. Add it to the server's allowed hosts to reach Hearth by this name."
             )
-        origin = request.headers.get("Origin")
-        if origin is not None:
-            if not origin_allowed(origin, state):
+        origins = request.headers.getall("Origin", [])
+        if origins:
+            origin = origins[0]
+            if len(origins) > 1 or not origin_allowed(origin, state):
                 raise _Forbidden(
                     "Origin not allowed. Add it to the server's allowed origins in Settings."
                 )
@@ -217,10 +247,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     except HearthError as e:
         resp = json_error(e, ollama=ollama)
     except web.HTTPRequestEntityTooLarge:
-        limit = state.settings.max_body_bytes
-        resp = json_error(
-            _TooLarge(f"The request body is larger than the limit ({limit} bytes)"), ollama=ollama
-        )
+        resp = json_error(too_large(state.settings.max_body_bytes), ollama=ollama)
     except web.HTTPException as e:
         if e.status < 400:
             raise
@@ -261,7 +288,7 @@ async def read_json_body(request: web.Request) -> dict:
 
     # any Content-Type is parsed as JSON (curl sends form-urlencoded by default); browsers'
     # no-preflight text/plain POSTs are stopped by the Origin check, not here
-    return parse_json(await request.read())
+    return parse_json(await read_body(request, request.app[STATE].settings.max_body_bytes))
 
 
 def create_app(
@@ -270,6 +297,7 @@ def create_app(
     *,
     api_key_hashes: tuple[str, ...] = (),
     bound_host: str = "127.0.0.1",
+    bound_addresses: tuple[str, ...] = (),
 ) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
     from app.server import anthropic, downloads_api, native, ollama, openai, responses
@@ -277,7 +305,10 @@ def create_app(
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app[SERVICE] = service
     app[STATE] = ServerState(
-        settings=settings, api_key_hashes=api_key_hashes, bound_host=bound_host
+        settings=settings,
+        api_key_hashes=api_key_hashes,
+        bound_host=bound_host,
+        bound_addresses=bound_addresses,
     )
     app.router.add_routes(openai.routes)
     app.router.add_routes(native.routes)

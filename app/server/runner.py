@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import ipaddress
 import logging
 import os
 import socket
+from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -17,36 +20,67 @@ from app.core.service import Hearth
 from app.errors import ServerError
 from app.paths import AppPaths
 from app.server.app import STATE, create_app
+from app.server.edge import EdgeLimits, GuardedSite, IncompleteConnections
 from app.settings import SettingsStore, hash_key
 
 log = logging.getLogger(__name__)
 
-LOOPBACK_BINDS = frozenset({"127.0.0.1", "localhost", "::1"})
+# socket.getaddrinfo's shape: (host, port, family, type, proto, flags) -> [(family, ..., addr)]
+Resolver = Callable[..., list[tuple[Any, ...]]]
 
 
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK_BINDS or host.startswith("127.")
+def _ip(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone (fe80::1%eth0)
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
 
 
-def base_url(host: str, port: int) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    if ":" in shown and not shown.startswith("["):
-        shown = f"[{shown}]"
+def is_loopback_address(address: str) -> bool:
+    """Whether a bound socket address only takes connections from this machine. A wildcard
+    (0.0.0.0, ::) is not loopback; neither is anything that is not an IP address."""
+    ip = _ip(address)
+    return ip is not None and ip.is_loopback
+
+
+def base_url(address: str, port: int) -> str:
+    """The URL a client on this machine reaches a server bound to ``address`` with: that
+    address itself (not the name it was given, which may resolve elsewhere for the client), or
+    loopback for a wildcard bind."""
+    ip = _ip(address)
+    if ip is None:
+        shown = address
+    elif ip.is_unspecified:
+        shown = "127.0.0.1" if ip.version == 4 else "[::1]"
+    else:
+        shown = f"[{ip}]" if ip.version == 6 else str(ip)
     return f"http://{shown}:{port}/v1"
 
 
 class ServerController:
     """Owns one aiohttp runner. Call its coroutines on the service loop."""
 
-    def __init__(self, service: Hearth, settings_store: SettingsStore, paths: AppPaths) -> None:
+    def __init__(
+        self,
+        service: Hearth,
+        settings_store: SettingsStore,
+        paths: AppPaths,
+        *,
+        resolve: Resolver = socket.getaddrinfo,
+    ) -> None:
         self.service = service
         self.settings_store = settings_store
         self.paths = paths
+        self.resolve = resolve  # a seam: tests map names without editing /etc/hosts
         self._runner: web.AppRunner | None = None
         self._site: web.BaseSite | None = None
         self._app: web.Application | None = None
-        self.host: str | None = None
+        self.host: str | None = None  # as asked for (a name or an address)
         self.port: int | None = None
+        self.addresses: tuple[str, ...] = ()  # the addresses actually bound
         self.extra_key_hashes: tuple[str, ...] = ()
 
     @property
@@ -55,7 +89,9 @@ class ServerController:
 
     @property
     def base_url(self) -> str | None:
-        return base_url(self.host, self.port) if self.running and self.host and self.port else None
+        if not (self.running and self.addresses and self.port):
+            return None
+        return base_url(self.addresses[0], self.port)
 
     def set_api_key(self, key: str | None) -> None:
         """A key given on the command line or in HEARTH_API_KEY (kept only as a hash)."""
@@ -64,8 +100,12 @@ class ServerController:
     async def start(self, host: str | None = None, port: int | None = None) -> str:
         """Bind and serve. Returns the base URL.
 
+        Whether an API key is needed is decided from the address the socket is bound to, not
+        from the name asked for: ``127.evil.example`` may well resolve to 0.0.0.0.
+
         Raises:
-            ServerError: the port is busy, the address is invalid, or LAN mode lacks an API key.
+            ServerError: the port is busy, the address is invalid, or an address other than
+                loopback lacks an API key.
         """
         if self.running:
             return self.base_url or ""
@@ -73,31 +113,46 @@ class ServerController:
         host = host or settings.host
         port = settings.port if port is None else port
         keys = tuple(settings.api_key_hashes) + self.extra_key_hashes
-        if not is_loopback(host) and not keys:
+        try:
+            sock = _bind(host, port, self.resolve)
+        except OSError as e:
+            raise _listen_error(e, host, port) from e
+        addresses = (str(sock.getsockname()[0]),)
+        exposed = [a for a in addresses if not is_loopback_address(a)]
+        if exposed and not keys:
+            sock.close()  # never listened: nobody could connect meanwhile
+            where = host if exposed[0] == host else f"{host} ({exposed[0]})"
             raise ServerError(
-                f"Refusing to listen on {host} without an API key: anyone on the network could use "
+                f"Refusing to listen on {where} without an API key: anyone on the network could use "
                 f"your models. Set an API key (Settings, --api-key or HEARTH_API_KEY) or bind 127.0.0.1."
             )
-        app = create_app(self.service, settings, api_key_hashes=keys, bound_host=host)
+        try:
+            sock.listen(128)
+        except OSError as e:
+            sock.close()
+            raise _listen_error(e, host, port) from e
+        app = create_app(
+            self.service,
+            settings,
+            api_key_hashes=keys,
+            bound_host=host,
+            bound_addresses=addresses,
+        )
         # handler_cancellation: a client that disconnects cancels its handler, which cancels
         # the generation within one token
-        runner = web.AppRunner(
-            app, handler_cancellation=True, access_log=None, shutdown_timeout=5.0
-        )
-        await runner.setup()
+        # the connections themselves are GuardedSite's (edge.py: deadlines, caps)
+        runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=5.0)
         try:
-            sock = _bind(host, port)
-        except OSError as e:
+            await runner.setup()
+            edge = IncompleteConnections(EdgeLimits.from_settings(settings))
+            site = GuardedSite(runner, sock, edge)
+            await site.start()
+        except BaseException:
+            sock.close()
             await runner.cleanup()
-            if e.errno == errno.EADDRINUSE:
-                raise ServerError(
-                    f"Port {port} on {host} is already in use. Stop the other program or pick another port."
-                ) from e
-            raise ServerError(f"Cannot listen on {host}:{port}: {e.strerror or e}") from e
-        site = web.SockSite(runner, sock)
-        await site.start()
+            raise
         self._runner, self._site, self._app = runner, site, app
-        self.host, self.port = host, sock.getsockname()[1]
+        self.host, self.port, self.addresses = host, sock.getsockname()[1], addresses
         url = self.base_url or ""
         atomic_write_json(
             self.paths.server_file,
@@ -135,8 +190,19 @@ class ServerController:
         self.service.events.publish(ServerStopped(reason))
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+def _listen_error(e: OSError, host: str, port: int) -> ServerError:
+    if e.errno == errno.EADDRINUSE:
+        return ServerError(
+            f"Port {port} on {host} is already in use. Stop the other program or pick another port."
+        )
+    return ServerError(f"Cannot listen on {host}:{port}: {e.strerror or e}")
+
+
+def _bind(host: str, port: int, resolve: Resolver) -> socket.socket:
+    """A socket bound (not yet listening) to the first address ``host`` resolves to."""
+    infos = resolve(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    if not infos:
+        raise OSError(errno.EADDRNOTAVAIL, f"{host} resolves to no address")
     family, _, _, _, addr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
@@ -145,7 +211,6 @@ def _bind(host: str, port: int) -> socket.socket:
         if os.name != "nt":
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(addr)
-        sock.listen(128)
         sock.setblocking(False)
     except OSError:
         sock.close()

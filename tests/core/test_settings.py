@@ -41,6 +41,10 @@ def test_defaults_are_safe() -> None:
     assert s.server.start_at_launch is False
     assert s.server.jit_loading is True
     assert s.server.queue_size > 0
+    # slow clients are closed (SECURITY.md 6); whole requests never count toward the caps
+    assert 0 < s.server.header_timeout_s <= 60 and 0 < s.server.body_timeout_s <= 60
+    assert s.server.body_min_rate > 0
+    assert 1 <= s.server.max_incomplete_per_client <= s.server.max_incomplete_connections
     assert s.load == LoadDefaults()
     assert settings_from_dict({}) == s
 
@@ -147,6 +151,14 @@ BAD_VALUES: list[tuple[str, dict[str, Any]]] = [
     ("load as null", {"load": None}),
     ("models_dir as number", {"models_dir": 5}),
     ("tray hint as string", {"tray_hint_shown": "true"}),
+    ("zero header timeout", {"server": {"header_timeout_s": 0}}),
+    ("negative body timeout", {"server": {"body_timeout_s": -1}}),
+    ("infinite header timeout", {"server": {"header_timeout_s": math.inf}}),
+    ("body rate as float", {"server": {"body_min_rate": 1.5}}),
+    ("negative body rate", {"server": {"body_min_rate": -1}}),
+    ("no incomplete connections", {"server": {"max_incomplete_connections": 0}}),
+    ("no incomplete per client", {"server": {"max_incomplete_per_client": 0}}),
+    ("per-client cap as string", {"server": {"max_incomplete_per_client": "5"}}),
 ]
 
 
@@ -185,6 +197,21 @@ def test_valid_edge_values_are_kept() -> None:
     assert settings_from_dict({"server": {"port": 0}}).server.port == 0  # 0 = any free port
     assert s.server.request_timeout_s == 5.0 and isinstance(s.server.request_timeout_s, float)
     assert settings_from_dict({"server": {"port": 65535}}).server.port == 65535
+
+
+def test_slow_client_settings_round_trip() -> None:
+    raw = {
+        "header_timeout_s": 2,
+        "body_timeout_s": 0.5,
+        "body_min_rate": 0,  # 0 = the whole body within body_timeout_s
+        "max_incomplete_connections": 1,
+        "max_incomplete_per_client": 1,
+    }
+    s = settings_from_dict({"server": raw}).server
+    assert s.header_timeout_s == 2.0 and isinstance(s.header_timeout_s, float)
+    assert (s.body_timeout_s, s.body_min_rate) == (0.5, 0)
+    assert (s.max_incomplete_connections, s.max_incomplete_per_client) == (1, 1)
+    assert settings_from_dict(Settings(server=s).to_dict()).server == s
 
 
 def test_unknown_keys_are_ignored_and_partial_sections_keep_defaults() -> None:

@@ -175,13 +175,22 @@ def test_serve_preload_path_sigterm_and_cli_clients(tmp_path: Path, smollm2_path
         out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert not (home / "data" / "server.json").exists()
+    # SECURITY.md 13: a clean stop leaves no lock or temp files (imports, loads, the probe and
+    # the server record all took locks and wrote atomically)
+    leftovers = [
+        str(f.relative_to(home))
+        for f in home.rglob("*")
+        if f.name.endswith((".lock", ".tmp", ".partial"))
+    ]
+    assert leftovers == []
 
 
 @pytest.mark.model
 def test_serve_api_key_env_and_lan_refusal(tmp_path: Path, smollm2_path: Path) -> None:
-    r = _serve(tmp_path / "h", "--host", "0.0.0.0", "--port", "0")
-    out, err = r.communicate(timeout=60)
-    assert r.returncode == 1 and "API key" in err and out == ""
+    for host in ("0.0.0.0", "0"):  # "0" is another spelling of 0.0.0.0 to the resolver
+        r = _serve(tmp_path / "h", "--host", host, "--port", "0")
+        out, err = r.communicate(timeout=60)
+        assert r.returncode == 1 and "API key" in err and out == "", (host, err)
     port = _free_port()
     p = _serve(tmp_path / "h", "--port", str(port), env_extra={"HEARTH_API_KEY": "k-123"})
     try:

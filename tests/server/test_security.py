@@ -1,4 +1,5 @@
-"""SECURITY.md 1-5, 11 and 13 on the real server: allow-lists, keys, body limits, queue, shutdown."""
+"""SECURITY.md 1-5, 11 and 13 on the real server: allow-lists, keys, body limits and encodings,
+bind decisions, queue, shutdown."""
 
 from __future__ import annotations
 
@@ -191,6 +192,128 @@ def test_gzip_bomb_bounded_after_decompression(plain: Served) -> None:
     assert status == 413
 
 
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://[::1].evil.com",
+        "http://[::1]evil.com",
+        "http://[127.0.0.1]",
+        "http://[::1",
+        "http://localhost, http://evil.com",
+        "http://localhost,http://evil.com",
+        "http://localhost http://evil.com",
+        "http://localhost/",
+        "http://localhost:3000/path",
+        "http://localhost?x=1",
+        "http://localhost#frag",
+        "http://user@localhost",
+        "http://evil.com@localhost",
+        "http://localhost:0",
+        "http://localhost:99999",
+        "http://localhost:",
+        "http://127.0.0.1.evil.com",
+        "http://localhost.evil.com",
+        "http://127.1",
+        "ftp://localhost",
+        "null",
+        "",
+        "localhost",
+        "//localhost",
+        "http://",
+        "http://[fe80::1%25eth0]",
+    ],
+)
+def test_malformed_or_smuggled_origin_403_never_echoed(plain: Served, origin: str) -> None:
+    status, hdrs, payload = request(
+        plain.port, "GET", "/v1/models", {"Host": "127.0.0.1", "Origin": origin}
+    )
+    assert status == 403, origin
+    assert "access-control-allow-origin" not in hdrs
+    assert json.loads(payload)["error"]["code"] == "forbidden"
+
+
+def test_two_origin_headers_403(plain: Served) -> None:
+    raw = (
+        b"GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://localhost\r\n"
+        b"Origin: http://evil.com\r\nConnection: close\r\n\r\n"
+    )
+    status, buf = raw_request(plain.port, raw)
+    assert status == 403 and b"access-control-allow-origin" not in buf.lower()
+
+
+@pytest.mark.parametrize(
+    "origin",
+    ["http://localhost", "https://127.0.0.1:8443", "http://[::1]:5173", "HTTP://LOCALHOST"],
+)
+def test_loopback_origins_allowed_and_echoed(plain: Served, origin: str) -> None:
+    status, hdrs, _ = request(
+        plain.port, "GET", "/v1/models", {"Host": "127.0.0.1", "Origin": origin}
+    )
+    assert status == 200 and hdrs["access-control-allow-origin"] == origin
+
+
+def _post_encoded(plain: Served, path: str, body: bytes, encoding: str) -> tuple[int, dict]:
+    status, _, payload = request(
+        plain.port,
+        "POST",
+        path,
+        {"Host": "127.0.0.1", "Content-Type": "application/json", "Content-Encoding": encoding},
+        body,
+    )
+    return status, json.loads(payload)
+
+
+def _estimate_body(plain: Served) -> bytes:
+    return json.dumps({"model": plain.model_id, "options": {"context_length": 512}}).encode()
+
+
+def test_gzip_and_deflate_bodies_are_decoded(plain: Served) -> None:
+    import zlib
+
+    raw = _estimate_body(plain)
+    for body, enc in (
+        (gzip.compress(raw), "gzip"),
+        (gzip.compress(raw[:20]) + gzip.compress(raw[20:]), "gzip"),  # two members (RFC 1952)
+        (zlib.compress(raw), "deflate"),
+        (zlib.compress(raw)[2:-4], "deflate"),  # raw deflate, as some clients send it
+        (raw, "identity"),
+    ):
+        status, out = _post_encoded(plain, "/api/v1/models/estimate", body, enc)
+        assert status == 200, (enc, out)
+        assert out["id"] == plain.model_id
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "words"),
+    [
+        ("not gzip", lambda raw: raw, "not valid gzip"),
+        ("garbage", lambda raw: b"\x1f\x8b\x08" + b"\xff" * 40, "not valid gzip"),
+        ("truncated", lambda raw: gzip.compress(raw)[:-12], "truncated"),
+        ("no trailer", lambda raw: gzip.compress(raw)[:-8], "truncated"),
+        ("trailing junk", lambda raw: gzip.compress(raw) + b"junk", "not valid gzip"),
+    ],
+)
+def test_bad_gzip_body_400_naming_the_problem(plain: Served, name: str, make, words: str) -> None:  # type: ignore[no-untyped-def]
+    body = make(_estimate_body(plain))
+    status, out = _post_encoded(plain, "/api/v1/models/estimate", body, "gzip")
+    assert status == 400, (name, out)
+    assert out["error"]["type"] == "invalid_request_error"
+    assert words in out["error"]["message"], out
+    # Ollama routes keep their own shape
+    status, out = _post_encoded(plain, "/api/show", body, "gzip")
+    assert status == 400 and words in out["error"], out
+    status, _, _ = request(plain.port, "GET", "/health", {"Host": "127.0.0.1"})
+    assert status == 200
+
+
+def test_unknown_or_stacked_encoding_415(plain: Served) -> None:
+    raw = _estimate_body(plain)
+    for enc in ("br", "compress", "gzip, gzip"):
+        status, out = _post_encoded(plain, "/api/v1/models/estimate", raw, enc)
+        assert status == 415, (enc, out)
+        assert out["error"]["code"] == "unsupported_content_encoding"
+
+
 def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Served) -> None:
     """queue_size=1: one running + one waiting; the third is refused at once; nobody is cut."""
     results: dict[str, object] = {}
@@ -316,6 +439,80 @@ def test_lan_bind_without_key_refused(tmp_path: Path, smollm2_path: Path) -> Non
             s.call(s.controller.start("0.0.0.0", 0))  # type: ignore[attr-defined]
     finally:
         stop_served(s)
+
+
+def _mapped(names: dict[str, str]):  # type: ignore[no-untyped-def]
+    """A resolver that answers for ``names`` as /etc/hosts would, and as usual otherwise."""
+
+    def resolve(host, port, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return socket.getaddrinfo(names.get(host, host), port, *args, **kwargs)
+
+    return resolve
+
+
+def test_name_resolving_to_a_wildcard_needs_a_key(tmp_path: Path, smollm2_path: Path) -> None:
+    """``127.evil.example`` looks loopback but (in /etc/hosts here) is 0.0.0.0: the bound
+    address decides, and nothing is left listening after the refusal."""
+    from app.errors import ServerError
+
+    s = start_served(tmp_path / "dns", smollm2_path)
+    ctl = s.controller
+    try:
+        s.call(ctl.stop())  # type: ignore[attr-defined]
+        ctl.resolve = _mapped(  # type: ignore[attr-defined]
+            {"127.evil.example": "0.0.0.0", "127.six.example": "::", "hearth.test": "127.0.0.1"}
+        )
+        port = _free_port()
+        for name in ("127.evil.example", "127.six.example"):
+            with pytest.raises(ServerError, match="API key") as ei:
+                s.call(ctl.start(name, port))  # type: ignore[attr-defined]
+            assert name in ei.value.message
+            assert not ctl.running  # type: ignore[attr-defined]
+            with socket.socket() as probe:  # the port was let go: nothing listens there
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                probe.bind(("0.0.0.0", port))
+        # a name that resolves to loopback starts without a key; the URL shows the address
+        url = s.call(ctl.start("hearth.test", 0))  # type: ignore[attr-defined]
+        assert url == f"http://127.0.0.1:{ctl.port}/v1"  # type: ignore[attr-defined]
+        for host in ("127.0.0.1", "hearth.test"):
+            status, _, _ = request(ctl.port, "GET", "/v1/models", {"Host": host})  # type: ignore[attr-defined]
+            assert status == 200, host
+        s.call(ctl.stop())  # type: ignore[attr-defined]
+        # with a key the wildcard name is fine; the URL a local client uses is loopback
+        ctl.set_api_key("k-1")  # type: ignore[attr-defined]
+        url = s.call(ctl.start("127.evil.example", 0))  # type: ignore[attr-defined]
+        assert url == f"http://127.0.0.1:{ctl.port}/v1"  # type: ignore[attr-defined]
+        assert ctl.addresses == ("0.0.0.0",)  # type: ignore[attr-defined]
+    finally:
+        stop_served(s)
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.255.0.9", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.20", False),
+        ("::ffff:10.0.0.1", False),
+        ("fe80::1%eth0", False),
+        ("127.evil.example", False),
+        ("localhost", False),  # a name, not a bound address
+    ],
+)
+def test_is_loopback_address(address: str, loopback: bool) -> None:
+    from app.server.runner import is_loopback_address
+
+    assert is_loopback_address(address) is loopback
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_port_busy_is_clear_error(tmp_path: Path, smollm2_path: Path) -> None:

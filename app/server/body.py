@@ -1,0 +1,99 @@
+"""Request bodies: read whole, then their Content-Encoding decoded strictly and within the limit.
+
+Hearth's server turns aiohttp's own decompression off (see edge.py): aiohttp accepts a gzip
+body cut short as if it were whole, and its errors surface as a bare exception (a 500).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from aiohttp import web
+
+from app.errors import HearthError, InvalidRequest
+
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+
+class BodyTooLarge(HearthError):
+    status = 413
+    code = "request_too_large"
+    type = "invalid_request_error"
+
+
+class InvalidBody(InvalidRequest):
+    """The body's bytes cannot be read as sent: not the encoding it claims, cut short."""
+
+    code = "invalid_body"
+
+
+class UnsupportedEncoding(HearthError):
+    status = 415
+    code = "unsupported_content_encoding"
+    type = "invalid_request_error"
+
+
+def too_large(limit: int) -> BodyTooLarge:
+    return BodyTooLarge(f"The request body is larger than the limit ({limit} bytes)")
+
+
+def decode_body(raw: bytes, content_encoding: str, limit: int) -> bytes:
+    """Undo ``content_encoding`` (gzip, deflate or identity) on ``raw``.
+
+    Raises:
+        BodyTooLarge: the decoded body is over ``limit`` bytes (decoding stops there).
+        InvalidBody: the bytes are not valid data of that encoding, or are truncated.
+        UnsupportedEncoding: another encoding, or several.
+    """
+    codings = [c.strip().lower() for c in content_encoding.split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    if not codings or not raw:
+        return raw
+    if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
+        raise UnsupportedEncoding(
+            f"Content-Encoding {content_encoding!r} is not supported; send gzip, deflate or none"
+        )
+    if codings[0] == "deflate":
+        # RFC 9110 deflate is zlib-wrapped, but some clients send raw deflate (aiohttp takes both)
+        wbits = zlib.MAX_WBITS if raw[0] & 0x0F == 8 else -zlib.MAX_WBITS
+        return _inflate(raw, wbits, limit, "deflate")
+    return _inflate(raw, _GZIP_WBITS, limit, "gzip")
+
+
+def _inflate(data: bytes, wbits: int, limit: int, name: str) -> bytes:
+    out = bytearray()
+    while True:  # a gzip body may be several members back to back (RFC 1952)
+        d = zlib.decompressobj(wbits)
+        try:
+            out += d.decompress(data, limit + 1 - len(out))  # never more than the limit + 1
+        except zlib.error as e:
+            raise InvalidBody(
+                f"The request body is not valid {name} data (Content-Encoding: {name}): {e}"
+            ) from e
+        if len(out) > limit or d.unconsumed_tail:
+            raise too_large(limit)
+        if not d.eof:
+            raise InvalidBody(
+                f"The {name} request body is truncated: the compressed stream does not end"
+            )
+        data = d.unused_data
+        if not data:
+            return bytes(out)
+        if wbits != _GZIP_WBITS:
+            raise InvalidBody(f"The {name} request body has extra bytes after its end")
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, decoded.
+
+    Raises:
+        web.HTTPRequestEntityTooLarge: more than the app's client_max_size arrived.
+        BodyTooLarge, InvalidBody, UnsupportedEncoding: see ``decode_body``.
+    """
+    try:
+        raw = await request.read()
+    except web.RequestPayloadError as e:  # e.g. broken chunked framing
+        raise InvalidBody(f"The request body could not be read: {e}") from e
+    if getattr(request.content, "total_compressed_bytes", None) is not None:
+        return raw  # a runner with aiohttp's decompression on (tests) already decoded it
+    return decode_body(raw, request.headers.get("Content-Encoding", ""), limit)
