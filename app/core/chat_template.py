@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 
+from app.core import jsonsafe
 from app.core.template_sandbox import (
     MAX_VALUE_LEN,
     bounded_compile,
@@ -46,7 +47,7 @@ def _template_call(call: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
         return dict(call)
     try:
-        return {**call, "function": {**fn, "arguments": json.loads(fn["arguments"])}}
+        return {**call, "function": {**fn, "arguments": jsonsafe.loads(fn["arguments"])}}
     except ValueError:
         return dict(call)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from app.core import jsonsafe
 from app.core.chat_template import ChatTemplate
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
@@ -655,7 +656,7 @@ def _plain_history(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
 def _maybe_json(v: Any) -> Any:
     if isinstance(v, str):
         try:
-            return json.loads(v)
+            return jsonsafe.loads(v)
         except ValueError:
             return v
     return v

@@ -21,6 +21,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core import jsonsafe
+
 log = logging.getLogger(__name__)
 
 FAMILIES = ("hermes", "llama3", "mistral", "qwen3coder", "harmony", "deepseek")
@@ -831,7 +833,7 @@ class _XmlCall(_OneCall):
 
 def _typed(v: str) -> Any:
     try:
-        return json.loads(v)
+        return jsonsafe.loads(v)
     except ValueError:
         return v
 
@@ -862,11 +864,10 @@ def parse_block(family: str, block: str) -> list[tuple[str, str]]:
                 raise ValueError("unrecognized llama3 call")
             kwargs = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', m.group(2)))
             return [(m.group(1), json.dumps(kwargs))]
-        dec = json.JSONDecoder()
         calls: list[tuple[str, str]] = []
         pos = 0
         while pos < len(b):  # several objects may follow each other (llama3 parallel calls)
-            obj, end = dec.raw_decode(b, pos)
+            obj, end = jsonsafe.raw_decode(b, pos)
             calls.extend(_json_calls(obj))
             pos = end
             while pos < len(b) and b[pos] in " \n\t;,":
@@ -884,10 +885,10 @@ def parse_block(family: str, block: str) -> list[tuple[str, str]]:
         m = re.match(r"([\w.-]+)\s*(?:<\|constrain\|>\s*json)?\s*<\|message\|>(.*)", b, re.S)
         if not m:
             raise ValueError("no harmony call")
-        return [(m.group(1), _args(json.loads(m.group(2))))]
+        return [(m.group(1), _args(jsonsafe.loads(m.group(2))))]
     if family == "deepseek":
         m = re.match(r"(?:function)?<｜tool▁sep｜>([^\n]+)\n```(?:json)?\n(.*?)\n```", b, re.S)
         if not m:
             raise ValueError("no deepseek call")
-        return [(m.group(1).strip(), _args(json.loads(m.group(2))))]
+        return [(m.group(1).strip(), _args(jsonsafe.loads(m.group(2))))]
     raise ValueError(f"unknown family {family}")

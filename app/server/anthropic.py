@@ -8,12 +8,14 @@ from typing import Any
 
 from aiohttp import web
 
+from app.core import jsonsafe
 from app.core.service import Hearth
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
+from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
 from app.server.schemas import Body, parse_ttl
+from app.server.streaming import StreamBroken, final_error, timed
 
 routes = web.RouteTableDef()
 
@@ -161,6 +163,7 @@ def _error(err: HearthError) -> dict[str, Any]:
         404: "not_found_error",
         413: "request_too_large",
         429: "rate_limit_error",
+        504: "timeout_error",
     }.get(err.status, "api_error")
     return {"type": "error", "error": {"type": kind, "message": err.message}}
 
@@ -190,20 +193,17 @@ async def messages(request: web.Request) -> web.StreamResponse:
     except HearthError as e:
         return web.json_response(_error(e), status=e.status)
     msg_id = "msg_" + uuid.uuid4().hex
-    state = request.app[STATE]
-    state.active.add(gen)
     try:
         if not b.flag("stream"):
             return await _whole(request, gen, model, msg_id, stops)
         return await _stream(request, gen, model, msg_id, stops)
     finally:
-        state.active.discard(gen)
         gen.cancel()
 
 
 def _tool_block(tool_id: str | None, name: str | None, args: str) -> dict[str, Any]:
     try:
-        value = json.loads(args) if args else {}
+        value = jsonsafe.loads(args) if args else {}
     except ValueError:
         value = {}
     return {
@@ -220,16 +220,17 @@ async def _whole(
     parts: list[str] = []
     calls: dict[int, list[Any]] = {}
     final: Delta | None = None
-    async for d in gen:
+    async for d in timed(request, gen):
         parts.append(d.text)
         for tc in d.tool_calls:
             c = calls.setdefault(tc.index, [tc.id, tc.name, ""])
             c[2] += tc.arguments
         if d.finish_reason:
             final = d
-    if final is None or final.finish_reason in ("error", "cancelled"):
-        failed = HearthError((final.error if final else None) or "the generation was stopped")
-        return web.json_response(_error(failed), status=500)
+    failed = final_error(request, final)
+    if failed is not None or final is None:
+        failed = failed or StreamBroken("the generation ended without a result")
+        return web.json_response(_error(failed), status=failed.status)
     reason, seq = _stop(final, stops)
     u = final.usage
     note_generation(request, model, final)
@@ -258,7 +259,6 @@ async def _whole(
 async def _stream(
     request: web.Request, gen: Any, model: str, msg_id: str, stops: tuple[str, ...]
 ) -> web.StreamResponse:
-    state = request.app[STATE]
     resp = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
     )
@@ -299,7 +299,7 @@ async def _stream(
             },
         )
 
-    async for d in gen:
+    async for d in timed(request, gen):
         # one delta may end a call, carry text and start calls: keep that order on the wire,
         # since each block must be complete before the next one starts
         fresh = [tc for tc in d.tool_calls if tc.id is not None]
@@ -337,9 +337,9 @@ async def _stream(
                 await arguments(tc.index, fragments[tc.index])
         if d.finish_reason:
             last = d
-    if last is None or last.finish_reason in ("error", "cancelled"):
-        msg = "the server is shutting down" if state.stopping else (last.error if last else None)
-        await event("error", _error(HearthError(msg or "the generation was stopped")))
+    failed = final_error(request, last)
+    if failed is not None or last is None:
+        await event("error", _error(failed or StreamBroken("the generation was stopped")))
     else:
         if open_block is None:  # an empty answer still has one (empty) text block
             await event(

@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from app.core.events import RequestFinished
-from app.core.service import Generation, Hearth
+from app.core.service import Hearth
 from app.core.types import Delta
-from app.errors import HearthError
-from app.server.body import read_body, too_large
+from app.errors import GenerationTimeout, HearthError
+from app.server.body import OFF_LOOP_BYTES, read_body, too_large
 from app.server.sse import error_body
+from app.server.state import REQUEST_LOG, SERVICE, STATE, ServerState
+from app.server.streaming import DEADLINE
 from app.settings import ServerSettings, key_matches
 
 log = logging.getLogger(__name__)
@@ -24,24 +26,6 @@ log = logging.getLogger(__name__)
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 PUBLIC_PATHS = frozenset({"/health"})
 
-
-@dataclass
-class ServerState:
-    """Per-server mutable state: the generations in flight (for a clean shutdown)."""
-
-    settings: ServerSettings
-    api_key_hashes: tuple[str, ...]
-    bound_host: str
-    active: set[Generation] = field(default_factory=set)
-    inflight: int = 0
-    stopping: bool = False
-    started_at: float = field(default_factory=time.time)
-    bound_addresses: tuple[str, ...] = ()  # what the listening sockets are bound to
-
-
-SERVICE = web.AppKey("service", Hearth)
-REQUEST_LOG = web.RequestKey("hearth_log", dict)
-STATE = web.AppKey("state", ServerState)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -243,7 +227,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 raise _Unauthorized(
                     "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
                 )
-        resp = await handler(request)
+        resp = await _within_time_limit(request, handler)
     except HearthError as e:
         resp = json_error(e, ollama=ollama)
     except web.HTTPRequestEntityTooLarge:
@@ -262,6 +246,47 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         resp.headers.update(cors)
     _log_request(request, resp, started)
     return resp
+
+
+# long-running by nature: a download's progress stream may last hours
+UNTIMED_PREFIXES = ("/api/v1/pull", "/api/v1/downloads")
+GRACE_S = 1.0  # after the deadline, for a generation to write its own error event first
+PREPARED = web.RequestKey("hearth_prepared", bool)
+_BACKSTOP = web.RequestKey("hearth_backstop", bool)
+
+
+async def _mark_prepared(request: web.Request, _resp: web.StreamResponse) -> None:
+    request[PREPARED] = True
+
+
+async def _within_time_limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Run the handler under the request's time limit (``server.request_timeout_s``, counted
+    from now). Generations end themselves at the deadline with their protocol's error event
+    (streaming.timed); anything else still running a moment later (an embedding batch, a wait
+    for a load) is cancelled and answered 504, unless its response has already started."""
+    loop = asyncio.get_running_loop()
+    limit = request.app[STATE].settings.request_timeout_s
+    request[DEADLINE] = deadline = loop.time() + limit
+    if request.path.startswith(UNTIMED_PREFIXES):
+        return await handler(request)
+    task = asyncio.current_task()
+
+    def backstop() -> None:
+        if task is not None and not request.get(PREPARED):
+            request[_BACKSTOP] = True
+            task.cancel()
+
+    timer = loop.call_at(deadline + GRACE_S, backstop)
+    try:
+        return await handler(request)
+    except asyncio.CancelledError:
+        if task is None or not request.get(_BACKSTOP) or task.uncancel() > 0:
+            raise  # the client went away (or the server is stopping): not ours to answer
+        raise GenerationTimeout(
+            f"the request ran over the server's time limit ({limit:g}s)"
+        ) from None
+    finally:
+        timer.cancel()
 
 
 def _log_request(request: web.Request, resp: web.StreamResponse, started: float) -> None:
@@ -288,7 +313,10 @@ async def read_json_body(request: web.Request) -> dict:
 
     # any Content-Type is parsed as JSON (curl sends form-urlencoded by default); browsers'
     # no-preflight text/plain POSTs are stopped by the Origin check, not here
-    return parse_json(await read_body(request, request.app[STATE].settings.max_body_bytes))
+    raw = await read_body(request, request.app[STATE].settings.max_body_bytes)
+    if len(raw) > OFF_LOOP_BYTES:  # a 32 MiB body is a few hundred ms of parsing
+        return await asyncio.to_thread(parse_json, raw)
+    return parse_json(raw)
 
 
 def create_app(
@@ -303,6 +331,7 @@ def create_app(
     from app.server import anthropic, downloads_api, native, ollama, openai, responses
 
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
+    app.on_response_prepare.append(_mark_prepared)
     app[SERVICE] = service
     app[STATE] = ServerState(
         settings=settings,

@@ -31,14 +31,16 @@ from typing import Any
 from aiohttp import web
 
 from app import __version__
+from app.core import jsonsafe
 from app.core.reasoning import CLOSE_TAG, OPEN_TAG, is_harmony_template
 from app.core.scheduler import UNSET, parse_keep_alive
 from app.core.service import Generation, Hearth, ModelStatus
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
-from app.errors import HearthError, InvalidRequest, ModelNotFound, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
+from app.errors import InvalidRequest, ModelNotFound, UnsupportedParameter
+from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
 from app.server.schemas import Body, parse_messages, parse_tool_list, schema_constraint
+from app.server.streaming import StreamBroken, final_error, timed
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +273,7 @@ class _Shaper:
                 continue
             cid, name, raw = self._calls[i]
             try:
-                args = json.loads(raw) if raw.strip() else None
+                args = jsonsafe.loads(raw) if raw.strip() else None
             except ValueError:
                 args = None
             if not isinstance(args, dict):
@@ -343,25 +345,24 @@ async def _respond(
     load_ns: int,
     think: bool = True,
 ) -> web.StreamResponse:
-    state = request.app[STATE]
-    state.active.add(gen)
     shaper = _Shaper(think)
     try:
         if not stream:
             texts: list[str] = []
             thoughts: list[str] = []
             calls: list[dict[str, Any]] = []
-            final = Delta(finish_reason="error", error="the generation ended without a result")
-            async for d in gen:
+            final: Delta | None = None
+            async for d in timed(request, gen):
                 text, thought, ready = shaper.feed(d)
                 texts.append(text)
                 thoughts.append(thought)
                 calls.extend(ready)
                 if d.finish_reason:
                     final = d
+            failed = final_error(request, final)
+            if failed is not None or final is None:
+                raise failed or StreamBroken("the generation ended without a result")
             note_generation(request, model_id, final)
-            if final.finish_reason in ("error", "cancelled"):
-                raise HearthError(final.error or "the generation was stopped")
             return web.json_response(
                 {
                     "model": model_id,
@@ -378,7 +379,7 @@ async def _respond(
             await resp.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
 
         last: Delta | None = None
-        async for d in gen:
+        async for d in timed(request, gen):
             text, thought, ready = shaper.feed(d)
             if text or thought or ready:
                 await line(
@@ -391,11 +392,9 @@ async def _respond(
                 )
             if d.finish_reason:
                 last = d
-        if last is None or last.finish_reason in ("error", "cancelled"):
-            msg = (
-                "the server is shutting down" if state.stopping else (last.error if last else None)
-            )
-            await line({"error": msg or "the generation was stopped"})
+        failed = final_error(request, last)
+        if failed is not None or last is None:
+            await line({"error": (failed or StreamBroken("the generation was stopped")).message})
         else:
             note_generation(request, model_id, last)
             await line(
@@ -410,7 +409,6 @@ async def _respond(
         await resp.write_eof()
         return resp
     finally:
-        state.active.discard(gen)
         gen.cancel()
 
 

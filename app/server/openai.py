@@ -16,7 +16,7 @@ from aiohttp import web
 from app import __version__
 from app.core.service import Generation, Hearth, ModelStatus
 from app.core.types import Delta, SamplingParams, TokenLogprob, ToolCallDelta
-from app.errors import GenerationTimeout, HearthError, InvalidRequest
+from app.errors import HearthError, InvalidRequest
 from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
 from app.server.schemas import (
     MAX_PIECES,
@@ -37,17 +37,9 @@ from app.server.schemas import (
     reject_pending_features,
 )
 from app.server.sse import SSEWriter
+from app.server.streaming import StreamBroken, final_error, timed
 
 routes = web.RouteTableDef()
-
-
-class _StreamBroken(HearthError):
-    code = "generation_error"
-
-
-class _ShuttingDown(HearthError):
-    status = 503
-    code = "server_shutting_down"
 
 
 def model_object(st: ModelStatus) -> dict[str, Any]:
@@ -109,33 +101,6 @@ def _usage(d: Delta) -> dict[str, Any]:
     }
 
 
-def _final_error(final: Delta, request: web.Request) -> HearthError | None:
-    if final.finish_reason == "error":
-        return _StreamBroken(f"generation failed: {final.error or 'unknown error'}")
-    if final.finish_reason == "cancelled":
-        if request.app[STATE].stopping:
-            return _ShuttingDown("the server is shutting down; the generation was stopped")
-        return _StreamBroken("the generation was cancelled")
-    return None
-
-
-async def _iterate(request: web.Request, gen: Generation):  # type: ignore[no-untyped-def]
-    """Deltas of ``gen`` under the request time limit; registers it for shutdown."""
-    state = request.app[STATE]
-    state.active.add(gen)
-    try:
-        async with asyncio.timeout(state.settings.request_timeout_s):
-            async for d in gen:
-                yield d
-    except TimeoutError:
-        raise GenerationTimeout(
-            f"the request ran over the server's time limit ({state.settings.request_timeout_s:g}s)"
-        ) from None
-    finally:
-        state.active.discard(gen)
-        gen.cancel()
-
-
 @dataclass
 class _Result:
     text: str
@@ -151,7 +116,7 @@ async def _run_to_end(request: web.Request, gen: Generation) -> _Result:
     lps: list[TokenLogprob] = []
     calls: dict[int, dict[str, Any]] = {}
     final = Delta(finish_reason="error", error="no final delta")
-    async for d in _iterate(request, gen):
+    async for d in timed(request, gen):
         if d.text:
             parts.append(d.text)
         if d.reasoning:
@@ -309,7 +274,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         done = [r.final for r in results]
         for f in done:
             note_generation(request, model, f)
-            err = _final_error(f, request)
+            err = final_error(request, f)
             if err:
                 raise err
         return web.json_response(
@@ -366,7 +331,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         for i, gen in enumerate(gens):  # choices one after the other, each with its index
             await sse.send(chunk(i, {"role": "assistant", "content": ""}))
             last: Delta | None = None
-            async for d in _iterate(request, gen):
+            async for d in timed(request, gen):
                 if d.reasoning:
                     await sse.send(chunk(i, _reasoning_fields(request, d.reasoning)))
                 if d.text or d.logprobs:
@@ -378,9 +343,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
                 if d.finish_reason:
                     last = d
             if last is None:
-                raise _StreamBroken("the generation ended without a result")
+                raise StreamBroken("the generation ended without a result")
             note_generation(request, model, last)
-            err = _final_error(last, request)
+            err = final_error(request, last)
             if err:
                 raise err
             await sse.send(chunk(i, {}, last.finish_reason))
@@ -458,7 +423,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             res = await _run_to_end(request, await start(i))
             text, final, lps = res.text, res.final, res.logprobs
             note_generation(request, model, final)
-            err = _final_error(final, request)
+            err = final_error(request, final)
             if err:
                 raise err
             choices.append(
@@ -510,7 +475,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             gen = await start(i)
             last: Delta | None = None
             offset = 0
-            async for d in _iterate(request, gen):
+            async for d in timed(request, gen):
                 if d.text or d.logprobs:
                     lp = completion_logprobs(d.logprobs, offset) if n_lp is not None else None
                     offset += sum(len(t.token) for t in d.logprobs)
@@ -526,9 +491,9 @@ async def completions(request: web.Request) -> web.StreamResponse:
                 if d.finish_reason:
                     last = d
             if last is None:
-                raise _StreamBroken("the generation ended without a result")
+                raise StreamBroken("the generation ended without a result")
             note_generation(request, model, last)
-            err = _final_error(last, request)
+            err = final_error(request, last)
             if err:
                 raise err
             await sse.send(

@@ -13,8 +13,8 @@ from aiohttp import web
 from app.core.service import Hearth
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
-from app.errors import HearthError, InvalidRequest, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body
+from app.errors import InvalidRequest, UnsupportedParameter
+from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
 from app.server.schemas import (
     MAX_SCHEMA_DEPTH,
     REASONING_EFFORTS,
@@ -25,6 +25,7 @@ from app.server.schemas import (
     schema_constraint,
 )
 from app.server.sse import SSEWriter
+from app.server.streaming import StreamBroken, final_error, timed
 
 routes = web.RouteTableDef()
 
@@ -292,21 +293,20 @@ async def responses(request: web.Request) -> web.StreamResponse:
         template_vars=template_vars,
     )
     rid, mid, created = "resp_" + uuid.uuid4().hex, "msg_" + uuid.uuid4().hex, int(time.time())
-    state = request.app[STATE]
-    state.active.add(gen)
     try:
         if not b.flag("stream"):
             pieces: list[str] = []
             calls: dict[int, list[Any]] = {}
             final: Delta | None = None
-            async for d in gen:
+            async for d in timed(request, gen):
                 pieces.append(d.text)
                 for tc in d.tool_calls:
                     calls.setdefault(tc.index, [tc.id, tc.name, ""])[2] += tc.arguments
                 if d.finish_reason:
                     final = d
-            if final is None or final.finish_reason in ("error", "cancelled"):
-                raise HearthError((final.error if final else None) or "the generation was stopped")
+            failed = final_error(request, final)
+            if failed is not None or final is None:
+                raise failed or StreamBroken("the generation ended without a result")
             note_generation(request, model, final)
             text = "".join(pieces)
             output = [_message(mid, text, "completed")] if text.strip() or not calls else []
@@ -360,7 +360,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
         parts: list[str] = []
         last: Delta | None = None
         items: dict[int, list[Any]] = {}  # tool index -> [id, name, arguments]
-        async for d in gen:
+        async for d in timed(request, gen):
             for tc in d.tool_calls:
                 if tc.id is not None:
                     items[tc.index] = [tc.id, tc.name, ""]
@@ -395,17 +395,12 @@ async def responses(request: web.Request) -> web.StreamResponse:
                 )
             if d.finish_reason:
                 last = d
-        if last is None or last.finish_reason in ("error", "cancelled"):
-            msg = (
-                "the server is shutting down" if state.stopping else (last.error if last else None)
-            )
+        failed = final_error(request, last)
+        if failed is not None or last is None:
+            failed = failed or StreamBroken("the generation was stopped")
             await event(
                 "error",
-                {
-                    "code": "server_error",
-                    "message": msg or "the generation was stopped",
-                    "param": None,
-                },
+                {"code": failed.code or "server_error", "message": failed.message, "param": None},
             )
             return await sse.close()
         note_generation(request, model, last)
@@ -442,5 +437,4 @@ async def responses(request: web.Request) -> web.StreamResponse:
         )
         return await sse.close()
     finally:
-        state.active.discard(gen)
         gen.cancel()

@@ -40,7 +40,34 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest(f"the body is not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise InvalidRequest("the body must be a JSON object")
+    if _SURROGATE_ESCAPE.search(raw):
+        _reject_lone_surrogates(data)
     return data
+
+
+# JSON can spell a lone UTF-16 surrogate (\ud800), which is not text: no encoder, tokenizer or
+# client can take it. Only bodies that contain such an escape are walked.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _reject_lone_surrogates(data: Any) -> None:
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, str):
+            if _LONE_SURROGATE.search(node):
+                raise InvalidRequest(
+                    "a string holds a lone UTF-16 surrogate (such as \\ud800), which is not "
+                    "valid Unicode text",
+                    param=path or None,
+                )
+        elif isinstance(node, dict):
+            for k, v in node.items():
+                stack.append((k, path))
+                stack.append((v, f"{path}.{k}" if path else str(k)))
+        elif isinstance(node, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(node))
 
 
 class Body:

@@ -1,0 +1,31 @@
+"""The server's typed state, in its own module so routes and the app factory need not import
+each other."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from app.core.service import Generation, Hearth
+from app.settings import ServerSettings
+
+
+@dataclass
+class ServerState:
+    """Per-server mutable state: the generations in flight (for a clean shutdown)."""
+
+    settings: ServerSettings
+    api_key_hashes: tuple[str, ...]
+    bound_host: str
+    active: set[Generation] = field(default_factory=set)
+    inflight: int = 0
+    stopping: bool = False
+    started_at: float = field(default_factory=time.time)
+    bound_addresses: tuple[str, ...] = ()  # what the listening sockets are bound to
+
+
+SERVICE = web.AppKey("service", Hearth)
+REQUEST_LOG = web.RequestKey("hearth_log", dict)
+STATE = web.AppKey("state", ServerState)
