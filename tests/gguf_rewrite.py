@@ -41,3 +41,53 @@ def copy_with_template(src: Path, dst: Path, template: str) -> Path:
         fin.seek(header.data_offset)
         shutil.copyfileobj(fin, fout, 1 << 20)
     return dst
+
+
+# -- same-size rewrites in place (one value of a copy's header) ---------------------------------
+
+
+def _value_at(head: bytes, key: str) -> int:
+    """Offset of the value of metadata ``key`` (after its name and u32 value type)."""
+    k = key.encode()
+    return head.index(struct.pack("<Q", len(k)) + k) + 8 + len(k) + 4
+
+
+def patch_copy(src: Path, dst: Path, edits: list[tuple[int, bytes]]) -> Path:
+    """A copy of ``src`` with ``bytes`` written at each offset (same-size edits only)."""
+    shutil.copyfile(src, dst)
+    with dst.open("r+b") as f:
+        for at, raw in edits:
+            f.seek(at)
+            f.write(raw)
+    return dst
+
+
+def header_bytes(src: Path) -> bytes:
+    with src.open("rb") as f:
+        return f.read(read_header(src).data_offset)
+
+
+def value_offset(src: Path, key: str) -> int:
+    """Where metadata ``key``'s value starts (a scalar, or a string's u64 length)."""
+    return _value_at(header_bytes(src), key)
+
+
+def tensor_type_offset(src: Path, name: str) -> int:
+    """Where tensor ``name``'s ggml type (u32) is in the tensor infos."""
+    head = header_bytes(src)
+    n = name.encode()
+    at = head.index(struct.pack("<Q", len(n)) + n) + 8 + len(n)
+    (n_dims,) = struct.unpack_from("<I", head, at)
+    return at + 4 + 8 * n_dims
+
+
+def token_offsets(src: Path, count: int) -> list[tuple[int, bytes]]:
+    """(offset of the string's bytes, the bytes) of the first ``count`` tokens."""
+    head = header_bytes(src)
+    pos = _value_at(head, "tokenizer.ggml.tokens") + 4 + 8  # after element type and count
+    out = []
+    for _ in range(count):
+        (n,) = struct.unpack_from("<Q", head, pos)
+        out.append((pos + 8, head[pos + 8 : pos + 8 + n]))
+        pos += 8 + n
+    return out

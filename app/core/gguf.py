@@ -8,6 +8,7 @@ malformed file (bad magic, absurd counts, offsets past the end, truncation) is r
 from __future__ import annotations
 
 import mmap
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,8 @@ MAX_STRING = 64 * 1024 * 1024  # a chat template or token can't sensibly be larg
 MAX_ARRAY = 50_000_000
 # Arrays longer than this are checked and skipped, not materialized (token lists, merges).
 KEEP_ARRAY = 64
+
+FIRST_SHARD_RE = re.compile(r"^(?P<stem>.+)-00001-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
 
 # GGUF value types
 _U8, _I8, _U16, _I16, _U32, _I32, _F32, _BOOL, _STR, _ARR, _U64, _I64, _F64 = range(13)
@@ -140,6 +143,10 @@ class GGUFHeader:
     data_offset: int
     file_size: int
     extra: dict[str, Any] = field(default_factory=dict)
+    # key -> (element type, file offset of its first element): arrays are read lazily from here
+    array_offsets: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # key -> GGUF value type, for values a loader reads with a fixed type
+    value_types: dict[str, int] = field(default_factory=dict)
 
     @property
     def architecture(self) -> str | None:
@@ -203,6 +210,7 @@ class _Reader:
         self.size = size
         self.pos = 0
         self.file_size = file_size
+        self.arrays: dict[str, tuple[int, int]] = {}
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
@@ -251,6 +259,8 @@ class _Reader:
             count = self.unpack("<Q", key)
             if count > MAX_ARRAY:
                 raise InvalidModel(f"invalid GGUF: array {key!r} has an absurd length ({count})")
+            if depth == 0:
+                self.arrays[key] = (etype, self.pos)
             if etype in _SCALAR:
                 width = struct.calcsize(_SCALAR[etype])
                 self.need(count * width, f"array {key!r}")
@@ -303,9 +313,11 @@ def parse_header(data: bytes | mmap.mmap, file_size: int | None = None) -> GGUFH
         raise InvalidModel(f"invalid GGUF: absurd metadata count ({n_kv})")
     metadata: dict[str, Any] = {}
     lengths: dict[str, int] = {}
+    vtypes: dict[str, int] = {}
     for _ in range(n_kv):
         key = r.string("metadata key")
         vtype = r.unpack("<I", f"type of {key!r}")
+        vtypes[key] = vtype
         if key == "general.alignment" and vtype != _U32:
             # llama.cpp reads it as u32 and aborts the process on any other type
             raise InvalidModel("invalid GGUF: general.alignment must be a u32")
@@ -364,6 +376,8 @@ def parse_header(data: bytes | mmap.mmap, file_size: int | None = None) -> GGUFH
         tensors=tuple(tensors),
         data_offset=data_offset,
         file_size=total,
+        array_offsets=r.arrays,
+        value_types=vtypes,
     )
 
 
@@ -385,3 +399,12 @@ def read_header(path: str | Path) -> GGUFHeader:
                 return parse_header(mm)
     except OSError as e:
         raise InvalidModel(f"cannot read {p}: {e.strerror or e}") from e
+
+
+def shard_siblings(path: Path) -> list[Path]:
+    """All shards of a split GGUF given its first shard (``-00001-of-0000N``); else ``[path]``."""
+    m = FIRST_SHARD_RE.match(path.name)
+    if not m:
+        return [path]
+    n = int(m["n"])
+    return [path.with_name(f"{m['stem']}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]

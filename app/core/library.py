@@ -23,6 +23,8 @@ from app.core.fsutil import (
     remove_stale_writes,
     temp_path,
 )
+from app.core.gguf import FIRST_SHARD_RE, shard_siblings
+from app.core.gguf_check import check_for_llama_cpp
 from app.core.types import LocalModel
 from app.errors import InvalidModel, ModelNotFound
 
@@ -30,7 +32,6 @@ log = logging.getLogger(__name__)
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*$")
 _SHARD_RE = re.compile(r"-\d{5}-of-\d{5}$")
-_FIRST_SHARD_RE = re.compile(r"^(?P<stem>.+)-00001-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
 _ANY_SHARD_RE = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 INDEX_VERSION = 1
 
@@ -45,15 +46,6 @@ def id_from_name(name: str) -> str:
 
 def _is_mlx_folder(p: Path) -> bool:
     return p.is_dir() and (p / "config.json").is_file() and any(p.glob("*.safetensors"))
-
-
-def shard_siblings(path: Path) -> list[Path]:
-    """All shards of a split GGUF given its first shard (``-00001-of-0000N``); else ``[path]``."""
-    m = _FIRST_SHARD_RE.match(path.name)
-    if not m:
-        return [path]
-    n = int(m["n"])
-    return [path.with_name(f"{m['stem']}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
 
 
 def describe(path: Path, *, format: str | None = None) -> dict[str, Any]:
@@ -101,6 +93,7 @@ def describe(path: Path, *, format: str | None = None) -> dict[str, Any]:
     if path.suffix.lower() != ".gguf" and format != "gguf":
         raise InvalidModel(f"{path.name} is not a .gguf file")
     h = gguf.read_header(path)
+    check_for_llama_cpp(h, path)
     size = path.stat().st_size
     shards = shard_siblings(path)
     if len(shards) > 1:
@@ -464,7 +457,7 @@ def _candidates(root: Path, depth: int = 2) -> list[Path]:
         if not _plain(p):
             continue
         if p.is_file() and p.suffix.lower() == ".gguf":
-            if not _ANY_SHARD_RE.search(p.name) or _FIRST_SHARD_RE.match(p.name):
+            if not _ANY_SHARD_RE.search(p.name) or FIRST_SHARD_RE.match(p.name):
                 out.append(p)
         elif _is_mlx_folder(p):
             out.append(p)

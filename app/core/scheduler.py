@@ -442,6 +442,10 @@ class ModelScheduler:
         return expired
 
     async def close(self) -> None:
+        for rt in self._runtimes.values():  # first: loads still checking a file end now
+            close = getattr(rt, "close", None)  # optional: runtimes with child processes
+            if callable(close):
+                close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

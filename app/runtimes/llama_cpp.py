@@ -20,13 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
-from app.errors import (
-    InvalidModel,
-    InvalidRequest,
-    ModelLoadFailed,
-    ModelUnloaded,
-    RuntimeUnavailable,
-)
+from app.errors import InvalidRequest, ModelLoadFailed, ModelUnloaded, RuntimeUnavailable
 from app.runtimes.guidance import MAX_PARALLEL_CALLS
 from app.runtimes.worker import DeltaStream, NativeLifetime, Sequence, Worker, common_prefix
 
@@ -699,14 +693,17 @@ class LlamaCppModel:
 
 
 class LlamaCppRuntime:
-    """Loads GGUF models in process. ``probe_file`` remembers the per-CPU safety probe."""
+    """Loads GGUF models in process. ``probe_file`` remembers the probe children's verdicts."""
 
     name = "llama.cpp"
     formats = ("gguf",)
 
     def __init__(self, *, probe_file: Path | None = None, queue_size: int = 16) -> None:
+        from app.runtimes.llama_probe import Prober
+
         self.probe_file = probe_file
         self.queue_size = queue_size
+        self.prober = Prober(probe_file)
 
     def available(self) -> bool:
         return L is not None
@@ -714,21 +711,9 @@ class LlamaCppRuntime:
     def load(self, model: LocalModel, options: LoadOptions) -> LlamaCppModel:
         if L is None:
             raise RuntimeUnavailable("llama-cpp-python is not installed")
-        from app.core.gguf import read_header
-        from app.runtimes.llama_probe import extra_bufts_safe
-
-        # our own bounds-checked header check before llama.cpp ever parses the file
-        header = read_header(model.path)
-        if header.architecture is None:
-            raise InvalidModel(
-                f"'{model.id}' has no general.architecture: not a model llama.cpp can load"
-            )
-        safe = extra_bufts_safe(
-            model.path,
-            build_info=build_info(),
-            weight_type=header.quantization or "unknown",
-            probe_file=self.probe_file,
-        )
+        # our bounds-checked header check, what llama.cpp would assert on, then a child process
+        # that loads the file and serves it once: only then llama.cpp in this process
+        safe = self.prober.check_model(model, options, build_info=build_info())
         engine = LlamaEngine(model, options, extra_bufts=safe)
         log.info(
             "llama.cpp: %s loaded (ctx %d, batch %d, threads %d, extra buffer types %s)",
@@ -739,3 +724,7 @@ class LlamaCppRuntime:
             "on" if safe else "off",
         )
         return LlamaCppModel(model, engine, queue_size=self.queue_size)
+
+    def close(self) -> None:
+        """Kill the probe children still running (their loads fail as abandoned)."""
+        self.prober.close()

@@ -65,14 +65,19 @@ def start_serve(model: Path, ctx: int, n_threads: int) -> subprocess.Popen[str]:
 def extra_bufts_ok(model: Path) -> bool:
     """Ask Hearth's probe (in a scratch home) whether llama.cpp's default buffers are safe here."""
     from app.core.gguf import read_header
+    from app.core.types import LoadOptions
     from app.runtimes.llama_cpp import build_info
-    from app.runtimes.llama_probe import extra_bufts_safe
+    from app.runtimes.llama_probe import Prober
 
-    return extra_bufts_safe(
-        str(model),
+    header = read_header(model)
+    return Prober(None).check(
+        [str(model)],
+        name=model.name,
+        data_offset=header.data_offset,
+        weight_type=header.quantization or "unknown",
         build_info=build_info(),
-        weight_type=read_header(model).quantization or "unknown",
-        probe_file=None,
+        options=LoadOptions(),
+        embedding=header.is_embedding_model,
     )
 
 

@@ -36,13 +36,16 @@ async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> N
     estimate = fit.estimate_model(model, options)
     if fmt == "gguf":  # the probe child runs once, outside this measurement
         from app.core.gguf import read_header
-        from app.runtimes.llama_probe import extra_bufts_safe
 
-        extra_bufts_safe(
-            path,
+        header = read_header(path)
+        runtimes["gguf"].prober.check(
+            [path],
+            name=model.id,
+            data_offset=header.data_offset,
+            weight_type=header.quantization or "",
             build_info=build_info(),
-            weight_type=read_header(path).quantization or "",
-            probe_file=Path(home) / "probe.json",
+            options=options,
+            embedding=bool(model.extra.get("embedding")),
         )
     before = fit.current_rss()
     lm = await h.load(model.id)

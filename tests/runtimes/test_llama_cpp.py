@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from app.core.gguf import read_header
 from app.core.library import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes import llama_probe
 from app.runtimes.llama_cpp import LlamaCppRuntime, build_info, physical_cores
+from app.runtimes.llama_probe_child import GATE_ENV
 from tests.conftest import transcript
 
 pytestmark = pytest.mark.model
@@ -30,39 +32,43 @@ def test_probe_verdict_is_remembered_and_true_to_the_machine(
     tmp_path: Path, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(llama_probe.ENV_OVERRIDE, raising=False)
+    gate = tmp_path / "gate"  # counts the probe children (each registers here)
+    gate.mkdir()
+    (gate / "open").touch()
+    monkeypatch.setenv(GATE_ENV, str(gate))
     probe_file = tmp_path / "probe.json"
+    header = read_header(smollm2_path)
     info = build_info()
-    verdict = llama_probe.extra_bufts_safe(
-        str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=probe_file
-    )
+
+    def check(build: str = info) -> bool:
+        return llama_probe.Prober(probe_file).check(
+            [str(smollm2_path)],
+            name="smollm2",
+            data_offset=header.data_offset,
+            weight_type="Q4_1",
+            build_info=build,
+            options=LoadOptions(),
+            embedding=False,
+        )
+
+    verdict = check()
     record = json.loads(probe_file.read_text())
-    (entry,) = record.values()
-    assert entry["extra_bufts_ok"] is verdict and entry["weight_type"] == "Q4_1"
-    # the verdict matches what a child process really does with the default settings
-    ok, detail = llama_probe._run_probe(str(smollm2_path))
-    assert ok is verdict, detail
-    # remembered: no second child process
-    calls = []
-    monkeypatch.setattr(llama_probe, "_run_probe", lambda p: calls.append(p) or (True, "x"))
-    assert (
-        llama_probe.extra_bufts_safe(
-            str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=probe_file
-        )
-        is verdict
+    amx = [v for k, v in record.items() if not k.startswith("file:")]
+    files = [v for k, v in record.items() if k.startswith("file:")]
+    assert len(amx) == 1 and amx[0]["extra_bufts_ok"] is verdict and amx[0]["weight_type"] == "Q4_1"
+    assert len(files) == 1 and files[0]["ok"] is True
+    # the verdict matches what a child really does with the default (fast) settings
+    res = llama_probe.Prober(None)._run(
+        str(smollm2_path), True, LoadOptions(), False, size=smollm2_path.stat().st_size
     )
-    assert calls == []
-    # another weight type or build is a different question
-    llama_probe.extra_bufts_safe(
-        str(smollm2_path), build_info=info + "x", weight_type="Q4_1", probe_file=probe_file
-    )
-    assert len(calls) == 1
-    monkeypatch.setenv(llama_probe.ENV_OVERRIDE, "0")
-    assert (
-        llama_probe.extra_bufts_safe(
-            str(smollm2_path), build_info=info, weight_type="Q4_1", probe_file=None
-        )
-        is False
-    )
+    assert (res.outcome == "ok") is verdict, res
+    n = len(list(gate.glob("*.running")))
+    # remembered: no child for a second load
+    assert check() is verdict
+    assert len(list(gate.glob("*.running"))) == n
+    # another llama.cpp build is a different question
+    check(info + "x")
+    assert len(list(gate.glob("*.running"))) == n + 1
 
 
 def test_physical_cores_is_sane() -> None:
