@@ -100,3 +100,12 @@ def test_nice_ceiling() -> None:
         200.0,
         5000.0,
     ]
+
+
+def test_speeds_read_whole_from_100_tok_s_and_to_a_tenth_below() -> None:
+    from app.gui.views.speed_chart import format_speed
+
+    assert format_speed(141.84) == "142"
+    assert format_speed(1234.5) == "1,234"
+    assert format_speed(99.94) == "99.9"
+    assert format_speed(7.24) == "7.2"

@@ -315,35 +315,45 @@ def test_unknown_or_stacked_encoding_415(plain: Served) -> None:
 
 
 def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Served) -> None:
-    """queue_size=1: one running + one waiting; the third is refused at once; nobody is cut."""
+    """queue_size=1: one running + one waiting; the third is refused at once; nobody is cut.
+
+    The running stream must outlast the test's next steps on any machine: greedy SmolLM2
+    repeats "cat," without end, so it runs its full 1,000 tokens (seconds even at twice this
+    machine's speed), and the waiting one is seen in /api/v1/ps before the third is sent."""
     results: dict[str, object] = {}
 
-    def stream(name: str) -> None:
+    def stream(name: str, prompt: str, max_tokens: int) -> None:
         c = openai.OpenAI(base_url=plain.base_url, api_key="x", max_retries=0, timeout=250)
         chunks = list(
             c.completions.create(
                 model=plain.model_id,
-                prompt="Once upon a time",
-                max_tokens=40,
+                prompt=prompt,
+                max_tokens=max_tokens,
                 temperature=0,
                 stream=True,
             )
         )
         results[name] = chunks[-1].choices[0].finish_reason
 
-    t1 = threading.Thread(target=stream, args=("first",))
-    t1.start()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+    def pending() -> int:
         conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=10)
         conn.request("GET", "/api/v1/ps")
         ps = json.loads(conn.getresponse().read())
-        if ps["models"] and ps["models"][0]["pending_requests"] >= 1:
-            break
-        time.sleep(0.02)
-    t2 = threading.Thread(target=stream, args=("second",))
+        return int(ps["models"][0]["pending_requests"]) if ps["models"] else 0
+
+    def wait_pending(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while pending() < n:
+            assert time.monotonic() < deadline, f"never {n} pending"
+            time.sleep(0.01)
+
+    cats = "The list: cat, cat, cat, cat, cat,"
+    t1 = threading.Thread(target=stream, args=("first", cats, 1000))
+    t1.start()
+    wait_pending(1)
+    t2 = threading.Thread(target=stream, args=("second", "Once upon a time", 20))
     t2.start()
-    time.sleep(0.3)
+    wait_pending(2)
     t0 = time.monotonic()
     conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=30)
     conn.request(

@@ -48,10 +48,10 @@ class SeriesSummary:
     def text(self) -> str:
         if self.latest is None or self.median is None:
             return "not measured"
-        return f"latest {_fmt_speed(self.latest)} · median {_fmt_speed(self.median)} tok/s"
+        return f"latest {format_speed(self.latest)} · median {format_speed(self.median)} tok/s"
 
 
-def _fmt_speed(v: float) -> str:
+def format_speed(v: float) -> str:
     return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
 
 
