@@ -188,6 +188,8 @@ class Delta:
     reasoning: str = ""  # text inside the model's think block (chat only)
     stop_string: str | None = None  # on the final delta: the stop string that ended it, if any
     tool_calls: tuple[ToolCallDelta, ...] = ()
+    # on a final "cancelled" delta: "model_unloaded" when the model went away under it
+    error_code: str | None = None
 
 
 class GenerationStream(Protocol):

@@ -151,6 +151,7 @@ class Sequence:
         self.t_start = time.perf_counter()
         self.t_prompt_done = 0.0
         self.engine_state: object = None
+        self.unloaded = False  # cancelled because its model is being freed
 
     @property
     def cancelled(self) -> bool:
@@ -194,6 +195,9 @@ class Sequence:
                 timings=timings,
                 error=self.error,
                 stop_string=self.stop.matched,
+                error_code="model_unloaded"
+                if self.unloaded and self.finish_reason == "cancelled"
+                else None,
             )
         )
         self.stream.close()
@@ -300,6 +304,7 @@ class Worker:
         with self._cv:
             self._stopping = True
             for s in list(self._waiting) + self._active:
+                s.unloaded = True
                 s.stream.cancel()
             for _, _, cancel in self._jobs:
                 cancel.set()
@@ -345,6 +350,7 @@ class Worker:
                 self._waiting.clear()
                 self._active.clear()
             for s in leftovers:
+                s.unloaded = True
                 s.finish("cancelled")
                 s.close()
             try:

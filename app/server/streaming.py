@@ -18,7 +18,7 @@ from aiohttp import web
 
 from app.core.service import Generation
 from app.core.types import Delta
-from app.errors import GenerationTimeout, HearthError
+from app.errors import GenerationTimeout, HearthError, ModelUnloaded
 from app.server.state import STATE
 
 DEADLINE = web.RequestKey("hearth_deadline", float)  # loop time the request must end by
@@ -83,6 +83,8 @@ def final_error(request: web.Request, final: Delta | None) -> HearthError | None
     if final.finish_reason == "error":
         return StreamBroken(f"generation failed: {final.error or 'unknown error'}")
     if final.finish_reason == "cancelled":
+        if final.error_code == "model_unloaded":
+            return ModelUnloaded("the model was unloaded while this request ran; retry to load it")
         if request.app[STATE].stopping:
             return ShuttingDown("the server is shutting down; the generation was stopped")
         return StreamBroken("the generation was cancelled")
