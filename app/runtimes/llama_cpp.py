@@ -21,6 +21,7 @@ from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
 from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
+from app.runtimes.gbnf import check_grammar
 from app.runtimes.guidance import MAX_PARALLEL_CALLS
 from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
 
@@ -32,64 +33,64 @@ except ImportError:  # pragma: no cover - the package is a hard dependency; be e
     L = None  # type: ignore[assignment]
 
 PENALTY_LAST_N = 64
-MAX_GRAMMAR_BYTES = 256 * 1024
+_CONVERTER_ERRORS = (
+    ValueError,
+    KeyError,
+    TypeError,
+    RecursionError,
+    AssertionError,
+    AttributeError,
+)
 
 
 def grammar_for(constraint: tuple[str, str] | None) -> str | None:
-    """GBNF for a response_format constraint (llama-cpp-python's JSON-schema converter).
+    """GBNF for a response_format constraint (llama-cpp-python's JSON-schema converter), bounded
+    by :func:`app.runtimes.gbnf.check_grammar` before llama.cpp ever parses it. Pure Python work
+    that can take a while on a large schema: call it off the event loop.
 
     Raises:
-        InvalidRequest: the schema cannot be converted (unsupported keywords, bad refs...).
+        InvalidRequest: the schema cannot be converted (unsupported keywords, bad refs...), or
+            its grammar crosses a bound.
     """
     if constraint is None:
         return None
+    g = _GRAMMAR_CACHE.get(constraint)
+    if g is None:
+        g = _build_grammar(constraint)
+        if len(_GRAMMAR_CACHE) > 256:
+            _GRAMMAR_CACHE.clear()
+        _GRAMMAR_CACHE[constraint] = g
+    return g
+
+
+_GRAMMAR_CACHE: dict[tuple[str, str], str] = {}
+
+
+def _build_grammar(constraint: tuple[str, str]) -> str:
     from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
     kind, schema = constraint
     if kind == "json_object":
         return str(JSON_GBNF)
+    param = "tools" if kind == "tool_call" else "response_format"
     if kind == "tool_call":  # forced tool calls, written in the hermes form
         spec = json.loads(schema)
         try:
-            call = _schema_grammar(
-                json.dumps(spec["schema"]), lambda s: json_schema_to_gbnf(s, ["name", "arguments"])
-            )
-        except (
-            ValueError,
-            KeyError,
-            TypeError,
-            RecursionError,
-            AssertionError,
-            AttributeError,
-        ) as e:
-            raise InvalidRequest(
-                f"a tool's parameters cannot be enforced: {e}", param="tools"
-            ) from e
+            call = str(json_schema_to_gbnf(json.dumps(spec["schema"]), ["name", "arguments"]))
+        except _CONVERTER_ERRORS as e:
+            raise InvalidRequest(f"a tool's parameters cannot be enforced: {e}", param=param) from e
         body = call.replace("root ::=", "call-object ::=", 1)
         block = '"<tool_call>\\n" call-object "\\n</tool_call>"'
         # parallel: up to MAX_PARALLEL_CALLS, so a small model cannot chain calls forever
         more = f' ("\\n" {block}){{0,{MAX_PARALLEL_CALLS - 1}}}' if spec.get("parallel") else ""
-        root = f"root ::= {block}{more}"
-        return root + "\n" + body
-    try:
-        return _schema_grammar(schema, json_schema_to_gbnf)
-    except (ValueError, KeyError, TypeError, RecursionError, AssertionError, AttributeError) as e:
-        raise InvalidRequest(
-            f"the JSON schema cannot be enforced: {e}", param="response_format"
-        ) from e
-
-
-_GRAMMAR_CACHE: dict[str, str] = {}
-
-
-def _schema_grammar(schema: str, convert: Any) -> str:
-    g = _GRAMMAR_CACHE.get(schema)
-    if g is None:
-        g = str(convert(schema))
-        if len(_GRAMMAR_CACHE) > 256:
-            _GRAMMAR_CACHE.clear()
-        _GRAMMAR_CACHE[schema] = g
-    return g
+        grammar = f"root ::= {block}{more}\n{body}"
+    else:
+        try:
+            grammar = str(json_schema_to_gbnf(schema))
+        except _CONVERTER_ERRORS as e:
+            raise InvalidRequest(f"the JSON schema cannot be enforced: {e}", param=param) from e
+    check_grammar(grammar, param=param)
+    return grammar
 
 
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
@@ -590,7 +591,7 @@ class LlamaCppModel:
             "n_vocab": engine.n_vocab,
         }
         self.worker = Worker(engine, name=model.id, queue_size=queue_size)
-        self._good_grammars: set[str] = set()
+        self._good_constraints: set[tuple[str, str]] = set()
 
     @property
     def chat_template(self) -> str | None:
@@ -622,25 +623,28 @@ class LlamaCppModel:
         )
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
-        if request.constraint is not None:
-            self._check_grammar(grammar_for(request.constraint))
         return self.worker.submit(request)
 
-    def _check_grammar(self, grammar: str | None) -> None:
-        """Compile the grammar once now, so a bad one is a 400 before any output."""
-        if grammar is None or grammar in self._good_grammars:
+    async def check_constraint(self, constraint: tuple[str, str]) -> None:
+        """Build and compile the constraint's grammar on the worker thread (its stack is of a
+        known size, and the event loop stays free), so a bad one is a 400 before any output."""
+        if constraint not in self._good_constraints:
+            await self.worker.run(lambda: self._check_grammar(constraint))
+
+    def _check_grammar(self, constraint: tuple[str, str]) -> None:
+        grammar = grammar_for(constraint)
+        if grammar is None:
             return
-        if len(grammar) > MAX_GRAMMAR_BYTES:
-            raise InvalidRequest(
-                "the schema makes a grammar that is too large", param="response_format"
-            )
         g = L.llama_sampler_init_grammar(self.engine.vocab, grammar.encode(), b"root")
         if not g:
             raise InvalidRequest(
-                "the schema does not compile to a grammar", param="response_format"
+                "the schema does not compile to a grammar",
+                param="tools" if constraint[0] == "tool_call" else "response_format",
             )
         L.llama_sampler_free(g)
-        self._good_grammars.add(grammar)
+        if len(self._good_constraints) > 256:
+            self._good_constraints.clear()
+        self._good_constraints.add(constraint)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         return await self.worker.run(lambda: [self.engine.embed(t) for t in inputs])
