@@ -42,8 +42,11 @@ _SPACE_RE = re.compile(r"(?:[ \t]|#[^\r\n]*)*")
 _SPACE_NL_RE = re.compile(r"(?:[ \t\r\n]|#[^\r\n]*)*")
 _ESC = r"\\(?:[trn\\\"\[\]]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})"
 _ESC_RE = re.compile(_ESC)
-_LITERAL_RE = re.compile(rf'"((?:[^"\\]|{_ESC})*)"')
-_CLASS_RE = re.compile(rf"\[\^?((?:[^\]\\]|{_ESC})*)\]")
+_TOKEN_RE = re.compile(
+    r"(?P<sp>(?:[ \t]|#[^\r\n]*)+)|(?P<nl>[\r\n])|(?P<word>[a-zA-Z0-9-]+)"
+    rf'|(?P<lit>"(?:[^"\\]|{_ESC})*")|(?P<cls>\[\^?(?:[^\]\\]|{_ESC})*\])'
+    r"|(?P<open>\()|(?P<close>\))|(?P<alt>\|)|(?P<dot>\.)|(?P<rep>[*+?{])"
+)
 _SIMPLE_ESCAPES = frozenset('trn\\"[]')
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 _TERM, _EPS, _REF = 0, 1, 2
@@ -173,59 +176,77 @@ class _Parser:
         return m.group()
 
     def body(self, rule: int) -> None:
-        """One rule's alternatives, groups on an explicit stack."""
+        """One rule's alternatives, token by token, groups on an explicit stack."""
         frames: list[tuple[int, list[list[_Item]]]] = [(rule, [[]])]
-        self.space(newlines=True)
+        s, n, match = self.s, len(self.s), _TOKEN_RE.match
+        i = self.i
+        newline_ok = True  # after '::=' and '|', and anywhere inside a group
         while True:
-            nested = len(frames) > 1
+            m = match(s, i)
+            if m is None:
+                self.i = i
+                if i < n:
+                    self.bad_token()
+                if len(frames) > 1:
+                    raise self.fail("expecting ')'")
+                break
+            kind, j = m.lastgroup, m.end()
+            if kind == "sp":
+                i = j
+                continue
+            if kind == "nl":
+                if not newline_ok and len(frames) == 1:
+                    break  # the end of the rule
+                i = j
+                continue
+            newline_ok = False
             owner, alts = frames[-1]
             seq = alts[-1]
-            c = self.s[self.i] if self.i < len(self.s) else ""
-            if c == "" or (c in "\r\n" and not nested):
-                if nested:
-                    raise self.fail("expecting ')'")
-                self.alts[owner] = alts
-                self.elements += sum(len(a) + 1 for a in alts)
-                return
-            if c == "|":
-                self.i += 1
+            if kind == "word":
+                seq.append((_REF, self.nonterminal(m.group()), 1, 1))
+            elif kind == "lit":
+                size = len(_ESC_RE.sub("e", s[m.start() + 1 : j - 1]))
+                seq.append((_TERM, size, 1, 1) if size else (_EPS, 0, 1, 1))
+            elif kind == "cls":
+                seq.append((_TERM, 1 + len(_ESC_RE.sub("e", s[m.start() + 1 : j - 1])), 1, 1))
+            elif kind == "dot":
+                seq.append((_TERM, 1, 1, 1))
+            elif kind == "alt":
                 alts.append([])
-                self.space(newlines=True)
-                continue
-            if c == "(":
-                self.i += 1
-                group = self.nonterminal()
-                frames.append((group, [[]]))
-                self.nesting = max(self.nesting, len(frames) - 1)
-                if self.nesting > MAX_GRAMMAR_DEPTH:
-                    raise GrammarError(
-                        f"nests groups deeper than {MAX_GRAMMAR_DEPTH} levels", "depth"
-                    )
-                self.space(newlines=True)
-                continue
-            if c == ")":
-                if not nested:
+                newline_ok = True
+            elif kind == "open":
+                frames.append((self.nonterminal(), [[]]))
+                if len(frames) - 1 > self.nesting:
+                    self.nesting = len(frames) - 1
+                    if self.nesting > MAX_GRAMMAR_DEPTH:
+                        raise GrammarError(
+                            f"nests groups deeper than {MAX_GRAMMAR_DEPTH} levels", "depth"
+                        )
+            elif kind == "close":
+                if len(frames) == 1:
+                    self.i = i
                     raise self.fail("unexpected ')'")
-                self.i += 1
                 frames.pop()
                 self.alts[owner] = alts
                 self.elements += sum(len(a) + 1 for a in alts)
                 frames[-1][1][-1].append((_REF, owner, 1, 1))
-            elif c == '"':
-                size = self.literal()
-                seq.append((_TERM, size, 1, 1) if size else (_EPS, 0, 1, 1))
-            elif c == "[":
-                seq.append((_TERM, self.char_class(), 1, 1))
-            elif c == ".":
-                self.i += 1
-                seq.append((_TERM, 1, 1, 1))
-            elif c in "*+?{":
-                self.repetition(seq, c)
-            elif c in _WORD:
-                seq.append((_REF, self.nonterminal(self.word()), 1, 1))
-            else:
-                raise self.fail(f"unexpected {c!r}")
-            self.space(newlines=len(frames) > 1)
+            else:  # a repetition: * + ? or {m,n}
+                self.i = m.start()
+                self.repetition(seq, m.group())
+                j = self.i
+            i = j
+        self.i = i
+        self.alts[rule] = frames[0][1]
+        self.elements += sum(len(a) + 1 for a in frames[0][1])
+
+    def bad_token(self) -> None:
+        """Raise the error for the text at ``self.i`` that no token matches."""
+        c = self.s[self.i]
+        if c == '"':
+            self.literal()  # raises: a bad escape, or no closing quote
+        elif c == "[":
+            self.char_class()
+        raise self.fail(f"unexpected {c!r}")
 
     def repetition(self, seq: list[_Item], c: str) -> None:
         if not seq:
@@ -305,10 +326,6 @@ class _Parser:
 
     def literal(self) -> int:
         """A "..." literal; returns its length in characters (one element each)."""
-        m = _LITERAL_RE.match(self.s, self.i)
-        if m is not None:
-            self.i = m.end()
-            return len(_ESC_RE.sub("e", m.group(1)))
         self.i += 1
         n = 0
         while self.i < len(self.s) and self.s[self.i] != '"':
@@ -321,10 +338,6 @@ class _Parser:
 
     def char_class(self) -> int:
         """A [...] class; returns its element count."""
-        m = _CLASS_RE.match(self.s, self.i)
-        if m is not None:
-            self.i = m.end()
-            return 1 + len(_ESC_RE.sub("e", m.group(1)))
         self.i += 1
         if self.i < len(self.s) and self.s[self.i] == "^":
             self.i += 1
@@ -350,10 +363,6 @@ class _Analysis:
         self.g = g
         self.n = len(g.alts)
         self.nullable = self._nullable()
-
-    def item_nullable(self, it: _Item) -> bool:
-        kind, target, lo, _ = it
-        return lo == 0 or kind == _EPS or (kind == _REF and self.nullable[target])
 
     def _nullable(self) -> list[bool]:
         alts = self.g.alts
@@ -391,16 +400,44 @@ class _Analysis:
 
     def shape(self) -> GrammarShape:
         fan, chain = self._leading()
-        sufs = [[self._suffixes(seq, fan) for seq in owner_alts] for owner_alts in self.g.alts]
-        p = self._continuations(fan, sufs)
-        worst = min(self.CAP, fan[self.g.root] + (1 if self.nullable[self.g.root] else 0))
-        for owner, owner_alts in enumerate(self.g.alts):
-            for seq, (suf_f, suf_null) in zip(owner_alts, sufs[owner], strict=True):
-                for i in range(1, len(seq) + 1):
-                    v = suf_f[i] + (p[owner] if suf_null[i] else 0)
-                    if _repeats(seq[i - 1]):
-                        v += self._fan(seq[i - 1], fan)
-                    worst = max(worst, min(v, self.CAP))
+        cap, null, alts = self.CAP, self.nullable, self.g.alts
+        # One pass over every position of every alternative. After item i-1, the stacks open are
+        # those the rest of the alternative starts (plus item i-1 again if it repeats), and, when
+        # the rest can be skipped, those that follow the owner where it is used: p[owner].
+        const = [0] * self.n  # stacks after a nonterminal ends, where what follows is required
+        const[self.g.root] = 1  # the end of the input
+        edges: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]  # owner -> (child, add)
+        fixed = min(cap, fan[self.g.root] + (1 if null[self.g.root] else 0))
+        open_end: list[tuple[int, int]] = []  # (owner, most stacks before adding p[owner])
+        for owner, owner_alts in enumerate(alts):
+            for seq in owner_alts:
+                rest, skippable = 0, True  # the suffix after position i
+                worst_skippable = -1
+                for i in range(len(seq) - 1, -1, -1):
+                    kind, target, lo, hi = seq[i]
+                    f = 1 if kind == _TERM else 0 if kind == _EPS else fan[target]
+                    here = rest + (f if hi == _UNBOUNDED or hi > 1 else 0)
+                    if here > cap:
+                        here = cap
+                    if skippable:
+                        worst_skippable = max(worst_skippable, here)
+                    elif here > fixed:
+                        fixed = here
+                    if kind == _REF:
+                        if skippable:
+                            edges[owner].append((target, here))
+                        elif here > const[target]:
+                            const[target] = here
+                    if lo == 0 or kind == _EPS or (kind == _REF and null[target]):
+                        rest = rest + f if rest + f < cap else cap
+                    else:
+                        rest, skippable = f, False
+                if worst_skippable >= 0:
+                    open_end.append((owner, worst_skippable))
+        p = self._continuations(const, edges)
+        worst = fixed
+        for owner, local in open_end:
+            worst = max(worst, min(cap, local + p[owner]))
         if worst > MAX_GRAMMAR_FANOUT:
             raise GrammarError(
                 f"keeps more than {MAX_GRAMMAR_FANOUT} alternatives open at once (too many enum "
@@ -409,32 +446,18 @@ class _Analysis:
             )
         return GrammarShape(self.g.nesting, chain, self.g.elements, worst)
 
-    def _fan(self, it: _Item, fan: list[int]) -> int:
-        kind, target, _, _ = it
-        return 1 if kind == _TERM else 0 if kind == _EPS else fan[target]
-
-    def _suffixes(self, seq: list[_Item], fan: list[int]) -> tuple[list[int], list[bool]]:
-        """For each position: stacks the rest of ``seq`` opens, and whether it can be skipped."""
-        f = [0] * (len(seq) + 1)
-        null = [True] * (len(seq) + 1)
-        for i in range(len(seq) - 1, -1, -1):
-            nl = self.item_nullable(seq[i])
-            f[i] = min(self.CAP, self._fan(seq[i], fan) + (f[i + 1] if nl else 0))
-            null[i] = nl and null[i + 1]
-        return f, null
-
     def _leading(self) -> tuple[list[int], int]:
         """Stacks each nonterminal opens where it starts, and the longest chain of leading
         references (a cycle is left recursion, which llama.cpp refuses too)."""
-        alts = self.g.alts
+        alts, null = self.g.alts, self.nullable
         lead: list[list[int]] = []
         for owner_alts in alts:
             out: list[int] = []
             for seq in owner_alts:
-                for it in seq:
-                    if it[0] == _REF:
-                        out.append(it[1])
-                    if not self.item_nullable(it):
+                for kind, target, lo, _ in seq:
+                    if kind == _REF:
+                        out.append(target)
+                    if not (lo == 0 or kind == _EPS or (kind == _REF and null[target])):
                         break
             lead.append(out)
         depth = [0] * self.n
@@ -464,37 +487,27 @@ class _Analysis:
                         f"chains more than {MAX_GRAMMAR_DEPTH} rules at the start of a rule",
                         "depth",
                     )
-                fan[node] = min(self.CAP, sum(self._suffixes(seq, fan)[0][0] for seq in alts[node]))
+                total = 0
+                for seq in alts[node]:
+                    for kind, target, lo, _ in seq:
+                        total += 1 if kind == _TERM else 0 if kind == _EPS else fan[target]
+                        if not (lo == 0 or kind == _EPS or (kind == _REF and null[target])):
+                            break
+                fan[node] = min(self.CAP, total)
         return fan, max(depth, default=0)
 
-    def _continuations(
-        self, fan: list[int], sufs: list[list[tuple[list[int], list[bool]]]]
-    ) -> list[int]:
-        """For each nonterminal, the most stacks that continue after it ends (what follows it
-        where it is used, and what follows that where the rest can be skipped)."""
-        const = [0] * self.n
-        const[self.g.root] = 1  # the end of the input
-        edges: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]  # owner -> (child, add)
-        loops: list[tuple[int, int, int]] = []
-        for owner, owner_alts in enumerate(self.g.alts):
-            for seq, (suf_f, suf_null) in zip(owner_alts, sufs[owner], strict=True):
-                for i, it in enumerate(seq):
-                    if it[0] != _REF:
-                        continue
-                    add = suf_f[i + 1] + (self._fan(it, fan) if _repeats(it) else 0)
-                    add = min(add, self.CAP)
-                    if suf_null[i + 1]:
-                        edges[owner].append((it[1], add))
-                        loops.append((owner, it[1], add))
-                    else:
-                        const[it[1]] = max(const[it[1]], add)
+    def _continuations(self, const: list[int], edges: list[list[tuple[int, int]]]) -> list[int]:
+        """For each nonterminal, the most stacks that continue after it ends: ``const`` where
+        what follows it is required, else what follows plus its owner's continuation (along
+        ``edges``, owner -> (child, stacks added))."""
         comp = _components(self.n, [[c for c, _ in out] for out in edges])
         # a cycle of skippable endings that adds stacks each time round grows without bound
-        for owner, child, add in loops:
-            if add and comp[owner] == comp[child]:
-                raise GrammarError(
-                    "can open more alternatives with each level of recursion", "fanout"
-                )
+        for owner, out in enumerate(edges):
+            for child, add in out:
+                if add and comp[owner] == comp[child]:
+                    raise GrammarError(
+                        "can open more alternatives with each level of recursion", "fanout"
+                    )
         n_comp = max(comp, default=-1) + 1
         value = [0] * n_comp
         for node in range(self.n):
