@@ -40,14 +40,14 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 _WORD_RE = re.compile(r"[a-zA-Z0-9-]+")
 _SPACE_RE = re.compile(r"(?:[ \t]|#[^\r\n]*)*")
 _SPACE_NL_RE = re.compile(r"(?:[ \t\r\n]|#[^\r\n]*)*")
-_ESC = r"\\(?:[trn\\\"\[\]]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})"
+_ESC = r"\\(?:[trn\\\"\[\]-]|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8})"
 _ESC_RE = re.compile(_ESC)
 _TOKEN_RE = re.compile(
     r"(?P<sp>(?:[ \t]|#[^\r\n]*)+)|(?P<nl>[\r\n])|(?P<word>[a-zA-Z0-9-]+)"
     rf'|(?P<lit>"(?:[^"\\]|{_ESC})*")|(?P<cls>\[\^?(?:[^\]\\]|{_ESC})*\])'
     r"|(?P<open>\()|(?P<close>\))|(?P<alt>\|)|(?P<dot>\.)|(?P<rep>[*+?{])"
 )
-_SIMPLE_ESCAPES = frozenset('trn\\"[]')
+_SIMPLE_ESCAPES = frozenset('trn\\"[]-')
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 _TERM, _EPS, _REF = 0, 1, 2
 _UNBOUNDED = -1
@@ -104,8 +104,12 @@ def measure(text: str) -> GrammarShape:
     return _Analysis(g).shape()
 
 
-# An item of a sequence: (kind, target or element count, min repeats, max repeats or -1).
-_Item = tuple[int, int, int, int]
+# Character sets as sorted, merged (first, last) code point ranges.
+_Ranges = tuple[tuple[int, int], ...]
+_ALL: _Ranges = ((0, 0x10FFFF),)
+# An item of a sequence: (kind, target or element count, min repeats, max repeats or -1, what a
+# terminal matches: a literal's text, or a class's ranges; None for rule references).
+_Item = tuple[int, int, int, int, "str | _Ranges | None"]
 
 
 @dataclass
@@ -128,6 +132,7 @@ class _Parser:
         self.alts: list[list[list[_Item]]] = []
         self.nesting = 0
         self.elements = 0
+        self.quantified = False  # the last item has its repetition already
 
     def fail(self, why: str) -> GrammarError:
         return GrammarError(f"{why} at offset {self.i}")
@@ -202,15 +207,18 @@ class _Parser:
             newline_ok = False
             owner, alts = frames[-1]
             seq = alts[-1]
+            if kind != "rep":
+                self.quantified = False
             if kind == "word":
-                seq.append((_REF, self.nonterminal(m.group()), 1, 1))
+                seq.append((_REF, self.nonterminal(m.group()), 1, 1, None))
             elif kind == "lit":
-                size = len(_ESC_RE.sub("e", s[m.start() + 1 : j - 1]))
-                seq.append((_TERM, size, 1, 1) if size else (_EPS, 0, 1, 1))
+                text = _decode(s[m.start() + 1 : j - 1])
+                seq.append((_TERM, len(text), 1, 1, text) if text else (_EPS, 0, 1, 1, None))
             elif kind == "cls":
-                seq.append((_TERM, 1 + len(_ESC_RE.sub("e", s[m.start() + 1 : j - 1])), 1, 1))
+                ranges = _class_ranges(s[m.start() + 1 : j - 1])
+                seq.append((_TERM, 1 + len(ranges), 1, 1, ranges))
             elif kind == "dot":
-                seq.append((_TERM, 1, 1, 1))
+                seq.append((_TERM, 1, 1, 1, _ALL))
             elif kind == "alt":
                 alts.append([])
                 newline_ok = True
@@ -229,7 +237,7 @@ class _Parser:
                 frames.pop()
                 self.alts[owner] = alts
                 self.elements += sum(len(a) + 1 for a in alts)
-                frames[-1][1][-1].append((_REF, owner, 1, 1))
+                frames[-1][1][-1].append((_REF, owner, 1, 1, None))
             else:  # a repetition: * + ? or {m,n}
                 self.i = m.start()
                 self.repetition(seq, m.group())
@@ -260,18 +268,17 @@ class _Parser:
             lo, hi = 0, 1
         else:
             lo, hi = self.braces()
-        kind, target, ilo, ihi = seq[-1]
-        if (ilo, ihi) != (1, 1):  # a quantifier on a quantified item: nest it, as llama.cpp does
-            inner = self.nonterminal()
-            self.alts[inner] = [[seq[-1]]]
-            kind, target = _REF, inner
+        kind, target, _, _, info = seq[-1]
+        if self.quantified:
+            raise self.fail(f"expecting an item before {c!r}")  # llama.cpp refuses "a**" too
+        self.quantified = True
         size = target if kind == _TERM else 1
         # llama.cpp copies the item `lo` times and adds one optional rule per further repeat
         extra = 1 if hi == _UNBOUNDED else hi - lo
         self.elements += size * max(lo - 1, 0) + extra * (size + 3)
         if self.elements > MAX_GRAMMAR_ELEMENTS:
             raise GrammarError(f"expands to more than {MAX_GRAMMAR_ELEMENTS} elements", "elements")
-        seq[-1] = (kind, target, lo, hi)
+        seq[-1] = (kind, target, lo, hi, info)
 
     def braces(self) -> tuple[int, int]:
         self.space(newlines=False)
@@ -355,7 +362,16 @@ class _Parser:
 
 
 class _Analysis:
-    """Nullable rules, leading chains, and how many stacks a position can open (capped)."""
+    """Nullable rules, leading chains, and how many grammar stacks can be alive at once.
+
+    llama.cpp keeps one stack per way the text so far can be read. Inside a rule, the stacks of
+    its alternatives add up while they can match the same text; alternatives that begin with
+    different literals (``"\\"p1\\""`` and ``"\\"p2\\""``), or with characters no other
+    one starts with, part ways at once and only the widest of them counts. Within a sequence,
+    the items that follow one are alive only where it can end. So for every nonterminal:
+    ``width`` the most stacks alive inside it, ``ending`` the most alive inside it where it can
+    also be complete (what follows it is alive then too). Both are upper bounds, capped at CAP.
+    """
 
     CAP = MAX_GRAMMAR_FANOUT + 1
 
@@ -375,7 +391,7 @@ class _Analysis:
             row = []
             for a, seq in enumerate(owner_alts):
                 left = 0
-                for kind, target, lo, _ in seq:
+                for kind, target, lo, _, _ in seq:
                     if lo == 0 or kind == _EPS:
                         continue
                     left += 1
@@ -398,70 +414,43 @@ class _Analysis:
                     ready.append(owner)
         return null
 
+    def _item_nullable(self, it: _Item) -> bool:
+        return it[2] == 0 or it[0] == _EPS or (it[0] == _REF and self.nullable[it[1]])
+
     def shape(self) -> GrammarShape:
-        fan, chain = self._leading()
-        cap, null, alts = self.CAP, self.nullable, self.g.alts
-        # One pass over every position of every alternative. After item i-1, the stacks open are
-        # those the rest of the alternative starts (plus item i-1 again if it repeats), and, when
-        # the rest can be skipped, those that follow the owner where it is used: p[owner].
-        const = [0] * self.n  # stacks after a nonterminal ends, where what follows is required
-        const[self.g.root] = 1  # the end of the input
-        edges: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]  # owner -> (child, add)
-        fixed = min(cap, fan[self.g.root] + (1 if null[self.g.root] else 0))
-        open_end: list[tuple[int, int]] = []  # (owner, most stacks before adding p[owner])
-        for owner, owner_alts in enumerate(alts):
-            for seq in owner_alts:
-                rest, skippable = 0, True  # the suffix after position i
-                worst_skippable = -1
-                for i in range(len(seq) - 1, -1, -1):
-                    kind, target, lo, hi = seq[i]
-                    f = 1 if kind == _TERM else 0 if kind == _EPS else fan[target]
-                    here = rest + (f if hi == _UNBOUNDED or hi > 1 else 0)
-                    if here > cap:
-                        here = cap
-                    if skippable:
-                        worst_skippable = max(worst_skippable, here)
-                    elif here > fixed:
-                        fixed = here
-                    if kind == _REF:
-                        if skippable:
-                            edges[owner].append((target, here))
-                        elif here > const[target]:
-                            const[target] = here
-                    if lo == 0 or kind == _EPS or (kind == _REF and null[target]):
-                        rest = rest + f if rest + f < cap else cap
-                    else:
-                        rest, skippable = f, False
-                if worst_skippable >= 0:
-                    open_end.append((owner, worst_skippable))
-        p = self._continuations(const, edges)
-        worst = fixed
-        for owner, local in open_end:
-            worst = max(worst, min(cap, local + p[owner]))
+        fan, chain, first, key = self._leading()
+        groups = [self._groups(n, first, key) for n in range(self.n)]
+        width, ending = self._widths(fan, groups)
+        root = self.g.root
+        worst = max(width[root], ending[root] + 1)  # + 1: the end of the input
         if worst > MAX_GRAMMAR_FANOUT:
             raise GrammarError(
-                f"keeps more than {MAX_GRAMMAR_FANOUT} alternatives open at once (too many enum "
-                f"values, optional properties or anyOf branches in reach of one another)",
+                f"can keep more than {MAX_GRAMMAR_FANOUT} grammar stacks alive at once (enum "
+                f"values, optional properties or anyOf branches that can all match the same text)",
                 "fanout",
             )
         return GrammarShape(self.g.nesting, chain, self.g.elements, worst)
 
-    def _leading(self) -> tuple[list[int], int]:
-        """Stacks each nonterminal opens where it starts, and the longest chain of leading
-        references (a cycle is left recursion, which llama.cpp refuses too)."""
-        alts, null = self.g.alts, self.nullable
+    def _leading(self) -> tuple[list[int], int, list[_Ranges], list[str | None]]:
+        """In one pass over the leading references (a cycle is left recursion, which llama.cpp
+        refuses too), for each nonterminal: the stacks it opens where it starts, the longest
+        chain of leading references, the characters it can start with, and the literal it
+        starts with when it has one alternative that does."""
+        alts = self.g.alts
         lead: list[list[int]] = []
         for owner_alts in alts:
             out: list[int] = []
             for seq in owner_alts:
-                for kind, target, lo, _ in seq:
-                    if kind == _REF:
-                        out.append(target)
-                    if not (lo == 0 or kind == _EPS or (kind == _REF and null[target])):
+                for it in seq:
+                    if it[0] == _REF:
+                        out.append(it[1])
+                    if not self._item_nullable(it):
                         break
             lead.append(out)
         depth = [0] * self.n
         fan = [0] * self.n
+        first: list[_Ranges] = [()] * self.n
+        key: list[str | None] = [None] * self.n
         state = [0] * self.n  # 0 new, 1 on the path, 2 done
         for start in range(self.n):
             if state[start]:
@@ -488,44 +477,250 @@ class _Analysis:
                         "depth",
                     )
                 total = 0
+                chars: list[tuple[int, int]] = []
                 for seq in alts[node]:
-                    for kind, target, lo, _ in seq:
-                        total += 1 if kind == _TERM else 0 if kind == _EPS else fan[target]
-                        if not (lo == 0 or kind == _EPS or (kind == _REF and null[target])):
+                    for it in seq:
+                        total += self._fan(it, fan)
+                        chars.extend(self._first(it, first))
+                        if not self._item_nullable(it):
                             break
                 fan[node] = min(self.CAP, total)
-        return fan, max(depth, default=0)
+                first[node] = _merge(chars)
+                if len(alts[node]) == 1:
+                    key[node] = _alt_key(alts[node][0], key)
+        return fan, max(depth, default=0), first, key
 
-    def _continuations(self, const: list[int], edges: list[list[tuple[int, int]]]) -> list[int]:
-        """For each nonterminal, the most stacks that continue after it ends: ``const`` where
-        what follows it is required, else what follows plus its owner's continuation (along
-        ``edges``, owner -> (child, stacks added))."""
-        comp = _components(self.n, [[c for c, _ in out] for out in edges])
-        # a cycle of skippable endings that adds stacks each time round grows without bound
-        for owner, out in enumerate(edges):
-            for child, add in out:
-                if add and comp[owner] == comp[child]:
-                    raise GrammarError(
-                        "can open more alternatives with each level of recursion", "fanout"
-                    )
-        n_comp = max(comp, default=-1) + 1
-        value = [0] * n_comp
+    @staticmethod
+    def _fan(it: _Item, fan: list[int]) -> int:
+        return 1 if it[0] == _TERM else 0 if it[0] == _EPS else fan[it[1]]
+
+    @staticmethod
+    def _first(it: _Item, first: list[_Ranges]) -> _Ranges:
+        kind, target, _, _, info = it
+        if kind == _REF:
+            return first[target]
+        if isinstance(info, str):
+            return ((ord(info[0]), ord(info[0])),)
+        return info or ()
+
+    def _groups(self, n: int, first: list[_Ranges], key: list[str | None]) -> list[list[int]]:
+        """The sets of ``n``'s alternatives that can be alive together (alternative indices)."""
+        seqs = self.g.alts[n]
+        if len(seqs) < 2:
+            return [list(range(len(seqs)))]
+        keyed: list[tuple[str, int]] = []
+        other: list[tuple[_Ranges, int]] = []
+        for a, seq in enumerate(seqs):
+            k = _alt_key(seq, key)
+            if k is not None:
+                keyed.append((k, a))
+                continue
+            chars: list[tuple[int, int]] = []
+            for it in seq:
+                chars.extend(self._first(it, first))
+                if not self._item_nullable(it):
+                    break
+            other.append((_merge(chars), a))
+        groups: list[list[int]] = []
+        keyed.sort()
+        root = None
+        for k, a in keyed:  # a literal and the ones it is a prefix of
+            if root is None or not k.startswith(root):
+                root = k
+                cp = ord(k[0])
+                groups.append([b for chars, b in other if _contains(chars, cp)])
+            groups[-1].append(a)
+        if len(other) > 64:  # many alternatives without a literal: count them all together
+            groups.append([a for _, a in other])
+            return groups
+        parent = list(range(len(other)))
+        for i in range(len(other)):
+            for j in range(i):
+                if _intersects(other[i][0], other[j][0]):
+                    parent[_find(parent, i)] = _find(parent, j)
+        together: dict[int, list[int]] = {}
+        for i, (_, a) in enumerate(other):
+            together.setdefault(_find(parent, i), []).append(a)
+        groups.extend(together.values())
+        return groups
+
+    def _widths(self, fan: list[int], groups: list[list[list[int]]]) -> tuple[list[int], list[int]]:
+        """``width`` and ``ending`` of every nonterminal, references before their users (the
+        rules of one cycle together, until they settle; still growing after 64 rounds means
+        each level of recursion opens more stacks)."""
+        width = [0] * self.n
+        ending = [0] * self.n
+        succ = [
+            [it[1] for seq in owner_alts for it in seq if it[0] == _REF]
+            for owner_alts in self.g.alts
+        ]
+        comp = _components(self.n, succ)
+        members: list[list[int]] = [[] for _ in range(max(comp, default=-1) + 1)]
         for node in range(self.n):
-            value[comp[node]] = max(value[comp[node]], const[node])
-        incoming: list[list[tuple[int, int]]] = [[] for _ in range(n_comp)]
-        for owner, out in enumerate(edges):
-            for child, add in out:
-                if comp[owner] != comp[child]:
-                    incoming[comp[child]].append((comp[owner], add))
-        # _components numbers components in reverse topological order: owners come later
-        for c in range(n_comp - 1, -1, -1):
-            for src, add in incoming[c]:
-                value[c] = max(value[c], min(self.CAP, value[src] + add))
-        return [value[comp[node]] for node in range(self.n)]
+            members[comp[node]].append(node)
+        for nodes in members:  # references get lower numbers than their users
+            cyclic = len(nodes) > 1 or nodes[0] in succ[nodes[0]]
+            for _ in range(64 if cyclic else 1):
+                changed = False
+                for node in nodes:
+                    w, e = self._evaluate(node, fan, groups[node], width, ending)
+                    if w > width[node] or e > ending[node]:
+                        width[node] = max(width[node], w)
+                        ending[node] = max(ending[node], e)
+                        changed = True
+                if not changed:
+                    break
+            else:
+                if cyclic and changed:
+                    raise GrammarError(
+                        "can open more grammar stacks with each level of recursion", "fanout"
+                    )
+        return width, ending
+
+    def _evaluate(
+        self,
+        node: int,
+        fan: list[int],
+        groups: list[list[int]],
+        width: list[int],
+        ending: list[int],
+    ) -> tuple[int, int]:
+        cap, null = self.CAP, self.nullable
+        w_alt: list[int] = []
+        e_alt: list[int] = []
+        for seq in self.g.alts[node]:
+            rest, skippable = 0, True  # stacks the items after i open; can they all be skipped
+            w, e = 0, -1
+            for i in range(len(seq) - 1, -1, -1):
+                kind, target, lo, hi, _ = seq[i]
+                if kind == _TERM:
+                    s_i, e_i, f_i = 1, 0, 1
+                elif kind == _EPS:
+                    s_i, e_i, f_i = 0, 0, 0
+                else:
+                    s_i, e_i, f_i = width[target], ending[target], fan[target]
+                # where item i can end: its own stacks, then the rest's (and itself again)
+                at_end = e_i + rest + (f_i if hi == _UNBOUNDED or hi > 1 else 0)
+                here = s_i if s_i > at_end else at_end
+                if here > w:
+                    w = here
+                if skippable and at_end > e:
+                    e = at_end
+                if lo == 0 or kind == _EPS or (kind == _REF and null[target]):
+                    rest = rest + f_i if rest + f_i < cap else cap
+                else:
+                    rest, skippable = f_i, False
+            w_alt.append(min(w, cap))
+            e_alt.append(min(e, cap))
+        width_n = fan[node]
+        ending_n = 0
+        for group in groups:
+            total = sum(w_alt[a] for a in group)
+            width_n = max(width_n, total)
+            for a in group:
+                if e_alt[a] >= 0:
+                    ending_n = max(ending_n, total - w_alt[a] + e_alt[a])
+        return min(width_n, cap), min(ending_n, cap)
 
 
-def _repeats(it: _Item) -> bool:
-    return it[3] == _UNBOUNDED or it[3] > 1
+def _alt_key(seq: list[_Item], key: list[str | None]) -> str | None:
+    """The literal an alternative starts with, directly or through a one-alternative rule."""
+    if not seq:
+        return None
+    kind, target, lo, hi, info = seq[0]
+    if (lo, hi) != (1, 1):
+        return None
+    if kind == _TERM and isinstance(info, str):
+        return info
+    return key[target] if kind == _REF else None
+
+
+def _find(parent: list[int], i: int) -> int:
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+def _merge(ranges: list[tuple[int, int]]) -> _Ranges:
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _intersects(a: _Ranges, b: _Ranges) -> bool:
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i][1] < b[j][0]:
+            i += 1
+        elif b[j][1] < a[i][0]:
+            j += 1
+        else:
+            return True
+    return False
+
+
+def _contains(ranges: _Ranges, cp: int) -> bool:
+    return any(lo <= cp <= hi for lo, hi in ranges)
+
+
+_ESCAPED = {"t": "\t", "r": "\r", "n": "\n"}
+
+
+def _decode(raw: str) -> str:
+    """The text of a literal's (or class's) body, escapes resolved (they are valid here)."""
+    if "\\" not in raw:
+        return raw
+    out = []
+    i = 0
+    while i < len(raw):
+        c = raw[i]
+        if c != "\\":
+            out.append(c)
+            i += 1
+            continue
+        e = raw[i + 1]
+        width = _HEX_ESCAPES.get(e)
+        if width is not None:
+            out.append(chr(min(int(raw[i + 2 : i + 2 + width], 16), 0x10FFFF)))
+            i += 2 + width
+        else:
+            out.append(_ESCAPED.get(e, e))
+            i += 2
+    return "".join(out)
+
+
+def _class_ranges(body: str) -> _Ranges:
+    """The characters a ``[...]`` class body (between the brackets) matches."""
+    negated = body.startswith("^")
+    chars = _decode(body[1:] if negated else body)
+    ranges: list[tuple[int, int]] = []
+    i = 0
+    while i < len(chars):
+        lo = ord(chars[i])
+        if i + 2 < len(chars) and chars[i + 1] == "-":
+            ranges.append((lo, max(lo, ord(chars[i + 2]))))
+            i += 3
+        else:
+            ranges.append((lo, lo))
+            i += 1
+    merged = _merge(ranges)
+    if not negated:
+        return merged
+    out: list[tuple[int, int]] = []
+    nxt = 0
+    for lo, hi in merged:
+        if lo > nxt:
+            out.append((nxt, lo - 1))
+        nxt = hi + 1
+    if nxt <= 0x10FFFF:
+        out.append((nxt, 0x10FFFF))
+    return tuple(out)
 
 
 def _components(n: int, succ: list[list[int]]) -> list[int]:
