@@ -56,7 +56,9 @@ def _build_grammar(constraint: tuple[str, str]) -> str:
         try:
             body = _call_object(spec["schema"])
         except _CONVERTER_ERRORS as e:
-            raise InvalidRequest(f"a tool's parameters cannot be enforced: {e}", param=param) from e
+            raise InvalidRequest(
+                f"a tool's parameters cannot be enforced: {_short(e)}", param=param
+            ) from e
         block = '"<tool_call>\\n" call-object "\\n</tool_call>"'
         # parallel: up to MAX_PARALLEL_CALLS, so a small model cannot chain calls forever
         more = f' ("\\n" {block}){{0,{MAX_PARALLEL_CALLS - 1}}}' if spec.get("parallel") else ""
@@ -65,7 +67,9 @@ def _build_grammar(constraint: tuple[str, str]) -> str:
         try:
             grammar = str(json_schema_to_gbnf(schema))
         except _CONVERTER_ERRORS as e:
-            raise InvalidRequest(f"the JSON schema cannot be enforced: {e}", param=param) from e
+            raise InvalidRequest(
+                f"the JSON schema cannot be enforced: {_short(e)}", param=param
+            ) from e
     check_grammar(grammar, param=param)
     return grammar
 
@@ -115,3 +119,9 @@ def _unbase_refs(schema: Any, base: str) -> Any:
         elif isinstance(node, list):
             stack.extend(node)
     return schema
+
+
+def _short(e: Exception) -> str:
+    """The converter's message, without the whole schema it may quote."""
+    text = str(e) or type(e).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
