@@ -344,7 +344,7 @@ def test_a_forced_call_over_real_agent_tools_is_a_valid_call(server: Server) -> 
             "messages": [{"role": "user", "content": "Create a task named build."}],
             "tools": tools,
             "tool_choice": {"type": "function", "function": {"name": "tool_6"}},  # has $refs
-            "max_tokens": 120,
+            "max_tokens": 60,
             "temperature": 0,
         },
     )
@@ -360,7 +360,7 @@ def test_a_forced_call_over_real_agent_tools_is_a_valid_call(server: Server) -> 
             "messages": [{"role": "user", "content": "List the files."}],
             "tools": tools,
             "tool_choice": "required",
-            "max_tokens": 120,
+            "max_tokens": 60,
             "temperature": 0,
         },
     )
