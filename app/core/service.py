@@ -433,6 +433,8 @@ class Hearth:
         if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
             tokens = tokens[1:]  # the template wrote a BOS and the tokenizer added another
         self._check_fits(lm, len(tokens), "messages")
+        if constraint is not None:
+            await lm.check_constraint(constraint)
         splitter = reasoning_splitter(lm.chat_template, prompt)
         req = GenerationRequest(
             prompt_tokens=tuple(tokens),
@@ -488,6 +490,8 @@ class Hearth:
             if vocab and any(t < 0 or t >= vocab for t in tokens):
                 raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
         self._check_fits(lm, len(tokens), "prompt")
+        if constraint is not None:
+            await lm.check_constraint(constraint)
         req = GenerationRequest(
             prompt_tokens=tuple(tokens),
             max_tokens=max_tokens,

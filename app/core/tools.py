@@ -82,10 +82,13 @@ def tool_call_constraint(tools: list[Tool], *, parallel: bool) -> tuple[str, str
     """A constraint that forces hermes-style calls: the call object's JSON schema (one
     alternative per tool, arguments by that tool's own schema) for the runtime to compile."""
     alternatives = []
-    for t in tools:
+    for i, t in enumerate(tools):
         params = t.parameters or {}
         if not params.get("properties") and params.get("type", "object") == "object":
             params = {"type": "object", "properties": {}, "additionalProperties": False}
+        # a tool's local $refs point into its own schema, which now sits inside the call object
+        here = "#/properties/arguments" if len(tools) == 1 else f"#/oneOf/{i}/properties/arguments"
+        params = _rebase_refs(params, here)
         alternatives.append(
             {
                 "type": "object",
@@ -96,6 +99,22 @@ def tool_call_constraint(tools: list[Tool], *, parallel: bool) -> tuple[str, str
         )
     schema = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
     return ("tool_call", json.dumps({"schema": schema, "parallel": parallel}))
+
+
+def _rebase_refs(schema: dict[str, Any], base: str) -> dict[str, Any]:
+    """A copy of ``schema`` whose local ``$ref`` pointers (``#...``) start at ``base``."""
+    out: dict[str, Any] = json.loads(json.dumps(schema))
+    stack: list[Any] = [out]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#"):
+                node["$ref"] = base + ref[1:]
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
 
 
 @dataclass

@@ -235,7 +235,16 @@ class LoadedModel(Protocol):
         ...
 
     def submit(self, request: GenerationRequest) -> GenerationStream:
-        """Queue ``request``; raises QueueFull when the bounded queue is full."""
+        """Queue ``request``; raises QueueFull when the bounded queue is full. Its constraint
+        must have passed :meth:`check_constraint` (else it fails when its turn comes)."""
+        ...
+
+    async def check_constraint(self, constraint: tuple[str, str]) -> None:
+        """Compile an output constraint off the event loop (remembered once it compiles).
+
+        Raises:
+            InvalidRequest: it cannot be enforced (a 400 before any output).
+        """
         ...
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:

@@ -49,8 +49,8 @@ def _schema(schema: Any) -> dict[str, Any]:
         schema = json.loads(schema)
     if not isinstance(schema, dict):
         raise ValueError("a JSON schema is an object")
-    own = schema.get("x-guidance")
-    return {**schema, "x-guidance": {**JSON_OPTIONS, **(own if isinstance(own, dict) else {})}}
+    # ours only: a client's own x-guidance could set a whitespace pattern no bound has seen
+    return {**schema, "x-guidance": dict(JSON_OPTIONS)}
 
 
 def grammar_text(constraint: tuple[str, str]) -> str:
@@ -100,13 +100,30 @@ class Guide:
             return self._tokenizer
 
     def matcher(self, constraint: tuple[str, str]) -> GuidedLogits:
-        """A fresh per-request logits processor.
+        """A fresh per-request logits processor (compiling: call it off the event loop).
 
         Raises:
             InvalidRequest: the constraint cannot be compiled (param names the request field).
         """
+        return GuidedLogits(self._compile(constraint), self._n_vocab, self._eos)
+
+    def check(self, constraint: tuple[str, str]) -> None:
+        """Compile the constraint and compute its first token mask, where llguidance builds its
+        lexer (lazily, and where a grammar too large for it fails), so that a constraint that
+        cannot be enforced is a 400 before any output.
+
+        Raises:
+            InvalidRequest: the constraint cannot be compiled.
+        """
+        from llguidance.numpy import allocate_token_bitmask, fill_next_token_bitmask
+
+        m = self._compile(constraint)
+        fill_next_token_bitmask(m, allocate_token_bitmask(1, self._n_vocab))
+        self._raise_if_error(m, constraint)
+
+    def _compile(self, constraint: tuple[str, str]) -> Any:
         llg = _import()
-        param = "tool_choice" if constraint[0] == "tool_call" else "response_format"
+        param = _param(constraint)
         try:
             grammar = grammar_text(constraint)
         except (ValueError, TypeError, KeyError) as e:
@@ -114,10 +131,19 @@ class Guide:
                 f"the output constraint cannot be enforced: {e}", param=param
             ) from e
         m = llg.LLMatcher(self._llg_tokenizer(), grammar, log_level=0)
+        self._raise_if_error(m, constraint)
+        return m
+
+    @staticmethod
+    def _raise_if_error(m: Any, constraint: tuple[str, str]) -> None:
         if m.is_error():
+            param = _param(constraint)
             what = "a tool's parameters" if param == "tool_choice" else "the JSON schema"
             raise InvalidRequest(f"{what} cannot be enforced: {m.get_error()}", param=param)
-        return GuidedLogits(m, self._n_vocab, self._eos)
+
+
+def _param(constraint: tuple[str, str]) -> str:
+    return "tool_choice" if constraint[0] == "tool_call" else "response_format"
 
 
 class GuidedLogits:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import codecs
 import ctypes
-import json
 import logging
 import os
 import random
@@ -20,8 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
-from app.errors import InvalidRequest, ModelLoadFailed, ModelUnloaded, RuntimeUnavailable
-from app.runtimes.guidance import MAX_PARALLEL_CALLS
+from app.errors import (
+    InvalidRequest,
+    ModelLoadFailed,
+    ModelUnloaded,
+    RuntimeUnavailable,
+)
+from app.runtimes.llama_grammar import grammar_for
 from app.runtimes.worker import DeltaStream, NativeLifetime, Sequence, Worker, common_prefix
 
 log = logging.getLogger(__name__)
@@ -32,66 +36,6 @@ except ImportError:  # pragma: no cover - the package is a hard dependency; be e
     L = None  # type: ignore[assignment]
 
 PENALTY_LAST_N = 64
-MAX_GRAMMAR_BYTES = 256 * 1024
-
-
-def grammar_for(constraint: tuple[str, str] | None) -> str | None:
-    """GBNF for a response_format constraint (llama-cpp-python's JSON-schema converter).
-
-    Raises:
-        InvalidRequest: the schema cannot be converted (unsupported keywords, bad refs...).
-    """
-    if constraint is None:
-        return None
-    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
-
-    kind, schema = constraint
-    if kind == "json_object":
-        return str(JSON_GBNF)
-    if kind == "tool_call":  # forced tool calls, written in the hermes form
-        spec = json.loads(schema)
-        try:
-            call = _schema_grammar(
-                json.dumps(spec["schema"]), lambda s: json_schema_to_gbnf(s, ["name", "arguments"])
-            )
-        except (
-            ValueError,
-            KeyError,
-            TypeError,
-            RecursionError,
-            AssertionError,
-            AttributeError,
-        ) as e:
-            raise InvalidRequest(
-                f"a tool's parameters cannot be enforced: {e}", param="tools"
-            ) from e
-        body = call.replace("root ::=", "call-object ::=", 1)
-        block = '"<tool_call>\\n" call-object "\\n</tool_call>"'
-        # parallel: up to MAX_PARALLEL_CALLS, so a small model cannot chain calls forever
-        more = f' ("\\n" {block}){{0,{MAX_PARALLEL_CALLS - 1}}}' if spec.get("parallel") else ""
-        root = f"root ::= {block}{more}"
-        return root + "\n" + body
-    try:
-        return _schema_grammar(schema, json_schema_to_gbnf)
-    except (ValueError, KeyError, TypeError, RecursionError, AssertionError, AttributeError) as e:
-        raise InvalidRequest(
-            f"the JSON schema cannot be enforced: {e}", param="response_format"
-        ) from e
-
-
-_GRAMMAR_CACHE: dict[str, str] = {}
-
-
-def _schema_grammar(schema: str, convert: Any) -> str:
-    g = _GRAMMAR_CACHE.get(schema)
-    if g is None:
-        g = str(convert(schema))
-        if len(_GRAMMAR_CACHE) > 256:
-            _GRAMMAR_CACHE.clear()
-        _GRAMMAR_CACHE[schema] = g
-    return g
-
-
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 _init_lock = threading.Lock()
 _initialized = False
@@ -621,7 +565,7 @@ class LlamaCppModel:
             "n_vocab": engine.n_vocab,
         }
         self.worker = Worker(engine, name=model.id, queue_size=queue_size)
-        self._good_grammars: set[str] = set()
+        self._good_constraints: set[tuple[str, str]] = set()
 
     @property
     def chat_template(self) -> str | None:
@@ -659,23 +603,26 @@ class LlamaCppModel:
         )
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
-        if request.constraint is not None:
-            self._check_grammar(grammar_for(request.constraint))
         return self.worker.submit(request)
 
-    def _check_grammar(self, grammar: str | None) -> None:
-        """Compile the grammar once now, so a bad one is a 400 before any output."""
-        if grammar is None or grammar in self._good_grammars:
+    async def check_constraint(self, constraint: tuple[str, str]) -> None:
+        """Build and compile the constraint's grammar on the worker thread (its stack is of a
+        known size, and the event loop stays free), so a bad one is a 400 before any output."""
+        if constraint not in self._good_constraints:
+            await self.worker.run(lambda _cancelled: self._check_grammar(constraint))
+
+    def _check_grammar(self, constraint: tuple[str, str]) -> None:
+        grammar = grammar_for(constraint)
+        if grammar is None:
             return
-        if len(grammar) > MAX_GRAMMAR_BYTES:
-            raise InvalidRequest(
-                "the schema makes a grammar that is too large", param="response_format"
-            )
         if not self.engine.grammar_compiles(grammar):
             raise InvalidRequest(
-                "the schema does not compile to a grammar", param="response_format"
+                "the schema does not compile to a grammar",
+                param="tools" if constraint[0] == "tool_call" else "response_format",
             )
-        self._good_grammars.add(grammar)
+        if len(self._good_constraints) > 256:
+            self._good_constraints.clear()
+        self._good_constraints.add(constraint)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         def job(cancelled: threading.Event) -> list[list[float]]:

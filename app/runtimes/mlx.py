@@ -314,12 +314,19 @@ class MlxModel:
         return self.engine.max_token_bytes
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
-        if request.constraint is not None and request.constraint not in self._good_constraints:
-            self.engine.guide.matcher(request.constraint)  # a 400 now, before any output
-            if len(self._good_constraints) > 256:
-                self._good_constraints.clear()
-            self._good_constraints.add(request.constraint)
         return self.worker.submit(request)
+
+    async def check_constraint(self, constraint: tuple[str, str]) -> None:
+        """Compile the constraint with llguidance on the worker thread (off the event loop), so
+        one that cannot be enforced is a 400 before any output."""
+        if constraint not in self._good_constraints:
+            await self.worker.run(lambda _cancelled: self._check(constraint))
+
+    def _check(self, constraint: tuple[str, str]) -> None:
+        self.engine.guide.check(constraint)
+        if len(self._good_constraints) > 256:
+            self._good_constraints.clear()
+        self._good_constraints.add(constraint)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         raise InvalidModel("mlx-lm has no embedding models; use a GGUF embedding model")

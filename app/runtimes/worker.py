@@ -27,6 +27,30 @@ log = logging.getLogger(__name__)
 _END = object()
 T = TypeVar("T")
 
+# The stack of the threads that own a model, where grammars are compiled and run. llama.cpp's
+# grammar code recurses once per nesting level (about 450 bytes a level, measured), and the
+# default differs by platform (8 MiB on Linux, 512 KiB for native threads on macOS); a known size
+# keeps the depth bounds of app/runtimes/gbnf.py far from an overflow everywhere.
+THREAD_STACK_BYTES = 16 * 1024 * 1024
+_stack_size_lock = threading.Lock()
+
+
+def start_thread(target: Callable[[], None], *, name: str) -> threading.Thread:
+    """Start a daemon thread with THREAD_STACK_BYTES of stack."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    with _stack_size_lock:  # the size is process-wide, read when a thread starts
+        try:
+            previous = threading.stack_size(THREAD_STACK_BYTES)
+        except (ValueError, RuntimeError):  # a platform that cannot set it: its default
+            log.warning("cannot set a %d-byte thread stack here", THREAD_STACK_BYTES)
+            thread.start()
+            return thread
+        try:
+            thread.start()
+        finally:
+            threading.stack_size(previous)
+    return thread
+
 
 def _settle(
     loop: asyncio.AbstractEventLoop,
@@ -234,8 +258,7 @@ class Worker:
         self._active: list[Sequence] = []
         self._cv = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=f"hearth-worker-{name}", daemon=True)
-        self._thread.start()
+        self._thread = start_thread(self._run, name=f"hearth-worker-{name}")
 
     @property
     def pending(self) -> int:

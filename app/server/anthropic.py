@@ -14,7 +14,13 @@ from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
-from app.server.schemas import Body, parse_ttl
+from app.server.schemas import (
+    Body,
+    check_forced_tools,
+    check_tool_count,
+    parse_ttl,
+    tool_parameters,
+)
 from app.server.streaming import StreamBroken, final_error, timed
 
 routes = web.RouteTableDef()
@@ -87,18 +93,11 @@ def _blocks(
 
 def parse_tools(b: Body) -> tuple[list[Tool], str]:
     """Anthropic tools ({name, description, input_schema}) and tool_choice (auto/any/tool/none)."""
-    raw = b.data.get("tools") or []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
     tools = []
-    for i, t in enumerate(raw):
+    for i, t in enumerate(check_tool_count(b.data.get("tools") or None)):
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
             raise InvalidRequest("each tool needs a name", param=f"tools[{i}]")
-        schema = t.get("input_schema") or {"type": "object", "properties": {}}
-        if not isinstance(schema, dict):
-            raise InvalidRequest(
-                "'input_schema' must be an object", param=f"tools[{i}].input_schema"
-            )
+        schema = tool_parameters(t.get("input_schema"), param=f"tools[{i}].input_schema")
         tools.append(Tool(t["name"], str(t.get("description") or ""), schema))
     tc = b.data.get("tool_choice") or {"type": "auto"}
     kind = tc.get("type") if isinstance(tc, dict) else None
@@ -109,10 +108,13 @@ def parse_tools(b: Body) -> tuple[list[Tool], str]:
     if kind == "tool":
         if not isinstance(tc.get("name"), str):
             raise InvalidRequest("'tool_choice' of type tool needs a name", param="tool_choice")
-        return tools, tc["name"]
-    if not tools:
-        return tools, "none"
-    return tools, "required" if kind == "any" else str(kind)
+        choice = str(tc["name"])
+    elif not tools:
+        choice = "none"
+    else:
+        choice = "required" if kind == "any" else str(kind)
+    check_forced_tools(tools, choice, [f"tools[{i}].input_schema" for i in range(len(tools))])
+    return tools, choice
 
 
 def parse_request(b: Body) -> tuple[list[ChatMessage], SamplingParams, int, tuple[str, ...]]:

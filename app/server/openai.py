@@ -382,6 +382,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     ttl = parse_ttl(b)
     n = b.integer("n", 1, lo=1, hi=16) or 1
     n_lp = parse_logprobs(b, chat=False)
+    constraint = parse_response_format(b)  # an extension here, as vLLM and llama.cpp take it
     # choice k is prompt k // n, sample k % n (each its own seed when one is given)
     prompts = [p for p in prompts for _ in range(n)]
     cid = "cmpl-" + uuid.uuid4().hex
@@ -401,6 +402,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         stop=stop,
         ttl=ttl,
         logprobs=n_lp,
+        constraint=constraint,
     )
 
     async def start(i: int) -> Generation:
@@ -414,6 +416,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             stop=stop,
             ttl=ttl,
             logprobs=n_lp,
+            constraint=constraint,
         )
 
     if not so.stream:

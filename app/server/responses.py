@@ -16,13 +16,14 @@ from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import InvalidRequest, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
 from app.server.schemas import (
-    MAX_SCHEMA_DEPTH,
     REASONING_EFFORTS,
     Body,
-    _depth,
+    check_forced_tools,
+    check_tool_count,
     parse_template_vars,
     parse_ttl,
     schema_constraint,
+    tool_parameters,
 )
 from app.server.sse import SSEWriter
 from app.server.streaming import StreamBroken, final_error, timed
@@ -214,22 +215,15 @@ def _function_call(call_id: str, name: str | None, args: str, status: str) -> di
 
 def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
     """Responses tools are flat: {"type": "function", "name", "description", "parameters"}."""
-    raw = b.data.get("tools") or []
-    if not isinstance(raw, list):
-        raise InvalidRequest("'tools' must be an array", param="tools")
     tools = []
-    for i, t in enumerate(raw):
+    for i, t in enumerate(check_tool_count(b.data.get("tools") or None)):
         if (
             not isinstance(t, dict)
             or t.get("type") != "function"
             or not isinstance(t.get("name"), str)
         ):
             raise UnsupportedParameter("only function tools are supported", param=f"tools[{i}]")
-        params = t.get("parameters") or {"type": "object", "properties": {}}
-        if not isinstance(params, dict) or _depth(params, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
-            raise InvalidRequest(
-                "'parameters' must be a JSON schema object", param=f"tools[{i}].parameters"
-            )
+        params = tool_parameters(t.get("parameters"), param=f"tools[{i}].parameters")
         tools.append(Tool(t["name"], str(t.get("description") or ""), params))
     tc = b.data.get("tool_choice")
     choice = "auto" if tools else "none"
@@ -245,6 +239,7 @@ def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
         choice = tc["name"]
     if not tools:
         choice = "none"
+    check_forced_tools(tools, choice, [f"tools[{i}].parameters" for i in range(len(tools))])
     return tools, choice, b.flag("parallel_tool_calls", True)
 
 

@@ -8,6 +8,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.constraints import (
+    MAX_SCHEMA_DEPTH,
+    check_schema,
+    check_schemas,
+    json_depth,
+    schema_json,
+)
 from app.core.tools import Tool
 from app.core.types import ChatMessage, SamplingParams
 from app.errors import InvalidRequest, UnsupportedParameter
@@ -434,26 +441,6 @@ def parse_logprobs(b: Body, *, chat: bool) -> int | None:
     return b.integer("logprobs", None, lo=0, hi=5)
 
 
-MAX_SCHEMA_BYTES = 64 * 1024
-MAX_SCHEMA_DEPTH = 32
-
-
-def _depth(v: Any, limit: int) -> int:
-    """Nesting depth of a JSON value, iteratively (a hostile schema can be very deep)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(v, 1)]
-    while stack:
-        node, d = stack.pop()
-        deepest = max(deepest, d)
-        if deepest > limit:
-            return deepest
-        if isinstance(node, dict):
-            stack.extend((x, d + 1) for x in node.values())
-        elif isinstance(node, list):
-            stack.extend((x, d + 1) for x in node)
-    return deepest
-
-
 def parse_response_format(b: Body) -> tuple[str, str] | None:
     """`response_format`: text | json_object | json_schema (bounded in size and depth)."""
     rf = b.data.get("response_format")
@@ -480,34 +467,56 @@ def parse_response_format(b: Body) -> tuple[str, str] | None:
 
 
 def schema_constraint(schema: dict[str, Any], *, param: str) -> tuple[str, str]:
-    """A JSON schema as a ``("json_schema", JSON)`` constraint, bounded in depth and size (the
-    runtime compiles it, and answers 400 if it cannot). Shared by OpenAI's ``response_format``
-    and Ollama's ``format``."""
-    if _depth(schema, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
-        raise InvalidRequest(
-            f"the schema is nested deeper than {MAX_SCHEMA_DEPTH} levels", param=param
-        )
-    raw = json.dumps(schema)
-    if len(raw) > MAX_SCHEMA_BYTES:
-        raise InvalidRequest(f"the schema is larger than {MAX_SCHEMA_BYTES} bytes", param=param)
-    return ("json_schema", raw)
+    """A JSON schema as a ``("json_schema", JSON)`` constraint, through the bounded validator
+    (app/core/constraints.py; the runtime compiles it, and answers 400 if it cannot). Shared by
+    OpenAI's ``response_format``, Responses' ``text.format`` and Ollama's ``format``."""
+    return ("json_schema", check_schema(schema, param=param))
 
 
 MAX_TOOLS = 128
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_.-]{1,64}$")
 
 
-def parse_tool_list(raw: Any) -> list[Tool]:
-    """``tools``: ``[{"type": "function", "function": {name, description, parameters}}]``, the
-    shape OpenAI and Ollama share."""
-    tools: list[Tool] = []
+def check_tool_count(raw: Any) -> list[Any]:
+    """``tools`` as a list of at most MAX_TOOLS entries (every protocol's tool list)."""
     if raw is None:
-        return tools
+        return []
     if not isinstance(raw, list) or len(raw) > MAX_TOOLS:
         raise InvalidRequest(
             f"'tools' must be an array of at most {MAX_TOOLS} tools", param="tools"
         )
-    for i, t in enumerate(raw):
+    return raw
+
+
+def tool_parameters(raw: Any, *, param: str) -> dict[str, Any]:
+    """A tool's parameter schema (absent: no parameters), bounded in depth and size. Rendered
+    into the prompt as it is; only a forced call compiles it (see :func:`check_forced_tools`)."""
+    params = raw or {"type": "object", "properties": {}}
+    schema_json(params, param=param)  # an object once this passes
+    return dict(params)
+
+
+def check_forced_tools(tools: list[Tool], choice: str, params: list[str]) -> None:
+    """A forced call (``required``, or a named tool) enforces the chosen tools' parameter schemas
+    as one grammar: bound them together, like a ``response_format`` schema. ``params[i]`` names
+    ``tools[i]``'s schema in the request."""
+    if choice in ("none", "auto"):
+        return
+    check_schemas(
+        (t.parameters, where)
+        for t, where in zip(tools, params, strict=True)
+        if choice == "required" or t.name == choice
+    )
+
+
+_OPENAI_PARAMS = "tools[{}].function.parameters"
+
+
+def parse_tool_list(raw: Any) -> list[Tool]:
+    """``tools``: ``[{"type": "function", "function": {name, description, parameters}}]``, the
+    shape OpenAI and Ollama share."""
+    tools: list[Tool] = []
+    for i, t in enumerate(check_tool_count(raw)):
         fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
         if (
             not isinstance(fn, dict)
@@ -517,12 +526,7 @@ def parse_tool_list(raw: Any) -> list[Tool]:
             raise InvalidRequest(
                 "each tool needs type function and a valid function name", param=f"tools[{i}]"
             )
-        where = f"tools[{i}].function.parameters"
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
-        if not isinstance(params, dict) or _depth(params, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH:
-            raise InvalidRequest("'parameters' must be a JSON schema object", param=where)
-        if len(json.dumps(params)) > MAX_SCHEMA_BYTES:
-            raise InvalidRequest("the parameters schema is too large", param=where)
+        params = tool_parameters(fn.get("parameters"), param=_OPENAI_PARAMS.format(i))
         desc = fn.get("description") or ""
         tools.append(Tool(fn["name"], desc if isinstance(desc, str) else "", params))
     return tools
@@ -549,6 +553,7 @@ def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
         raise InvalidRequest("'tool_choice' must be a string or an object", param="tool_choice")
     if choice not in ("none", "auto") and not tools:
         raise InvalidRequest("'tool_choice' needs 'tools'", param="tool_choice")
+    check_forced_tools(tools, choice, [_OPENAI_PARAMS.format(i) for i in range(len(tools))])
     return tools, choice, b.flag("parallel_tool_calls", True)
 
 
@@ -569,7 +574,7 @@ def parse_template_vars(b: Body) -> dict[str, Any] | None:
                 param="chat_template_kwargs",
             )
         if (
-            _depth(raw, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH
+            json_depth(raw, MAX_SCHEMA_DEPTH) > MAX_SCHEMA_DEPTH
             or len(json.dumps(raw)) > MAX_TEMPLATE_VARS_BYTES
         ):
             raise InvalidRequest(

@@ -108,6 +108,7 @@ class FakeModel:
         self.worker = Worker(engine, name=model_id, queue_size=queue_size)
         self.submit_calls = 0
         self.submitted: list[GenerationRequest] = []
+        self.checked_constraints: list[tuple[str, str]] = []
         self.closed = False
 
     @property
@@ -136,6 +137,9 @@ class FakeModel:
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         raise RuntimeError("the fake model only generates")
+
+    async def check_constraint(self, constraint: tuple[str, str]) -> None:
+        self.checked_constraints.append(constraint)  # the script engine ignores constraints
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
         self.submit_calls += 1
