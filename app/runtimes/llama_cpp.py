@@ -13,6 +13,7 @@ import ctypes
 import logging
 import os
 import random
+import sys
 import threading
 import time
 from pathlib import Path
@@ -63,6 +64,26 @@ def _ensure_backend() -> None:
         L.llama_log_set(_LOG_CB, None)
         L.llama_backend_init()
         _initialized = True
+
+
+_LIBC: Any = None
+
+
+def release_free_memory() -> None:
+    """Give the memory a freed model leaves in malloc's arenas back to the system (glibc).
+
+    Measured: without it, RSS after unloading grew by tens of MiB per model swap (allocator
+    fragmentation across worker threads' arenas), so the memory page showed memory as used
+    that nothing held; load/unload cycles plateau either way (not a leak)."""
+    global _LIBC
+    if _LIBC is False or not sys.platform.startswith("linux"):
+        return
+    try:
+        if _LIBC is None:
+            _LIBC = ctypes.CDLL("libc.so.6")
+        _LIBC.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl): nothing to trim this way
+        _LIBC = False
 
 
 def physical_cores() -> int:
@@ -518,6 +539,7 @@ class LlamaEngine:
         if self.model:
             L.llama_model_free(self.model)
             self.model = None
+        release_free_memory()
 
 
 class _SeqState:

@@ -22,7 +22,7 @@ from tests.fuzz_requests import cases
 pytestmark = pytest.mark.model
 
 SEED = 9
-COUNT = 300
+COUNT = 600
 
 
 def _peak_rss_mib(pid: int) -> float:
