@@ -65,6 +65,8 @@ class ModelStatus:
         return d
 
 
+MAX_EMBED_INPUTS = 2048
+
 # what the chat template is given by the service; a request cannot replace them
 RESERVED_TEMPLATE_VARS = frozenset(
     {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}
@@ -511,6 +513,8 @@ class Hearth:
         Raises:
             InvalidRequest: not an embedding model, an empty input, or an input over the context.
         """
+        if len(inputs) > MAX_EMBED_INPUTS:  # every protocol's batch: one bound, here
+            raise InvalidRequest(f"at most {MAX_EMBED_INPUTS} inputs per request", param="input")
         async with self._model(model_id, ttl) as lm:
             if "embeddings" not in lm.capabilities:
                 raise InvalidRequest(

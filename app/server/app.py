@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -306,6 +308,12 @@ def _log_request(request: web.Request, resp: web.StreamResponse, started: float)
     )
     log.info("%s %s %d %.3fs", request.method, request.path, resp.status, secs)
     request.app[SERVICE].events.publish(ev)
+
+
+async def large_json_response(data: Any) -> web.Response:
+    """A JSON answer serialized off the event loop (2,048 embeddings are ~1 s of json.dumps)."""
+    body = await asyncio.to_thread(json.dumps, data)
+    return web.Response(text=body, content_type="application/json")
 
 
 async def read_json_body(request: web.Request) -> dict:

@@ -38,7 +38,13 @@ from app.core.service import Generation, Hearth, ModelStatus
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import InvalidRequest, ModelNotFound, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
+from app.server.app import (
+    REQUEST_LOG,
+    SERVICE,
+    large_json_response,
+    note_generation,
+    read_json_body,
+)
 from app.server.schemas import Body, parse_messages, parse_tool_list, schema_constraint
 from app.server.streaming import StreamBroken, final_error, timed
 
@@ -601,7 +607,7 @@ async def embed(request: web.Request) -> web.Response:
     load_ns = await _jit(service, model_id)
     vectors, n = await service.embed(model_id, items, ttl=_keep_alive(b))
     request[REQUEST_LOG]["prompt_tokens"] = n
-    return web.json_response(
+    return await large_json_response(
         {
             "model": model_id,
             "embeddings": vectors,

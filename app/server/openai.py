@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import struct
 import time
 import uuid
@@ -547,20 +548,18 @@ async def embeddings(request: web.Request) -> web.Response:
             param="dimensions",
         )
     request[REQUEST_LOG]["prompt_tokens"] = n_tokens
-    data = []
-    for i, v in enumerate(vectors):
-        emb: Any = v
-        if fmt == "base64":
-            emb = base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
-        data.append({"object": "embedding", "index": i, "embedding": emb})
-    return web.json_response(
-        {
-            "object": "list",
-            "data": data,
-            "model": model,
-            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-        }
-    )
+
+    def encode() -> str:  # ~1 s for 2,048 vectors: off the event loop
+        data = []
+        for i, v in enumerate(vectors):
+            emb: Any = v
+            if fmt == "base64":
+                emb = base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
+            data.append({"object": "embedding", "index": i, "embedding": emb})
+        usage = {"prompt_tokens": n_tokens, "total_tokens": n_tokens}
+        return json.dumps({"object": "list", "data": data, "model": model, "usage": usage})
+
+    return web.Response(text=await asyncio.to_thread(encode), content_type="application/json")
 
 
 @routes.post("/tokenize")

@@ -15,6 +15,7 @@ from app.core.constraints import (
     json_depth,
     schema_json,
 )
+from app.core.service import MAX_EMBED_INPUTS
 from app.core.tools import Tool
 from app.core.types import ChatMessage, SamplingParams
 from app.errors import InvalidRequest, UnsupportedParameter
@@ -279,7 +280,7 @@ def parse_messages(b: Body) -> list[ChatMessage]:
         if not isinstance(m, dict):
             raise InvalidRequest("each message must be an object", param=where)
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequest(f"unknown role {role!r}", param=f"{where}.role")
         if role == "developer":  # OpenAI's newer name for the system role
             role = "system"
@@ -363,7 +364,6 @@ def parse_prompt(b: Body) -> list[str | list[int]]:
     )
 
 
-MAX_EMBED_INPUTS = 2048
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024  # a few seconds of tokenizer time, off the event loop
 MAX_PIECES = 262_144  # tokens /tokenize spells out one by one (with_pieces)
 

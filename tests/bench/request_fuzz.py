@@ -39,13 +39,19 @@ def main() -> int:
         emb = next(v for k, v in s.models.items() if "minilm" in k.lower())
         worst = [0.0]
         stop = threading.Event()
+        current: list[bytes] = [b""]
+        slow: list[tuple[float, bytes]] = []
 
         def poll() -> None:
             while not stop.is_set():
+                during = current[0]
                 try:
-                    worst[0] = max(worst[0], s.health_seconds())
+                    secs = s.health_seconds()
                 except AssertionError:
-                    worst[0] = float("inf")
+                    secs = float("inf")
+                worst[0] = max(worst[0], secs)
+                if secs > 0.5:
+                    slow.append((secs, during[:300]))
                 time.sleep(0.2)
 
         threading.Thread(target=poll, daemon=True).start()
@@ -53,6 +59,7 @@ def main() -> int:
         bad = []
         t0 = time.monotonic()
         for method, path, raw, headers in cases(chat, emb, seed=args.seed, count=args.count):
+            current[0] = path.encode() + b" " + raw
             st, body = s.request(method, path, raw=raw, headers=headers, timeout=120)
             seen[(path, st)] += 1
             if st == 0 or st >= 500 or not s.alive():
@@ -68,9 +75,11 @@ def main() -> int:
         alive = s.alive()
         s.stop()
     for (path, st), n in sorted(seen.items()):
-        print(f"{path:24s} {st:4d} {n:6d}")
+        print(f"{path[:40]:40s} {st:4d} {n:6d}")
     print(f"{sum(seen.values())} requests in {time.monotonic() - t0:.0f} s; slowest /health "
           f"{worst[0]:.3f} s; server peak RSS {peak:.0f} MiB; alive {alive}")  # fmt: skip
+    for secs, during in slow[:20]:
+        print(f"SLOW /health {secs:.2f}s during: {during!r}")
     for b in bad[:20]:
         print("BAD:", b)
     ok = alive and not bad and worst[0] < 1.0
