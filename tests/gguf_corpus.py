@@ -721,7 +721,8 @@ async def _try_file(h: Any, path: Any) -> dict[str, Any]:
                 sampling=SamplingParams(temperature=0.7, top_k=20, seed=1),
                 max_tokens=4,
             )
-            text, final = await gen.collect()
+            _c = await gen.collect()
+            _text, final = _c.text, _c.final
             if final.error:
                 raise RuntimeError(final.error)
             answer = f"{final.usage.completion_tokens if final.usage else 0} tokens"

@@ -22,7 +22,7 @@ from app.core.template_sandbox import (
     bounded_render,
     make_environment,
 )
-from app.core.types import ChatMessage
+from app.core.types import ChatMessage, ToolCall
 from app.errors import TemplateError
 
 MAX_OUTPUT_CHARS = MAX_VALUE_LEN
@@ -41,15 +41,15 @@ FALLBACK_TEMPLATE = (
 FALLBACK_STOPS = ("\nUser:", "\nAssistant:")
 
 
-def _template_call(call: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI history carries arguments as a JSON string; templates iterate them as a mapping."""
-    fn = call.get("function")
-    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
-        return dict(call)
+def _template_call(call: ToolCall) -> dict[str, Any]:
+    """A call in the shape HF chat templates read (the transformers convention): arguments as
+    a mapping when they parse, else the text as it came."""
+    args: Any = call.arguments
     try:
-        return {**call, "function": {**fn, "arguments": jsonsafe.loads(fn["arguments"])}}
+        args = jsonsafe.loads(call.arguments)
     except ValueError:
-        return dict(call)
+        pass
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": args}}
 
 
 def _raise(msg: str) -> None:

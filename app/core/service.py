@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +16,10 @@ from app.core.chat_template import ChatTemplate
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
 from app.core.fsutil import atomic_write_json, read_json
+from app.core.generation import Generation
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
-from app.core.reasoning import HarmonySplitter, ReasoningSplitter, reasoning_splitter
+from app.core.reasoning import reasoning_splitter
 from app.core.scheduler import UNSET, ModelScheduler
 from app.core.stores import ForeignLocations
 from app.core.tools import (
@@ -31,15 +32,12 @@ from app.core.tools import (
 )
 from app.core.types import (
     ChatMessage,
-    Delta,
     GenerationRequest,
-    GenerationStream,
     LoadedModel,
     LoadOptions,
     LocalModel,
     Runtime,
     SamplingParams,
-    ToolCallDelta,
 )
 from app.errors import ContextLengthExceeded, InvalidRequest
 
@@ -71,86 +69,6 @@ MAX_EMBED_INPUTS = 2048
 RESERVED_TEMPLATE_VARS = frozenset(
     {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}
 )
-
-
-class Generation:
-    """A running generation: prompt size known, deltas to iterate, cancellable."""
-
-    def __init__(
-        self,
-        model_id: str,
-        prompt_tokens: int,
-        stream: GenerationStream,
-        reasoning: ReasoningSplitter | HarmonySplitter | None = None,
-        tools: ToolCallParser | None = None,
-    ) -> None:
-        self.model_id = model_id
-        self.prompt_tokens = prompt_tokens
-        self._stream = stream
-        self._reasoning = reasoning
-        self._tools = tools
-
-    def __aiter__(self) -> AsyncIterator[Delta]:
-        if self._reasoning is None and self._tools is None:
-            return self._stream.__aiter__()
-        return self._split()
-
-    async def _split(self) -> AsyncIterator[Delta]:
-        """Moves ``<think>`` text to ``Delta.reasoning`` (counting its tokens) and tool-call
-        blocks to ``Delta.tool_calls``."""
-        splitter, parser = self._reasoning, self._tools
-        reasoning_tokens = 0
-        async for d in self._stream:
-            final = d.finish_reason is not None
-            r, a = "", d.text
-            if splitter is not None:
-                r, a = splitter.feed(d.text)
-                if final:
-                    r2, a2 = splitter.flush()
-                    r, a = r + r2, a + a2
-                elif r or splitter.inside:
-                    reasoning_tokens += d.token_count
-            calls: tuple[ToolCallDelta, ...] = ()
-            if parser is not None:
-                ev = parser.feed(a)
-                if final:
-                    tail = parser.flush()
-                    ev.text += tail.text
-                    ev.started += tail.started
-                    ev.arguments += tail.arguments
-                a = ev.text
-                calls = tuple(ToolCallDelta(c.index, c.id, c.name) for c in ev.started) + tuple(
-                    ToolCallDelta(i, arguments=frag) for i, frag in ev.arguments if frag
-                )
-            if final:
-                usage = d.usage
-                if usage is not None:
-                    usage = replace(usage, reasoning_tokens=reasoning_tokens)
-                reason = d.finish_reason
-                if parser is not None and parser.calls and reason == "stop":
-                    reason = "tool_calls"
-                yield replace(
-                    d, text=a, reasoning=r, usage=usage, tool_calls=calls, finish_reason=reason
-                )
-            elif r or a or d.logprobs or calls:
-                yield replace(d, text=a, reasoning=r, tool_calls=calls)
-
-    def cancel(self) -> None:
-        self._stream.cancel()
-
-    async def collect(self) -> tuple[str, Delta]:
-        """Run to the end: (full text, final delta)."""
-        parts: list[str] = []
-        last = Delta(finish_reason="error", error="generation ended without a final delta")
-        try:
-            async for d in self:
-                if d.text:
-                    parts.append(d.text)
-                if d.finish_reason is not None:
-                    last = d
-        finally:
-            self.cancel()  # no-op when finished; frees the slot if we were cancelled
-        return "".join(parts), last
 
 
 class Hearth:
@@ -642,12 +560,7 @@ def _plain_history(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
         elif m.role == "assistant" and m.tool_calls:
             blocks = [
                 "<tool_call>\n"
-                + json.dumps(
-                    {
-                        "name": (c.get("function") or {}).get("name"),
-                        "arguments": _maybe_json((c.get("function") or {}).get("arguments")),
-                    }
-                )
+                + json.dumps({"name": c.name, "arguments": _maybe_json(c.arguments)})
                 + "\n</tool_call>"
                 for c in m.tool_calls
             ]

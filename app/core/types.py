@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 ModelFormat = Literal["gguf", "mlx"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
@@ -89,11 +89,29 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A whole tool call: its id, the function's name and its arguments as JSON text."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class Constraint(NamedTuple):
+    """What the output must be: ``json_object`` (any JSON object), ``json_schema`` (``value`` is
+    the schema as JSON text) or ``tool_call`` (forced calls: ``value`` is the call object's
+    spec as JSON, built by the service). A tuple, so a runtime may unpack ``kind, value``."""
+
+    kind: str
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ChatMessage:
     role: str
     content: str
     name: str | None = None
-    tool_calls: tuple[dict[str, Any], ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
 
 
@@ -107,7 +125,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     request_id: str = ""
     logprobs: int | None = None  # None = off; N = the sampled token plus the N most likely
-    constraint: tuple[str, str] | None = None  # ("json_object", "") | ("json_schema", schema json)
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,7 +257,7 @@ class LoadedModel(Protocol):
         must have passed :meth:`check_constraint` (else it fails when its turn comes)."""
         ...
 
-    async def check_constraint(self, constraint: tuple[str, str]) -> None:
+    async def check_constraint(self, constraint: Constraint) -> None:
         """Compile an output constraint off the event loop (remembered once it compiles).
 
         Raises:

@@ -19,7 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
+from app.core.types import (
+    Constraint,
+    GenerationRequest,
+    LoadOptions,
+    LocalModel,
+    SamplingParams,
+    TokenLogprob,
+)
 from app.errors import (
     InvalidRequest,
     ModelLoadFailed,
@@ -627,13 +634,13 @@ class LlamaCppModel:
     def submit(self, request: GenerationRequest) -> DeltaStream:
         return self.worker.submit(request)
 
-    async def check_constraint(self, constraint: tuple[str, str]) -> None:
+    async def check_constraint(self, constraint: Constraint) -> None:
         """Build and compile the constraint's grammar on the worker thread (its stack is of a
         known size, and the event loop stays free), so a bad one is a 400 before any output."""
         if constraint not in self._good_constraints:
             await self.worker.run(lambda _cancelled: self._check_grammar(constraint))
 
-    def _check_grammar(self, constraint: tuple[str, str]) -> None:
+    def _check_grammar(self, constraint: Constraint) -> None:
         grammar = grammar_for(constraint)
         if grammar is None:
             return

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.core.types import Constraint
 from app.errors import InvalidRequest
 from app.runtimes.gbnf import check_grammar
 from app.runtimes.guidance import MAX_PARALLEL_CALLS
@@ -21,7 +22,7 @@ _CONVERTER_ERRORS = (
 )
 
 
-def grammar_for(constraint: tuple[str, str] | None) -> str | None:
+def grammar_for(constraint: Constraint | None) -> str | None:
     """GBNF for a response_format constraint (llama-cpp-python's JSON-schema converter), bounded
     by :func:`app.runtimes.gbnf.check_grammar` before llama.cpp ever parses it. Pure Python work
     that can take a while on a large schema: call it off the event loop.
@@ -41,10 +42,10 @@ def grammar_for(constraint: tuple[str, str] | None) -> str | None:
     return g
 
 
-_GRAMMAR_CACHE: dict[tuple[str, str], str] = {}
+_GRAMMAR_CACHE: dict[Constraint, str] = {}
 
 
-def _build_grammar(constraint: tuple[str, str]) -> str:
+def _build_grammar(constraint: Constraint) -> str:
     from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
 
     kind, schema = constraint

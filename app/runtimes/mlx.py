@@ -14,7 +14,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
+from app.core.types import (
+    Constraint,
+    GenerationRequest,
+    LoadOptions,
+    LocalModel,
+    SamplingParams,
+    TokenLogprob,
+)
 from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
 from app.runtimes.guidance import Guide
 from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
@@ -316,13 +323,13 @@ class MlxModel:
     def submit(self, request: GenerationRequest) -> DeltaStream:
         return self.worker.submit(request)
 
-    async def check_constraint(self, constraint: tuple[str, str]) -> None:
+    async def check_constraint(self, constraint: Constraint) -> None:
         """Compile the constraint with llguidance on the worker thread (off the event loop), so
         one that cannot be enforced is a 400 before any output."""
         if constraint not in self._good_constraints:
             await self.worker.run(lambda _cancelled: self._check(constraint))
 
-    def _check(self, constraint: tuple[str, str]) -> None:
+    def _check(self, constraint: Constraint) -> None:
         self.engine.guide.check(constraint)
         if len(self._good_constraints) > 256:
             self._good_constraints.clear()

@@ -11,7 +11,7 @@ from aiohttp import web
 from app.core import jsonsafe
 from app.core.service import Hearth
 from app.core.tools import Tool
-from app.core.types import ChatMessage, Delta, SamplingParams
+from app.core.types import ChatMessage, Delta, SamplingParams, ToolCall
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
 from app.server.schemas import (
@@ -57,13 +57,7 @@ def _blocks(
             ):
                 raise InvalidRequest("a tool_use block needs name and input", param=f"{where}[{i}]")
             args = json.dumps(block.get("input", {}))
-            calls.append(
-                {
-                    "id": str(block.get("id") or ""),
-                    "type": "function",
-                    "function": {"name": block["name"], "arguments": args},
-                }
-            )
+            calls.append(ToolCall(str(block.get("id") or ""), block["name"], args))
         elif kind == "tool_result" and role == "user":
             inner = block.get("content", "")
             text = (

@@ -32,9 +32,10 @@ from aiohttp import web
 
 from app import __version__
 from app.core import jsonsafe
+from app.core.generation import Generation
 from app.core.reasoning import CLOSE_TAG, OPEN_TAG, is_harmony_template
 from app.core.scheduler import UNSET, parse_keep_alive
-from app.core.service import Generation, Hearth, ModelStatus
+from app.core.service import Hearth, ModelStatus
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import InvalidRequest, ModelNotFound, UnsupportedParameter

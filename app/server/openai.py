@@ -15,7 +15,8 @@ from typing import Any
 from aiohttp import web
 
 from app import __version__
-from app.core.service import Generation, Hearth, ModelStatus
+from app.core.generation import Generation
+from app.core.service import Hearth, ModelStatus
 from app.core.types import Delta, SamplingParams, TokenLogprob, ToolCallDelta
 from app.errors import HearthError, InvalidRequest
 from app.server.app import REQUEST_LOG, SERVICE, STATE, note_generation, read_json_body

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from app.core.service import Hearth
 from app.core.tools import Tool
-from app.core.types import ChatMessage, Delta, SamplingParams
+from app.core.types import ChatMessage, Delta, SamplingParams, ToolCall
 from app.errors import InvalidRequest, UnsupportedParameter
 from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
 from app.server.schemas import (
@@ -96,11 +96,9 @@ def parse_input(b: Body) -> list[ChatMessage]:
                 item.get("arguments", ""), str
             ):
                 raise InvalidRequest("a function_call item needs name and arguments", param=where)
-            call = {
-                "id": str(item.get("call_id") or ""),
-                "type": "function",
-                "function": {"name": item["name"], "arguments": item.get("arguments") or "{}"},
-            }
+            call = ToolCall(
+                str(item.get("call_id") or ""), item["name"], item.get("arguments") or "{}"
+            )
             if msgs and msgs[-1].role == "assistant" and not msgs[-1].content:
                 prev = msgs.pop()  # consecutive calls belong to one assistant turn
                 msgs.append(ChatMessage("assistant", "", tool_calls=(*prev.tool_calls, call)))

@@ -17,7 +17,7 @@ from app.core.constraints import (
 )
 from app.core.service import MAX_EMBED_INPUTS
 from app.core.tools import Tool
-from app.core.types import ChatMessage, SamplingParams
+from app.core.types import ChatMessage, SamplingParams, ToolCall
 from app.errors import InvalidRequest, UnsupportedParameter
 
 MAX_TOKENS_LIMIT = 1 << 20
@@ -310,11 +310,25 @@ def parse_messages(b: Body) -> list[ChatMessage]:
                 role=role,
                 content=text,
                 name=name,
-                tool_calls=tuple(tc for tc in tool_calls if isinstance(tc, dict)),
+                tool_calls=tuple(
+                    openai_tool_call(tc, f"{where}.tool_calls[{j}]")
+                    for j, tc in enumerate(tool_calls)
+                ),
                 tool_call_id=tcid if isinstance(tcid, str) else None,
             )
         )
     return out
+
+
+def openai_tool_call(tc: Any, where: str) -> ToolCall:
+    """One assistant ``tool_calls`` entry in OpenAI's shape, typed."""
+    fn = tc.get("function") if isinstance(tc, dict) else None
+    if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+        raise InvalidRequest("a tool call needs function.name", param=where)
+    args = fn.get("arguments", "{}")
+    if not isinstance(args, str):  # some clients send the object itself
+        args = json.dumps(args)
+    return ToolCall(str(tc.get("id") or ""), fn["name"], args)
 
 
 @dataclass(frozen=True, slots=True)

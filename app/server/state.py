@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from app.core.service import Generation, Hearth
+from app.core.generation import Generation
+from app.core.service import Hearth
 from app.settings import ServerSettings
 
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from aiohttp import web
 
-from app.core.service import Generation
+from app.core.generation import Generation
 from app.core.types import Delta
 from app.errors import GenerationTimeout, HearthError, ModelUnloaded
 from app.server.state import STATE

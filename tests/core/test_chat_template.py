@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.core.chat_template import FALLBACK_STOPS, ChatTemplate
-from app.core.types import ChatMessage
+from app.core.types import ChatMessage, ToolCall
 from app.errors import TemplateError
 
 from .gguf_files import CHATML
@@ -85,9 +85,12 @@ def test_tool_fields_reach_the_template() -> None:
         "{{ m.tool_calls | tojson }};{% endfor %}"
     )
     msg = ChatMessage(
-        "tool", "42", name="calc", tool_call_id="c1", tool_calls=({"id": "c1", "type": "function"},)
+        "tool", "42", name="calc", tool_call_id="c1", tool_calls=(ToolCall("c1", "f", '{"x": 1}'),)
     )
-    assert t.render([msg]) == 'calc|c1|[{"id": "c1", "type": "function"}];'
+    # the transformers convention: arguments as a mapping
+    assert t.render([msg]) == (
+        'calc|c1|[{"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"x": 1}}}];'
+    )
 
 
 def test_raise_exception_is_a_template_error() -> None:

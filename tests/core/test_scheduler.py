@@ -276,7 +276,8 @@ async def test_chat_renders_tokenizes_and_streams(hearth: Hearth) -> None:
         stop=["zzz"],
         request_id="req-1",
     )
-    text, final = await gen.collect()
+    _c = await gen.collect()
+    text, final = _c.text, _c.final
     assert text == "Hello, world"
     assert final.finish_reason == "stop"
     lm = await _fake(hearth, "alpha")
@@ -295,7 +296,8 @@ async def test_chat_without_template_uses_fallback_and_its_stops(lib: ModelLibra
     h = Hearth(lib, {"gguf": runtime}, load_defaults=lambda: LoadOptions(context_length=256))
     try:
         gen = await h.chat("base", [ChatMessage("user", "hi")], sampling=SAMPLING, max_tokens=None)
-        text, final = await gen.collect()
+        _c = await gen.collect()
+        text, final = _c.text, _c.final
         assert text == "Sure."
         assert final.finish_reason == "stop"
         req = (await _fake(h, "base")).submitted[0]
@@ -336,7 +338,8 @@ async def test_context_boundary(hearth: Hearth) -> None:
     with pytest.raises(ContextLengthExceeded):  # a full context leaves no room to generate
         await hearth.complete("alpha", [5] * 16, sampling=SAMPLING, max_tokens=1)
     gen = await hearth.complete("alpha", [5] * 15, sampling=SAMPLING, max_tokens=1)
-    text, final = await gen.collect()
+    _c = await gen.collect()
+    text, final = _c.text, _c.final
     assert (text, final.finish_reason) == ("Hello", "length")
     assert final.usage is not None and final.usage.prompt_tokens == 15
     assert lm.submit_calls == 1
@@ -379,12 +382,12 @@ async def test_queue_full(lib: ModelLibrary) -> None:
         assert ei.value.status == 429 and ei.value.retry_after >= 1
         lm.engine.gate.set()
         # the requests already in are not cut to make room
-        assert (await first.collect())[0] == "Hello, world"
-        assert (await second.collect())[0] == "Hello, world"
+        assert (await first.collect()).text == "Hello, world"
+        assert (await second.collect()).text == "Hello, world"
         assert lm.engine.begun == ["a", "b"]
         # room again
         third = await h.complete("alpha", "three", sampling=SAMPLING, max_tokens=1)
-        assert (await third.collect())[1].finish_reason == "length"
+        assert (await third.collect()).final.finish_reason == "length"
     finally:
         await h.close()
 
@@ -400,7 +403,7 @@ async def test_jit_disabled_in_hearth(lib: ModelLibrary) -> None:
         assert runtime.calls == 0
         await h.load("alpha")
         gen = await h.complete("alpha", "x", sampling=SAMPLING, max_tokens=1)
-        assert (await gen.collect())[0] == "Hello"
+        assert (await gen.collect()).text == "Hello"
     finally:
         await h.close()
 

@@ -101,7 +101,8 @@ async def test_model_without_template_uses_fallback(tmp_path: Path, smollm2_path
             sampling=SamplingParams(temperature=0),
             max_tokens=60,
         )
-        text, final = await gen.collect()
+        _c = await gen.collect()
+        text, final = _c.text, _c.final
         assert final.finish_reason in ("stop", "length")
         assert "\nUser:" not in text and "\nAssistant:" not in text
         # the documented fallback prompt is what the model saw
@@ -122,7 +123,8 @@ async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) ->
         gen = await h.complete(
             model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1
         )
-        text, final = await gen.collect()
+        _c = await gen.collect()
+        text, final = _c.text, _c.final
         full = time.perf_counter() - t0
         assert final.usage is not None and final.usage.prompt_tokens > 1800
         # another prompt (the same one would mostly come from the prompt cache)
@@ -133,7 +135,8 @@ async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) ->
         await asyncio.sleep(full / 4)
         t1 = time.perf_counter()
         gen.cancel()
-        _, final2 = await gen.collect()
+        _c = await gen.collect()
+        _, final2 = _c.text, _c.final
         stopped = time.perf_counter() - t1
         assert final2.finish_reason == "cancelled"
         assert stopped < max(1.0, full / 4), (
@@ -143,7 +146,8 @@ async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) ->
         gen = await h.complete(
             model.id, "Hello", sampling=SamplingParams(temperature=0), max_tokens=3
         )
-        text, final = await gen.collect()
+        _c = await gen.collect()
+        text, final = _c.text, _c.final
         assert final.finish_reason == "length" and text
     finally:
         await h.close()
@@ -161,7 +165,8 @@ async def test_queued_request_cancelled_before_it_runs(tmp_path: Path, smollm2_p
             model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60
         )
         second.cancel()
-        (t1, f1), (t2, f2) = await asyncio.gather(first.collect(), second.collect())
+        c1, c2 = await asyncio.gather(first.collect(), second.collect())
+        (_t1, f1), (t2, f2) = (c1.text, c1.final), (c2.text, c2.final)
         assert f1.finish_reason == "length" and f1.usage.completion_tokens == 60
         assert f2.finish_reason == "cancelled" and t2 == "" and f2.usage.completion_tokens == 0
     finally:
@@ -197,7 +202,7 @@ async def test_seed_reproducible_and_sampling_params_applied(
 
         async def run(prompt: str = "My favourite animal is", **kw: object) -> str:
             gen = await h.complete(model.id, prompt, sampling=SamplingParams(**kw), max_tokens=24)
-            return (await gen.collect())[0]
+            return (await gen.collect()).text
 
         a = await run(temperature=1.0, seed=42)
         b = await run(temperature=1.0, seed=42)
@@ -318,7 +323,7 @@ async def test_parallel_sequences_decode_together_and_match_solo(
                 for i in range(4)
             )
         )
-        finals = [(await g.collect())[1] for g in gens]
+        finals = [(await g.collect()).final for g in gens]
         assert all(f.finish_reason == "length" and f.usage.prompt_tokens > 900 for f in finals)
     finally:
         await h.close()

@@ -162,7 +162,8 @@ async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
             await asyncio.sleep(0.02)
         assert lm.engine.guide._tokenizer is not None  # type: ignore[attr-defined]
         gen2 = await h.complete(m.id, "the", sampling=SamplingParams(temperature=0), max_tokens=3)
-        _, final = await gen2.collect()
+        _c = await gen2.collect()
+        _, final = _c.text, _c.final
         assert final.finish_reason == "length" and final.usage.completion_tokens == 3
     finally:
         await h.close()

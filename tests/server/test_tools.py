@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from app.core.service import Generation
+from app.core.generation import Generation
 from app.core.tools import ToolCallParser
 from app.core.types import Delta, Usage
 from app.server import anthropic as anthropic_routes

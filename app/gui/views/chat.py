@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.service import Generation, Hearth, ModelStatus
+from app.core.generation import Generation
+from app.core.service import Hearth, ModelStatus
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, page_title

@@ -1,0 +1,121 @@
+"""A running generation: its deltas (think text and tool calls split out), cancel, and
+``collect()`` into one :class:`Completion`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from app.core.reasoning import HarmonySplitter, ReasoningSplitter
+from app.core.tools import ToolCallParser
+from app.core.types import Delta, GenerationStream, TokenLogprob, ToolCall, ToolCallDelta
+
+
+@dataclass(slots=True)
+class Completion:
+    """A whole generation: its text, think text, tool calls, logprobs and final delta."""
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    final: Delta = field(
+        default_factory=lambda: Delta(finish_reason="error", error="no final delta")
+    )
+
+    def add(self, d: Delta) -> None:
+        """Fold one delta in (tool-call fragments joined per index)."""
+        if d.text:
+            self.text += d.text
+        if d.reasoning:
+            self.reasoning += d.reasoning
+        self.logprobs.extend(d.logprobs)
+        for tc in d.tool_calls:
+            while len(self.tool_calls) <= tc.index:
+                self.tool_calls.append(ToolCall("", "", ""))
+            c = self.tool_calls[tc.index]
+            self.tool_calls[tc.index] = ToolCall(
+                tc.id if tc.id is not None else c.id,
+                tc.name if tc.name is not None else c.name,
+                c.arguments + tc.arguments,
+            )
+        if d.finish_reason is not None:
+            self.final = d
+
+
+class Generation:
+    """A running generation: prompt size known, deltas to iterate, cancellable."""
+
+    def __init__(
+        self,
+        model_id: str,
+        prompt_tokens: int,
+        stream: GenerationStream,
+        reasoning: ReasoningSplitter | HarmonySplitter | None = None,
+        tools: ToolCallParser | None = None,
+    ) -> None:
+        self.model_id = model_id
+        self.prompt_tokens = prompt_tokens
+        self._stream = stream
+        self._reasoning = reasoning
+        self._tools = tools
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        if self._reasoning is None and self._tools is None:
+            return self._stream.__aiter__()
+        return self._split()
+
+    async def _split(self) -> AsyncIterator[Delta]:
+        """Moves ``<think>`` text to ``Delta.reasoning`` (counting its tokens) and tool-call
+        blocks to ``Delta.tool_calls``."""
+        splitter, parser = self._reasoning, self._tools
+        reasoning_tokens = 0
+        async for d in self._stream:
+            final = d.finish_reason is not None
+            r, a = "", d.text
+            if splitter is not None:
+                r, a = splitter.feed(d.text)
+                if final:
+                    r2, a2 = splitter.flush()
+                    r, a = r + r2, a + a2
+                elif r or splitter.inside:
+                    reasoning_tokens += d.token_count
+            calls: tuple[ToolCallDelta, ...] = ()
+            if parser is not None:
+                ev = parser.feed(a)
+                if final:
+                    tail = parser.flush()
+                    ev.text += tail.text
+                    ev.started += tail.started
+                    ev.arguments += tail.arguments
+                a = ev.text
+                calls = tuple(ToolCallDelta(c.index, c.id, c.name) for c in ev.started) + tuple(
+                    ToolCallDelta(i, arguments=frag) for i, frag in ev.arguments if frag
+                )
+            if final:
+                usage = d.usage
+                if usage is not None:
+                    usage = replace(usage, reasoning_tokens=reasoning_tokens)
+                reason = d.finish_reason
+                if parser is not None and parser.calls and reason == "stop":
+                    reason = "tool_calls"
+                yield replace(
+                    d, text=a, reasoning=r, usage=usage, tool_calls=calls, finish_reason=reason
+                )
+            elif r or a or d.logprobs or calls:
+                yield replace(d, text=a, reasoning=r, tool_calls=calls)
+
+    def cancel(self) -> None:
+        self._stream.cancel()
+
+    async def collect(self) -> Completion:
+        """Run to the end: the whole :class:`Completion`."""
+        out = Completion(
+            final=Delta(finish_reason="error", error="generation ended without a final delta")
+        )
+        try:
+            async for d in self:
+                out.add(d)
+        finally:
+            self.cancel()  # no-op when finished; frees the slot if we were cancelled
+        return out
