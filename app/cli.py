@@ -21,6 +21,7 @@ from typing import Any
 from app import __version__
 from app.core.events import EventHub
 from app.core.library import ModelLibrary
+from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.errors import HearthError
@@ -217,12 +218,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 if not text.strip():
                     continue
                 history.append(ChatMessage("user", text))
-                gen = await service.chat(
+                req = ChatRequest(
                     model.id,
-                    history,
+                    tuple(history),
                     sampling=SamplingParams(temperature=args.temperature),
                     max_tokens=args.max_tokens,
                 )
+                gen = (await service.chat(req)).first
                 parts = []
                 async for d in gen:
                     if d.text:

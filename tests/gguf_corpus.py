@@ -702,6 +702,7 @@ def corpus(seed: int = 0, n_random: int = 200, *, quick: bool = False) -> list[C
 
 
 async def _try_file(h: Any, path: Any) -> dict[str, Any]:
+    from app.core.requests import ChatRequest, EmbeddingRequest
     from app.core.types import ChatMessage, SamplingParams
     from app.errors import HearthError
 
@@ -712,15 +713,18 @@ async def _try_file(h: Any, path: Any) -> dict[str, Any]:
         lm = await h.load(model.id)
         stage = "request"
         if "embeddings" in lm.capabilities:
-            vecs, _ = await h.embed(model.id, ["Hello world"])
-            answer = f"{len(vecs[0])} dims"
+            emb = await h.embed(EmbeddingRequest(model.id, ("Hello world",)))
+            answer = f"{len(emb.vectors[0])} dims"
         else:
-            gen = await h.chat(
-                model.id,
-                [ChatMessage("user", "Hello! Say something.")],
-                sampling=SamplingParams(temperature=0.7, top_k=20, seed=1),
-                max_tokens=4,
+            choices = await h.chat(
+                ChatRequest(
+                    model.id,
+                    (ChatMessage("user", "Hello! Say something."),),
+                    sampling=SamplingParams(temperature=0.7, top_k=20, seed=1),
+                    max_tokens=4,
+                )
             )
+            gen = choices.first
             _c = await gen.collect()
             _text, final = _c.text, _c.final
             if final.error:

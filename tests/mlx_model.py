@@ -33,7 +33,9 @@ def build_tiny_mlx_model(folder: Path, *, layers: int = 2, hidden: int = 64, see
     tok.decoder = decoders.ByteLevel()
     specials = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=400,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS, trainer)
     tok.save(str(folder / "tokenizer.json"))
@@ -70,7 +72,10 @@ def build_tiny_mlx_model(folder: Path, *, layers: int = 2, hidden: int = 64, see
     model = llama.Model(args)
     # random, larger-than-default weights so greedy decoding wanders over the vocabulary
     weights = {
-        k: (mx.random.normal(v.shape) * (1.0 if "norm" in k else 0.3) + (1.0 if "norm" in k else 0.0)).astype(mx.float16)
+        k: (
+            mx.random.normal(v.shape) * (1.0 if "norm" in k else 0.3)
+            + (1.0 if "norm" in k else 0.0)
+        ).astype(mx.float16)
         for k, v in tree_flatten(model.parameters())
     }
     mx.save_safetensors(str(folder / "model.safetensors"), weights)

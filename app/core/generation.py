@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from app.core.reasoning import HarmonySplitter, ReasoningSplitter
@@ -119,3 +119,39 @@ class Generation:
         finally:
             self.cancel()  # no-op when finished; frees the slot if we were cancelled
         return out
+
+
+class Choices:
+    """The generations of one request, in order (``n`` choices; prompts x ``n`` for raw
+    completions). Those in ``started`` run already (their errors were raised before any
+    output); the rest start one by one when :meth:`get` asks, through ``start``."""
+
+    def __init__(
+        self,
+        started: list[Generation],
+        count: int | None = None,
+        start: Callable[[int], Awaitable[Generation]] | None = None,
+    ) -> None:
+        self._gens: list[Generation] = list(started)
+        self.count = len(started) if count is None else count
+        self._start = start
+
+    @property
+    def first(self) -> Generation:
+        return self._gens[0]
+
+    @property
+    def started(self) -> list[Generation]:
+        return list(self._gens)
+
+    async def get(self, i: int) -> Generation:
+        """Choice ``i`` (started now if it was not yet; choices start in order)."""
+        while len(self._gens) <= i:
+            if self._start is None:
+                raise IndexError(i)
+            self._gens.append(await self._start(len(self._gens)))
+        return self._gens[i]
+
+    def cancel(self) -> None:
+        for g in self._gens:
+            g.cancel()

@@ -7,7 +7,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +16,17 @@ from app.core.chat_template import ChatTemplate
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
 from app.core.fsutil import atomic_write_json, read_json
-from app.core.generation import Generation
+from app.core.generation import Choices, Generation
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
 from app.core.reasoning import reasoning_splitter
+from app.core.requests import (
+    MAX_EMBED_INPUTS,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    Embeddings,
+)
 from app.core.scheduler import UNSET, ModelScheduler
 from app.core.stores import ForeignLocations
 from app.core.tools import (
@@ -32,6 +39,7 @@ from app.core.tools import (
 )
 from app.core.types import (
     ChatMessage,
+    Constraint,
     GenerationRequest,
     LoadedModel,
     LoadOptions,
@@ -62,8 +70,6 @@ class ModelStatus:
         )
         return d
 
-
-MAX_EMBED_INPUTS = 2048
 
 # what the chat template is given by the service; a request cannot replace them
 RESERVED_TEMPLATE_VARS = frozenset(
@@ -261,82 +267,54 @@ class Hearth:
                 param=param,
             )
 
-    async def chat(
-        self,
-        model_id: str,
-        messages: Sequence[ChatMessage],
-        *,
-        sampling: SamplingParams,
-        max_tokens: int | None,
-        stop: Sequence[str] = (),
-        request_id: str = "",
-        ttl: Any = UNSET,
-        logprobs: int | None = None,
-        constraint: tuple[str, str] | None = None,
-        tools: Sequence[Tool] = (),
-        tool_choice: str = "auto",
-        parallel_tool_calls: bool = True,
-        template_vars: Mapping[str, Any] | None = None,
-    ) -> Generation:
-        """Start a chat generation. Everything that can fail fails here, before any output.
-
-        Args:
-            logprobs: None = off; N = each token's log-probability and the N most likely.
-            constraint: ("json_object", "") or ("json_schema", schema JSON): output that must
-                parse (enforced while sampling by the runtime, or a 400 where it can't).
-            tools, tool_choice: OpenAI tools; tool_choice "none" | "auto" | "required" | a name.
-            template_vars: extra variables for the chat template (``enable_thinking``,
-                ``reasoning_effort``...); the names the template itself is given are refused.
+    async def chat(self, req: ChatRequest) -> Choices:
+        """Start a chat request's ``n`` generations (side by side). Everything that can fail
+        fails here, before any output: the conversation is planned (tools), rendered by the
+        model's template and tokenized once, then submitted ``n`` times (choice ``i`` with seed
+        ``seed + i`` when a seed is given, so seeded choices still differ).
 
         Raises:
-            ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable.
+            ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable,
+            InvalidRequest (a reserved template variable, a tool choice naming no tool...).
         """
-        async with self._model(model_id, ttl) as lm:
+        async with self._model(req.model, req.ttl) as lm:
             call = ToolSetup.plan(
-                self, lm, model_id, messages, tools, tool_choice, parallel_tool_calls
-            )
-            if call.constraint is not None:
-                constraint = call.constraint
-            return await self._start_chat(
+                self,
                 lm,
-                model_id,
-                call.messages,
-                sampling,
-                max_tokens,
-                stop,
-                request_id,
-                logprobs,
-                constraint,
-                call,
-                template_vars,
+                req.model,
+                req.messages,
+                req.tools,
+                req.tool_choice.choice,
+                req.tool_choice.parallel,
             )
+            constraint = call.constraint if call.constraint is not None else req.constraint
+            prepared = await self._prepare_chat(lm, req, call, constraint)
+            gens: list[Generation] = []
+            try:
+                for i in range(req.n):
+                    gens.append(prepared.start(lm, _choice_sampling(req.sampling, i)))
+            except BaseException:
+                for g in gens:
+                    g.cancel()
+                raise
+            return Choices(gens)
 
-    async def _start_chat(
-        self,
-        lm: LoadedModel,
-        model_id: str,
-        messages: Sequence[ChatMessage],
-        sampling: SamplingParams,
-        max_tokens: int | None,
-        stop: Sequence[str],
-        request_id: str,
-        logprobs: int | None = None,
-        constraint: tuple[str, str] | None = None,
-        call: ToolSetup | None = None,
-        template_vars: Mapping[str, Any] | None = None,
-    ) -> Generation:
-        _require(lm, "chat", model_id)
-        _check_bias(lm, sampling)
+    async def _prepare_chat(
+        self, lm: LoadedModel, req: ChatRequest, call: ToolSetup, constraint: Constraint | None
+    ) -> _PreparedChat:
+        _require(lm, "chat", req.model)
+        _check_bias(lm, req.sampling)
         special = lm.special_tokens
-        extra = dict(template_vars or {})
+        extra = dict(req.template_vars)
         reserved = set(extra) & RESERVED_TEMPLATE_VARS
         if reserved:
             raise InvalidRequest(
                 f"template variable '{sorted(reserved)[0]}' is set by Hearth itself",
                 param="chat_template_kwargs",
             )
-        if call is not None and call.template_tools:
+        if call.template_tools:
             extra["tools"] = call.template_tools
+        messages = call.messages
 
         def render() -> tuple[ChatTemplate, str]:
             template = ChatTemplate(
@@ -355,52 +333,44 @@ class Hearth:
         self._check_fits(lm, len(tokens), "messages")
         if constraint is not None:
             await lm.check_constraint(constraint)
-        splitter = reasoning_splitter(lm.chat_template, prompt)
-        req = GenerationRequest(
-            prompt_tokens=tuple(tokens),
-            max_tokens=max_tokens,
-            sampling=sampling,
-            stop=tuple(stop) + template.default_stops,
-            request_id=request_id,
-            logprobs=logprobs,
-            constraint=constraint,
+        return _PreparedChat(
+            model_id=req.model,
+            template_source=lm.chat_template,
+            prompt=prompt,
+            base=GenerationRequest(
+                prompt_tokens=tuple(tokens),
+                max_tokens=req.max_tokens,
+                sampling=req.sampling,
+                stop=tuple(req.stop) + template.default_stops,
+                request_id=req.request_id,
+                logprobs=req.logprobs,
+                constraint=constraint,
+            ),
+            call=call,
         )
-        parser = ToolCallParser(call.family) if call is not None and call.active else None
-        return Generation(model_id, len(tokens), lm.submit(req), splitter, parser)
 
-    async def complete(
-        self,
-        model_id: str,
-        prompt: str | Sequence[int],
-        *,
-        sampling: SamplingParams,
-        max_tokens: int | None,
-        stop: Sequence[str] = (),
-        request_id: str = "",
-        ttl: Any = UNSET,
-        logprobs: int | None = None,
-        constraint: tuple[str, str] | None = None,
-    ) -> Generation:
-        """Start a raw completion of ``prompt`` (text, or token ids); ``constraint`` as in
-        :meth:`chat`."""
-        async with self._model(model_id, ttl) as lm:
-            return await self._start_completion(
-                lm, model_id, prompt, sampling, max_tokens, stop, request_id, logprobs, constraint
-            )
+    async def complete(self, req: CompletionRequest) -> Choices:
+        """Start a completion request: each prompt ``n`` times, one after the other. The first
+        is validated and started here (so its errors come before any output); each next one
+        starts when :meth:`Choices.get` asks for it."""
+        count = len(req.prompts) * req.n
+
+        async def start(k: int) -> Generation:
+            async with self._model(req.model, req.ttl) as lm:
+                return await self._start_completion(
+                    lm, req, req.prompts[k // req.n], _choice_sampling(req.sampling, k % req.n)
+                )
+
+        return Choices([await start(0)], count, start)
 
     async def _start_completion(
         self,
         lm: LoadedModel,
-        model_id: str,
+        req: CompletionRequest,
         prompt: str | Sequence[int],
         sampling: SamplingParams,
-        max_tokens: int | None,
-        stop: Sequence[str],
-        request_id: str,
-        logprobs: int | None = None,
-        constraint: tuple[str, str] | None = None,
     ) -> Generation:
-        _require(lm, "completion", model_id)
+        _require(lm, "completion", req.model)
         _check_bias(lm, sampling)
         if isinstance(prompt, str):
             tokens = await self._tokenize(lm, prompt, "prompt", parse_special=False)
@@ -410,33 +380,33 @@ class Hearth:
             if vocab and any(t < 0 or t >= vocab for t in tokens):
                 raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
         self._check_fits(lm, len(tokens), "prompt")
-        if constraint is not None:
-            await lm.check_constraint(constraint)
-        req = GenerationRequest(
+        if req.constraint is not None:
+            await lm.check_constraint(req.constraint)
+        gr = GenerationRequest(
             prompt_tokens=tuple(tokens),
-            max_tokens=max_tokens,
+            max_tokens=req.max_tokens,
             sampling=sampling,
-            stop=tuple(stop),
-            request_id=request_id,
-            logprobs=logprobs,
-            constraint=constraint,
+            stop=tuple(req.stop),
+            request_id=req.request_id,
+            logprobs=req.logprobs,
+            constraint=req.constraint,
         )
-        return Generation(model_id, len(tokens), lm.submit(req))
+        return Generation(req.model, len(tokens), lm.submit(gr))
 
-    async def embed(
-        self, model_id: str, inputs: Sequence[str | Sequence[int]], *, ttl: Any = UNSET
-    ) -> tuple[list[list[float]], int]:
-        """Embed each input (text or token ids). Returns (vectors, prompt tokens).
+    async def embed(self, req: EmbeddingRequest) -> Embeddings:
+        """Embed each input (text or token ids).
 
         Raises:
-            InvalidRequest: not an embedding model, an empty input, or an input over the context.
+            InvalidRequest: not an embedding model, an empty input, too many inputs, an input
+                over the context, or ``dimensions`` the model's vectors do not have.
         """
+        inputs = req.inputs
         if len(inputs) > MAX_EMBED_INPUTS:  # every protocol's batch: one bound, here
             raise InvalidRequest(f"at most {MAX_EMBED_INPUTS} inputs per request", param="input")
-        async with self._model(model_id, ttl) as lm:
+        async with self._model(req.model, req.ttl) as lm:
             if "embeddings" not in lm.capabilities:
                 raise InvalidRequest(
-                    f"'{model_id}' is a chat/completion model, not an embedding model; load an "
+                    f"'{req.model}' is a chat/completion model, not an embedding model; load an "
                     f"embedding model (e.g. a BERT or nomic-embed GGUF) for /v1/embeddings",
                     param="model",
                 )
@@ -460,12 +430,42 @@ class Hearth:
                     )
                 token_lists.append(toks)
             vectors = await lm.embed(token_lists)
-            return vectors, sum(len(t) for t in token_lists)
+        if req.dimensions is not None and vectors and req.dimensions != len(vectors[0]):
+            # truncating a non-Matryoshka embedding silently degrades it: say so instead
+            raise InvalidRequest(
+                f"this model's embeddings have {len(vectors[0])} dimensions and cannot be shortened",
+                param="dimensions",
+            )
+        return Embeddings(vectors, sum(len(t) for t in token_lists))
 
     async def close(self) -> None:
         if self.downloads is not None:
             await self.downloads.close()  # partial downloads stay on disk, resumable
         await self.scheduler.close()
+
+
+def _choice_sampling(sampling: SamplingParams, i: int) -> SamplingParams:
+    """Choice ``i``'s sampling: its own seed when one is given, so seeded choices differ."""
+    if sampling.seed is None or i == 0:
+        return sampling
+    return replace(sampling, seed=sampling.seed + i)
+
+
+@dataclass(frozen=True, slots=True)
+class _PreparedChat:
+    """A chat prompt rendered and tokenized once; each :meth:`start` is one more choice."""
+
+    model_id: str
+    template_source: str | None
+    prompt: str
+    base: GenerationRequest
+    call: ToolSetup
+
+    def start(self, lm: LoadedModel, sampling: SamplingParams) -> Generation:
+        splitter = reasoning_splitter(self.template_source, self.prompt)
+        parser = ToolCallParser(self.call.family) if self.call.active else None
+        stream = lm.submit(replace(self.base, sampling=sampling))
+        return Generation(self.model_id, len(self.base.prompt_tokens), stream, splitter, parser)
 
 
 def _read_calibration(path: Path) -> dict[str, int]:

@@ -13,15 +13,16 @@ from app.core.service import Hearth
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams, ToolCall
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
-from app.server.schemas import (
+from app.server.body import read_json_body
+from app.server.protocols.common import (
     Body,
     check_forced_tools,
     check_tool_count,
     parse_ttl,
     tool_parameters,
 )
-from app.server.streaming import StreamBroken, final_error, timed
+from app.server.state import REQUEST_LOG, SERVICE
+from app.server.streaming import StreamBroken, final_error, note_generation, timed
 
 routes = web.RouteTableDef()
 

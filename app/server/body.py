@@ -7,7 +7,9 @@ body cut short as if it were whole, and its errors surface as a bare exception (
 from __future__ import annotations
 
 import asyncio
+import json
 import zlib
+from typing import Any
 
 from aiohttp import web
 
@@ -102,3 +104,22 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     if encoding and len(raw) > OFF_LOOP_BYTES // 8:  # inflating can take a while: not here
         return await asyncio.to_thread(decode_body, raw, encoding, limit)
     return decode_body(raw, encoding, limit)
+
+
+async def large_json_response(data: Any) -> web.Response:
+    """A JSON answer serialized off the event loop (2,048 embeddings are ~1 s of json.dumps)."""
+    body = await asyncio.to_thread(json.dumps, data)
+    return web.Response(text=body, content_type="application/json")
+
+
+async def read_json_body(request: web.Request) -> dict[str, Any]:
+    """The body as a JSON object (bounded; parsed off the loop when large)."""
+    from app.server.protocols.common import parse_json
+    from app.server.state import STATE
+
+    # any Content-Type is parsed as JSON (curl sends form-urlencoded by default); browsers'
+    # no-preflight text/plain POSTs are stopped by the Origin check, not here
+    raw = await read_body(request, request.app[STATE].settings.max_body_bytes)
+    if len(raw) > OFF_LOOP_BYTES:  # a 32 MiB body is a few hundred ms of parsing
+        return await asyncio.to_thread(parse_json, raw)
+    return parse_json(raw)

@@ -23,9 +23,10 @@ from app.errors import (
     InvalidRequest,
     RuntimeUnavailable,
 )
-from app.server.app import SERVICE, read_json_body
-from app.server.schemas import Body
+from app.server.body import read_json_body
+from app.server.protocols.common import Body
 from app.server.sse import error_body
+from app.server.state import SERVICE
 
 log = logging.getLogger(__name__)
 routes = web.RouteTableDef()

@@ -10,8 +10,9 @@ from aiohttp import web
 from app.core.presets import validate_options
 from app.core.scheduler import LoadedInfo, parse_keep_alive
 from app.errors import InvalidRequest
-from app.server.app import SERVICE, read_json_body
-from app.server.schemas import Body, parse_ttl
+from app.server.body import read_json_body
+from app.server.protocols.common import Body, parse_ttl
+from app.server.state import SERVICE
 
 routes = web.RouteTableDef()
 

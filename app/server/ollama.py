@@ -39,15 +39,10 @@ from app.core.service import Hearth, ModelStatus
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import InvalidRequest, ModelNotFound, UnsupportedParameter
-from app.server.app import (
-    REQUEST_LOG,
-    SERVICE,
-    large_json_response,
-    note_generation,
-    read_json_body,
-)
-from app.server.schemas import Body, parse_messages, parse_tool_list, schema_constraint
-from app.server.streaming import StreamBroken, final_error, timed
+from app.server.body import large_json_response, read_json_body
+from app.server.protocols.common import Body, parse_messages, parse_tool_list, schema_constraint
+from app.server.state import REQUEST_LOG, SERVICE
+from app.server.streaming import StreamBroken, final_error, note_generation, timed
 
 log = logging.getLogger(__name__)
 

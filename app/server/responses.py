@@ -14,8 +14,8 @@ from app.core.service import Hearth
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams, ToolCall
 from app.errors import InvalidRequest, UnsupportedParameter
-from app.server.app import REQUEST_LOG, SERVICE, note_generation, read_json_body
-from app.server.schemas import (
+from app.server.body import read_json_body
+from app.server.protocols.common import (
     REASONING_EFFORTS,
     Body,
     check_forced_tools,
@@ -26,7 +26,8 @@ from app.server.schemas import (
     tool_parameters,
 )
 from app.server.sse import SSEWriter
-from app.server.streaming import StreamBroken, final_error, timed
+from app.server.state import REQUEST_LOG, SERVICE
+from app.server.streaming import StreamBroken, final_error, note_generation, timed
 
 routes = web.RouteTableDef()
 

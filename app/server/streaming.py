@@ -11,15 +11,18 @@ protocol writes as its own error event or error body.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from typing import Any
 
 from aiohttp import web
 
-from app.core.generation import Generation
+from app.core.generation import Choices, Completion, Generation
 from app.core.types import Delta
 from app.errors import GenerationTimeout, HearthError, ModelUnloaded
-from app.server.state import STATE
+from app.server.protocols.base import Frame, Framing, StreamRenderer
+from app.server.state import REQUEST_LOG, STATE
 
 DEADLINE = web.RequestKey("hearth_deadline", float)  # loop time the request must end by
 TIMED_OUT = web.RequestKey("hearth_timed_out", bool)
@@ -89,3 +92,141 @@ def final_error(request: web.Request, final: Delta | None) -> HearthError | None
             return ShuttingDown("the server is shutting down; the generation was stopped")
         return StreamBroken("the generation was cancelled")
     return None
+
+
+class FrameWriter:
+    """Writes an adapter's frames: SSE events (``event:`` line when named) or NDJSON lines."""
+
+    def __init__(
+        self, request: web.Request, framing: Framing, headers: dict[str, str] | None = None
+    ) -> None:
+        self.request = request
+        self.framing = framing
+        content_type = (
+            "text/event-stream; charset=utf-8" if framing == "sse" else "application/x-ndjson"
+        )
+        self.response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": content_type,
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+                **(headers or {}),
+            },
+        )
+
+    async def start(self) -> None:
+        await self.response.prepare(self.request)
+
+    async def write(self, frames: list[Frame]) -> None:
+        if not frames:
+            return
+        out = bytearray()
+        for f in frames:
+            data = f.data if isinstance(f.data, str) else json.dumps(f.data, separators=(",", ":"))
+            if self.framing == "ndjson":
+                out += data.encode() + b"\n"
+            else:
+                if f.event:
+                    out += b"event: " + f.event.encode() + b"\n"
+                out += b"data: " + data.encode() + b"\n\n"
+        await self.response.write(bytes(out))
+
+    async def close(self) -> web.StreamResponse:
+        await self.response.write_eof()
+        return self.response
+
+
+async def collect(request: web.Request, gen: Generation) -> Completion:
+    """One generation run to its end under the request's deadline."""
+    out = Completion(final=Delta(finish_reason="error", error="no final delta"))
+    saw_final = False
+    async for d in timed(request, gen):
+        out.add(d)
+        saw_final = saw_final or d.finish_reason is not None
+    if not saw_final:
+        raise StreamBroken("the generation ended without a result")
+    return out
+
+
+def _has_payload(d: Delta) -> bool:
+    return bool(d.text or d.reasoning or d.tool_calls or d.logprobs)
+
+
+async def respond(
+    request: web.Request,
+    choices: Choices,
+    *,
+    stream: bool,
+    model: str,
+    whole: Callable[[list[Completion]], Any],
+    renderer: Callable[[], StreamRenderer],
+) -> web.StreamResponse:
+    """THE path every generation route ends in: the whole answer, or the stream, of a request's
+    choices, under its time limit; a disconnect, a shutdown or an error after the headers are
+    handled here once, and the request log gets each generation's tokens and speeds.
+
+    Errors before any output (a later prompt's 404 or queue-full in a non-streamed answer, an
+    error final delta) are raised, for the middleware to answer in the route's protocol shape;
+    after the headers they become the protocol's error frames (``renderer().error``).
+    """
+    try:
+        if not stream:
+            results = list(await asyncio.gather(*(collect(request, g) for g in choices.started)))
+            for r in results:
+                _finish(request, model, r.final)
+            for i in range(len(results), choices.count):
+                r = await collect(request, await choices.get(i))
+                _finish(request, model, r.final)
+                results.append(r)
+            body = whole(results)
+            return web.json_response(body, headers={"x-hearth-model": model})
+        r_ = renderer()
+        writer = FrameWriter(request, r_.framing, {"x-hearth-model": model})
+        await writer.start()
+        finals: list[Delta] = []
+        try:
+            await writer.write(r_.open())
+            for i in range(choices.count):
+                gen = await choices.get(i)
+                last: Delta | None = None
+                async for d in timed(request, gen):
+                    if _has_payload(d):
+                        await writer.write(r_.delta(i, d))
+                    if d.finish_reason is not None:
+                        last = d
+                if last is None:
+                    raise StreamBroken("the generation ended without a result")
+                _finish(request, model, last)
+                await writer.write(r_.end_choice(i, last))
+                finals.append(last)
+            await writer.write(r_.close(finals))
+        except HearthError as e:
+            await writer.write(r_.error(e))
+        return await writer.close()
+    finally:
+        choices.cancel()
+
+
+def _finish(request: web.Request, model: str, final: Delta) -> None:
+    """Log a finished generation; raise the error it stands for, if it did not end normally."""
+    note_generation(request, model, final)
+    err = final_error(request, final)
+    if err is not None:
+        raise err
+
+
+def note_generation(request: web.Request, model: str, final: Delta) -> None:
+    """Put a finished generation's tokens and speeds in this request's log entry (added up
+    when one request runs several generations, as with n > 1)."""
+    info = request.get(REQUEST_LOG)
+    if info is None:  # a route driven without the edge middleware (tests)
+        return
+    info["model"] = model
+    if final.usage:
+        info["prompt_tokens"] += final.usage.prompt_tokens
+        info["completion_tokens"] += final.usage.completion_tokens
+        info["cached_tokens"] += final.usage.cached_tokens
+    if final.timings:
+        info["tps"] = final.timings.predicted_per_second
+        info["prompt_tps"] = final.timings.prompt_per_second

@@ -75,6 +75,7 @@ def test_prompt_opens_reasoning() -> None:
 
 from app.core.reasoning import HarmonySplitter, is_harmony_template, reasoning_splitter  # noqa: E402
 from app.core.tools import ToolCallParser  # noqa: E402
+from tests.service_calls import chat  # noqa: E402
 
 
 def run_harmony(text: str, cuts: list[int]) -> tuple[str, str]:
@@ -202,7 +203,8 @@ async def test_harmony_through_the_service(tmp_path: Path) -> None:
         "get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}}
     )
     try:
-        gen = await h.chat(
+        gen = await chat(
+            h,
             model.id,
             [ChatMessage("user", "weather in Paris?")],
             sampling=SamplingParams(),

@@ -32,6 +32,7 @@ from app.errors import (
 from app.errors import (
     ModelLoadFailed as LoadFailedError,
 )
+from tests.service_calls import chat, complete
 
 from .fakes import FakeModel, FakeRuntime
 from .gguf_files import CHATML, write_model
@@ -268,7 +269,8 @@ async def _fake(h: Hearth, model_id: str) -> FakeModel:
 
 
 async def test_chat_renders_tokenizes_and_streams(hearth: Hearth) -> None:
-    gen = await hearth.chat(
+    gen = await chat(
+        hearth,
         "alpha",
         [ChatMessage("user", "hi")],
         sampling=SAMPLING,
@@ -295,7 +297,7 @@ async def test_chat_without_template_uses_fallback_and_its_stops(lib: ModelLibra
     runtime = FakeRuntime(delay=0.0, pieces=("Sure.", "\nUser:", " and more"))
     h = Hearth(lib, {"gguf": runtime}, load_defaults=lambda: LoadOptions(context_length=256))
     try:
-        gen = await h.chat("base", [ChatMessage("user", "hi")], sampling=SAMPLING, max_tokens=None)
+        gen = await chat(h, "base", [ChatMessage("user", "hi")], sampling=SAMPLING, max_tokens=None)
         _c = await gen.collect()
         text, final = _c.text, _c.final
         assert text == "Sure."
@@ -309,7 +311,9 @@ async def test_chat_without_template_uses_fallback_and_its_stops(lib: ModelLibra
 
 
 async def test_chat_drops_a_doubled_bos(hearth: Hearth) -> None:
-    gen = await hearth.chat("bosmodel", [ChatMessage("user", "x")], sampling=SAMPLING, max_tokens=2)
+    gen = await chat(
+        hearth, "bosmodel", [ChatMessage("user", "x")], sampling=SAMPLING, max_tokens=2
+    )
     await gen.collect()
     req = (await _fake(hearth, "bosmodel")).submitted[0]
     # template wrote <s>, the tokenizer added BOS too: exactly one remains
@@ -320,13 +324,13 @@ async def test_context_overflow_is_refused_before_submitting(hearth: Hearth) -> 
     await hearth.load("alpha", LoadOptions(context_length=64))
     lm = await _fake(hearth, "alpha")
     with pytest.raises(ContextLengthExceeded) as ei:
-        await hearth.chat(
-            "alpha", [ChatMessage("user", "x" * 100)], sampling=SAMPLING, max_tokens=5
+        await chat(
+            hearth, "alpha", [ChatMessage("user", "x" * 100)], sampling=SAMPLING, max_tokens=5
         )
     assert ei.value.param == "messages" and ei.value.status == 400
     assert "64" in ei.value.message
     with pytest.raises(ContextLengthExceeded) as ei2:
-        await hearth.complete("alpha", "y" * 80, sampling=SAMPLING, max_tokens=5)
+        await complete(hearth, "alpha", "y" * 80, sampling=SAMPLING, max_tokens=5)
     assert ei2.value.param == "prompt"
     assert lm.submit_calls == 0 and lm.pending == 0
     assert lm.engine.begun == []
@@ -336,8 +340,8 @@ async def test_context_boundary(hearth: Hearth) -> None:
     await hearth.load("alpha", LoadOptions(context_length=16))
     lm = await _fake(hearth, "alpha")
     with pytest.raises(ContextLengthExceeded):  # a full context leaves no room to generate
-        await hearth.complete("alpha", [5] * 16, sampling=SAMPLING, max_tokens=1)
-    gen = await hearth.complete("alpha", [5] * 15, sampling=SAMPLING, max_tokens=1)
+        await complete(hearth, "alpha", [5] * 16, sampling=SAMPLING, max_tokens=1)
+    gen = await complete(hearth, "alpha", [5] * 15, sampling=SAMPLING, max_tokens=1)
     _c = await gen.collect()
     text, final = _c.text, _c.final
     assert (text, final.finish_reason) == ("Hello", "length")
@@ -351,7 +355,7 @@ async def test_empty_prompt_is_an_invalid_request(lib: ModelLibrary) -> None:
         prompts: list[str | list[int]] = ["", []]
         for prompt in prompts:
             with pytest.raises(InvalidRequest, match="empty") as ei:
-                await h.complete("alpha", prompt, sampling=SAMPLING, max_tokens=5)
+                await complete(h, "alpha", prompt, sampling=SAMPLING, max_tokens=5)
             assert ei.value.param == "prompt"
             assert not isinstance(ei.value, ContextLengthExceeded)
         assert (await _fake(h, "alpha")).submit_calls == 0
@@ -362,7 +366,7 @@ async def test_empty_prompt_is_an_invalid_request(lib: ModelLibrary) -> None:
 async def test_token_ids_out_of_vocabulary(hearth: Hearth) -> None:
     for bad in ([5, -1], [5, 70_000]):
         with pytest.raises(InvalidRequest, match="token ids"):
-            await hearth.complete("alpha", bad, sampling=SAMPLING, max_tokens=1)
+            await complete(hearth, "alpha", bad, sampling=SAMPLING, max_tokens=1)
     assert (await _fake(hearth, "alpha")).submit_calls == 0
 
 
@@ -373,12 +377,12 @@ async def test_queue_full(lib: ModelLibrary) -> None:
         lm = await h.load("alpha")
         assert isinstance(lm, FakeModel)
         lm.engine.gate.clear()  # the engine blocks in prompt processing until released
-        first = await h.complete("alpha", "one", sampling=SAMPLING, max_tokens=3, request_id="a")
+        first = await complete(h, "alpha", "one", sampling=SAMPLING, max_tokens=3, request_id="a")
         assert await asyncio.to_thread(lm.engine.began.wait, 5)
-        second = await h.complete("alpha", "two", sampling=SAMPLING, max_tokens=3, request_id="b")
+        second = await complete(h, "alpha", "two", sampling=SAMPLING, max_tokens=3, request_id="b")
         assert lm.pending == 2
         with pytest.raises(QueueFull) as ei:
-            await h.complete("alpha", "three", sampling=SAMPLING, max_tokens=3, request_id="c")
+            await complete(h, "alpha", "three", sampling=SAMPLING, max_tokens=3, request_id="c")
         assert ei.value.status == 429 and ei.value.retry_after >= 1
         lm.engine.gate.set()
         # the requests already in are not cut to make room
@@ -386,7 +390,7 @@ async def test_queue_full(lib: ModelLibrary) -> None:
         assert (await second.collect()).text == "Hello, world"
         assert lm.engine.begun == ["a", "b"]
         # room again
-        third = await h.complete("alpha", "three", sampling=SAMPLING, max_tokens=1)
+        third = await complete(h, "alpha", "three", sampling=SAMPLING, max_tokens=1)
         assert (await third.collect()).final.finish_reason == "length"
     finally:
         await h.close()
@@ -397,12 +401,12 @@ async def test_jit_disabled_in_hearth(lib: ModelLibrary) -> None:
     h = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions, jit_enabled=lambda: False)
     try:
         with pytest.raises(ModelNotFound):
-            await h.chat("alpha", [ChatMessage("user", "hi")], sampling=SAMPLING, max_tokens=1)
+            await chat(h, "alpha", [ChatMessage("user", "hi")], sampling=SAMPLING, max_tokens=1)
         with pytest.raises(ModelNotFound):
-            await h.complete("nope", "x", sampling=SAMPLING, max_tokens=1)
+            await complete(h, "nope", "x", sampling=SAMPLING, max_tokens=1)
         assert runtime.calls == 0
         await h.load("alpha")
-        gen = await h.complete("alpha", "x", sampling=SAMPLING, max_tokens=1)
+        gen = await complete(h, "alpha", "x", sampling=SAMPLING, max_tokens=1)
         assert (await gen.collect()).text == "Hello"
     finally:
         await h.close()
@@ -412,7 +416,7 @@ async def test_cancelling_a_generation(lib: ModelLibrary) -> None:
     runtime = FakeRuntime(delay=0.0, pieces=None)  # generates forever
     h = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions)
     try:
-        gen = await h.complete("alpha", "go", sampling=SAMPLING, max_tokens=None)
+        gen = await complete(h, "alpha", "go", sampling=SAMPLING, max_tokens=None)
         got = []
         async for d in gen:
             got.append(d)

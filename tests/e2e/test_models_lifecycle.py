@@ -20,8 +20,12 @@ pytestmark = pytest.mark.model
 
 
 def api(base: str, method: str, path: str, body: object | None = None) -> tuple[int, dict]:
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode() if body is not None else None,
-                                 method=method, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        base + path,
+        data=json.dumps(body).encode() if body is not None else None,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status, json.loads(r.read())
@@ -31,7 +35,9 @@ def api(base: str, method: str, path: str, body: object | None = None) -> tuple[
 
 def hearth(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "HEARTH_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], capture_output=True, text=True, env=env, timeout=180
+    )
 
 
 @pytest.fixture
@@ -51,8 +57,12 @@ def test_llama_and_mlx_side_by_side_with_ttl_and_cli(two_runtimes) -> None:  # t
     s, mlx_id = two_runtimes
     c = openai.OpenAI(base_url=s.base_url, api_key="x", max_retries=0, timeout=120)
     # JIT both, with a per-request TTL on the MLX one (Ollama-style duration)
-    c.chat.completions.create(model=s.model_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=3)
-    c.completions.create(model=mlx_id, prompt="hello", max_tokens=3, extra_body={"keep_alive": "1s"})
+    c.chat.completions.create(
+        model=s.model_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=3
+    )
+    c.completions.create(
+        model=mlx_id, prompt="hello", max_tokens=3, extra_body={"keep_alive": "1s"}
+    )
     ps = hearth(s.home, "ps", "--json")
     assert ps.returncode == 0, ps.stderr
     loaded = {m["id"]: m for m in json.loads(ps.stdout)}
@@ -70,24 +80,43 @@ def test_llama_and_mlx_side_by_side_with_ttl_and_cli(two_runtimes) -> None:  # t
     # CLI load with options, pin, unload
     r = hearth(s.home, "load", mlx_id, "--ctx", "256", "--pin", "--json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["context_length"] == 256 and json.loads(r.stdout)["pinned"] is True, r.stdout
+    assert (
+        json.loads(r.stdout)["context_length"] == 256 and json.loads(r.stdout)["pinned"] is True
+    ), r.stdout
     assert hearth(s.home, "unload", mlx_id).returncode == 0
     assert s.service.scheduler.state(mlx_id) == "not-loaded"  # type: ignore[attr-defined]
 
 
-def test_budget_refusal_force_and_eviction_over_http(tmp_path: Path, smollm2_path: Path, embedding_gguf: Path) -> None:
+def test_budget_refusal_force_and_eviction_over_http(
+    tmp_path: Path, smollm2_path: Path, embedding_gguf: Path
+) -> None:
     s = start_served(tmp_path / "h", smollm2_path)
     try:
         emb, _ = s.service.import_model(embedding_gguf)  # type: ignore[attr-defined]
         root = s.root
-        st, est = api(root, "POST", "/api/v1/models/estimate", {"model": s.model_id, "options": {"context_length": 1024}})
+        st, est = api(
+            root,
+            "POST",
+            "/api/v1/models/estimate",
+            {"model": s.model_id, "options": {"context_length": 1024}},
+        )
         assert st == 200 and est["fits"] is True and est["kv_cache"] > 0
-        st, est2 = api(root, "POST", "/api/v1/models/estimate", {"model": s.model_id, "options": {"context_length": 2048}})
+        st, est2 = api(
+            root,
+            "POST",
+            "/api/v1/models/estimate",
+            {"model": s.model_id, "options": {"context_length": 2048}},
+        )
         assert est2["kv_cache"] == 2 * est["kv_cache"]
         # a budget that holds the chat model alone (at the default 2048 context)
         budget = est2["total"] + 10 * 2**20
         s.service.scheduler._budget = lambda: budget  # type: ignore[attr-defined]  # the settings hook
-        st, body = api(root, "POST", "/api/v1/models/load", {"model": s.model_id, "options": {"context_length": 1024}, "pin": True})
+        st, body = api(
+            root,
+            "POST",
+            "/api/v1/models/load",
+            {"model": s.model_id, "options": {"context_length": 1024}, "pin": True},
+        )
         assert st == 200 and body["pinned"] is True
         st, body = api(root, "POST", "/api/v1/models/load", {"model": emb.id})
         assert st == 507 and body["error"]["code"] == "insufficient_memory"
@@ -115,17 +144,29 @@ def test_preset_applies_to_jit_and_bad_options_400(tmp_path: Path, smollm2_path:
     s = start_served(tmp_path / "h", smollm2_path)
     try:
         root = s.root
-        st, body = api(root, "PUT", f"/api/v1/models/{s.model_id}/preset", {"context_length": 768, "ttl": "10m"})
+        st, body = api(
+            root,
+            "PUT",
+            f"/api/v1/models/{s.model_id}/preset",
+            {"context_length": 768, "ttl": "10m"},
+        )
         assert st == 200 and body["preset"] == {"context_length": 768, "ttl": 600.0}
-        assert api(root, "GET", f"/api/v1/models/{s.model_id}/preset")[1]["preset"]["context_length"] == 768
+        assert (
+            api(root, "GET", f"/api/v1/models/{s.model_id}/preset")[1]["preset"]["context_length"]
+            == 768
+        )
         c = openai.OpenAI(base_url=s.base_url, api_key="x", max_retries=0, timeout=120)
-        c.completions.create(model=s.model_id, prompt="Hi", max_tokens=2)  # JIT load uses the preset
+        c.completions.create(
+            model=s.model_id, prompt="Hi", max_tokens=2
+        )  # JIT load uses the preset
         st, ps = api(root, "GET", "/api/v1/ps")
         assert ps["models"][0]["context_length"] == 768 and ps["models"][0]["ttl"] == 600.0
         assert c.models.retrieve(s.model_id).model_dump()["context_length"] == 768
         st, body = api(root, "PUT", f"/api/v1/models/{s.model_id}/preset", {"kv_type": "q3"})
         assert st == 400 and body["error"]["param"] == "options.kv_type"
-        st, body = api(root, "POST", "/api/v1/models/load", {"model": s.model_id, "options": {"warp": 1}})
+        st, body = api(
+            root, "POST", "/api/v1/models/load", {"model": s.model_id, "options": {"warp": 1}}
+        )
         assert st == 400 and body["error"]["param"] == "options.warp"
         st, body = api(root, "POST", "/api/v1/models/load", {"model": "ghost"})
         assert st == 404

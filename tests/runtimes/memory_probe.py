@@ -15,6 +15,7 @@ from pathlib import Path
 async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> None:
     from app.core import fit
     from app.core.library import ModelLibrary
+    from app.core.requests import CompletionRequest, EmbeddingRequest
     from app.core.service import Hearth
     from app.core.types import LoadOptions, SamplingParams
 
@@ -52,7 +53,7 @@ async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> N
     after_load = fit.current_rss()
     if "embeddings" in lm.capabilities:
         n = lm.context_length - 2
-        await h.embed(model.id, [[100 + (i % 1000) for i in range(n)]])
+        await h.embed(EmbeddingRequest(model.id, (tuple(100 + (i % 1000) for i in range(n)),)))
     else:
         words = "the lighthouse keeper watched the sea "
         tokens = lm.tokenize(words * 2000, add_special=True, parse_special=False)[
@@ -60,12 +61,15 @@ async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> N
         ]
 
         async def fill(i: int) -> None:  # a different prompt per sequence: one cache stream each
-            gen = await h.complete(
-                model.id,
-                [tokens[0], 100 + i, *tokens[2:]],
-                sampling=SamplingParams(temperature=0),
-                max_tokens=1,
+            choices = await h.complete(
+                CompletionRequest(
+                    model.id,
+                    ((tokens[0], 100 + i, *tokens[2:]),),
+                    sampling=SamplingParams(temperature=0),
+                    max_tokens=1,
+                )
             )
+            gen = choices.first
             await gen.collect()
 
         await asyncio.gather(*(fill(i) for i in range(parallel)))

@@ -161,7 +161,9 @@ async def test_constraints_compile_on_the_worker_thread_not_the_event_loop(
     lm = await asyncio.to_thread(rt.load, model, LoadOptions(context_length=512))
     try:
         gate = threading.Event()
-        held = lm.worker.run(lambda _cancelled: gate.wait())  # the worker is busy until the test opens the gate
+        held = lm.worker.run(
+            lambda _cancelled: gate.wait()
+        )  # the worker is busy until the test opens the gate
         schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 1000}}}
         check = asyncio.ensure_future(lm.check_constraint(("json_schema", json.dumps(schema))))
         for _ in range(20):

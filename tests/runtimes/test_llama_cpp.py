@@ -18,6 +18,7 @@ from app.runtimes import llama_probe
 from app.runtimes.llama_cpp import LlamaCppRuntime, build_info, physical_cores
 from app.runtimes.llama_probe_child import GATE_ENV
 from tests.conftest import transcript
+from tests.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
 
@@ -95,7 +96,8 @@ async def test_model_without_template_uses_fallback(tmp_path: Path, smollm2_path
     try:
         lm = await h.load(model.id)
         assert lm.chat_template is None
-        gen = await h.chat(
+        gen = await chat(
+            h,
             model.id,
             [ChatMessage("system", "Be brief."), ChatMessage("user", "Hello!")],
             sampling=SamplingParams(temperature=0),
@@ -120,16 +122,20 @@ async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) ->
         await h.load(model.id)
         prompt = "The history of the lighthouse is long and full of storms. " * 170  # ~2,000 tokens
         t0 = time.perf_counter()
-        gen = await h.complete(
-            model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1
+        gen = await complete(
+            h, model.id, prompt, sampling=SamplingParams(temperature=0), max_tokens=1
         )
         _c = await gen.collect()
         text, final = _c.text, _c.final
         full = time.perf_counter() - t0
         assert final.usage is not None and final.usage.prompt_tokens > 1800
         # another prompt (the same one would mostly come from the prompt cache)
-        gen = await h.complete(
-            model.id, "Once more: " + prompt, sampling=SamplingParams(temperature=0), max_tokens=1
+        gen = await complete(
+            h,
+            model.id,
+            "Once more: " + prompt,
+            sampling=SamplingParams(temperature=0),
+            max_tokens=1,
         )
         # a quarter of the way into a prompt as long as the first: under way on any machine
         await asyncio.sleep(full / 4)
@@ -143,8 +149,8 @@ async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) ->
             f"abort took {stopped:.2f}s; the whole prompt takes {full:.2f}s"
         )
         # the model still works afterwards
-        gen = await h.complete(
-            model.id, "Hello", sampling=SamplingParams(temperature=0), max_tokens=3
+        gen = await complete(
+            h, model.id, "Hello", sampling=SamplingParams(temperature=0), max_tokens=3
         )
         _c = await gen.collect()
         text, final = _c.text, _c.final
@@ -158,11 +164,11 @@ async def test_queued_request_cancelled_before_it_runs(tmp_path: Path, smollm2_p
     model, _ = h.import_model(smollm2_path)
     try:
         await h.load(model.id)
-        first = await h.complete(
-            model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60
+        first = await complete(
+            h, model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60
         )
-        second = await h.complete(
-            model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60
+        second = await complete(
+            h, model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60
         )
         second.cancel()
         c1, c2 = await asyncio.gather(first.collect(), second.collect())
@@ -178,7 +184,8 @@ async def test_streamed_text_is_whole_utf8(tmp_path: Path, smollm2_path: Path) -
     model, _ = h.import_model(smollm2_path)
     try:
         await h.load(model.id)
-        gen = await h.complete(
+        gen = await complete(
+            h,
             model.id,
             "日本の首都は東京です。大阪は",
             sampling=SamplingParams(temperature=0),
@@ -201,7 +208,7 @@ async def test_seed_reproducible_and_sampling_params_applied(
         await h.load(model.id)
 
         async def run(prompt: str = "My favourite animal is", **kw: object) -> str:
-            gen = await h.complete(model.id, prompt, sampling=SamplingParams(**kw), max_tokens=24)
+            gen = await complete(h, model.id, prompt, sampling=SamplingParams(**kw), max_tokens=24)
             return (await gen.collect()).text
 
         a = await run(temperature=1.0, seed=42)
@@ -232,12 +239,12 @@ async def _turns(
     conv = [ChatMessage("user", "Tell me about lighthouses, storms and ships. " * 70)]
     out = []
     if cancel_first:  # a prompt cancelled while being processed leaves no half-written cache
-        gen = await h.chat(model_id, conv, sampling=g, max_tokens=5)
+        gen = await chat(h, model_id, conv, sampling=g, max_tokens=5)
         await asyncio.sleep(0.15)
         gen.cancel()
         await gen.collect()
     for turn in range(3):
-        gen = await h.chat(model_id, conv, sampling=g, max_tokens=24, logprobs=2)
+        gen = await chat(h, model_id, conv, sampling=g, max_tokens=24, logprobs=2)
         text, lps, final = await transcript(gen)
         out.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
         conv += [
@@ -284,7 +291,8 @@ async def test_parallel_sequences_decode_together_and_match_solo(
 
     async def answers(h: Hearth, model_id: str, together: bool) -> list[tuple[str, list]]:
         async def one(p: str) -> tuple[str, list]:
-            gen = await h.chat(
+            gen = await chat(
+                h,
                 model_id,
                 [ChatMessage("user", p)],
                 sampling=SamplingParams(temperature=0),
@@ -319,7 +327,7 @@ async def test_parallel_sequences_decode_together_and_match_solo(
         long = "The sea. " * 300
         gens = await asyncio.gather(
             *(
-                h.complete(model.id, long + str(i), sampling=SamplingParams(), max_tokens=8)
+                complete(h, model.id, long + str(i), sampling=SamplingParams(), max_tokens=8)
                 for i in range(4)
             )
         )
@@ -342,7 +350,7 @@ async def test_a_long_prompt_does_not_stall_the_streams_already_running(
     model, _ = h.import_model(smollm2_path)
     try:
         solo_text, solo_lps, _ = await transcript(
-            await h.complete(model.id, long, sampling=g, max_tokens=8, logprobs=1)
+            await complete(h, model.id, long, sampling=g, max_tokens=8, logprobs=1)
         )
     finally:
         await h.close()
@@ -352,7 +360,7 @@ async def test_a_long_prompt_does_not_stall_the_streams_already_running(
     try:
         await h.load(model.id)
         stamps: list[float] = []
-        runner = await h.complete(model.id, "Once upon a time", sampling=g, max_tokens=400)
+        runner = await complete(h, model.id, "Once upon a time", sampling=g, max_tokens=400)
 
         async def run() -> None:
             async for d in runner:
@@ -363,7 +371,7 @@ async def test_a_long_prompt_does_not_stall_the_streams_already_running(
         while len(stamps) < 3:
             await asyncio.sleep(0.01)
         joined = time.perf_counter()
-        gen = await h.complete(model.id, long, sampling=g, max_tokens=8, logprobs=1)
+        gen = await complete(h, model.id, long, sampling=g, max_tokens=8, logprobs=1)
         first: list[float] = []
         text, lps, final = "", [], None
         async for d in gen:

@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from tests.conftest import Served, serving, transcript
+from tests.service_calls import chat, complete
 
 pytest.importorskip("mlx_lm", reason="MLX runtime tests need mlx-lm (and mlx[cpu] on Linux)")
 
@@ -140,8 +141,8 @@ async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
     m, _ = lib.import_path(tiny_mlx)
     h = Hearth(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: LoadOptions(context_length=1024))
     try:
-        gen = await h.complete(
-            m.id, "the", sampling=SamplingParams(temperature=1.0, seed=1), max_tokens=900
+        gen = await complete(
+            h, m.id, "the", sampling=SamplingParams(temperature=1.0, seed=1), max_tokens=900
         )
         n = 0
         async for d in gen:
@@ -161,7 +162,7 @@ async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
                 break
             await asyncio.sleep(0.02)
         assert lm.engine.guide._tokenizer is not None  # type: ignore[attr-defined]
-        gen2 = await h.complete(m.id, "the", sampling=SamplingParams(temperature=0), max_tokens=3)
+        gen2 = await complete(h, m.id, "the", sampling=SamplingParams(temperature=0), max_tokens=3)
         _c = await gen2.collect()
         _, final = _c.text, _c.final
         assert final.finish_reason == "length" and final.usage.completion_tokens == 3
@@ -402,11 +403,11 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
         turns = []
         try:
             if cache == "1":  # a prompt cancelled during prefill leaves nothing half-made
-                gen = await h.chat(m.id, conv, sampling=sampling, max_tokens=3)
+                gen = await chat(h, m.id, conv, sampling=sampling, max_tokens=3)
                 gen.cancel()
                 await gen.collect()
             for turn in range(3):
-                gen = await h.chat(m.id, conv, sampling=sampling, max_tokens=12, logprobs=2)
+                gen = await chat(h, m.id, conv, sampling=sampling, max_tokens=12, logprobs=2)
                 text, lps, final = await transcript(gen)
                 turns.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
                 conv += [
@@ -417,7 +418,7 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
             # window, so the cached history must be shown to them
             ids = [5 + (i * 7) % 300 for i in range(PREFILL_STEP + 40)]
             for prompt in (ids, ids[: PREFILL_STEP + 20] + [9, 8, 7]):
-                gen = await h.complete(m.id, prompt, sampling=sampling, max_tokens=12, logprobs=2)
+                gen = await complete(h, m.id, prompt, sampling=sampling, max_tokens=12, logprobs=2)
                 text, lps, final = await transcript(gen)
                 turns.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
         finally:

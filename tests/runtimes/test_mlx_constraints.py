@@ -173,7 +173,9 @@ async def test_mlx_compiles_constraints_on_its_worker_not_the_loop(tmp_path: Pat
     lm = await asyncio.to_thread(MlxRuntime().load, model, LoadOptions(context_length=256))
     try:
         gate = threading.Event()
-        held = lm.worker.run(lambda _cancelled: gate.wait())  # the worker is busy until the test opens the gate
+        held = lm.worker.run(
+            lambda _cancelled: gate.wait()
+        )  # the worker is busy until the test opens the gate
         schema = {"type": "object", "properties": {"a": {"enum": ["x", "y"]}}}
         check = asyncio.ensure_future(lm.check_constraint(("json_schema", json.dumps(schema))))
         for _ in range(20):

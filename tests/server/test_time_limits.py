@@ -34,9 +34,7 @@ CAT_PROMPT = "The list: cat, cat, cat, cat, cat,"
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[Served]:
-    with serving(
-        tmp_path_factory.mktemp("limits"), smollm2_path, request_timeout_s=LIMIT
-    ) as s:
+    with serving(tmp_path_factory.mktemp("limits"), smollm2_path, request_timeout_s=LIMIT) as s:
         yield s
 
 

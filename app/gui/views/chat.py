@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.generation import Generation
+from app.core.requests import ChatRequest
 from app.core.service import Hearth, ModelStatus
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
@@ -64,7 +65,8 @@ async def stream_answer(
     await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
     if turn.cancelled:
         return Delta(finish_reason="cancelled")
-    gen = await service.chat(model_id, messages, sampling=sampling, max_tokens=max_tokens)
+    req = ChatRequest(model_id, tuple(messages), sampling=sampling, max_tokens=max_tokens)
+    gen = (await service.chat(req)).first
     turn.generation = gen
     if turn.cancelled:
         gen.cancel()

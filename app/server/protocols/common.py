@@ -15,9 +15,9 @@ from app.core.constraints import (
     json_depth,
     schema_json,
 )
-from app.core.service import MAX_EMBED_INPUTS
+from app.core.requests import MAX_EMBED_INPUTS, ToolChoice
 from app.core.tools import Tool
-from app.core.types import ChatMessage, SamplingParams, ToolCall
+from app.core.types import ChatMessage, Constraint, SamplingParams, ToolCall
 from app.errors import InvalidRequest, UnsupportedParameter
 
 MAX_TOKENS_LIMIT = 1 << 20
@@ -187,20 +187,24 @@ def parse_logit_bias(b: Body) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
-def parse_stop(b: Body) -> tuple[str, ...]:
-    v = b.data.get("stop")
+def check_stop(v: Any, param: str) -> tuple[str, ...]:
+    """Stop strings (one string or a list), bounded the same for every protocol."""
     if v is None:
         return ()
     items = [v] if isinstance(v, str) else v
     if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-        raise InvalidRequest("'stop' must be a string or a list of strings", param="stop")
+        raise InvalidRequest(f"'{param}' must be a string or a list of strings", param=param)
     if len(items) > MAX_STOP:
-        raise InvalidRequest(f"'stop' takes at most {MAX_STOP} strings", param="stop")
+        raise InvalidRequest(f"'{param}' takes at most {MAX_STOP} strings", param=param)
     if any(len(s) > MAX_STOP_LEN for s in items):
         raise InvalidRequest(
-            f"each stop string must be at most {MAX_STOP_LEN} characters", param="stop"
+            f"each stop string must be at most {MAX_STOP_LEN} characters", param=param
         )
     return tuple(s for s in items if s)
+
+
+def parse_stop(b: Body) -> tuple[str, ...]:
+    return check_stop(b.data.get("stop"), "stop")
 
 
 def parse_max_tokens(b: Body) -> int | None:
@@ -455,7 +459,7 @@ def parse_logprobs(b: Body, *, chat: bool) -> int | None:
     return b.integer("logprobs", None, lo=0, hi=5)
 
 
-def parse_response_format(b: Body) -> tuple[str, str] | None:
+def parse_response_format(b: Body) -> Constraint | None:
     """`response_format`: text | json_object | json_schema (bounded in size and depth)."""
     rf = b.data.get("response_format")
     if rf is None:
@@ -468,7 +472,7 @@ def parse_response_format(b: Body) -> tuple[str, str] | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return ("json_object", "")
+        return Constraint("json_object")
     if kind != "json_schema":
         raise InvalidRequest(f"unknown response_format type {kind!r}", param="response_format.type")
     js = rf.get("json_schema")
@@ -480,11 +484,11 @@ def parse_response_format(b: Body) -> tuple[str, str] | None:
     return schema_constraint(js.get("schema") or {}, param="response_format.json_schema.schema")
 
 
-def schema_constraint(schema: dict[str, Any], *, param: str) -> tuple[str, str]:
+def schema_constraint(schema: dict[str, Any], *, param: str) -> Constraint:
     """A JSON schema as a ``("json_schema", JSON)`` constraint, through the bounded validator
     (app/core/constraints.py; the runtime compiles it, and answers 400 if it cannot). Shared by
     OpenAI's ``response_format``, Responses' ``text.format`` and Ollama's ``format``."""
-    return ("json_schema", check_schema(schema, param=param))
+    return Constraint("json_schema", check_schema(schema, param=param))
 
 
 MAX_TOOLS = 128
@@ -526,27 +530,60 @@ def check_forced_tools(tools: list[Tool], choice: str, params: list[str]) -> Non
 _OPENAI_PARAMS = "tools[{}].function.parameters"
 
 
+def make_tool(name: Any, description: Any, parameters: Any, *, where: str, params: str) -> Tool:
+    """One tool, whatever protocol described it: a valid name, a text description, and a
+    parameter schema bounded in depth and size (``params`` names the schema in the request)."""
+    if not isinstance(name, str) or not _TOOL_NAME.match(name):
+        raise InvalidRequest(
+            "each tool needs a name of 1-64 letters, digits, '_', '.' or '-'", param=where
+        )
+    if description is not None and not isinstance(description, str):
+        raise InvalidRequest("a tool's description must be a string", param=where)
+    return Tool(name, description or "", tool_parameters(parameters, param=params))
+
+
+def tool_choice(
+    choice: str, tools: list[Tool], params: list[str], *, parallel: bool, param: str
+) -> ToolChoice:
+    """The one tool-choice check of every protocol: ``choice`` is "none" | "auto" | "required"
+    | a tool's name (each adapter maps its own spelling onto these). A forced choice needs
+    tools, a named one must be among them, and the schemas it will enforce are bounded
+    together (``params[i]`` names ``tools[i]``'s schema)."""
+    if choice not in ("none", "auto") and not tools:
+        raise InvalidRequest(f"'{param}' needs tools", param=param)
+    if choice not in ("none", "auto", "required") and choice not in {t.name for t in tools}:
+        raise InvalidRequest(
+            f"'{param}' names '{choice}', which is not one of the tools", param=param
+        )
+    check_forced_tools(tools, choice, params)
+    if choice in ("none", "auto", "required"):
+        return ToolChoice(choice, None, parallel)  # type: ignore[arg-type]
+    return ToolChoice("named", choice, False)  # a named choice is exactly one call
+
+
 def parse_tool_list(raw: Any) -> list[Tool]:
     """``tools``: ``[{"type": "function", "function": {name, description, parameters}}]``, the
     shape OpenAI and Ollama share."""
     tools: list[Tool] = []
     for i, t in enumerate(check_tool_count(raw)):
         fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
-        if (
-            not isinstance(fn, dict)
-            or not isinstance(fn.get("name"), str)
-            or not _TOOL_NAME.match(fn["name"])
-        ):
+        if not isinstance(fn, dict):
             raise InvalidRequest(
                 "each tool needs type function and a valid function name", param=f"tools[{i}]"
             )
-        params = tool_parameters(fn.get("parameters"), param=_OPENAI_PARAMS.format(i))
-        desc = fn.get("description") or ""
-        tools.append(Tool(fn["name"], desc if isinstance(desc, str) else "", params))
+        tools.append(
+            make_tool(
+                fn.get("name"),
+                fn.get("description"),
+                fn.get("parameters"),
+                where=f"tools[{i}]",
+                params=_OPENAI_PARAMS.format(i),
+            )
+        )
     return tools
 
 
-def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
+def parse_tools(b: Body) -> tuple[list[Tool], ToolChoice]:
     """`tools`, `tool_choice` (none/auto/required/{"type":"function","function":{"name"}}) and
     `parallel_tool_calls` (default true)."""
     tools = parse_tool_list(b.data.get("tools"))
@@ -565,10 +602,13 @@ def parse_tools(b: Body) -> tuple[list[Tool], str, bool]:
         choice = fn["name"]
     elif tc is not None:
         raise InvalidRequest("'tool_choice' must be a string or an object", param="tool_choice")
-    if choice not in ("none", "auto") and not tools:
-        raise InvalidRequest("'tool_choice' needs 'tools'", param="tool_choice")
-    check_forced_tools(tools, choice, [_OPENAI_PARAMS.format(i) for i in range(len(tools))])
-    return tools, choice, b.flag("parallel_tool_calls", True)
+    return tools, tool_choice(
+        choice,
+        tools,
+        [_OPENAI_PARAMS.format(i) for i in range(len(tools))],
+        parallel=b.flag("parallel_tool_calls", True),
+        param="tool_choice",
+    )
 
 
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")

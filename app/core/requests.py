@@ -1,0 +1,101 @@
+"""THE internal requests. Every wire API (OpenAI chat and completions, Responses, Anthropic
+Messages, Ollama) is translated into one of these by its protocol adapter, and every runtime
+(in process, or a remote engine) serves them through :class:`app.core.service.Hearth`.
+
+No wire names here: ``max_tokens`` is the generation bound whatever the protocol calls it
+(``max_output_tokens``, ``num_predict``), ``ttl`` is how long the model stays loaded after the
+request (``keep_alive``), a constraint is a :class:`~app.core.types.Constraint`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.core.scheduler import UNSET
+from app.core.tools import Tool
+from app.core.types import ChatMessage, Constraint, SamplingParams
+
+MAX_EMBED_INPUTS = 2048  # inputs in one embedding request, every protocol
+
+ToolMode = Literal["auto", "none", "required", "named"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolChoice:
+    """How the model may use the tools: ``auto`` (it decides), ``none``, ``required`` (at least
+    one call), or ``named`` (exactly one call of ``name``). ``parallel``: several calls in one
+    answer are allowed (a named choice is always one call)."""
+
+    mode: ToolMode = "auto"
+    name: str | None = None
+    parallel: bool = True
+
+    @property
+    def choice(self) -> str:
+        """ "none" | "auto" | "required" | the tool's name (the service's planner reads this)."""
+        return self.name if self.mode == "named" and self.name else self.mode
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A chat generation (``n`` choices of one conversation)."""
+
+    model: str
+    messages: tuple[ChatMessage, ...]
+    sampling: SamplingParams = SamplingParams()
+    max_tokens: int | None = None  # None: until the context is full
+    stop: tuple[str, ...] = ()
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice = ToolChoice()
+    constraint: Constraint | None = None
+    logprobs: int | None = None  # None = off; N = each token's and the N most likely
+    template_vars: dict[str, Any] = field(default_factory=dict)
+    ttl: Any = UNSET  # seconds the model stays loaded after this; None = forever; UNSET = default
+    n: int = 1
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """Raw completions: each prompt (text, or token ids) ``n`` times, in order."""
+
+    model: str
+    prompts: tuple[str | tuple[int, ...], ...]
+    sampling: SamplingParams = SamplingParams()
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    constraint: Constraint | None = None
+    logprobs: int | None = None
+    ttl: Any = UNSET
+    n: int = 1
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequest:
+    """Embed each input (text, or token ids); ``dimensions``: the size the caller expects."""
+
+    model: str
+    inputs: tuple[str | tuple[int, ...], ...]
+    ttl: Any = UNSET
+    dimensions: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RerankRequest:
+    """Score ``documents`` against ``query`` (served by engines that rerank)."""
+
+    model: str
+    query: str
+    documents: tuple[str, ...]
+    top_n: int | None = None
+    ttl: Any = UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class Embeddings:
+    """What :meth:`Hearth.embed` returns: one vector per input, and the tokens they took."""
+
+    vectors: list[list[float]]
+    prompt_tokens: int

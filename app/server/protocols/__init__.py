@@ -1,0 +1,11 @@
+"""One pure translator per wire API (no aiohttp: an import-linter contract checks it)."""
+
+from __future__ import annotations
+
+from app.server.protocols.anthropic import Anthropic
+from app.server.protocols.ollama import Ollama
+from app.server.protocols.openai import OpenAI
+
+OPENAI = OpenAI()
+ANTHROPIC = Anthropic()
+OLLAMA = Ollama()

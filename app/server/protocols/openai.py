@@ -1,0 +1,426 @@
+"""OpenAI chat completions, legacy completions and embeddings: body -> request, deltas -> wire.
+
+Pure translation (no aiohttp): the routes in ``app/server/routes/openai.py`` hand the bodies
+here and write what comes back through the one streaming path.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app import __version__
+from app.core.generation import Completion
+from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Embeddings
+from app.core.types import Delta, TokenLogprob, ToolCallDelta
+from app.errors import HearthError, InvalidRequest
+from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
+from app.server.protocols.common import (
+    MAX_N,
+    Body,
+    StreamOptions,
+    parse_embedding_input,
+    parse_logprobs,
+    parse_max_tokens,
+    parse_messages,
+    parse_prompt,
+    parse_response_format,
+    parse_sampling,
+    parse_stop,
+    parse_stream,
+    parse_template_vars,
+    parse_tools,
+    parse_ttl,
+    reject_pending_features,
+)
+
+FINGERPRINT = f"hearth-{__version__}"
+
+
+class OpenAI(Protocol):
+    name = "openai"
+
+    def error_body(self, err: HearthError) -> dict[str, Any]:
+        return error_body(err)
+
+
+def error_body(err: HearthError) -> dict[str, Any]:
+    return {
+        "error": {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
+    }
+
+
+def model_field(b: Body) -> str:
+    model = b.text("model", required=True)
+    if not model:
+        raise InvalidRequest("'model' must not be empty", param="model")
+    return model
+
+
+# -- parsing -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A request and how the client wants it answered."""
+
+    request: Any  # ChatRequest | CompletionRequest
+    stream: StreamOptions
+
+
+def parse_chat(data: dict[str, Any]) -> Parsed:
+    b = Body(data)
+    model = model_field(b)
+    messages = parse_messages(b)
+    sampling = parse_sampling(b)
+    stop = parse_stop(b)
+    max_tokens = parse_max_tokens(b)
+    so = parse_stream(b)
+    reject_pending_features(b, chat=True)
+    tools, choice = parse_tools(b)
+    req = ChatRequest(
+        model=model,
+        messages=tuple(messages),
+        sampling=sampling,
+        max_tokens=max_tokens,
+        stop=stop,
+        tools=tuple(tools),
+        tool_choice=choice,
+        constraint=parse_response_format(b),
+        logprobs=parse_logprobs(b, chat=True),
+        template_vars=parse_template_vars(b) or {},
+        ttl=parse_ttl(b),
+        n=b.integer("n", 1, lo=1, hi=MAX_N) or 1,
+    )
+    return Parsed(req, so)
+
+
+def parse_completion(data: dict[str, Any]) -> Parsed:
+    b = Body(data)
+    model = model_field(b)
+    prompts = parse_prompt(b)
+    sampling = parse_sampling(b)
+    stop = parse_stop(b)
+    max_tokens = parse_max_tokens(b)
+    if max_tokens is None and not b.has("max_tokens"):
+        max_tokens = 16  # OpenAI's documented default for legacy completions
+    so = parse_stream(b)
+    reject_pending_features(b, chat=False)
+    req = CompletionRequest(
+        model=model,
+        prompts=tuple(p if isinstance(p, str) else tuple(p) for p in prompts),
+        sampling=sampling,
+        max_tokens=max_tokens,
+        stop=stop,
+        # an extension here, as vLLM and llama.cpp take it
+        constraint=parse_response_format(b),
+        logprobs=parse_logprobs(b, chat=False),
+        ttl=parse_ttl(b),
+        n=b.integer("n", 1, lo=1, hi=MAX_N) or 1,
+    )
+    return Parsed(req, so)
+
+
+def parse_embeddings(data: dict[str, Any]) -> tuple[EmbeddingRequest, str]:
+    """The request and its ``encoding_format`` (float | base64)."""
+    b = Body(data)
+    model = model_field(b)
+    inputs = parse_embedding_input(b)
+    fmt = b.text("encoding_format", default="float")
+    if fmt not in ("float", "base64"):
+        raise InvalidRequest(
+            "'encoding_format' must be 'float' or 'base64'", param="encoding_format"
+        )
+    req = EmbeddingRequest(
+        model=model,
+        inputs=tuple(i if isinstance(i, str) else tuple(i) for i in inputs),
+        ttl=parse_ttl(b),
+        dimensions=b.integer("dimensions", None, lo=1, hi=1 << 16),
+    )
+    return req, fmt or "float"
+
+
+# -- rendering ---------------------------------------------------------------------------------
+def usage(finals: Sequence[Delta]) -> dict[str, Any]:
+    """OpenAI's usage object, summed over every generation of the request."""
+    p = c = cached = reasoning = 0
+    for d in finals:
+        if d.usage:
+            p += d.usage.prompt_tokens
+            c += d.usage.completion_tokens
+            cached += d.usage.cached_tokens
+            reasoning += d.usage.reasoning_tokens
+    return {
+        "prompt_tokens": p,
+        "completion_tokens": c,
+        "total_tokens": p + c,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
+    }
+
+
+def chat_logprobs(lps: Sequence[TokenLogprob]) -> dict[str, Any]:
+    """OpenAI's chat shape: content[].token/logprob/bytes/top_logprobs."""
+    return {
+        "content": [
+            {
+                "token": t.token,
+                "logprob": t.logprob,
+                "bytes": list(t.bytes),
+                "top_logprobs": [
+                    {"token": s, "logprob": lp, "bytes": list(bs)} for s, lp, bs in t.top
+                ],
+            }
+            for t in lps
+        ],
+        "refusal": None,
+    }
+
+
+def completion_logprobs(lps: Sequence[TokenLogprob], offset: int = 0) -> dict[str, Any]:
+    """The legacy completions shape: parallel arrays and text offsets."""
+    offsets = []
+    pos = offset
+    for t in lps:
+        offsets.append(pos)
+        pos += len(t.token)
+    return {
+        "tokens": [t.token for t in lps],
+        "token_logprobs": [t.logprob for t in lps],
+        "top_logprobs": [{s: lp for s, lp, _ in t.top} for t in lps],
+        "text_offset": offsets,
+    }
+
+
+def _reasoning_fields(ctx: Context, text: str) -> dict[str, str]:
+    """reasoning_content (DeepSeek's name, read by most clients), and `reasoning` if asked."""
+    if not text:
+        return {}
+    out = {"reasoning_content": text}
+    if ctx.reasoning_also:
+        out["reasoning"] = text
+    return out
+
+
+def _timings(finals: Sequence[Delta]) -> dict[str, Any] | None:
+    return finals[0].timings.as_dict() if finals and finals[0].timings else None
+
+
+def chat_response(req: ChatRequest, results: Sequence[Completion], ctx: Context) -> dict[str, Any]:
+    finals = [r.final for r in results]
+    return {
+        "id": "chatcmpl-" + ctx.id,
+        "object": "chat.completion",
+        "created": int(ctx.created),
+        "model": ctx.model,
+        "system_fingerprint": FINGERPRINT,
+        "choices": [
+            {
+                "index": i,
+                "message": {
+                    "role": "assistant",
+                    # content is null when the answer is only tool calls
+                    "content": None if r.tool_calls and not r.text.strip() else r.text,
+                    "refusal": None,
+                    **_reasoning_fields(ctx, r.reasoning),
+                    **(
+                        {
+                            "tool_calls": [
+                                {
+                                    "id": c.id,
+                                    "type": "function",
+                                    "function": {"name": c.name, "arguments": c.arguments},
+                                }
+                                for c in r.tool_calls
+                            ]
+                        }
+                        if r.tool_calls
+                        else {}
+                    ),
+                },
+                "logprobs": chat_logprobs(r.logprobs) if req.logprobs is not None else None,
+                "finish_reason": r.final.finish_reason,
+            }
+            for i, r in enumerate(results)
+        ],
+        "usage": usage(finals),
+        "timings": _timings(finals),
+    }
+
+
+def _tool_call_delta(tc: ToolCallDelta) -> dict[str, Any]:
+    """First delta of an index: id, type, name and empty arguments; later: index + fragment."""
+    if tc.id is not None:
+        return {
+            "index": tc.index,
+            "id": tc.id,
+            "type": "function",
+            "function": {"name": tc.name, "arguments": ""},
+        }
+    return {"index": tc.index, "function": {"arguments": tc.arguments}}
+
+
+class ChatStream(StreamRenderer):
+    """``chat.completion.chunk`` events; choices one after the other, each with its index."""
+
+    def __init__(self, req: ChatRequest, so: StreamOptions, ctx: Context) -> None:
+        self.ctx = ctx
+        self.include_usage = so.include_usage
+        self.base = {
+            "id": "chatcmpl-" + ctx.id,
+            "object": "chat.completion.chunk",
+            "created": int(ctx.created),
+            "model": ctx.model,
+            "system_fingerprint": FINGERPRINT,
+        }
+        self.extra = {"usage": None} if so.include_usage else {}
+        self.begun: set[int] = set()
+
+    def _chunk(
+        self,
+        i: int,
+        delta: dict[str, Any],
+        finish: str | None = None,
+        lps: Sequence[TokenLogprob] = (),
+    ) -> Frame:
+        lp = chat_logprobs(lps) if lps else None
+        return Frame(
+            {
+                **self.base,
+                "choices": [{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}],
+                **self.extra,
+            }
+        )
+
+    def _begin(self, i: int) -> list[Frame]:
+        if i in self.begun:
+            return []
+        self.begun.add(i)
+        return [self._chunk(i, {"role": "assistant", "content": ""})]
+
+    def delta(self, i: int, d: Delta) -> list[Frame]:
+        out = self._begin(i)
+        if d.reasoning:
+            out.append(self._chunk(i, _reasoning_fields(self.ctx, d.reasoning)))
+        if d.text or d.logprobs:
+            out.append(self._chunk(i, {"content": d.text}, lps=d.logprobs))
+        if d.tool_calls:
+            out.append(self._chunk(i, {"tool_calls": [_tool_call_delta(t) for t in d.tool_calls]}))
+        return out
+
+    def end_choice(self, i: int, final: Delta) -> list[Frame]:
+        return [*self._begin(i), self._chunk(i, {}, final.finish_reason)]
+
+    def close(self, finals: Sequence[Delta]) -> list[Frame]:
+        out = []
+        if self.include_usage:
+            chunk: dict[str, Any] = {**self.base, "choices": [], "usage": usage(finals)}
+            timings = _timings(finals)
+            if timings:
+                chunk["timings"] = timings
+            out.append(Frame(chunk))
+        out.append(Frame("[DONE]"))
+        return out
+
+    def error(self, err: HearthError) -> list[Frame]:
+        # the one error event a broken stream gets; never [DONE] after it
+        return [Frame(error_body(err))]
+
+
+def completion_response(
+    req: CompletionRequest, results: Sequence[Completion], ctx: Context
+) -> dict[str, Any]:
+    finals = [r.final for r in results]
+    return {
+        "id": "cmpl-" + ctx.id,
+        "object": "text_completion",
+        "created": int(ctx.created),
+        "model": ctx.model,
+        "system_fingerprint": FINGERPRINT,
+        "choices": [
+            {
+                "index": i,
+                "text": r.text,
+                "logprobs": completion_logprobs(r.logprobs) if req.logprobs is not None else None,
+                "finish_reason": r.final.finish_reason,
+            }
+            for i, r in enumerate(results)
+        ],
+        "usage": usage(finals),
+    }
+
+
+class CompletionStream(StreamRenderer):
+    """``text_completion`` events, choice after choice (prompt k // n, sample k % n)."""
+
+    def __init__(self, req: CompletionRequest, so: StreamOptions, ctx: Context) -> None:
+        self.logprobs = req.logprobs is not None
+        self.include_usage = so.include_usage
+        self.base = {
+            "id": "cmpl-" + ctx.id,
+            "object": "text_completion",
+            "created": int(ctx.created),
+            "model": ctx.model,
+            "system_fingerprint": FINGERPRINT,
+        }
+        self.extra = {"usage": None} if so.include_usage else {}
+        self.offset: dict[int, int] = {}
+
+    def _event(self, i: int, text: str, lp: Any, finish: str | None) -> Frame:
+        return Frame(
+            {
+                **self.base,
+                "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}],
+                **self.extra,
+            }
+        )
+
+    def delta(self, i: int, d: Delta) -> list[Frame]:
+        if not (d.text or d.logprobs):
+            return []
+        offset = self.offset.get(i, 0)
+        lp = completion_logprobs(d.logprobs, offset) if self.logprobs else None
+        self.offset[i] = offset + sum(len(t.token) for t in d.logprobs)
+        return [self._event(i, d.text, lp, None)]
+
+    def end_choice(self, i: int, final: Delta) -> list[Frame]:
+        return [self._event(i, "", None, final.finish_reason)]
+
+    def close(self, finals: Sequence[Delta]) -> list[Frame]:
+        out = []
+        if self.include_usage:
+            out.append(
+                Frame(
+                    {
+                        **self.base,
+                        "choices": [],
+                        "usage": usage(finals),
+                        "timings": _timings(finals[-1:]),
+                    }
+                )
+            )
+        out.append(Frame("[DONE]"))
+        return out
+
+    def error(self, err: HearthError) -> list[Frame]:
+        return [Frame(error_body(err))]
+
+
+def embeddings_response(
+    req: EmbeddingRequest, result: Embeddings, fmt: str, model: str
+) -> dict[str, Any]:
+    """The embeddings list (base64: little-endian float32, as OpenAI's SDK decodes it)."""
+    data = []
+    for i, v in enumerate(result.vectors):
+        emb: Any = v
+        if fmt == "base64":
+            emb = base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode()
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    n = result.prompt_tokens
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": n, "total_tokens": n},
+    }

@@ -1,0 +1,165 @@
+"""OpenAI-compatible routes: /v1/models, /v1/chat/completions, /v1/completions,
+/v1/embeddings, llama.cpp-style /tokenize and /detokenize, /health."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from app import __version__
+from app.core.service import Hearth, ModelStatus
+from app.errors import InvalidRequest
+from app.server.body import large_json_response, read_json_body
+from app.server.protocols import OPENAI
+from app.server.protocols import openai as wire
+from app.server.protocols.base import Context
+from app.server.protocols.common import MAX_PIECES, Body, parse_tokenize_content
+from app.server.routes import ProtocolRoutes
+from app.server.state import REQUEST_LOG, SERVICE, STATE
+from app.server.streaming import respond
+
+routes = ProtocolRoutes(OPENAI)
+
+
+def model_object(st: ModelStatus) -> dict[str, object]:
+    m = st.model
+    return {
+        "id": m.id,
+        "object": "model",
+        "created": int(m.added_at),
+        "owned_by": "hearth",
+        "state": st.state,
+        "format": m.format,
+        "runtime": st.runtime,
+        "architecture": m.architecture,
+        "quantization": m.quantization,
+        "context_length": st.context_length or m.context_length,
+        "max_context_length": m.context_length,
+        "size_bytes": m.size_bytes,
+        "memory_bytes": st.memory_bytes,
+        "capabilities": ["embeddings"] if m.extra.get("embedding") else ["completion", "chat"],
+    }
+
+
+@routes.get("/health")
+async def health(request: web.Request) -> web.Response:
+    sched = request.app[SERVICE].scheduler
+    return web.json_response(
+        {
+            "status": "ok",
+            "version": __version__,
+            "loaded": [i.model_id for i in sched.loaded()],
+            "loading": sched.loading(),
+        }
+    )
+
+
+@routes.get("/v1/models")
+async def list_models(request: web.Request) -> web.Response:
+    data = [model_object(s) for s in request.app[SERVICE].models()]
+    return web.json_response({"object": "list", "data": data})
+
+
+@routes.get("/v1/models/{model_id:.+}")
+async def get_model(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    return web.json_response(model_object(service.model_status(request.match_info["model_id"])))
+
+
+def _context(request: web.Request, model: str) -> Context:
+    return Context(model, reasoning_also=request.app[STATE].settings.reasoning_field_also)
+
+
+@routes.post("/v1/chat/completions")
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    parsed = wire.parse_chat(await read_json_body(request))
+    req = parsed.request
+    request[REQUEST_LOG]["model"] = req.model
+    # everything that can fail (404, context overflow, queue full) fails here, before headers
+    choices = await request.app[SERVICE].chat(req)
+    ctx = _context(request, req.model)
+    return await respond(
+        request,
+        choices,
+        stream=parsed.stream.stream,
+        model=req.model,
+        whole=lambda results: wire.chat_response(req, results, ctx),
+        renderer=lambda: wire.ChatStream(req, parsed.stream, ctx),
+    )
+
+
+@routes.post("/v1/completions")
+async def completions(request: web.Request) -> web.StreamResponse:
+    parsed = wire.parse_completion(await read_json_body(request))
+    req = parsed.request
+    request[REQUEST_LOG]["model"] = req.model
+    choices = await request.app[SERVICE].complete(req)
+    ctx = _context(request, req.model)
+    return await respond(
+        request,
+        choices,
+        stream=parsed.stream.stream,
+        model=req.model,
+        whole=lambda results: wire.completion_response(req, results, ctx),
+        renderer=lambda: wire.CompletionStream(req, parsed.stream, ctx),
+    )
+
+
+@routes.post("/v1/embeddings")
+async def embeddings(request: web.Request) -> web.Response:
+    req, fmt = wire.parse_embeddings(await read_json_body(request))
+    request[REQUEST_LOG]["model"] = req.model
+    result = await request.app[SERVICE].embed(req)
+    request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
+    # ~1 s for 2,048 vectors: built and encoded off the event loop
+    body = await asyncio.to_thread(wire.embeddings_response, req, result, fmt, req.model)
+    return await large_json_response(body)
+
+
+@routes.post("/tokenize")
+async def tokenize(request: web.Request) -> web.Response:
+    """llama.cpp-style: {"model", "content", "add_special": false, "with_pieces": false}."""
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model = wire.model_field(b)
+    content = parse_tokenize_content(b)
+    with_pieces = b.flag("with_pieces")
+    async with service.using(model) as lm:
+        tokens = await asyncio.to_thread(
+            lm.tokenize,
+            content,
+            add_special=b.flag("add_special"),
+            parse_special=b.flag("parse_special", True),
+        )
+        if with_pieces:
+            if len(tokens) > MAX_PIECES:
+                raise InvalidRequest(
+                    f"'with_pieces' answers at most {MAX_PIECES} tokens; this text has "
+                    f"{len(tokens)} (ask without pieces, or split the text)",
+                    param="with_pieces",
+                )
+            pieces = await asyncio.to_thread(lm.token_pieces, tokens)
+            return web.json_response(
+                {"tokens": [{"id": t, "piece": p} for t, p in zip(tokens, pieces, strict=True)]}
+            )
+    return web.json_response({"tokens": tokens})
+
+
+@routes.post("/detokenize")
+async def detokenize(request: web.Request) -> web.Response:
+    """llama.cpp-style: {"model", "tokens": [ids]} -> {"content"}."""
+    service: Hearth = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    model = wire.model_field(b)
+    tokens = b.data.get("tokens")
+    if not isinstance(tokens, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in tokens
+    ):
+        raise InvalidRequest("'tokens' must be an array of token ids", param="tokens")
+    async with service.using(model) as lm:
+        vocab = int(lm.special_tokens.get("n_vocab") or 0)
+        if vocab and any(not 0 <= t < vocab for t in tokens):
+            raise InvalidRequest(f"token ids must be in [0, {vocab})", param="tokens")
+        content = await asyncio.to_thread(lm.detokenize, tokens)
+    return web.json_response({"content": content})
