@@ -504,7 +504,7 @@ class ToolSetup:
     family: str = "hermes"
     active: bool = False
     template_tools: list[dict[str, Any]] | None = None
-    constraint: tuple[str, str] | None = None
+    constraint: Constraint | None = None
 
     @classmethod
     def plan(

@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from aiohttp import web
 
 from app import __version__
+from app.core.generation import Choices, Completion
 from app.core.service import Hearth, ModelStatus
 from app.errors import InvalidRequest
 from app.server.body import large_json_response, read_json_body
 from app.server.protocols import OPENAI
 from app.server.protocols import openai as wire
-from app.server.protocols.base import Context
-from app.server.protocols.common import MAX_PIECES, Body, parse_tokenize_content
+from app.server.protocols.base import Context, StreamRenderer
+from app.server.protocols.common import MAX_PIECES, Body, StreamOptions, parse_tokenize_content
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE, STATE
 from app.server.streaming import respond
@@ -67,42 +70,42 @@ async def get_model(request: web.Request) -> web.Response:
     return web.json_response(model_object(service.model_status(request.match_info["model_id"])))
 
 
-def _context(request: web.Request, model: str) -> Context:
-    return Context(model, reasoning_also=request.app[STATE].settings.reasoning_field_also)
+async def _generate(
+    request: web.Request,
+    parsed: wire.Parsed,
+    start: Callable[[Any], Awaitable[Choices]],
+    whole: Callable[[Any, Sequence[Completion], Context], dict[str, Any]],
+    stream: Callable[[Any, StreamOptions, Context], StreamRenderer],
+) -> web.StreamResponse:
+    """Start the request's generations (everything that can fail — 404, context overflow,
+    queue full — fails here, before headers) and answer through the one streaming path."""
+    req = parsed.request
+    request[REQUEST_LOG]["model"] = req.model
+    choices = await start(req)
+    ctx = Context(req.model, reasoning_also=request.app[STATE].settings.reasoning_field_also)
+    return await respond(
+        request,
+        choices,
+        stream=parsed.stream.stream,
+        model=req.model,
+        whole=lambda results: whole(req, results, ctx),
+        renderer=lambda: stream(req, parsed.stream, ctx),
+    )
 
 
 @routes.post("/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     parsed = wire.parse_chat(await read_json_body(request))
-    req = parsed.request
-    request[REQUEST_LOG]["model"] = req.model
-    # everything that can fail (404, context overflow, queue full) fails here, before headers
-    choices = await request.app[SERVICE].chat(req)
-    ctx = _context(request, req.model)
-    return await respond(
-        request,
-        choices,
-        stream=parsed.stream.stream,
-        model=req.model,
-        whole=lambda results: wire.chat_response(req, results, ctx),
-        renderer=lambda: wire.ChatStream(req, parsed.stream, ctx),
-    )
+    service = request.app[SERVICE]
+    return await _generate(request, parsed, service.chat, wire.chat_response, wire.ChatStream)
 
 
 @routes.post("/v1/completions")
 async def completions(request: web.Request) -> web.StreamResponse:
     parsed = wire.parse_completion(await read_json_body(request))
-    req = parsed.request
-    request[REQUEST_LOG]["model"] = req.model
-    choices = await request.app[SERVICE].complete(req)
-    ctx = _context(request, req.model)
-    return await respond(
-        request,
-        choices,
-        stream=parsed.stream.stream,
-        model=req.model,
-        whole=lambda results: wire.completion_response(req, results, ctx),
-        renderer=lambda: wire.CompletionStream(req, parsed.stream, ctx),
+    service = request.app[SERVICE]
+    return await _generate(
+        request, parsed, service.complete, wire.completion_response, wire.CompletionStream
     )
 
 
