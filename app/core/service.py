@@ -32,6 +32,7 @@ from app.core.tools import (
 )
 from app.core.types import (
     ChatMessage,
+    Constraint,
     GenerationRequest,
     LoadedModel,
     LoadOptions,
@@ -365,7 +366,11 @@ class Hearth:
             logprobs=logprobs,
             constraint=constraint,
         )
-        parser = ToolCallParser(call.family) if call is not None and call.active else None
+        parser = (
+            ToolCallParser(call.family, max_calls=call.max_calls)
+            if call is not None and call.active
+            else None
+        )
         return Generation(model_id, len(tokens), lm.submit(req), splitter, parser)
 
     async def complete(
@@ -504,7 +509,8 @@ class ToolSetup:
     family: str = "hermes"
     active: bool = False
     template_tools: list[dict[str, Any]] | None = None
-    constraint: tuple[str, str] | None = None
+    constraint: Constraint | None = None
+    max_calls: int | None = None  # the generation ends once this many calls are out
 
     @classmethod
     def plan(
@@ -534,21 +540,24 @@ class ToolSetup:
         family = str(
             preset.get("tool_format") or (detect_family(lm.chat_template) if native else "hermes")
         )
-        constraint = None
+        constraint, max_calls = None, None
         if tool_choice != "auto":
             # forced: a grammar makes the output a well-formed call of an allowed tool, written
-            # in the hermes form that the parser below reads back
+            # in the hermes form that the parser below reads back; a named choice is one call
             family = "hermes"
-            constraint = tool_call_constraint(list(tools), parallel=parallel)
+            single = tool_choice != "required" or not parallel
+            constraint = tool_call_constraint(list(tools), parallel=not single)
+            max_calls = 1 if single else None
         if native:
-            return cls(messages, family, True, [t.as_openai() for t in tools], constraint)
+            tools_json = [t.as_openai() for t in tools]
+            return cls(messages, family, True, tools_json, constraint, max_calls)
         prompt = generic_tool_prompt(list(tools))
         history = _plain_history(messages)
         if history and history[0].role == "system":
             history = [ChatMessage("system", history[0].content + "\n\n" + prompt), *history[1:]]
         else:
             history = [ChatMessage("system", prompt), *history]
-        return cls(history, family, True, None, constraint)
+        return cls(history, family, True, None, constraint, max_calls)
 
 
 def _plain_history(messages: Sequence[ChatMessage]) -> list[ChatMessage]:

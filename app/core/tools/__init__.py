@@ -4,7 +4,6 @@ incremental JSON scanner under them (scanner)."""
 
 from __future__ import annotations
 
-from app.core.tools.formats import parse_block
 from app.core.tools.parser import ParseEvent, StartedCall, ToolCallParser
 from app.core.tools.spec import (
     FAMILIES,
@@ -15,6 +14,7 @@ from app.core.tools.spec import (
     template_handles_tools,
     tool_call_constraint,
 )
+from app.core.tools.whole import parse_block
 
 __all__ = [
     "FAMILIES",

@@ -1,6 +1,6 @@
-"""The call blocks of each family's format, parsed as they stream (:class:`JsonCalls` for hermes,
-mistral and llama3; :class:`HeaderCall` for harmony and deepseek; :class:`XmlCall` for qwen3coder),
-and :func:`parse_block` for a whole block."""
+"""The call blocks of each family's format, parsed as they stream: :class:`JsonCalls` for hermes,
+mistral and llama3, :class:`HeaderCall` for harmony and deepseek, :class:`XmlCall` for qwen3coder.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import logging
 import re
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from app.core import jsonsafe
 from app.core.tools.scanner import AFTER, BAD, MORE, WS, ArgsValue, JsonScanner, StringDecoder
+from app.core.tools.whole import parse_block, typed_value
 
 if TYPE_CHECKING:
     from app.core.tools.parser import ParseEvent, StartedCall, ToolCallParser
@@ -102,7 +102,10 @@ class JsonCalls(Block):
             except ValueError:
                 return False
             for name, args in parsed:
+                if self.parser.exhausted:
+                    break
                 self.parser.add_fragment(self.parser.start_call(name, ev), args, ev)
+                self.parser.end_call()
             return True
         if self._call is not None:
             self._finish(self._call, ev)
@@ -157,6 +160,8 @@ class JsonCalls(Block):
         return self._end_object(ev) if ch == "}" else self._bad(ev)
 
     def _top(self, ch: str) -> int | None:
+        if self.parser.exhausted:  # no call after the last allowed one, even in this block
+            return OVER
         if ch in ";," or ch in WS:
             self.leftover += ch  # between calls; text again if no call follows
             return None
@@ -200,6 +205,7 @@ class JsonCalls(Block):
     def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
         self._drain(ev)
         self.parser.add_fragment(call, self._args.closing(), ev)
+        self.parser.end_call()
         self._new_object()
 
     def _end_object(self, ev: ParseEvent) -> int | None:
@@ -282,6 +288,7 @@ class HeaderCall(OneCall):
 
     def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
         self.parser.add_fragment(call, self._args.take() + self._args.closing(), ev)
+        self.parser.end_call()
         self._done = True
 
 
@@ -310,7 +317,7 @@ class XmlCall(OneCall):
         end = self.raw.find("</function>", self._pos)
         stop = len(self.raw) if end == -1 else end
         while p := self._PARAMETER.search(self.raw, self._pos, stop):
-            value = json.dumps(_typed(p.group(2).strip("\n")), ensure_ascii=False)
+            value = json.dumps(typed_value(p.group(2).strip("\n")), ensure_ascii=False)
             sep = ", " if self._params else "{"
             self.parser.add_fragment(call, f"{sep}{json.dumps(p.group(1))}: {value}", ev)
             self._params += 1
@@ -321,70 +328,8 @@ class XmlCall(OneCall):
 
     def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
         self.parser.add_fragment(call, "}" if self._params else "{}", ev)
+        self.parser.end_call()
         self._done = True
-
-
-def _typed(v: str) -> Any:
-    try:
-        return jsonsafe.loads(v)
-    except ValueError:
-        return v
-
-
-def _args(v: Any) -> str:
-    return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
-
-
-def _json_calls(obj: Any) -> list[tuple[str, str]]:
-    items = obj if isinstance(obj, list) else [obj]
-    out = []
-    for it in items:
-        if not isinstance(it, dict) or not isinstance(it.get("name"), str):
-            raise ValueError("not a call")
-        args = it.get("arguments", it.get("parameters", {}))
-        out.append((it["name"], _args(args)))
-    return out
-
-
-def parse_block(family: str, block: str) -> list[tuple[str, str]]:
-    """(name, arguments JSON) for each call in one block of ``family``'s format."""
-    b = block.strip()
-    if family in ("hermes", "mistral", "llama3"):
-        if family == "llama3" and not b.startswith(("{", "[")):
-            # <|python_tag|>name.call(key="value") is the built-in tool form; keep JSON only
-            m = re.fullmatch(r"([\w.]+)\((.*)\)", b, re.S)
-            if not m:
-                raise ValueError("unrecognized llama3 call")
-            kwargs = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', m.group(2)))
-            return [(m.group(1), json.dumps(kwargs))]
-        calls: list[tuple[str, str]] = []
-        pos = 0
-        while pos < len(b):  # several objects may follow each other (llama3 parallel calls)
-            obj, end = jsonsafe.raw_decode(b, pos)
-            calls.extend(_json_calls(obj))
-            pos = end
-            while pos < len(b) and b[pos] in " \n\t;,":
-                pos += 1
-        return calls
-    if family == "qwen3coder":
-        m = re.search(r"<function=([^>\s]+)>(.*?)</function>", b, re.S)
-        if not m:
-            raise ValueError("no function")
-        params = {}
-        for k, v in re.findall(r"<parameter=([^>\s]+)>(.*?)</parameter>", m.group(2), re.S):
-            params[k] = _typed(v.strip("\n"))
-        return [(m.group(1), json.dumps(params, ensure_ascii=False))]
-    if family == "harmony":
-        m = re.match(r"([\w.-]+)\s*(?:<\|constrain\|>\s*json)?\s*<\|message\|>(.*)", b, re.S)
-        if not m:
-            raise ValueError("no harmony call")
-        return [(m.group(1), _args(jsonsafe.loads(m.group(2))))]
-    if family == "deepseek":
-        m = re.match(r"(?:function)?<｜tool▁sep｜>([^\n]+)\n```(?:json)?\n(.*?)\n```", b, re.S)
-        if not m:
-            raise ValueError("no deepseek call")
-        return [(m.group(1).strip(), _args(jsonsafe.loads(m.group(2))))]
-    raise ValueError(f"unknown family {family}")
 
 
 def open_block(parser: ToolCallParser, opener: str) -> Block:

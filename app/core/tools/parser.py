@@ -26,7 +26,8 @@ class StartedCall:
 class ParseEvent:
     """What the parser found in a piece of streamed text."""
 
-    text: str = ""
+    text: str = ""  # text outside calls, before the first call started
+    trailing: str = ""  # text outside calls once a call started (all of it past the last allowed)
     started: list[StartedCall] = field(default_factory=list)  # new calls: id/name, no arguments yet
     arguments: list[tuple[int, str]] = field(default_factory=list)  # (index, fragment)
 
@@ -64,15 +65,26 @@ class ToolCallParser:
       with what was streamed: the fragments are completed into a valid object (open strings and
       containers closed; ``{}`` when nothing was sent) and the rest of the block is dropped. In
       formats without an end marker (mistral, llama3) the block ends there and the rest is text.
+
+    Text outside calls goes to ``ParseEvent.text`` until the first call starts and to
+    ``ParseEvent.trailing`` after. With ``max_calls``, once that many calls are closed the parser
+    is ``exhausted``: no further call starts and everything after is trailing.
     """
 
-    def __init__(self, family: str) -> None:
+    def __init__(self, family: str, *, max_calls: int | None = None) -> None:
         self.family = family if family in FAMILIES else "hermes"
         self.start, self.end = BLOCKS[self.family]
+        self.max_calls = max_calls
         self._buf = ""
         self._block: Block | None = None
         self.calls: list[StartedCall] = []
+        self.closed = 0  # calls whose arguments are complete
         self._answer_started = False
+
+    @property
+    def exhausted(self) -> bool:
+        """The last allowed call is closed: nothing more can be a call."""
+        return self.max_calls is not None and self.closed >= self.max_calls
 
     def feed(self, text: str) -> ParseEvent:
         ev = ParseEvent()
@@ -87,6 +99,10 @@ class ToolCallParser:
 
     def _run(self, ev: ParseEvent, *, final: bool) -> None:
         while True:
+            if self.exhausted:
+                ev.trailing += self._buf
+                self._buf, self._block = "", None
+                return
             block = self._block
             if not (self._text(ev, final) if block is None else self._in_block(block, ev, final)):
                 return
@@ -124,6 +140,9 @@ class ToolCallParser:
             hold = 0 if final else _partial(buf, self.end)
             chunk, rest = buf[: len(buf) - hold], buf[len(buf) - hold :]
         status, used = block.feed(chunk, ev) if chunk else (FED, 0)
+        if self.exhausted:  # the rest of the block, its end marker included, is past the limit
+            self._buf = block.leftover + chunk[used:] + marker + rest
+            return True
         if status == NOT_A_CALL:
             self._block = None
             self._say(block.opener + block.raw, ev)
@@ -149,7 +168,10 @@ class ToolCallParser:
         self._block = open_block(self, opener)
 
     def _say(self, text: str, ev: ParseEvent) -> None:
-        ev.text += text
+        if self.calls:
+            ev.trailing += text
+        else:
+            ev.text += text
         self._answer_started = self._answer_started or bool(text.strip())
 
     def start_call(self, name: str, ev: ParseEvent) -> StartedCall:
@@ -158,6 +180,10 @@ class ToolCallParser:
         self.calls.append(call)
         ev.started.append(StartedCall(call.index, call.id, call.name))
         return call
+
+    def end_call(self) -> None:
+        """(for blocks) The call last started has its complete arguments."""
+        self.closed += 1
 
     @staticmethod
     def add_fragment(call: StartedCall, text: str, ev: ParseEvent) -> None:
