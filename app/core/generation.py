@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from app.core.reasoning import HarmonySplitter, ReasoningSplitter
-from app.core.tools import ToolCallParser
-from app.core.types import Delta, GenerationStream, TokenLogprob, ToolCall, ToolCallDelta
+from app.core.tools import ParseEvent, ToolCallParser
+from app.core.types import Delta, GenerationStream, TokenLogprob, ToolCall, ToolCallDelta, Usage
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -67,10 +70,14 @@ class Generation:
 
     async def _split(self) -> AsyncIterator[Delta]:
         """Moves ``<think>`` text to ``Delta.reasoning`` (counting its tokens) and tool-call
-        blocks to ``Delta.tool_calls``."""
+        blocks to ``Delta.tool_calls``. Text outside calls after the first call is dropped; once
+        the parser's last allowed call is closed, the runtime is stopped and the generation ends
+        there with finish_reason "tool_calls"."""
         splitter, parser = self._reasoning, self._tools
-        reasoning_tokens = 0
-        async for d in self._stream:
+        reasoning_tokens = completion_tokens = 0
+        deltas = aiter(self._stream)  # one iterator: the tail is drained from it after a stop
+        async for d in deltas:
+            completion_tokens += d.token_count
             final = d.finish_reason is not None
             r, a = "", d.text
             if splitter is not None:
@@ -82,27 +89,36 @@ class Generation:
                     reasoning_tokens += d.token_count
             calls: tuple[ToolCallDelta, ...] = ()
             if parser is not None:
-                ev = parser.feed(a)
-                if final:
-                    tail = parser.flush()
-                    ev.text += tail.text
-                    ev.started += tail.started
-                    ev.arguments += tail.arguments
+                ev = _parse(parser, a, final)
                 a = ev.text
                 calls = tuple(ToolCallDelta(c.index, c.id, c.name) for c in ev.started) + tuple(
                     ToolCallDelta(i, arguments=frag) for i, frag in ev.arguments if frag
                 )
+                if parser.exhausted and not final:
+                    # the last allowed call is out: stop the runtime, and take the usage it
+                    # counted (cached tokens, timings) from its final delta when it sends one
+                    self._stream.cancel()
+                    end = await _drain(deltas)
+                    d = replace(
+                        d,
+                        finish_reason="tool_calls",
+                        usage=(end and end.usage) or Usage(self.prompt_tokens, completion_tokens),
+                        timings=end.timings if end is not None else None,
+                    )
+                    final = True
             if final:
                 usage = d.usage
                 if usage is not None:
                     usage = replace(usage, reasoning_tokens=reasoning_tokens)
                 reason = d.finish_reason
-                if parser is not None and parser.calls and reason == "stop":
-                    reason = "tool_calls"
+                if parser is not None and parser.calls:
+                    if reason == "stop" or parser.exhausted and reason == "length":
+                        reason = "tool_calls"
                 yield replace(
                     d, text=a, reasoning=r, usage=usage, tool_calls=calls, finish_reason=reason
                 )
-            elif r or a or d.logprobs or calls:
+                return
+            if r or a or d.logprobs or calls:
                 yield replace(d, text=a, reasoning=r, tool_calls=calls)
 
     def cancel(self) -> None:
@@ -119,6 +135,28 @@ class Generation:
         finally:
             self.cancel()  # no-op when finished; frees the slot if we were cancelled
         return out
+
+
+def _parse(parser: ToolCallParser, text: str, final: bool) -> ParseEvent:
+    """Feed ``text`` (and flush at the end); text after the first call is not content."""
+    ev = parser.feed(text)
+    if final:
+        tail = parser.flush()
+        ev.text += tail.text
+        ev.trailing += tail.trailing
+        ev.started += tail.started
+        ev.arguments += tail.arguments
+    if ev.trailing:
+        log.debug("dropped %d characters of text after tool calls", len(ev.trailing))
+    return ev
+
+
+async def _drain(deltas: AsyncIterator[Delta]) -> Delta | None:
+    """Read a stopped stream to its end: its final delta (usage, timings), or None."""
+    async for d in deltas:
+        if d.finish_reason is not None:
+            return d
+    return None
 
 
 class Choices:

@@ -463,7 +463,11 @@ class _PreparedChat:
 
     def start(self, lm: LoadedModel, sampling: SamplingParams) -> Generation:
         splitter = reasoning_splitter(self.template_source, self.prompt)
-        parser = ToolCallParser(self.call.family) if self.call.active else None
+        parser = (
+            ToolCallParser(self.call.family, max_calls=self.call.max_calls)
+            if self.call.active
+            else None
+        )
         stream = lm.submit(replace(self.base, sampling=sampling))
         return Generation(self.model_id, len(self.base.prompt_tokens), stream, splitter, parser)
 
@@ -505,6 +509,7 @@ class ToolSetup:
     active: bool = False
     template_tools: list[dict[str, Any]] | None = None
     constraint: Constraint | None = None
+    max_calls: int | None = None  # the generation ends once this many calls are out
 
     @classmethod
     def plan(
@@ -534,21 +539,25 @@ class ToolSetup:
         family = str(
             preset.get("tool_format") or (detect_family(lm.chat_template) if native else "hermes")
         )
-        constraint = None
+        # parallel_tool_calls false (Anthropic's disable_parallel_tool_use): at most one call
+        constraint, max_calls = None, (None if parallel else 1)
         if tool_choice != "auto":
             # forced: a grammar makes the output a well-formed call of an allowed tool, written
-            # in the hermes form that the parser below reads back
+            # in the hermes form that the parser below reads back; a named choice is one call
             family = "hermes"
-            constraint = tool_call_constraint(list(tools), parallel=parallel)
+            single = tool_choice != "required" or not parallel
+            constraint = tool_call_constraint(list(tools), parallel=not single)
+            max_calls = 1 if single else None
         if native:
-            return cls(messages, family, True, [t.as_openai() for t in tools], constraint)
+            tools_json = [t.as_openai() for t in tools]
+            return cls(messages, family, True, tools_json, constraint, max_calls)
         prompt = generic_tool_prompt(list(tools))
         history = _plain_history(messages)
         if history and history[0].role == "system":
             history = [ChatMessage("system", history[0].content + "\n\n" + prompt), *history[1:]]
         else:
             history = [ChatMessage("system", prompt), *history]
-        return cls(history, family, True, None, constraint)
+        return cls(history, family, True, None, constraint, max_calls)
 
 
 def _plain_history(messages: Sequence[ChatMessage]) -> list[ChatMessage]:

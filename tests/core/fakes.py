@@ -23,13 +23,19 @@ class ScriptEngine:
     ``pieces=None`` generates forever. Clearing ``gate`` makes ``begin`` wait (watching for
     cancellation, as llama.cpp's abort callback does); ``step_permits`` (a semaphore) makes each
     step wait for a permit and does not watch for cancellation: stopping is the worker's job.
-    Requests whose ``request_id`` is in ``fail_begin`` / ``fail_step`` raise there.
+    Requests whose ``request_id`` is in ``fail_begin`` / ``fail_step`` raise there. With
+    ``hold_at``, the step that would write piece ``hold_at`` waits until its request is cancelled.
     """
 
     def __init__(
-        self, pieces: Seq[str] | None = ("Hello", ",", " world"), *, max_sequences: int = 1
+        self,
+        pieces: Seq[str] | None = ("Hello", ",", " world"),
+        *,
+        max_sequences: int = 1,
+        hold_at: int | None = None,
     ) -> None:
         self.pieces = None if pieces is None else list(pieces)
+        self.hold_at = hold_at
         self.max_sequences = max_sequences
         self.gate = threading.Event()
         self.gate.set()
@@ -68,6 +74,13 @@ class ScriptEngine:
             if s.request.request_id in self.fail_step:
                 raise RuntimeError(f"decode failed for {s.request.request_id}")
             i = s.engine_state if isinstance(s.engine_state, int) else 0
+            if i == self.hold_at:
+                deadline = time.monotonic() + WAIT_LIMIT
+                while not s.cancelled:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the held request was never cancelled")
+                    time.sleep(0.005)
+                continue
             if self.pieces is None:
                 s.engine_state = i + 1
                 s.emit_text(f"t{i} ")
@@ -172,11 +185,13 @@ class FakeRuntime:
         queue_size: int = 4,
         add_bos: bool = True,
         is_available: bool = True,
+        hold_at: int | None = None,
     ) -> None:
         self.delay = delay
         self.fail_times = fail_times
         self.error = error
         self.pieces = pieces
+        self.hold_at = hold_at
         self.queue_size = queue_size
         self.add_bos = add_bos
         self.is_available = is_available
@@ -205,7 +220,7 @@ class FakeRuntime:
             model.id,
             ctx,
             model.chat_template,
-            ScriptEngine(self.pieces),
+            ScriptEngine(self.pieces, hold_at=self.hold_at),
             queue_size=self.queue_size,
             add_bos=self.add_bos,
         )

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.core.tools import Tool, ToolCallParser, detect_family, tool_call_constraint
+from app.core.tools import ParseEvent, Tool, ToolCallParser, detect_family, tool_call_constraint
 
 W = '{"city": "Paris", "unit": "°C"}'
 FIXTURES = [
@@ -65,19 +65,28 @@ FIXTURES = [
 ]
 
 
+def outside(p: ToolCallParser, ev: ParseEvent, called: bool) -> str:
+    """The text outside calls in ``ev``: text until the first call started, trailing after."""
+    assert not (called and ev.text), "text after a call is trailing, never content"
+    assert not (ev.trailing and not p.calls)
+    return ev.text + ev.trailing
+
+
 def run(family: str, text: str, step: int) -> tuple[str, list[tuple[str, str]], list[str]]:
     p = ToolCallParser(family)
     out, names, args, ids = [], {}, {}, []
     for i in range(0, len(text), step):
+        called = bool(p.calls)
         ev = p.feed(text[i : i + step])
-        out.append(ev.text)
+        out.append(outside(p, ev, called))
         for c in ev.started:
             names[c.index] = c.name
             ids.append(c.id)
         for idx, frag in ev.arguments:
             args[idx] = args.get(idx, "") + frag
+    called = bool(p.calls)
     ev = p.flush()
-    out.append(ev.text)
+    out.append(outside(p, ev, called))
     for c in ev.started:
         names[c.index] = c.name
         ids.append(c.id)
@@ -214,11 +223,12 @@ def trace(family: str, pieces: list[str]) -> tuple[str, list[tuple[int, str, int
     p = ToolCallParser(family)
     text, events, fed = [], [], 0
     for piece in [*pieces, None]:
+        called = bool(p.calls)
         if piece is None:
             ev = p.flush()
         else:
             ev, fed = p.feed(piece), fed + len(piece)
-        text.append(ev.text)
+        text.append(outside(p, ev, called))
         events += [(fed, "start", c.index, c.name) for c in ev.started]
         events += [(fed, "args", i, frag) for i, frag in ev.arguments]
     return "".join(text), events
@@ -402,3 +412,28 @@ def test_malformed_blocks(family: str, raw: str, text: str, calls: list, step: i
     got_text, events = trace(family, [raw[i : i + step] for i in range(0, len(raw), step)])
     assert got_text == text
     assert [(n, json.loads(a)) for n, a in check_calls(events)] == calls
+
+
+def content_and_calls(family: str, pieces: list[str], max_calls: int | None) -> tuple:
+    p = ToolCallParser(family, max_calls=max_calls)
+    content, names, args = "", [], {}
+    for ev in [*(p.feed(x) for x in pieces), p.flush()]:
+        content += ev.text
+        names += [c.name for c in ev.started]
+        for i, frag in ev.arguments:
+            args[i] = args.get(i, "") + frag
+    return content, [(n, json.loads(args[i])) for i, n in enumerate(names)], p
+
+
+@pytest.mark.parametrize(
+    ("family", "raw", "calls"),
+    [(f, r, c) for f, r, _, c, _ in STREAMED] + [(f, r, c) for f, r, _, c in FIXTURES if c],
+)
+def test_max_calls_stops_after_the_last_allowed_call(family: str, raw: str, calls: list) -> None:
+    """With max_calls=1 only the first call comes out, whole, at every split; the content (text
+    before the first call) is the same as without a limit."""
+    want = [(n, a if isinstance(a, dict) else json.loads(a)) for n, a in calls][:1]
+    for pieces in [[raw[:cut], raw[cut:]] for cut in range(len(raw) + 1)] + [list(raw)]:
+        content, got, p = content_and_calls(family, pieces, 1)
+        assert got == want and p.exhausted and p.closed == 1
+        assert content == content_and_calls(family, pieces, None)[0]

@@ -88,6 +88,43 @@ def test_named_function_and_streamed_deltas(served: Served) -> None:
     assert chunks[0].choices[0].delta.role == "assistant"
 
 
+NAMED = {"type": "function", "function": {"name": "get_weather"}}
+
+
+def test_named_choice_is_exactly_one_call_then_the_end(served: Served) -> None:
+    """parallel_tool_calls left at its default (true): SmolLM2 used to write a second call (and
+    a third, cut by max_tokens) with content deltas "\n" between, ending on "length"."""
+    c = client(served)
+    ask = {"model": served.model_id, "messages": ASK, "tools": [WEATHER, TIME], "max_tokens": 80}
+    chunks = list(
+        c.chat.completions.create(
+            **ask,
+            temperature=0,
+            tool_choice=NAMED,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    choices = [ch.choices[0] for ch in chunks if ch.choices]
+    assert [ch.delta.content for ch in choices if ch.delta.content] == []
+    deltas = [tc for ch in choices for tc in ch.delta.tool_calls or []]
+    assert {d.index for d in deltas} == {0}
+    assert [d.function.name for d in deltas if d.id] == ["get_weather"]
+    args = json.loads("".join(d.function.arguments or "" for d in deltas))
+    assert isinstance(args, dict)
+    assert [ch.finish_reason for ch in choices if ch.finish_reason] == ["tool_calls"]
+    assert choices[-1].finish_reason == "tool_calls"
+    usage = chunks[-1].usage
+    assert usage is not None and 0 < usage.completion_tokens < 80
+
+    r = c.chat.completions.create(**ask, temperature=0, tool_choice=NAMED)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls" and ch.message.content is None
+    (call,) = ch.message.tool_calls
+    assert call.function.name == "get_weather" and json.loads(call.function.arguments) == args
+    assert r.usage is not None and 0 < r.usage.completion_tokens < 80
+
+
 NOTE_PARAMS = {
     "type": "object",
     "properties": {"title": {"type": "string"}, "body": {"type": "string"}},
@@ -236,8 +273,8 @@ class _Pieces:
 
 
 async def test_anthropic_stream_keeps_blocks_in_order() -> None:
-    """One delta can end a call, carry text and start the next call: every block still gets its
-    deltas while it is the open one, and text after a call opens a new text block."""
+    """One delta can carry text and start a call, or end a call and start the next: every block
+    still gets its deltas while it is the open one. Text after a call is not content."""
     pieces = [
         'Let me check.<tool_call>{"name": "a", "arguments": {"x": [1, ',
         '2]}}</tool_call>\nNow b.<tool_call>{"name": "b", "arguments": {"y"',
@@ -271,7 +308,6 @@ async def test_anthropic_stream_keeps_blocks_in_order() -> None:
     assert [(b.type, b.text if b.type == "text" else (b.name, b.input)) for b in final.content] == [
         ("text", "Let me check."),
         ("tool_use", ("a", {"x": [1, 2]})),
-        ("text", "\nNow b."),
         ("tool_use", ("b", {"y": "z"})),
     ]
     assert final.stop_reason == "tool_use"

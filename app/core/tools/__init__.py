@@ -1,0 +1,31 @@
+"""Tool calling: the tool spec and its family (spec), a grammar constraint that forces a valid
+call (spec), a streaming parser per family (parser), the family formats (formats) and the
+incremental JSON scanner under them (scanner)."""
+
+from __future__ import annotations
+
+from app.core.tools.parser import ParseEvent, StartedCall, ToolCallParser
+from app.core.tools.spec import (
+    FAMILIES,
+    GENERIC_TOOL_PROMPT,
+    Tool,
+    detect_family,
+    generic_tool_prompt,
+    template_handles_tools,
+    tool_call_constraint,
+)
+from app.core.tools.whole import parse_block
+
+__all__ = [
+    "FAMILIES",
+    "GENERIC_TOOL_PROMPT",
+    "ParseEvent",
+    "StartedCall",
+    "Tool",
+    "ToolCallParser",
+    "detect_family",
+    "generic_tool_prompt",
+    "parse_block",
+    "template_handles_tools",
+    "tool_call_constraint",
+]
