@@ -12,6 +12,7 @@ import pytest
 from app.core.generation import Completion, Generation
 from app.core.tools import Tool, ToolCallParser
 from app.core.types import ChatMessage, Delta, LoadOptions, SamplingParams, Usage
+from tests.service_calls import chat
 
 # SmolLM2-135M (Q8_0, temperature 0) asked "What is the weather in Paris?" with a named
 # tool_choice get_weather, under the parallel grammar: its tokens, one block (and a newline) ...
@@ -156,7 +157,8 @@ async def test_named_choice_through_the_service(tmp_path: Path, parallel: bool) 
     params = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     tools = [Tool("get_weather", "", params), Tool("get_time", "", {})]
     try:
-        gen = await h.chat(
+        gen = await chat(
+            h,
             model.id,
             [ChatMessage("user", "What is the weather in Paris?")],
             sampling=SamplingParams(),
