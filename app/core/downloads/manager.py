@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -40,7 +39,6 @@ from app.core.hub import (
     HubRef,
     ModelOption,
     RepoInfo,
-    check_repo_path,
     choose,
     parse_ref,
 )
@@ -53,12 +51,12 @@ from app.errors import (
     DownloadNotFound,
     HearthError,
     InsufficientStorage,
-    RepoRefused,
 )
 
 from .job import Job
 from .layout import DiskLayout
 from .plan import ACTIVE, DownloadStatus, PullPlan
+from .recovery import found_jobs
 from .transfer import Transfers
 
 log = logging.getLogger(__name__)
@@ -133,23 +131,10 @@ class DownloadManager(Transfers):
             RepoRefused: the repo is refused, or a file has no size or checksum to verify.
             AccessDenied: a gated or private repo the token cannot read.
         """
-        if info.refused:
-            raise RepoRefused(f"{info.id}: {info.refused}")
-        if not any(o.name == opt.name and o.files == opt.files for o in info.options):
-            raise RepoRefused(f"{info.id} does not offer {opt.name}")
-        for f in opt.files:
-            check_repo_path(f.path)
-            if f.size is None:
-                raise RepoRefused(f"{info.id}: the Hub does not give the size of {f.path}")
-            if not (f.sha256 or f.blob_id):
-                raise RepoRefused(
-                    f"{info.id}: the Hub gives no checksum for {f.path}, so it cannot be verified"
-                )
-            if f.path.lower().endswith((".gguf", ".safetensors")) and not f.sha256:
-                raise RepoRefused(f"{info.id}: {f.path} is not in LFS (no sha256 to verify it)")
+        plan = PullPlan.of(info, opt)
         if info.gated or info.private:
             await self.hub.check_access(info.id, opt.first_file.path, revision=info.revision)
-        return PullPlan(info.id, info.revision, opt.format, opt.name, opt.quantization, opt.files)
+        return plan
 
     async def start(self, ref: str | HubRef | PullPlan) -> DownloadStatus:
         """Queue a download (or join the one already running for the same files)."""
@@ -494,17 +479,7 @@ class DownloadManager(Transfers):
             job.have[f.path] = 0
 
     def _register(self, job: Job) -> LocalModel:
-        plan = job.plan
-        return self.library.add_downloaded(
-            job.target,
-            source={
-                "repo_id": plan.repo_id,
-                "revision": plan.revision,
-                "option": plan.option,
-                "files": [f.path for f in plan.files],
-                "sha256": {f.path: f.sha256 for f in plan.files if f.sha256},
-            },
-        )
+        return self.library.add_downloaded(job.target, source=job.plan.source())
 
     # -- partial downloads left on disk ----------------------------------------------------------
     def _scan_partials(self) -> None:
@@ -512,31 +487,7 @@ class DownloadManager(Transfers):
         if self._scanned:
             return
         self._scanned = True
-        root = self.models_dir
-        if not root.is_dir():
-            return
-        for side in list(root.glob("*/.*.partial.json")) + list(root.glob("*/*/.*.partial.json")):
-            if side.is_symlink():
-                continue
-            try:
-                data = json.loads(side.read_text())
-                plan = PullPlan.from_dict(data.get("plan") if isinstance(data, dict) else None)
-            except (OSError, ValueError, HearthError) as e:
-                log.warning("ignoring a malformed download record %s: %s", side, e)
-                continue
-            if plan.key in self._jobs:
-                continue
-            job = Job(plan, DiskLayout(self.models_dir, plan))
-            if job.layout.sidecar != side:
-                log.warning("ignoring a download record in the wrong place: %s", side)
-                continue
-            try:
-                self._measure(job)
-            except OSError:
-                continue
-            job.state = "paused"
-            with contextlib.suppress(OSError):
-                job.started_at = side.stat().st_mtime
+        for job in found_jobs(self.models_dir, self._jobs):
             if self._settle_found(job):
                 self._jobs[job.id] = job
 

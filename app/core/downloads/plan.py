@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.core.formats import FORMATS, HubFormat, RepoFile, format_named
-from app.core.hub import check_repo_id, check_repo_path
+from app.core.hub import ModelOption, RepoInfo, check_repo_id, check_repo_path
+from app.errors import RepoRefused
 
 State = Literal[
     "queued",  # waiting for a download slot
@@ -38,6 +39,29 @@ class PullPlan:
     quantization: str | None
     files: tuple[RepoFile, ...]
 
+    @classmethod
+    def of(cls, info: RepoInfo, opt: ModelOption) -> PullPlan:
+        """The plan for one option of a repo view, once every file can be verified.
+
+        Raises:
+            RepoRefused: the repo is refused, or a file has no size or checksum to verify.
+        """
+        if info.refused:
+            raise RepoRefused(f"{info.id}: {info.refused}")
+        if not any(o.name == opt.name and o.files == opt.files for o in info.options):
+            raise RepoRefused(f"{info.id} does not offer {opt.name}")
+        for f in opt.files:
+            check_repo_path(f.path)
+            if f.size is None:
+                raise RepoRefused(f"{info.id}: the Hub does not give the size of {f.path}")
+            if not (f.sha256 or f.blob_id):
+                raise RepoRefused(
+                    f"{info.id}: the Hub gives no checksum for {f.path}, so it cannot be verified"
+                )
+            if f.path.lower().endswith((".gguf", ".safetensors")) and not f.sha256:
+                raise RepoRefused(f"{info.id}: {f.path} is not in LFS (no sha256 to verify it)")
+        return cls(info.id, info.revision, opt.format, opt.name, opt.quantization, opt.files)
+
     @property
     def key(self) -> str:
         """The download id: the same files at the same commit are one download."""
@@ -51,6 +75,16 @@ class PullPlan:
     @property
     def name(self) -> str:
         return format_named(self.format).download_name(self.repo_id, self.files)
+
+    def source(self) -> dict[str, Any]:
+        """Where a downloaded model came from, as the library records it."""
+        return {
+            "repo_id": self.repo_id,
+            "revision": self.revision,
+            "option": self.option,
+            "files": [f.path for f in self.files],
+            "sha256": {f.path: f.sha256 for f in self.files if f.sha256},
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
