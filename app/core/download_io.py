@@ -12,8 +12,10 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from app.core.hub import RepoFile
+if TYPE_CHECKING:
+    from app.core.formats.base import RepoFile
 
 try:  # POSIX
     import fcntl

@@ -182,25 +182,6 @@ def estimate_mlx(
     return MemoryEstimate(weights, kv, compute, MLX_OVERHEAD, n_ctx)
 
 
-def estimate_model(model: Any, options: Any) -> MemoryEstimate:
-    """Estimate for a library model (``LocalModel``) loaded with ``options`` (``LoadOptions``)."""
-    from app.core.gguf import read_header
-
-    ctx = options.context_length or None
-    if model.format == "mlx":
-        return estimate_mlx(model.path, context_length=ctx)
-    header = read_header(model.path)
-    return estimate_gguf(
-        header,
-        context_length=ctx,
-        kv_type=options.kv_type,
-        batch_size=options.ubatch_size or options.batch_size,
-        flash_attention=options.flash_attention == "on",
-        embedding=bool(model.extra.get("embedding")),
-        parallel=options.parallel,
-    )
-
-
 def current_rss() -> int:
     """This process's resident memory in bytes (0 where unknown)."""
     try:

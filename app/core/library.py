@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import json
 import logging
 import os
 import re
@@ -14,7 +13,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from app.core import gguf, stores
+from app.core import stores
+from app.core.formats import describe
+from app.core.formats.mlx_folder import is_mlx_folder
 from app.core.fsutil import (
     atomic_write_json,
     file_lock,
@@ -24,7 +25,6 @@ from app.core.fsutil import (
     temp_path,
 )
 from app.core.gguf import FIRST_SHARD_RE, shard_siblings
-from app.core.gguf_check import check_for_llama_cpp
 from app.core.types import LocalModel
 from app.errors import InvalidModel, ModelNotFound
 
@@ -42,75 +42,6 @@ def id_from_name(name: str) -> str:
     stem = _SHARD_RE.sub("", stem).lower()
     stem = re.sub(r"[^a-z0-9._-]+", "-", stem).strip("-._")
     return stem or "model"
-
-
-def _is_mlx_folder(p: Path) -> bool:
-    return p.is_dir() and (p / "config.json").is_file() and any(p.glob("*.safetensors"))
-
-
-def describe(path: Path, *, format: str | None = None) -> dict[str, Any]:
-    """Validate a model file or folder and read its metadata.
-
-    ``format="gguf"`` accepts a GGUF without the ``.gguf`` suffix (an Ollama blob).
-
-    Raises:
-        InvalidModel: not a GGUF file or MLX folder, or its header is malformed.
-    """
-    if path.is_dir():
-        if not _is_mlx_folder(path):
-            raise InvalidModel(
-                f"{path} is not a model folder (needs config.json and *.safetensors)"
-            )
-        try:
-            cfg = json.loads((path / "config.json").read_text())
-        except (OSError, ValueError) as e:
-            raise InvalidModel(f"{path}/config.json is unreadable: {e}") from e
-        if not isinstance(cfg, dict):
-            raise InvalidModel(f"{path}/config.json is not an object")
-        size = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-        tok_cfg: dict[str, Any] = {}
-        with contextlib.suppress(OSError, ValueError):
-            tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
-        template = tok_cfg.get("chat_template") if isinstance(tok_cfg, dict) else None
-        if not isinstance(template, str) and (path / "chat_template.jinja").is_file():
-            template = (path / "chat_template.jinja").read_text()
-        q = cfg.get("quantization") or cfg.get("quantization_config")
-        return {
-            "format": "mlx",
-            "size_bytes": size,
-            "architecture": cfg.get("model_type"),
-            "name": path.name,
-            "parameters": None,
-            "quantization": f"{q.get('bits')}bit"
-            if isinstance(q, dict) and q.get("bits")
-            else None,
-            "context_length": cfg.get("max_position_embeddings"),
-            "chat_template": template if isinstance(template, str) else None,
-            "extra": {},
-        }
-    if not path.is_file():
-        raise InvalidModel(f"{path} does not exist")
-    if path.suffix.lower() != ".gguf" and format != "gguf":
-        raise InvalidModel(f"{path.name} is not a .gguf file")
-    h = gguf.read_header(path)
-    check_for_llama_cpp(h, path)
-    size = path.stat().st_size
-    shards = shard_siblings(path)
-    if len(shards) > 1:
-        size = sum(p.stat().st_size for p in shards if p.is_file())
-    return {
-        "format": "gguf",
-        "size_bytes": size,
-        "architecture": h.architecture,
-        "name": h.metadata.get("general.name")
-        if isinstance(h.metadata.get("general.name"), str)
-        else None,
-        "parameters": h.parameters,
-        "quantization": h.quantization,
-        "context_length": h.context_length,
-        "chat_template": h.chat_template,
-        "extra": {"embedding": h.is_embedding_model},
-    }
 
 
 class ModelLibrary:
@@ -459,7 +390,7 @@ def _candidates(root: Path, depth: int = 2) -> list[Path]:
         if p.is_file() and p.suffix.lower() == ".gguf":
             if not _ANY_SHARD_RE.search(p.name) or FIRST_SHARD_RE.match(p.name):
                 out.append(p)
-        elif _is_mlx_folder(p):
+        elif is_mlx_folder(p):
             out.append(p)
         elif p.is_dir() and depth > 0:
             out.extend(_candidates(p, depth - 1))

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core import fit
+from app.core import fit, formats
 from app.core.events import EventHub, ModelLoaded, ModelLoadFailed, ModelLoading, ModelUnloaded
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore, apply_options
@@ -206,7 +206,7 @@ class ModelScheduler:
 
     def estimate(self, model: LocalModel, options: LoadOptions) -> tuple[fit.MemoryEstimate, int]:
         """(the estimate, the figure the budget uses: calibrated from a past load when known)."""
-        est = fit.estimate_model(model, options)
+        est = formats.estimate_model(model, options)
         return est, max(est.total, self._calibrated.get(_calib_key(model, options), 0))
 
     # -- leases: a model in use by a request being prepared is never unloaded -------------------

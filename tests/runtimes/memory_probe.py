@@ -13,7 +13,7 @@ from pathlib import Path
 
 
 async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> None:
-    from app.core import fit
+    from app.core import fit, formats
     from app.core.library import ModelLibrary
     from app.core.requests import CompletionRequest, EmbeddingRequest
     from app.core.service import Hearth
@@ -34,7 +34,7 @@ async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> N
     model, _ = lib.import_path(path)
     options = LoadOptions(context_length=ctx, use_mmap=False, parallel=parallel)
     h = Hearth(lib, runtimes, load_defaults=lambda: options, budget_bytes=lambda: 1 << 40)
-    estimate = fit.estimate_model(model, options)
+    estimate = formats.estimate_model(model, options)
     if fmt == "gguf":  # the probe child runs once, outside this measurement
         from app.core.gguf import read_header
 

@@ -31,6 +31,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.downloads import DownloadManager, DownloadStatus
+from app.core.formats import FORMATS as MODEL_FORMATS
+from app.core.formats import GGUF, format_named
 from app.core.hub import (
     HubClient,
     HubFormat,
@@ -55,7 +57,7 @@ SORTS: tuple[tuple[str, Sort], ...] = (
     ("Most likes", "likes"),
     ("Recently updated", "recent"),
 )
-FORMATS: tuple[tuple[str, HubFormat], ...] = (("GGUF", "gguf"), ("MLX", "mlx"))
+FORMATS: tuple[tuple[str, HubFormat], ...] = tuple((f.label, f.name) for f in MODEL_FORMATS)
 UNAVAILABLE_TEXT = "The Hugging Face Hub is not available in this session."
 OPTION_ROLE = Qt.ItemDataRole.UserRole
 SizeRange = tuple[int, int] | None
@@ -69,11 +71,7 @@ def mlx_available(service: Hearth) -> bool:
 
 def option_label(info: RepoInfo, option: ModelOption) -> str:
     """A GGUF option by its quantization; an MLX option as the one folder it downloads as."""
-    if option.format != "mlx":
-        return option.name
-    folder = info.id.rsplit("/", 1)[-1]
-    bits = f", {option.quantization}" if option.quantization else ""
-    return f"{folder}/ (MLX folder{bits})"
+    return format_named(option.format).option_label(info.id, option)
 
 
 def gated_text(exc: AccessDenied) -> str:
@@ -447,7 +445,7 @@ class DiscoverPage(QWidget):
         self.repo_title.setText(" · ".join(bits))
         self.repo_title.setOpenExternalLinks(True)
         self.options.clear()
-        heading = "Folder" if info.format == "mlx" else "Quantization"
+        heading = format_named(info.format).option_heading if info.format else GGUF.option_heading
         self.options.setHeaderLabels([heading, "Size", "Fit"])
         for opt in info.options:
             label = option_label(info, opt)
