@@ -113,7 +113,7 @@ class LoadOptionsForm(QGroupBox):
                 target.addRow(label, row)
             else:
                 target.addRow(label, w)
-            _connect(w, self.changed.emit)
+            _connect(w, self._on_editor_changed)
         self.advanced_box.hide()
         self.form.addRow(self.advanced_button)
         self.form.addRow(self.advanced_box)
@@ -139,6 +139,9 @@ class LoadOptionsForm(QGroupBox):
     def set_editable(self, enabled: bool) -> None:
         for w in (*self.editors.values(), self.advanced_button):
             w.setEnabled(enabled)
+
+    def _on_editor_changed(self, *_: object) -> None:
+        self.changed.emit()
 
     def _on_advanced_button_toggled(self, shown: bool) -> None:
         self.advanced_box.setVisible(shown)
