@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.core.presets import validate_options
 from app.core.service import Hearth
 from app.core.types import LoadedModel, LoadOptions, LocalModel
-from app.errors import InsufficientMemory, InvalidRequest
+from app.errors import InsufficientMemory, InvalidRequest, ModelBusy
 from app.gui.bridge import Bridge, log_failure
 from app.gui.units import grouped, human_bytes, human_count
 from app.gui.views.common import MessageBanner
@@ -402,6 +402,14 @@ class LoadDialog(QDialog):
             self.banner.show_message(refusal_text(exc), "error")
             self.load_anyway_button.show()
             self.load_refused.emit(exc.needed, exc.available)
+            return
+        if isinstance(exc, ModelBusy):  # loaded with other options and answering requests
+            text = (
+                f"{self.model.id} is loaded with other options and answering {exc.pending} "
+                f"request(s); load again once they finish to reload it with these."
+            )
+            self.banner.show_message(text, "error")
+            self.load_failed.emit(text)
             return
         text = log_failure(log, f"loading {self.model.id} failed", exc)
         self.banner.show_message(f"Could not load {self.model.id}: {text}", "error")
