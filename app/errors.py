@@ -82,6 +82,19 @@ class ModelUnloaded(HearthError):
         self.retry_after = retry_after
 
 
+class ModelBusy(HearthError):
+    """A reload with other options was asked for while requests run on the model; retry when
+    they finish, or ask to wait for them."""
+
+    status = 409
+    code = "model_busy"
+    type = "invalid_request_error"
+
+    def __init__(self, message: str, *, pending: int) -> None:
+        super().__init__(message, param="model")
+        self.pending = pending
+
+
 class GenerationCancelled(HearthError):
     status = 499
     code = "cancelled"

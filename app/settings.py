@@ -19,7 +19,8 @@ from app.core.fsutil import (
     read_json,
     remove_stale_writes,
 )
-from app.errors import ConfigError
+from app.core.load_options import SPECS
+from app.errors import ConfigError, InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,10 @@ class LoadDefaults:
     jit_ttl_s: int = 900  # an on-demand load unloads after this long idle; 0 = at once when idle
     jit_keep_forever: bool = False  # on-demand loads never unload on their own
     memory_budget_bytes: int = 0  # 0 = 80% of RAM (or of the largest GPU)
+
+
+# LoadDefaults fields that are load options (validated with the option table)
+LOAD_DEFAULT_OPTIONS = ("context_length", "threads", "batch_size", "parallel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +147,12 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         if getattr(server, name) < 1:
             raise ConfigError(f"settings: server.{name} must be at least 1")
     load = _coerce(LoadDefaults, raw.get("load", {}), "load")
-    if not 1 <= load.parallel <= 16:
-        raise ConfigError("settings: load.parallel must be 1-16")
+    for name in LOAD_DEFAULT_OPTIONS:  # the load options a default exists for: the table's ranges
+        spec = SPECS[name]
+        try:
+            spec.check(getattr(load, name))
+        except InvalidRequest:
+            raise ConfigError(f"settings: load.{name} must be {spec.describe_range()}") from None
     downloads = _coerce(DownloadSettings, raw.get("downloads", {}), "downloads")
     if downloads.max_concurrent < 1:
         raise ConfigError("settings: downloads.max_concurrent must be at least 1")

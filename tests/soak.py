@@ -188,12 +188,23 @@ class _Client:
             self._send("/api/v1/models/unload", {"model": mid})
             opts = {"context_length": rng.choice([512, 1024, 2048])}
             st, data = self._send("/api/v1/models/load", {"model": mid, "options": opts})
-            self._note("reload", st == 200, detail=f"{st} {data[:200]!r}")
+            # 409 model_busy: another client's request loaded it with other options meanwhile
+            self._note("reload", st == 200 or _busy(st, data), detail=f"{st} {data[:200]!r}")
         else:  # swap: the other chat model in, this one out
             other = self.models["alt"] if mid == self.models["chat"] else self.models["chat"]
             st, data = self._send("/api/v1/models/load", {"model": other})
             self._send("/api/v1/models/unload", {"model": mid})
-            self._note("swap", st == 200, detail=f"{st} {data[:200]!r}")
+            self._note("swap", st == 200 or _busy(st, data), detail=f"{st} {data[:200]!r}")
+
+
+def _busy(status: int, data: bytes) -> bool:
+    """A reload refused while requests run on the model (the answer it must give then)."""
+    if status != 409:
+        return False
+    try:
+        return bool(json.loads(data)["error"]["code"] == "model_busy")
+    except (ValueError, KeyError, TypeError):
+        return False
 
 
 ACTIONS = (

@@ -7,6 +7,9 @@ Policy, all on the service loop:
 - Keep-alive: an idle model unloads when its TTL runs out (None = never, 0 = as soon as idle);
   the TTL comes from the request, the model's preset, or the global default. Pinned models stay.
 - Options: explicit options > the model's preset > global defaults, for JIT loads too.
+- Reload: an explicit load whose resolved options differ from the loaded ones reloads the model;
+  while requests run on it that is refused (ModelBusy) unless the caller waits for them, and
+  new requests for it wait for the reload instead of keeping it busy forever.
 - Loads run one at a time on a helper thread; a failed load leaves everything as it was.
 """
 
@@ -18,62 +21,29 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from app.core import fit, formats
 from app.core.events import EventHub, ModelLoaded, ModelLoadFailed, ModelLoading, ModelUnloaded
+from app.core.keep_alive import parse_keep_alive as parse_keep_alive  # re-exported
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore, apply_options
 from app.core.types import LoadedModel, LoadOptions, LocalModel, Runtime
-from app.errors import HearthError, InsufficientMemory, ModelNotFound, RuntimeUnavailable
+from app.errors import (
+    HearthError,
+    InsufficientMemory,
+    ModelBusy,
+    ModelNotFound,
+    RuntimeUnavailable,
+)
 from app.errors import ModelLoadFailed as LoadFailedError
 
 log = logging.getLogger(__name__)
 
 UNSET: Any = object()
-
-
-def parse_keep_alive(value: Any, *, param: str = "keep_alive") -> float | None:
-    """Seconds from a TTL / Ollama keep_alive: numbers are seconds; "5m", "1h30m", "10s", "-1".
-
-    Returns None for "never unload" (any negative value).
-
-    Raises:
-        InvalidRequest: not a number or duration.
-    """
-    from app.errors import InvalidRequest
-
-    if isinstance(value, bool):
-        raise InvalidRequest(
-            f"'{param}' must be a number of seconds or a duration like \"5m\"", param=param
-        )
-    if isinstance(value, int | float):
-        secs = float(value)
-    elif isinstance(value, str):
-        s = value.strip().lower()
-        try:
-            secs = float(s)
-        except ValueError:
-            import re
-
-            m = re.fullmatch(r"(-?)((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)", s)
-            if not m:
-                raise InvalidRequest(
-                    f"'{param}' must be a number of seconds or a duration like \"5m\"", param=param
-                ) from None
-            unit = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-            secs = sum(
-                float(n) * unit[u] for n, u in re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", m.group(2))
-            )
-            if m.group(1):
-                secs = -secs
-    else:
-        raise InvalidRequest(
-            f"'{param}' must be a number of seconds or a duration like \"5m\"", param=param
-        )
-    if secs != secs or secs in (float("inf"), float("-inf")):
-        raise InvalidRequest(f"'{param}' must be finite", param=param)
-    return None if secs < 0 else secs
+LoadAction = Literal["loaded", "reloaded", "unchanged"]
+# how often a reload that waits for running requests looks again (they end on the worker thread)
+BUSY_POLL_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +59,21 @@ class LoadedInfo:
     expires_at: float | None  # when an idle model will unload; None = never / busy
     pinned: bool
     options: LoadOptions
+    reload_pending: bool = False  # a reload waits for its running requests to finish
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What an explicit load did: ``loaded`` (it was not loaded), ``reloaded`` (it was, with
+    other options) or ``unchanged`` (it already was, with these options)."""
+
+    model: LoadedModel
+    action: LoadAction
+    options: LoadOptions
+
+    @property
+    def context_length(self) -> int:
+        return self.model.context_length
 
 
 @dataclass
@@ -136,6 +121,8 @@ class ModelScheduler:
         self._slots: dict[str, _Slot] = {}
         self._loading: dict[str, asyncio.Future[LoadedModel]] = {}
         self._loading_memory: dict[str, int] = {}
+        # model id -> resolved when its reload is over (new requests for it wait for this)
+        self._reloads: dict[str, asyncio.Future[None]] = {}
         self._load_lock: asyncio.Lock | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._calibrated: dict[str, int] = {}
@@ -170,6 +157,7 @@ class ModelScheduler:
                     expires,
                     s.pinned,
                     s.options,
+                    mid in self._reloads,
                 )
             )
         return out
@@ -216,9 +204,10 @@ class ModelScheduler:
         Raises:
             ModelNotFound: unknown id, or not loaded and ``load`` is False.
         """
+        await self._after_reload(model_id)
         s = self._slots.get(model_id)
         if s is None:
-            if not load:
+            if not load and model_id not in self._loading:  # a load in progress is joined
                 self._library.get(model_id)  # 404 for unknown ids first
                 raise ModelNotFound(
                     f"The model '{model_id}' is not loaded and on-demand loading is off",
@@ -241,6 +230,11 @@ class ModelScheduler:
             s.leases -= 1
             s.last_used = self._clock()
 
+    async def _after_reload(self, model_id: str) -> None:
+        """Wait while a reload of the model is waiting or running (it ends well or not)."""
+        while (gate := self._reloads.get(model_id)) is not None:
+            await asyncio.wait([gate])
+
     async def get(self, model_id: str, *, load: bool = True) -> LoadedModel:
         """The loaded model (loading it when ``load``), without holding it."""
         lm = await self.acquire(model_id, load=load)
@@ -257,63 +251,185 @@ class ModelScheduler:
         ttl: Any = UNSET,
         pin: bool | None = None,
         jit: bool = False,
+        wait: bool = False,
     ) -> LoadedModel:
-        """Load a model (a no-op when loaded; joins a load in progress).
+        """The loaded model after :meth:`load_result` (same arguments)."""
+        result = await self.load_result(
+            model_id, options, force=force, ttl=ttl, pin=pin, jit=jit, wait=wait
+        )
+        return result.model
+
+    async def load_result(
+        self,
+        model_id: str,
+        options: dict[str, Any] | LoadOptions | None = None,
+        *,
+        force: bool = False,
+        ttl: Any = UNSET,
+        pin: bool | None = None,
+        jit: bool = False,
+        wait: bool = False,
+    ) -> LoadResult:
+        """Load a model, or reload it when it is loaded with other options; say which.
 
         Args:
-            options: load options over the preset and defaults (a dict of option names or a
-                complete ``LoadOptions``). A loaded model is not reloaded for new options:
-                unload it first.
+            options: None = "have it loaded": a loaded model stays as it is (JIT loads, a chat
+                that loads first). Otherwise load options over the preset and defaults (a dict
+                of option names, ``{}`` included, or a complete ``LoadOptions``), resolved as a
+                fresh load would: the same as the loaded ones -> ``unchanged``; other -> the
+                model is reloaded with them.
             force: load even when the budget says it does not fit.
             ttl: seconds idle before unloading (None = never); default: the preset's, else the
-                global JIT default for on-demand loads and never for explicit ones.
-            pin: keep loaded regardless of TTL and eviction.
+                global JIT default for on-demand loads and never for explicit ones (a reload
+                keeps the model's).
+            pin: keep loaded regardless of TTL and eviction (a reload keeps the model's).
             jit: this load was caused by a request (not asked for explicitly).
+            wait: a reload while requests run on the model waits for them to finish (new
+                requests wait for the reload) instead of raising ModelBusy.
 
         Raises:
-            ModelNotFound, RuntimeUnavailable, InsufficientMemory, ModelLoadFailed.
+            ModelNotFound, RuntimeUnavailable, InsufficientMemory, ModelLoadFailed, ModelBusy.
         """
-        s = self._slots.get(model_id)
-        if s is not None:
-            if pin is not None:
-                s.pinned = pin
-            if ttl is not UNSET:
-                s.ttl = ttl
-            return s.model
-        fut = self._loading.get(model_id)
-        if fut is None:
-            model = self._library.get(model_id)
-            runtime = self.runtime_for(model)
-            if isinstance(options, LoadOptions):
-                opts = options
-            else:
-                opts = self.effective_options(model_id, options)
-            extra = self._preset_extra(model_id)
-            if ttl is UNSET:
-                ttl = extra["ttl"] if "ttl" in extra else (self._default_ttl() if jit else None)
-                if ttl is not None and ttl < 0:
-                    ttl = None
-            pinned = bool(extra.get("pinned", False)) if pin is None else pin
-            _, memory = self.estimate(model, opts)
-            await self._make_room(model, memory, force)
-            fut = asyncio.get_running_loop().create_future()
-            self._loading[model_id] = fut
-            self._loading_memory[model_id] = memory
-            self._ensure_sweeper()
-            asyncio.ensure_future(self._do_load(model, runtime, opts, memory, ttl, pinned, fut))
-        return await asyncio.shield(fut)
+        while True:
+            await self._after_reload(model_id)
+            s = self._slots.get(model_id)
+            if s is not None:
+                opts = None if options is None else self._resolve(model_id, options)
+                if opts is None or opts == s.options:
+                    if pin is not None:
+                        s.pinned = pin
+                    if ttl is not UNSET:
+                        s.ttl = ttl
+                    return LoadResult(s.model, "unchanged", s.options)
+                return await self._reload(
+                    model_id, s, opts, force=force, ttl=ttl, pin=pin, wait=wait
+                )
+            fut = self._loading.get(model_id)
+            if fut is None:
+                break
+            await asyncio.shield(fut)  # joined a load in progress: compare with what it loaded
+        model = self._library.get(model_id)
+        runtime = self.runtime_for(model)
+        opts = self._resolve(model_id, options)
+        extra = self._preset_extra(model_id)
+        if ttl is UNSET:
+            ttl = extra["ttl"] if "ttl" in extra else (self._default_ttl() if jit else None)
+            if ttl is not None and ttl < 0:
+                ttl = None
+        pinned = bool(extra.get("pinned", False)) if pin is None else pin
+        _, memory = self.estimate(model, opts)
+        await self._make_room(model, memory, force)
+        fut = self._start_load(model, runtime, opts, memory, ttl, pinned)
+        return LoadResult(await asyncio.shield(fut), "loaded", opts)
 
-    async def _make_room(self, model: LocalModel, needed: int, force: bool) -> None:
+    def _resolve(self, model_id: str, options: dict[str, Any] | LoadOptions | None) -> LoadOptions:
+        if isinstance(options, LoadOptions):
+            return options
+        return self.effective_options(model_id, options)
+
+    def _start_load(
+        self,
+        model: LocalModel,
+        runtime: Runtime,
+        opts: LoadOptions,
+        memory: int,
+        ttl: float | None,
+        pinned: bool,
+    ) -> asyncio.Future[LoadedModel]:
+        fut: asyncio.Future[LoadedModel] = asyncio.get_running_loop().create_future()
+        self._loading[model.id] = fut
+        self._loading_memory[model.id] = memory
+        self._ensure_sweeper()
+        asyncio.ensure_future(self._do_load(model, runtime, opts, memory, ttl, pinned, fut))
+        return fut
+
+    async def _reload(
+        self,
+        model_id: str,
+        s: _Slot,
+        opts: LoadOptions,
+        *,
+        force: bool,
+        ttl: Any,
+        pin: bool | None,
+        wait: bool,
+    ) -> LoadResult:
+        """Unload ``s`` and load the model again with ``opts``, once nothing runs on it."""
+        if s.busy() and not wait:
+            n = s.model.pending + s.leases
+            raise ModelBusy(
+                f"'{model_id}' is loaded with other options and {n} request(s) are running on "
+                f"it; a reload would end them. Retry when they finish, or wait for them "
+                f'(hearth load --wait, or "wait": true).',
+                pending=n,
+            )
+        model = self._library.get(model_id)
+        runtime = self.runtime_for(model)
+        gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reloads[model_id] = gate
+        try:
+            while s.busy():  # new requests wait at the gate, so only the running ones remain
+                await asyncio.sleep(BUSY_POLL_S)
+            _, memory = self.estimate(model, opts)
+            # refused before the old copy goes, whose memory counts as free for the new one
+            await self._make_room(model, memory, force, replacing=model_id)
+        except BaseException:
+            self._open_gate(model_id, gate)
+            raise
+        keep_ttl = s.ttl if ttl is UNSET else ttl
+        pinned = s.pinned if pin is None else pin
+        log.info("reloading %s with new options", model_id)
+        # unload and load in a task of their own: a caller that goes away cannot stop it halfway
+        task = asyncio.ensure_future(
+            self._swap(model, runtime, opts, memory, keep_ttl, pinned, gate)
+        )
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(task)
+
+    async def _swap(
+        self,
+        model: LocalModel,
+        runtime: Runtime,
+        opts: LoadOptions,
+        memory: int,
+        ttl: float | None,
+        pinned: bool,
+        gate: asyncio.Future[None],
+    ) -> LoadResult:
+        try:
+            was_loaded = await self.unload(model.id)
+            fut = self._start_load(model, runtime, opts, memory, ttl, pinned)
+        finally:
+            self._open_gate(model.id, gate)  # requests now join the load in progress
+        return LoadResult(await asyncio.shield(fut), "reloaded" if was_loaded else "loaded", opts)
+
+    def _open_gate(self, model_id: str, gate: asyncio.Future[None]) -> None:
+        if self._reloads.get(model_id) is gate:
+            del self._reloads[model_id]
+        if not gate.done():
+            gate.set_result(None)
+
+    async def _make_room(
+        self, model: LocalModel, needed: int, force: bool, *, replacing: str | None = None
+    ) -> None:
+        """Evict idle models until ``needed`` fits, or refuse. ``replacing``: a loaded model
+        about to be unloaded for this load (its memory counts as free; it is not evicted)."""
         budget = self._budget()
-        if self.used() + needed <= budget:
+        old = self._slots.get(replacing) if replacing is not None else None
+        held = old.memory if old is not None else 0
+
+        def used() -> int:
+            return self.used() - held
+
+        if used() + needed <= budget:
             return
         evictable = sorted(
-            (s for s in self._slots.values() if not s.pinned and not s.busy()),
+            (s for s in self._slots.values() if not s.pinned and not s.busy() and s is not old),
             key=lambda s: s.last_used,
         )
         freed = sum(s.memory for s in evictable)
-        if self.used() - freed + needed > budget and not force:
-            available = max(0, budget - (self.used() - freed))
+        if used() - freed + needed > budget and not force:
+            available = max(0, budget - (used() - freed))
             raise InsufficientMemory(
                 f"'{model.id}' needs about {_gib(needed)} but only {_gib(available)} of the "
                 f"{_gib(budget)} memory budget can be freed (loaded models that are busy or pinned "
@@ -322,7 +438,7 @@ class ModelScheduler:
                 available=available,
             )
         for s in evictable:
-            if self.used() + needed <= budget:
+            if used() + needed <= budget:
                 break
             mid = next(k for k, v in self._slots.items() if v is s)
             log.info("evicting %s (least recently used) to make room for %s", mid, model.id)

@@ -193,9 +193,12 @@ class Hearth:
         force: bool = False,
         ttl: Any = UNSET,
         pin: bool | None = None,
+        wait: bool = False,
     ) -> LoadedModel:
-        """Load a model now (see ModelScheduler.load)."""
-        return await self.scheduler.load(model_id, options, force=force, ttl=ttl, pin=pin)
+        """Load (or reload) a model now (see ModelScheduler.load)."""
+        return await self.scheduler.load(
+            model_id, options, force=force, ttl=ttl, pin=pin, wait=wait
+        )
 
     def estimate(self, model_id: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The memory a load would take with these options, against the budget."""

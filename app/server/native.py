@@ -30,6 +30,7 @@ def loaded_json(i: LoadedInfo) -> dict[str, Any]:
         "expires_at": i.expires_at,
         "pinned": i.pinned,
         "options": asdict(i.options),
+        "reload_pending": i.reload_pending,
     }
 
 
@@ -54,7 +55,11 @@ async def ps(request: web.Request) -> web.Response:
 
 @routes.post("/api/v1/models/load")
 async def load(request: web.Request) -> web.Response:
-    """{"model": ID, "options": {...}, "force": false, "ttl": 300 | "5m" | -1, "pin": bool}"""
+    """{"model": ID, "options": {...}, "force": false, "ttl": 300 | "5m" | -1, "pin": bool,
+    "wait": false} -> {"id", "action": loaded | reloaded | unchanged, "options",
+    "context_length"} plus the model's ps fields. Options not given resolve as a fresh load
+    would; other options than the loaded ones reload it (409 model_busy while requests run on
+    it, unless "wait")."""
     service = request.app[SERVICE]
     b = Body(await read_json_body(request))
     model_id = b.text("model", required=True) or ""
@@ -62,11 +67,24 @@ async def load(request: web.Request) -> web.Response:
     pin = b.data.get("pin")
     if pin is not None and not isinstance(pin, bool):
         raise InvalidRequest("'pin' must be a boolean", param="pin")
-    lm = await service.load(model_id, options, force=b.flag("force"), ttl=parse_ttl(b), pin=pin)
+    # the scheduler's own answer says which of loaded / reloaded / unchanged it did
+    result = await service.scheduler.load_result(
+        model_id,
+        options,
+        force=b.flag("force"),
+        ttl=parse_ttl(b),
+        pin=pin,
+        wait=b.flag("wait"),
+    )
     info = next((i for i in service.scheduler.loaded() if i.model_id == model_id), None)
-    body: dict[str, Any] = {"id": model_id, "state": "loaded", "context_length": lm.context_length}
+    body: dict[str, Any] = {"id": model_id, "state": "loaded"}
     if info is not None:
         body.update(loaded_json(info))
+    body.update(
+        action=result.action,
+        options=asdict(result.options),
+        context_length=result.context_length,
+    )
     return web.json_response(body)
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import logging
-import os
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
@@ -19,28 +18,23 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSpinBox,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.presets import FLASH, KV_TYPES, ROPE, validate_options
+from app.core.presets import validate_options
 from app.core.service import Hearth
 from app.core.types import LoadedModel, LoadOptions, LocalModel
-from app.errors import InsufficientMemory, InvalidRequest
+from app.errors import InsufficientMemory, InvalidRequest, ModelBusy
 from app.gui.bridge import Bridge, log_failure
 from app.gui.units import grouped, human_bytes, human_count
 from app.gui.views.common import MessageBanner
+from app.gui.views.load_options_form import LoadOptionsForm
 
 log = logging.getLogger(__name__)
 
 DEBOUNCE_MS = 150  # estimate once the user pauses editing
-# what the MLX runtime reads; the rest are llama.cpp options and are hidden for MLX models
-MLX_OPTIONS = frozenset({"context_length", "seed"})
 FIT_COLORS = {"fits": "#1a7f37", "fits-after-eviction": "#7a4b00", "too-large": "#b3261e"}
-_FLASH_TEXT = {"auto": "Auto", "on": "On", "off": "Off"}
-_KV_TEXT = {"f16": "F16 (full precision)", "q8_0": "Q8_0 (half the memory)", "q4_0": "Q4_0"}
-_ROPE_TEXT = {"none": "Model's own", "linear": "Linear", "yarn": "YaRN"}
 
 
 def estimate_with_eviction(
@@ -93,24 +87,6 @@ def refusal_text(exc: InsufficientMemory) -> str:
     )
 
 
-def _combo(choices: tuple[str, ...], texts: dict[str, str]) -> QComboBox:
-    c = QComboBox()
-    for v in choices:
-        c.addItem(texts.get(v, v), v)
-    return c
-
-
-def _spin(lo: int, hi: int, step: int = 1, special: str = "") -> QSpinBox:
-    s = QSpinBox()
-    s.setRange(lo, hi)
-    s.setSingleStep(step)
-    s.setGroupSeparatorShown(True)
-    if special:
-        s.setSpecialValueText(special)
-    s.setMinimumWidth(170)
-    return s
-
-
 class LoadDialog(QDialog):
     """Opened by the Library's Load button. Load (the default button) uses what the form shows:
     the model's preset over the global defaults unless the user changes something."""
@@ -147,94 +123,31 @@ class LoadDialog(QDialog):
         self.setWindowTitle(f"Load {model.id}")
         self.setModal(True)
 
-        # -- options --------------------------------------------------------------------------
-        trained = model.context_length or 0
-        self.context_spin = _spin(0, trained or (1 << 22), 512, "Model default")
-        self.context_hint = QLabel(
-            f"trained on {grouped(trained)} tokens" if trained else "trained context unknown"
+        # -- options (built from the load option table) ------------------------------------------
+        self.option_form = LoadOptionsForm(
+            trained_context=model.context_length or 0, mlx=self.is_mlx
         )
-        self.context_hint.setStyleSheet("color:#6b6b6b")
-        self.gpu_layers_spin = _spin(-1, 100_000, 1, "Auto (all that fit)")
-        self.gpu_layers_spin.setToolTip("Layers to offload to the GPU: 0 = CPU only")
-        self.flash_combo = _combo(FLASH, _FLASH_TEXT)
-        self.kv_combo = _combo(KV_TYPES, _KV_TEXT)
-        self.seed_spin = _spin(-1, 2**31 - 1, 1, "Random")
-        self.parallel_spin = _spin(1, 16, 1)
-        self.parallel_spin.setToolTip(
-            "Requests decoded together in one batch. Each gets the whole context, so the KV "
-            "cache (and memory) grows with this number; answers do not change."
-        )
-        self.threads_spin = _spin(0, max(4, (os.cpu_count() or 4) * 2), 1, "Auto (physical cores)")
-        self.batch_spin = _spin(1, 1 << 16, 128)
-        self.ubatch_spin = _spin(0, 1 << 16, 128, "Same as batch")
-        self.mmap_check = QCheckBox("Memory-map the model file")
-        self.mlock_check = QCheckBox("Lock the model in RAM (no swapping)")
-        self.rope_combo = _combo(ROPE, _ROPE_TEXT)
-        self.rope_base_spin = QDoubleSpinBox()
-        self.rope_base_spin.setRange(0, 1e9)
-        self.rope_base_spin.setDecimals(1)
-        self.rope_base_spin.setSpecialValueText("Model's own")
-        self.rope_scale_spin = QDoubleSpinBox()
-        self.rope_scale_spin.setRange(0, 64)
-        self.rope_scale_spin.setDecimals(3)
-        self.rope_scale_spin.setSingleStep(0.25)
-        self.rope_scale_spin.setSpecialValueText("Model's own")
-
-        context_row = QHBoxLayout()
-        context_row.addWidget(self.context_spin)
-        context_row.addWidget(self.context_hint, 1)
-        options_box = QGroupBox("Load options")
-        self.options_form = QFormLayout(options_box)
-        self.options_form.addRow("Context length", context_row)
-        self.options_form.addRow("GPU offload", self.gpu_layers_spin)
-        self.options_form.addRow("Flash attention", self.flash_combo)
-        self.options_form.addRow("KV cache type", self.kv_combo)
-        self.options_form.addRow("Seed", self.seed_spin)
-        self.options_form.addRow("Parallel requests", self.parallel_spin)
-
-        self.advanced_button = QToolButton()
-        self.advanced_button.setText("Advanced options")
-        self.advanced_button.setCheckable(True)
-        self.advanced_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        self.advanced_button.setArrowType(Qt.ArrowType.RightArrow)
-        self.advanced_button.setAutoRaise(True)
-        self.advanced_box = QWidget()
-        af = QFormLayout(self.advanced_box)
-        af.setContentsMargins(0, 0, 0, 0)
-        af.addRow("CPU threads", self.threads_spin)
-        af.addRow("Batch size", self.batch_spin)
-        af.addRow("Micro-batch size", self.ubatch_spin)
-        af.addRow("", self.mmap_check)
-        af.addRow("", self.mlock_check)
-        af.addRow("RoPE scaling", self.rope_combo)
-        af.addRow("RoPE base frequency", self.rope_base_spin)
-        af.addRow("RoPE frequency scale", self.rope_scale_spin)
-        self.advanced_box.hide()
-        self.options_form.addRow(self.advanced_button)
-        self.options_form.addRow(self.advanced_box)
-
-        # option name -> the widget that edits it (and whose row hides for MLX models)
-        self.editors: dict[str, QWidget] = {
-            "context_length": self.context_spin,
-            "gpu_layers": self.gpu_layers_spin,
-            "flash_attention": self.flash_combo,
-            "kv_type": self.kv_combo,
-            "seed": self.seed_spin,
-            "parallel": self.parallel_spin,
-            "threads": self.threads_spin,
-            "batch_size": self.batch_spin,
-            "ubatch_size": self.ubatch_spin,
-            "use_mmap": self.mmap_check,
-            "use_mlock": self.mlock_check,
-            "rope_scaling": self.rope_combo,
-            "rope_freq_base": self.rope_base_spin,
-            "rope_freq_scale": self.rope_scale_spin,
-        }
-        if self.is_mlx:
-            for name in ("gpu_layers", "flash_attention", "kv_type", "parallel"):
-                self.options_form.setRowVisible(self.editors[name], False)
-            self.options_form.setRowVisible(self.advanced_button, False)
-            self.options_form.setRowVisible(self.advanced_box, False)
+        self.options_form = self.option_form.form
+        self.editors = self.option_form.editors
+        self.advanced_button = self.option_form.advanced_button
+        self.advanced_box = self.option_form.advanced_box
+        self.context_hint = self.option_form.context_hint
+        e = self.editors
+        self.context_spin = cast(QSpinBox, e["context_length"])
+        self.gpu_layers_spin = cast(QSpinBox, e["gpu_layers"])
+        self.flash_combo = cast(QComboBox, e["flash_attention"])
+        self.kv_combo = cast(QComboBox, e["kv_type"])
+        self.seed_spin = cast(QSpinBox, e["seed"])
+        self.parallel_spin = cast(QSpinBox, e["parallel"])
+        self.threads_spin = cast(QSpinBox, e["threads"])
+        self.batch_spin = cast(QSpinBox, e["batch_size"])
+        self.ubatch_spin = cast(QSpinBox, e["ubatch_size"])
+        self.mmap_check = cast(QCheckBox, e["use_mmap"])
+        self.mlock_check = cast(QCheckBox, e["use_mlock"])
+        self.rope_combo = cast(QComboBox, e["rope_scaling"])
+        self.rope_base_spin = cast(QDoubleSpinBox, e["rope_freq_base"])
+        self.rope_scale_spin = cast(QDoubleSpinBox, e["rope_freq_scale"])
+        options_box = self.option_form
 
         # -- estimate -------------------------------------------------------------------------
         self.weights_label = QLabel("…")
@@ -264,7 +177,10 @@ class LoadDialog(QDialog):
 
         # -- after loading ----------------------------------------------------------------------
         self.ttl_check = QCheckBox("Unload after")
-        self.ttl_spin = _spin(0, 7 * 24 * 60, 5, "0 min (as soon as idle)")
+        self.ttl_spin = QSpinBox()
+        self.ttl_spin.setRange(0, 7 * 24 * 60)
+        self.ttl_spin.setSingleStep(5)
+        self.ttl_spin.setSpecialValueText("0 min (as soon as idle)")
         self.ttl_spin.setSuffix(" min idle")
         self.ttl_spin.setMinimumWidth(130)
         self.ttl_spin.setValue(15)
@@ -328,16 +244,9 @@ class LoadDialog(QDialog):
         self.load_button.clicked.connect(self._on_load_button_clicked)
         self.load_anyway_button.clicked.connect(self._on_load_anyway_button_clicked)
         self.cancel_button.clicked.connect(self.reject)
-        self.advanced_button.toggled.connect(self._on_advanced_button_toggled)
         self.ttl_check.toggled.connect(self._on_keep_alive_changed)
         self.pin_check.toggled.connect(self._on_keep_alive_changed)
-        for w in self.editors.values():
-            if isinstance(w, QSpinBox | QDoubleSpinBox):
-                w.valueChanged.connect(self._on_option_changed)
-            elif isinstance(w, QComboBox):
-                w.currentIndexChanged.connect(self._on_option_changed)
-            elif isinstance(w, QCheckBox):
-                w.toggled.connect(self._on_option_changed)
+        self.option_form.changed.connect(self._on_option_changed)
         self._on_keep_alive_changed()
         self._set_form_enabled(False)  # until the effective options arrive
         self._call(_effective, service, model.id, on_done=self._on_effective_read)
@@ -345,26 +254,7 @@ class LoadDialog(QDialog):
     # -- the form ------------------------------------------------------------------------------------
     def options(self) -> dict[str, Any]:
         """The options the form shows (only those this model's runtime reads)."""
-        seed = self.seed_spin.value()
-        out: dict[str, Any] = {
-            "context_length": self.context_spin.value(),
-            "gpu_layers": self.gpu_layers_spin.value(),
-            "flash_attention": self.flash_combo.currentData(),
-            "kv_type": self.kv_combo.currentData(),
-            "seed": None if seed < 0 else seed,
-            "parallel": self.parallel_spin.value(),
-            "threads": self.threads_spin.value(),
-            "batch_size": self.batch_spin.value(),
-            "ubatch_size": self.ubatch_spin.value(),
-            "use_mmap": self.mmap_check.isChecked(),
-            "use_mlock": self.mlock_check.isChecked(),
-            "rope_scaling": self.rope_combo.currentData(),
-            "rope_freq_base": self.rope_base_spin.value(),
-            "rope_freq_scale": self.rope_scale_spin.value(),
-        }
-        if self.is_mlx:
-            out = {k: v for k, v in out.items() if k in MLX_OPTIONS}
-        return out
+        return self.option_form.values()
 
     def ttl_seconds(self) -> float | None:
         """The keep-alive the form asks for: seconds idle, or None for never."""
@@ -392,20 +282,7 @@ class LoadDialog(QDialog):
         return out
 
     def _show_options(self, o: LoadOptions) -> None:
-        self.context_spin.setValue(o.context_length)
-        self.gpu_layers_spin.setValue(o.gpu_layers)
-        self.flash_combo.setCurrentIndex(max(0, self.flash_combo.findData(o.flash_attention)))
-        self.kv_combo.setCurrentIndex(max(0, self.kv_combo.findData(o.kv_type)))
-        self.seed_spin.setValue(-1 if o.seed is None else o.seed)
-        self.parallel_spin.setValue(o.parallel)
-        self.threads_spin.setValue(o.threads)
-        self.batch_spin.setValue(o.batch_size)
-        self.ubatch_spin.setValue(o.ubatch_size)
-        self.mmap_check.setChecked(o.use_mmap)
-        self.mlock_check.setChecked(o.use_mlock)
-        self.rope_combo.setCurrentIndex(max(0, self.rope_combo.findData(o.rope_scaling)))
-        self.rope_base_spin.setValue(o.rope_freq_base)
-        self.rope_scale_spin.setValue(o.rope_freq_scale)
+        self.option_form.show_options(o)
 
     # -- actions -------------------------------------------------------------------------------------
     def request_estimate(self) -> None:
@@ -472,13 +349,6 @@ class LoadDialog(QDialog):
         self.ttl_check.setEnabled(not pinned)
         self.ttl_spin.setEnabled(not pinned and self.ttl_check.isChecked())
 
-    def _on_advanced_button_toggled(self, shown: bool) -> None:
-        self.advanced_box.setVisible(shown)
-        self.advanced_button.setArrowType(
-            Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow
-        )
-        self.adjustSize()
-
     def _on_estimate_timer_timeout(self) -> None:
         self._estimate_now()
 
@@ -533,6 +403,14 @@ class LoadDialog(QDialog):
             self.load_anyway_button.show()
             self.load_refused.emit(exc.needed, exc.available)
             return
+        if isinstance(exc, ModelBusy):  # loaded with other options and answering requests
+            text = (
+                f"{self.model.id} is loaded with other options and answering {exc.pending} "
+                f"request(s); load again once they finish to reload it with these."
+            )
+            self.banner.show_message(text, "error")
+            self.load_failed.emit(text)
+            return
         text = log_failure(log, f"loading {self.model.id} failed", exc)
         self.banner.show_message(f"Could not load {self.model.id}: {text}", "error")
         self.load_failed.emit(text)
@@ -570,7 +448,8 @@ class LoadDialog(QDialog):
         )
 
     def _set_form_enabled(self, enabled: bool) -> None:
-        for w in (*self.editors.values(), self.advanced_button, self.ttl_check, self.pin_check):
+        self.option_form.set_editable(enabled)
+        for w in (self.ttl_check, self.pin_check):
             w.setEnabled(enabled)
         self.ttl_spin.setEnabled(
             enabled and self.ttl_check.isChecked() and not self.pin_check.isChecked()

@@ -4,7 +4,6 @@ memory budget and how long on-demand loads stay."""
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import replace
 
 from PySide6.QtCore import Signal
@@ -24,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.load_options import SPECS
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.settings import Settings, SettingsStore, TokenStore, generate_key, hash_key
@@ -82,18 +82,18 @@ class SettingsPage(QWidget):
         self.models_dir_edit.setPlaceholderText("Default models folder")
         self.browse_button = QPushButton("Browse…")
         self.context_spin = QSpinBox()
-        self.context_spin.setRange(0, 1 << 20)
+        _table_range(self.context_spin, "context_length")
         self.context_spin.setSingleStep(1024)
         self.context_spin.setSpecialValueText("Model default")
         self.threads_spin = QSpinBox()
-        self.threads_spin.setRange(0, max(4, (os.cpu_count() or 4) * 2))
+        _table_range(self.threads_spin, "threads")
         self.threads_spin.setSpecialValueText("Auto (physical cores)")
         self.budget_spin = QDoubleSpinBox()
         self.budget_spin.setRange(0, 4096)
         self.budget_spin.setDecimals(1)
         self.budget_spin.setSingleStep(0.5)
         self.parallel_spin = QSpinBox()
-        self.parallel_spin.setRange(1, 16)
+        _table_range(self.parallel_spin, "parallel")
         self.parallel_spin.setToolTip(
             "Requests a GGUF model decodes together. Each gets the whole context, so the KV "
             "cache (and memory) grows with this number; answers do not change."
@@ -407,3 +407,9 @@ class SettingsPage(QWidget):
             "Not required" if n == 0 else ("Required (1 key)" if n == 1 else f"Required ({n} keys)")
         )
         self.clear_key_button.setEnabled(n > 0)
+
+
+def _table_range(spin: QSpinBox, option: str) -> None:
+    """The load option table's range (the settings file is validated against the same)."""
+    spec = SPECS[option]
+    spin.setRange(int(spec.minimum or 0), int(min(spec.maximum or 2**31 - 1, 2**31 - 1)))

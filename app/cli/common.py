@@ -1,0 +1,121 @@
+"""What every command shares: paths and settings, errors, talking to a running server, formats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+from app.errors import HearthError
+from app.paths import AppPaths
+from app.settings import SettingsStore
+
+log = logging.getLogger("app.cli")
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def setup_logging(verbose: int) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def context() -> tuple[AppPaths, SettingsStore]:
+    paths = AppPaths.default().ensure()
+    return paths, SettingsStore(paths.settings_file)
+
+
+def fail(msg: str) -> int:
+    print(f"hearth: error: {msg}", file=sys.stderr)
+    return EXIT_FAIL
+
+
+# -- talking to a running server ---------------------------------------------------------------
+def api_key(args: argparse.Namespace) -> str | None:
+    return getattr(args, "api_key", None) or os.environ.get("HEARTH_API_KEY") or None
+
+
+def find_server(paths: AppPaths, url: str | None) -> str | None:
+    if url:
+        return url.rstrip("/").removesuffix("/v1")
+    try:
+        info = json.loads(paths.server_file.read_text())
+    except (OSError, ValueError):
+        return None
+    pid = info.get("pid")
+    if isinstance(pid, int):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+    u = info.get("url")
+    return u.removesuffix("/v1") if isinstance(u, str) else None
+
+
+def require_server(paths: AppPaths, url: str | None) -> str:
+    found = find_server(paths, url)
+    if not found:
+        raise HearthError(
+            "no running Hearth server found (start one with `hearth serve`, or pass --url)"
+        )
+    return found
+
+
+def api(base: str, method: str, path: str, body: Any, key: str | None, timeout: float = 30) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        try:
+            msg = json.loads(e.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            msg = f"HTTP {e.code}"
+        raise HearthError(msg) from e
+    except (urllib.error.URLError, OSError) as e:
+        raise HearthError(f"cannot reach the Hearth server at {base}: {e}") from e
+
+
+# -- formatting ---------------------------------------------------------------------------------
+def human_bytes(n: int | None) -> str:
+    if not n:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+def size_range(size_range: tuple[int, int] | None) -> str:
+    """``"1.2-7.7 GB"`` (ASCII for any terminal); one size when both ends match; ``-`` unknown."""
+    if not size_range:
+        return "-"
+    lo, hi = human_bytes(size_range[0]), human_bytes(size_range[1])
+    if lo == hi:
+        return lo
+    lo_num, _, lo_unit = lo.partition(" ")
+    return f"{lo_num}-{hi}" if hi.endswith(" " + lo_unit) else f"{lo}-{hi}"
+
+
+def human_count(n: int | None) -> str:
+    if not n:
+        return "-"
+    for div, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.1f}{suffix}"
+    return str(n)

@@ -1,0 +1,87 @@
+"""The composition root: the core wired to the runtimes and the Hub on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.core.events import EventHub
+from app.core.library import ModelLibrary
+from app.core.service import Hearth
+from app.core.types import LoadOptions
+from app.paths import AppPaths
+from app.settings import Settings, SettingsStore
+
+
+def build_service(paths: AppPaths, settings: Settings) -> Hearth:
+    """Wire the core to the runtimes available on this machine."""
+    from app.core.presets import PresetStore
+    from app.core.scheduler import default_budget
+    from app.runtimes.llama_cpp import LlamaCppRuntime
+    from app.runtimes.mlx import MlxRuntime
+
+    models_dir = Path(settings.models_dir) if settings.models_dir else paths.models
+    library = ModelLibrary(paths.library_file, models_dir)
+    runtimes: dict[str, Any] = {
+        "gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size),
+        # MLX models are listed everywhere; loading one where mlx is missing is a clear 501
+        "mlx": MlxRuntime(queue_size=settings.server.queue_size),
+    }
+    store = SettingsStore(paths.settings_file)
+
+    def load_defaults() -> LoadOptions:
+        d = store.load().load
+        return LoadOptions(
+            context_length=d.context_length,
+            threads=d.threads,
+            batch_size=d.batch_size,
+            parallel=d.parallel,
+        )
+
+    def jit_ttl() -> float | None:
+        d = store.load().load
+        return None if d.jit_keep_forever else float(d.jit_ttl_s)
+
+    def budget() -> int:
+        return store.load().load.memory_budget_bytes or default_budget()
+
+    events = EventHub()
+    return Hearth(
+        library,
+        runtimes,
+        events=events,
+        **hub_parts(paths, settings, library, events),  # issue #3: downloads, other apps' models
+        load_defaults=load_defaults,
+        jit_enabled=lambda: store.load().server.jit_loading,
+        presets=PresetStore(paths.config / "presets.json"),
+        budget_bytes=budget,
+        default_ttl=jit_ttl,
+        calibration_file=paths.cache / "memory-calibration.json",
+    )
+
+
+def hub_parts(
+    paths: AppPaths, settings: Settings, library: ModelLibrary, events: EventHub
+) -> dict[str, Any]:
+    """The download manager and other apps' model stores, for build_service."""
+    from app.core.downloads import DownloadManager
+    from app.core.stores import ForeignLocations
+
+    hub = hub_client(paths, settings)
+    downloads = DownloadManager(
+        library,
+        hub,
+        events,
+        stall_timeout=settings.downloads.stall_timeout_s,
+        max_concurrent=settings.downloads.max_concurrent,
+    )
+    return {"downloads": downloads, "foreign": ForeignLocations.default()}
+
+
+def hub_client(paths: AppPaths, settings: Settings) -> Any:
+    from app.core.hub import HubClient
+    from app.settings import TokenStore
+
+    # the token file is read on every request, so a token set in the app applies at once
+    tokens = TokenStore(paths.hf_token_file)
+    return HubClient(token=tokens.load, context_length=settings.load.context_length)

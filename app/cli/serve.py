@@ -1,0 +1,97 @@
+"""The long-running commands: ``hearth serve`` (headless) and the desktop app."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+from typing import Any
+
+from app.cli.common import EXIT_OK, context, fail, log
+from app.cli.compose import build_service
+from app.cli.load_flags import add_load_flags, load_options_from_args
+from app.errors import HearthError
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from app.server.runner import ServerController
+
+    paths, store = context()
+    settings = store.load()
+    api_key = args.api_key or os.environ.get("HEARTH_API_KEY") or None
+    service = build_service(paths, settings)
+    controller = ServerController(service, store, paths)
+    controller.set_api_key(api_key)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
+                signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+        try:
+            url = await controller.start(args.host, args.port)
+        except HearthError as e:
+            return fail(e.message)
+        print(url, flush=True)
+        rc = EXIT_OK
+        try:
+            for ref in args.model or []:
+                model = await service.resolve_model(ref)
+                lm = await service.load(model.id, load_options_from_args(args) or None)
+                log.warning("model %s ready (context %d)", model.id, lm.context_length)
+            await stop.wait()
+        except HearthError as e:
+            rc = fail(e.message)
+        finally:
+            await controller.stop("shutdown")
+            await service.close()
+        return rc
+
+    return asyncio.run(main())
+
+
+def cmd_gui(args: argparse.Namespace) -> int:
+    from app.core.loop import LoopThread
+    from app.gui.context import GuiContext
+    from app.gui.main_window import run_gui
+    from app.server.runner import ServerController
+
+    paths, store = context()
+    service = build_service(paths, store.load())
+    loop = LoopThread().start()
+    server = ServerController(service, store, paths)
+    server.set_api_key(os.environ.get("HEARTH_API_KEY") or None)
+    ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
+    try:
+        return run_gui(ctx)
+    finally:
+        try:
+            loop.call(server.stop("quit"), timeout=15)
+            loop.call(service.close(), timeout=30)
+        finally:
+            loop.stop()
+
+
+def add_parsers(sub: Any) -> None:
+    """serve (the desktop app is the command-less default)."""
+    s = sub.add_parser("serve", help="run the server headless until SIGINT/SIGTERM")
+    s.add_argument("--host", default=None, help="bind address (default from settings: 127.0.0.1)")
+    s.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="port (default from settings: 8421; 0 = any free port)",
+    )
+    s.add_argument(
+        "--model",
+        action="append",
+        metavar="ID_OR_PATH",
+        help="preload a model (repeatable); a GGUF path is imported",
+    )
+    s.add_argument("--api-key", default=None, help="require this bearer key (also HEARTH_API_KEY)")
+    add_load_flags(s, title="load options (for the --model preloads)")
+    s.set_defaults(func=cmd_serve)
