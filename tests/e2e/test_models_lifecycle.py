@@ -60,17 +60,22 @@ def test_llama_and_mlx_side_by_side_with_ttl_and_cli(two_runtimes) -> None:  # t
     c.chat.completions.create(
         model=s.model_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=3
     )
+    # a keep-alive long enough for `ps` to see it on any machine; a short one is tested below
     c.completions.create(
-        model=mlx_id, prompt="hello", max_tokens=3, extra_body={"keep_alive": "1s"}
+        model=mlx_id, prompt="hello", max_tokens=3, extra_body={"keep_alive": "10m"}
     )
     ps = hearth(s.home, "ps", "--json")
     assert ps.returncode == 0, ps.stderr
     loaded = {m["id"]: m for m in json.loads(ps.stdout)}
     assert set(loaded) == {s.model_id, mlx_id}
     assert loaded[mlx_id]["runtime"] == "mlx" and loaded[s.model_id]["runtime"] == "llama.cpp"
-    assert loaded[mlx_id]["ttl"] == 1.0 and loaded[s.model_id]["memory_bytes"] > 50_000_000
+    assert loaded[mlx_id]["ttl"] == 600.0 and loaded[s.model_id]["memory_bytes"] > 50_000_000
     models = {m.id: m.model_dump() for m in c.models.list().data}
     assert models[mlx_id]["state"] == "loaded" and models[mlx_id]["runtime"] == "mlx"
+    # the next request's keep-alive replaces it
+    c.completions.create(
+        model=mlx_id, prompt="hello", max_tokens=3, extra_body={"keep_alive": "1s"}
+    )
     # the keep-alive runs out: the idle MLX model unloads by itself
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and s.service.scheduler.state(mlx_id) != "not-loaded":  # type: ignore[attr-defined]
