@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.core import jsonsafe
 from app.core.chat_template import ChatTemplate
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
@@ -27,18 +25,10 @@ from app.core.requests import (
     EmbeddingRequest,
     Embeddings,
 )
-from app.core.scheduler import UNSET, ModelScheduler
+from app.core.scheduler import UNSET, LoadedInfo, LoadResult, ModelScheduler
 from app.core.stores import ForeignLocations
-from app.core.tools import (
-    Tool,
-    ToolCallParser,
-    detect_family,
-    generic_tool_prompt,
-    template_handles_tools,
-    tool_call_constraint,
-)
+from app.core.tools import ToolCallParser, ToolSetup
 from app.core.types import (
-    ChatMessage,
     Constraint,
     GenerationRequest,
     LoadedModel,
@@ -200,6 +190,50 @@ class Hearth:
             model_id, options, force=force, ttl=ttl, pin=pin, wait=wait
         )
 
+    async def load_result(
+        self,
+        model_id: str,
+        options: dict[str, Any] | LoadOptions | None = None,
+        *,
+        force: bool = False,
+        ttl: Any = UNSET,
+        pin: bool | None = None,
+        wait: bool = False,
+    ) -> LoadResult:
+        """Like :meth:`load`, saying whether it loaded, reloaded or left the model unchanged."""
+        return await self.scheduler.load_result(
+            model_id, options, force=force, ttl=ttl, pin=pin, wait=wait
+        )
+
+    def loaded(self) -> list[LoadedInfo]:
+        """The models in memory, with their options, TTL and pending requests."""
+        return self.scheduler.loaded()
+
+    def loading(self) -> list[str]:
+        return self.scheduler.loading()
+
+    def memory(self) -> dict[str, int]:
+        """The memory budget for models and what the loaded ones use."""
+        return {"budget": self.scheduler.budget(), "used": self.scheduler.used()}
+
+    def set_pinned(self, model_id: str, pinned: bool) -> None:
+        self.scheduler.set_pinned(model_id, pinned)
+
+    def model(self, model_id: str) -> LocalModel:
+        """The library's model (ModelNotFound for an unknown id)."""
+        return self.library.get(model_id)
+
+    def preset(self, model_id: str) -> dict[str, Any]:
+        self.library.get(model_id)
+        return self.presets.get(model_id) if self.presets is not None else {}
+
+    def save_preset(self, model_id: str, raw: dict[str, Any]) -> dict[str, Any]:
+        """Replace the model's preset (validated by the store); {} clears it."""
+        self.library.get(model_id)
+        if self.presets is None:
+            raise InvalidRequest("presets are not available in this server")
+        return self.presets.set(model_id, raw)
+
     def estimate(self, model_id: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The memory a load would take with these options, against the budget."""
         model = self.library.get(model_id)
@@ -281,10 +315,10 @@ class Hearth:
             InvalidRequest (a reserved template variable, a tool choice naming no tool...).
         """
         async with self._model(req.model, req.ttl) as lm:
+            preset = self.presets.get(req.model) if self.presets is not None else {}
             call = ToolSetup.plan(
-                self,
                 lm,
-                req.model,
+                preset,
                 req.messages,
                 req.tools,
                 req.tool_choice.choice,
@@ -501,95 +535,3 @@ def _require(lm: LoadedModel, capability: str, model_id: str) -> None:
             f"'{model_id}' is an embedding model; it cannot do {capability}s (use /v1/embeddings)",
             param="model",
         )
-
-
-@dataclass
-class ToolSetup:
-    """How one chat request's tools reach the model and come back as calls."""
-
-    messages: Sequence[ChatMessage]
-    family: str = "hermes"
-    active: bool = False
-    template_tools: list[dict[str, Any]] | None = None
-    constraint: Constraint | None = None
-    max_calls: int | None = None  # the generation ends once this many calls are out
-
-    @classmethod
-    def plan(
-        cls,
-        service: Hearth,
-        lm: LoadedModel,
-        model_id: str,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[Tool],
-        tool_choice: str,
-        parallel: bool,
-    ) -> ToolSetup:
-        if not tools or tool_choice == "none":
-            return cls(
-                _plain_history(messages)
-                if not template_handles_tools(lm.chat_template)
-                else messages
-            )
-        if tool_choice not in ("auto", "required"):
-            tools = [t for t in tools if t.name == tool_choice]
-            if not tools:
-                raise InvalidRequest(
-                    f"tool_choice names '{tool_choice}', which is not in tools", param="tool_choice"
-                )
-        preset = service.presets.get(model_id) if service.presets is not None else {}
-        native = template_handles_tools(lm.chat_template)
-        family = str(
-            preset.get("tool_format") or (detect_family(lm.chat_template) if native else "hermes")
-        )
-        # parallel_tool_calls false (Anthropic's disable_parallel_tool_use): at most one call
-        constraint, max_calls = None, (None if parallel else 1)
-        if tool_choice != "auto":
-            # forced: a grammar makes the output a well-formed call of an allowed tool, written
-            # in the hermes form that the parser below reads back; a named choice is one call
-            family = "hermes"
-            single = tool_choice != "required" or not parallel
-            constraint = tool_call_constraint(list(tools), parallel=not single)
-            max_calls = 1 if single else None
-        if native:
-            tools_json = [t.as_openai() for t in tools]
-            return cls(messages, family, True, tools_json, constraint, max_calls)
-        prompt = generic_tool_prompt(list(tools))
-        history = _plain_history(messages)
-        if history and history[0].role == "system":
-            history = [ChatMessage("system", history[0].content + "\n\n" + prompt), *history[1:]]
-        else:
-            history = [ChatMessage("system", prompt), *history]
-        return cls(history, family, True, None, constraint, max_calls)
-
-
-def _plain_history(messages: Sequence[ChatMessage]) -> list[ChatMessage]:
-    """Tool turns as plain text, for templates that know no tool role."""
-    out = []
-    for m in messages:
-        if m.role == "tool":
-            out.append(ChatMessage("user", f"<tool_response>\n{m.content}\n</tool_response>"))
-        elif m.role == "assistant" and m.tool_calls:
-            blocks = [
-                "<tool_call>\n"
-                + json.dumps({"name": c.name, "arguments": _maybe_json(c.arguments)})
-                + "\n</tool_call>"
-                for c in m.tool_calls
-            ]
-            out.append(
-                ChatMessage(
-                    "assistant", (m.content + "\n" if m.content else "") + "\n".join(blocks)
-                )
-            )
-        else:
-            out.append(m)
-    return out
-
-
-def _maybe_json(v: Any) -> Any:
-    if isinstance(v, str):
-        try:
-            return jsonsafe.loads(v)
-        except ValueError:
-            return v
-    return v

@@ -43,12 +43,11 @@ async def models(request: web.Request) -> web.Response:
 @routes.get("/api/v1/ps")
 async def ps(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    sched = service.scheduler
     return web.json_response(
         {
-            "models": [loaded_json(i) for i in sched.loaded()],
-            "loading": sched.loading(),
-            "memory": {"budget": sched.budget(), "used": sched.used()},
+            "models": [loaded_json(i) for i in service.loaded()],
+            "loading": service.loading(),
+            "memory": service.memory(),
         }
     )
 
@@ -68,7 +67,7 @@ async def load(request: web.Request) -> web.Response:
     if pin is not None and not isinstance(pin, bool):
         raise InvalidRequest("'pin' must be a boolean", param="pin")
     # the scheduler's own answer says which of loaded / reloaded / unchanged it did
-    result = await service.scheduler.load_result(
+    result = await service.load_result(
         model_id,
         options,
         force=b.flag("force"),
@@ -76,7 +75,7 @@ async def load(request: web.Request) -> web.Response:
         pin=pin,
         wait=b.flag("wait"),
     )
-    info = next((i for i in service.scheduler.loaded() if i.model_id == model_id), None)
+    info = next((i for i in service.loaded() if i.model_id == model_id), None)
     body: dict[str, Any] = {"id": model_id, "state": "loaded"}
     if info is not None:
         body.update(loaded_json(info))
@@ -93,7 +92,7 @@ async def unload(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     b = Body(await read_json_body(request))
     model_id = b.text("model", required=True) or ""
-    service.library.get(model_id)  # 404 for unknown ids
+    service.model(model_id)  # 404 for unknown ids
     was_loaded = await service.unload(model_id)
     return web.json_response({"id": model_id, "state": "not-loaded", "was_loaded": was_loaded})
 
@@ -104,7 +103,7 @@ async def pin(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     b = Body(await read_json_body(request))
     model_id = b.text("model", required=True) or ""
-    service.scheduler.set_pinned(model_id, b.flag("pinned", True))
+    service.set_pinned(model_id, b.flag("pinned", True))
     return web.json_response({"id": model_id, "pinned": b.flag("pinned", True)})
 
 
@@ -122,8 +121,7 @@ async def estimate(request: web.Request) -> web.Response:
 async def get_preset(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     model_id = request.match_info["model_id"]
-    service.library.get(model_id)
-    preset = service.presets.get(model_id) if service.presets else {}
+    preset = service.preset(model_id)
     return web.json_response({"id": model_id, "preset": preset})
 
 
@@ -132,13 +130,11 @@ async def put_preset(request: web.Request) -> web.Response:
     """Replace the model's preset (load options plus "ttl" and "pinned"); {} clears it."""
     service = request.app[SERVICE]
     model_id = request.match_info["model_id"]
-    service.library.get(model_id)
+    service.model(model_id)
     b = Body(await read_json_body(request))
-    if service.presets is None:
-        raise InvalidRequest("presets are not available in this server")
     raw = b.data.get("preset", b.data)
     if "ttl" in raw and raw["ttl"] is not None:
         ttl = parse_keep_alive(raw["ttl"], param="preset.ttl")
         raw = {**raw, "ttl": -1 if ttl is None else ttl}
-    saved = service.presets.set(model_id, raw)
+    saved = service.save_preset(model_id, raw)
     return web.json_response({"id": model_id, "preset": saved})

@@ -1,10 +1,12 @@
 """Tool calling: the tool spec and its family (spec), a grammar constraint that forces a valid
 call (spec), a streaming parser per family (parser), the family formats (formats) and the
-incremental JSON scanner under them (scanner)."""
+incremental JSON scanner under them (scanner), and how a request's tools reach the model
+(plan)."""
 
 from __future__ import annotations
 
 from app.core.tools.parser import ParseEvent, StartedCall, ToolCallParser
+from app.core.tools.plan import ToolSetup
 from app.core.tools.spec import (
     FAMILIES,
     GENERIC_TOOL_PROMPT,
@@ -23,6 +25,7 @@ __all__ = [
     "StartedCall",
     "Tool",
     "ToolCallParser",
+    "ToolSetup",
     "detect_family",
     "generic_tool_prompt",
     "parse_block",

@@ -47,13 +47,13 @@ def model_object(st: ModelStatus) -> dict[str, object]:
 
 @routes.get("/health")
 async def health(request: web.Request) -> web.Response:
-    sched = request.app[SERVICE].scheduler
+    service = request.app[SERVICE]
     return web.json_response(
         {
             "status": "ok",
             "version": __version__,
-            "loaded": [i.model_id for i in sched.loaded()],
-            "loading": sched.loading(),
+            "loaded": [i.model_id for i in service.loaded()],
+            "loading": service.loading(),
         }
     )
 
