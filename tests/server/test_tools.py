@@ -10,11 +10,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from app.core.generation import Generation
+from app.core.generation import Choices, Generation
+from app.core.requests import ChatRequest
 from app.core.tools import ToolCallParser
 from app.core.types import Delta, Usage
-from app.server import anthropic as anthropic_routes
 from app.server.app import STATE, ServerState
+from app.server.protocols import anthropic as anthropic_wire
+from app.server.protocols.base import Context
+from app.server.streaming import respond
 from app.settings import ServerSettings
 from tests.conftest import Served
 
@@ -283,7 +286,15 @@ async def test_anthropic_stream_keeps_blocks_in_order() -> None:
 
     async def handler(request: web.Request) -> web.StreamResponse:
         gen = Generation("m", 3, _Pieces(pieces), tools=ToolCallParser("hermes"))
-        return await anthropic_routes._stream(request, gen, "m", "msg_1", ())
+        req, ctx = ChatRequest("m", ()), Context("m")
+        return await respond(
+            request,
+            Choices([gen]),
+            stream=True,
+            model="m",
+            whole=lambda results: anthropic_wire.message_response(req, results, ctx),
+            renderer=lambda: anthropic_wire.MessageStream(req, ctx, gen.prompt_tokens),
+        )
 
     app = web.Application()
     app[STATE] = ServerState(ServerSettings(), (), "127.0.0.1")

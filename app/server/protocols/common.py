@@ -257,7 +257,7 @@ def _content_text(content: Any, where: str) -> str:
                         "a text part needs a string 'text'", param=f"{where}[{j}].text"
                     )
                 parts.append(text)
-            elif ptype in ("image_url", "input_image", "input_audio", "file"):
+            elif ptype in ("image_url", "input_image", "input_audio", "file", "input_file"):
                 raise UnsupportedParameter(
                     f"content part type '{ptype}' needs a vision/audio model; none is available",
                     param=f"{where}[{j}]",

@@ -1,0 +1,34 @@
+"""Anthropic Messages route: POST /v1/messages (stream and not)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from app.server.body import read_json_body
+from app.server.protocols import ANTHROPIC
+from app.server.protocols import anthropic as wire
+from app.server.protocols.base import Context
+from app.server.routes import ProtocolRoutes
+from app.server.state import REQUEST_LOG, SERVICE
+from app.server.streaming import respond
+
+routes = ProtocolRoutes(ANTHROPIC)
+
+
+@routes.post("/v1/messages")
+async def messages(request: web.Request) -> web.StreamResponse:
+    parsed = wire.parse_request(await read_json_body(request))
+    req = parsed.request
+    request[REQUEST_LOG]["model"] = req.model
+    # everything that can fail (404, context overflow, queue full) fails here, before headers
+    choices = await request.app[SERVICE].chat(req)
+    ctx = Context(req.model)
+    prompt_tokens = choices.first.prompt_tokens
+    return await respond(
+        request,
+        choices,
+        stream=parsed.stream,
+        model=req.model,
+        whole=lambda results: wire.message_response(req, results, ctx),
+        renderer=lambda: wire.MessageStream(req, ctx, prompt_tokens),
+    )

@@ -1,0 +1,33 @@
+"""OpenAI Responses route: POST /v1/responses (stateless; stream and not). Its errors have
+OpenAI's shape, as openai-python reads them."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from app.server.body import read_json_body
+from app.server.protocols import OPENAI
+from app.server.protocols import responses as wire
+from app.server.protocols.base import Context
+from app.server.routes import ProtocolRoutes
+from app.server.state import REQUEST_LOG, SERVICE
+from app.server.streaming import respond
+
+routes = ProtocolRoutes(OPENAI)
+
+
+@routes.post("/v1/responses")
+async def responses(request: web.Request) -> web.StreamResponse:
+    parsed = wire.parse_request(await read_json_body(request))
+    req = parsed.request
+    request[REQUEST_LOG]["model"] = req.model
+    choices = await request.app[SERVICE].chat(req)
+    ctx = Context(req.model)
+    return await respond(
+        request,
+        choices,
+        stream=parsed.stream,
+        model=req.model,
+        whole=lambda results: wire.response_body(parsed.echo, results, ctx),
+        renderer=lambda: wire.ResponseStream(parsed.echo, ctx),
+    )

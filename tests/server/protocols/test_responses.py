@@ -1,0 +1,244 @@
+"""The Responses adapter on recorded deltas: exact events with a reasoning item, tool calls split
+at every point, errors mid-stream and cut streams, usage, and the request bounds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from app.core.types import Delta, ToolCallDelta, Usage
+from app.errors import GenerationTimeout, InvalidRequest, UnsupportedParameter
+from app.server.protocols import responses as wire
+from app.server.protocols.base import Context
+from app.server.streaming import StreamBroken
+
+from .replay import completion, deltas, events, render
+
+ECHO = wire.Echo()
+THINK_TOOL = (
+    'Hmm, 2+2.</think>\n\nIt is 4.<tool_call>{"name": "add", "arguments": {"a": [2, 2]}}'
+    "</tool_call>"
+)
+
+
+def ctx() -> Context:
+    return Context("m", id="ID", created=1.0)
+
+
+def stream(ds: list[Delta], **kw: Any) -> list[tuple[str | None, Any]]:
+    evs = events(render(wire.ResponseStream(ECHO, ctx()), ds, **kw))
+    assert [d["sequence_number"] for _, d in evs] == list(range(len(evs)))
+    assert all(k == d["type"] for k, d in evs)
+    return [
+        (k, {x: v for x, v in d.items() if x not in ("type", "sequence_number")}) for k, d in evs
+    ]
+
+
+def test_reasoning_text_and_a_call_exact_events() -> None:
+    ds = [
+        Delta(reasoning="Let me"),
+        Delta(reasoning=" think."),
+        Delta(text="Sure."),
+        Delta(tool_calls=(ToolCallDelta(0, "call_1", "add"),)),
+        Delta(tool_calls=(ToolCallDelta(0, arguments='{"a": 1}'),)),
+        Delta(finish_reason="tool_calls", usage=Usage(7, 5, reasoning_tokens=2)),
+    ]
+    evs = stream(ds)
+    rs = {"item_id": "rs_ID", "output_index": 0, "content_index": 0}
+    msg = {"item_id": "msg_ID", "output_index": 1, "content_index": 0}
+    reasoning_done = {
+        "type": "reasoning",
+        "id": "rs_ID",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": "Let me think."}],
+        "status": "completed",
+    }
+    message_done = {
+        "type": "message",
+        "id": "msg_ID",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Sure.", "annotations": []}],
+    }
+    call_done = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "add",
+        "arguments": '{"a": 1}',
+        "status": "completed",
+    }
+    assert [k for k, _ in evs[:2]] == ["response.created", "response.in_progress"]
+    assert evs[0][1]["response"]["status"] == "in_progress"
+    assert evs[2:-1] == [
+        (
+            "response.output_item.added",
+            {
+                "output_index": 0,
+                "item": {
+                    "type": "reasoning",
+                    "id": "rs_ID",
+                    "summary": [],
+                    "content": [],
+                    "status": "in_progress",
+                },
+            },
+        ),
+        ("response.content_part.added", {**rs, "part": {"type": "reasoning_text", "text": ""}}),
+        ("response.reasoning_text.delta", {**rs, "delta": "Let me"}),
+        ("response.reasoning_text.delta", {**rs, "delta": " think."}),
+        ("response.reasoning_text.done", {**rs, "text": "Let me think."}),
+        (
+            "response.content_part.done",
+            {**rs, "part": {"type": "reasoning_text", "text": "Let me think."}},
+        ),
+        ("response.output_item.done", {"output_index": 0, "item": reasoning_done}),
+        (
+            "response.output_item.added",
+            {
+                "output_index": 1,
+                "item": {
+                    "type": "message",
+                    "id": "msg_ID",
+                    "status": "in_progress",
+                    "role": "assistant",
+                    "content": [],
+                },
+            },
+        ),
+        (
+            "response.content_part.added",
+            {**msg, "part": {"type": "output_text", "text": "", "annotations": []}},
+        ),
+        ("response.output_text.delta", {**msg, "delta": "Sure.", "logprobs": []}),
+        (
+            "response.output_item.added",
+            {"output_index": 2, "item": {**call_done, "arguments": "", "status": "in_progress"}},
+        ),
+        (
+            "response.function_call_arguments.delta",
+            {"item_id": "fc_1", "output_index": 2, "delta": '{"a": 1}'},
+        ),
+        ("response.output_text.done", {**msg, "text": "Sure.", "logprobs": []}),
+        (
+            "response.content_part.done",
+            {**msg, "part": {"type": "output_text", "text": "Sure.", "annotations": []}},
+        ),
+        ("response.output_item.done", {"output_index": 1, "item": message_done}),
+        (
+            "response.function_call_arguments.done",
+            {"item_id": "fc_1", "output_index": 2, "arguments": '{"a": 1}'},
+        ),
+        ("response.output_item.done", {"output_index": 2, "item": call_done}),
+    ]
+    kind, done = evs[-1]
+    assert kind == "response.completed"
+    assert done["response"]["output"] == [reasoning_done, message_done, call_done]
+    assert done["response"]["usage"] == {
+        "input_tokens": 7,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 2},
+        "total_tokens": 12,
+    }
+    whole = wire.response_body(ECHO, [completion(ds)], ctx())
+    assert whole["output"] == done["response"]["output"]
+    assert whole["status"] == "completed"
+
+
+@pytest.mark.parametrize("k", range(1, len(THINK_TOOL)))
+def test_split_at_every_point_gives_the_whole_answer(k: int) -> None:
+    for pieces in ([THINK_TOOL[:k], THINK_TOOL[k:]], list(THINK_TOOL[:k]) + [THINK_TOOL[k:]]):
+        ds = deltas(pieces, think=True, tools=True)
+        evs = stream(ds)
+        reasoning = "".join(d["delta"] for e, d in evs if e == "response.reasoning_text.delta")
+        text = "".join(d["delta"] for e, d in evs if e == "response.output_text.delta")
+        args = "".join(d["delta"] for e, d in evs if e == "response.function_call_arguments.delta")
+        assert (reasoning, text, json.loads(args)) == ("Hmm, 2+2.", "It is 4.", {"a": [2, 2]})
+        added = [d["output_index"] for e, d in evs if e == "response.output_item.added"]
+        finished = [d["output_index"] for e, d in evs if e == "response.output_item.done"]
+        assert added == [0, 1, 2] and sorted(finished) == [0, 1, 2], pieces
+        final = evs[-1][1]["response"]
+        assert [o["type"] for o in final["output"]] == ["reasoning", "message", "function_call"]
+        whole = wire.response_body(ECHO, [completion(ds)], ctx())
+        assert whole["output"] == final["output"]
+
+
+def test_an_error_mid_stream_is_the_last_event() -> None:
+    err = GenerationTimeout("the request ran over the server's time limit (2s)")
+    evs = stream([Delta(reasoning="Hmm"), Delta(text="It is")], error=err)
+    assert evs[-1] == ("error", {"code": "timeout", "message": err.message, "param": None})
+    assert not any(k in ("response.completed", "response.incomplete") for k, _ in evs)
+
+
+def test_a_cut_stream_ends_with_an_error() -> None:
+    evs = stream([Delta(text="It")], error=StreamBroken("the generation ended without a result"))
+    assert evs[-1][0] == "error" and evs[-1][1]["code"] == "generation_error"
+
+
+def test_max_output_tokens_is_incomplete_with_usage() -> None:
+    ds = [Delta(text="a"), Delta(finish_reason="length", usage=Usage(7, 1))]
+    evs = stream(ds)
+    assert evs[-1][0] == "response.incomplete"
+    r = evs[-1][1]["response"]
+    assert r["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert r["usage"]["output_tokens"] == 1
+    assert [o["type"] for o in r["output"]] == ["message"]  # no reasoning: no reasoning item
+
+
+def _body(**kw: Any) -> dict[str, Any]:
+    return {"model": "m", "input": "x", **kw}
+
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "string"}}}
+
+
+def _fn(name: str, **kw: Any) -> dict[str, Any]:
+    return {"type": "function", "name": name, "parameters": SCHEMA, **kw}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"tools": [_fn(f"t{i}") for i in range(129)]}, "tools"),
+        ({"tools": [_fn("bad name!")]}, "tools[0]"),
+        ({"tools": [_fn("t", description=3)]}, "tools[0]"),
+        (
+            {"tools": [_fn("t", parameters={"type": "object", "x": "y" * 70_000})]},
+            "tools[0].parameters",
+        ),
+        ({"tools": [_fn("t")], "tool_choice": 3}, "tool_choice"),
+        ({"tools": [_fn("t")], "tool_choice": ["auto"]}, "tool_choice"),
+        ({"tools": [_fn("t")], "tool_choice": {"type": "function", "name": "u"}}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),
+        ({"text": "json"}, "text"),
+    ],
+)
+def test_bounds_shared_with_chat_completions(extra: dict[str, Any], param: str) -> None:
+    with pytest.raises(InvalidRequest) as ei:
+        wire.parse_request(_body(**extra))
+    assert ei.value.param == param
+
+
+def test_tool_choice_and_items() -> None:
+    p = wire.parse_request(
+        _body(tools=[_fn("a"), _fn("b")], tool_choice={"type": "function", "name": "b"})
+    )
+    assert (p.request.tool_choice.mode, p.request.tool_choice.name) == ("named", "b")
+    p = wire.parse_request(_body(tools=[_fn("a")], parallel_tool_calls=False))
+    assert (p.request.tool_choice.mode, p.request.tool_choice.parallel) == ("auto", False)
+    with pytest.raises(UnsupportedParameter):
+        wire.parse_request(_body(tools=[{"type": "web_search"}]))
+    # a reasoning item handed back from an earlier response is skipped, as on chat routes
+    items = [
+        {"role": "user", "content": "2+2?"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": []},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "4"}]},
+    ]
+    p = wire.parse_request(_body(input=items))
+    assert [(m.role, m.content) for m in p.request.messages] == [
+        ("user", "2+2?"),
+        ("assistant", "4"),
+    ]
