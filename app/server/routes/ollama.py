@@ -17,6 +17,7 @@ from app.server.body import large_json_response, read_json_body
 from app.server.protocols import OLLAMA
 from app.server.protocols import ollama as wire
 from app.server.protocols import ollama_models as listing
+from app.server.protocols import ollama_render as render
 from app.server.protocols.base import Context
 from app.server.protocols.common import Body
 from app.server.routes import ProtocolRoutes
@@ -87,7 +88,7 @@ async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -
             await service.unload(parsed.model)
         else:
             await service.load(parsed.model, ttl=parsed.ttl)
-        return web.json_response(wire.load_response(parsed.model, parsed.key, parsed.ttl == 0))
+        return web.json_response(render.load_response(parsed.model, parsed.key, parsed.ttl == 0))
     ctx.model = parsed.model
     ctx.load_ns = await _load_ns(service, parsed.model)
     choices = await (service.chat(req) if isinstance(req, ChatRequest) else service.complete(req))
@@ -96,8 +97,8 @@ async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -
         choices,
         stream=parsed.stream,
         model=parsed.model,
-        whole=lambda results: wire.whole_response(parsed.key, parsed.think, results, ctx),
-        renderer=lambda: wire.NdjsonStream(parsed.key, parsed.think, ctx),
+        whole=lambda results: render.whole_response(parsed.key, parsed.think, results, ctx),
+        renderer=lambda: render.NdjsonStream(parsed.key, parsed.think, ctx),
     )
 
 
@@ -128,7 +129,7 @@ async def embed(request: web.Request) -> web.Response:
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
     # megabytes of JSON for a big batch: encoded off the event loop
     return await large_json_response(
-        wire.embed_response(result, req.model, ctx, time.perf_counter_ns())
+        render.embed_response(result, req.model, ctx, time.perf_counter_ns())
     )
 
 

@@ -16,6 +16,7 @@ from app.core.types import ChatMessage, Constraint, Delta, Timings, ToolCall, To
 from app.errors import GenerationTimeout, InvalidRequest, ModelNotFound, UnsupportedParameter
 from app.server.protocols import OLLAMA
 from app.server.protocols import ollama as wire
+from app.server.protocols import ollama_render as render
 from app.server.protocols.base import Context, Frame
 from app.server.protocols.common import MAX_STOP, MAX_TOOLS
 
@@ -43,8 +44,8 @@ def ctx() -> Context:
     return Context("m", started_ns=START_NS, load_ns=1234)
 
 
-def stream(key: wire.Key = "message", think: bool = True) -> wire.NdjsonStream:
-    return wire.NdjsonStream(key, think, ctx(), clock=lambda: T0, perf_ns=lambda: NOW_NS)
+def stream(key: wire.Key = "message", think: bool = True) -> render.NdjsonStream:
+    return render.NdjsonStream(key, think, ctx(), clock=lambda: T0, perf_ns=lambda: NOW_NS)
 
 
 def play(deltas: Sequence[Delta], key: wire.Key = "message", think: bool = True) -> list[Any]:
@@ -75,7 +76,9 @@ DONE = {
 
 
 def whole(results: Sequence[Completion], key: wire.Key = "message", think: bool = True) -> Any:
-    return wire.whole_response(key, think, results, ctx(), clock=lambda: T0, perf_ns=lambda: NOW_NS)
+    return render.whole_response(
+        key, think, results, ctx(), clock=lambda: T0, perf_ns=lambda: NOW_NS
+    )
 
 
 def completion(deltas: Sequence[Delta]) -> Completion:
@@ -261,11 +264,11 @@ def test_error_body_is_ollama_s_shape() -> None:
 
 
 def test_load_and_unload_answers() -> None:
-    assert wire.load_response("m", "message", False)["message"] == {
+    assert render.load_response("m", "message", False)["message"] == {
         "role": "assistant",
         "content": "",
     }
-    r = wire.load_response("m", "response", True)
+    r = render.load_response("m", "response", True)
     assert r["done"] and r["done_reason"] == "unload" and r["response"] == ""
 
 
