@@ -30,8 +30,8 @@ def create_app(
     bound_addresses: tuple[str, ...] = (),
 ) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
-    from app.server import downloads_api, native, ollama
-    from app.server.routes import anthropic, openai, responses
+    from app.server import downloads_api, native
+    from app.server.routes import anthropic, ollama, openai, responses
 
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app.on_response_prepare.append(mark_prepared)

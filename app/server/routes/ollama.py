@@ -1,0 +1,141 @@
+"""Ollama-shaped routes (/api/tags, /api/show, /api/chat, /api/generate, /api/embed,
+/api/embeddings, /api/ps, /api/version) on the same port, for apps that only speak Ollama.
+NDJSON streams; every error (401, 403, 413, 404, 400...) is ``{"error": "..."}``. Hearth's own
+API lives under /api/v1/."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from app.core.requests import ChatRequest
+from app.core.service import Hearth
+from app.errors import InvalidRequest, ModelNotFound
+from app.server.body import large_json_response, read_json_body
+from app.server.protocols import OLLAMA
+from app.server.protocols import ollama as wire
+from app.server.protocols import ollama_models as listing
+from app.server.protocols import ollama_render as render
+from app.server.protocols.base import Context
+from app.server.protocols.common import Body
+from app.server.routes import ProtocolRoutes
+from app.server.state import REQUEST_LOG, SERVICE
+from app.server.streaming import respond
+
+routes = ProtocolRoutes(OLLAMA)
+
+
+def resolver(service: Hearth) -> wire.Resolve:
+    """Ollama names carry a tag ("llama3:latest"); Hearth ids may not."""
+
+    def resolve(name: str) -> str:
+        try:
+            return service.model_status(name).model.id
+        except ModelNotFound:
+            if name.endswith(listing.LATEST):
+                return service.model_status(name.removesuffix(listing.LATEST)).model.id
+            raise
+
+    return resolve
+
+
+async def _load_ns(service: Hearth, model_id: str) -> int:
+    """Load ahead of the work (JIT, as any request would) to report Ollama's load_duration."""
+    if service.model_status(model_id).state == "loaded":
+        return 0
+    t0 = time.perf_counter_ns()
+    async with service.using(model_id):
+        pass
+    return time.perf_counter_ns() - t0
+
+
+@routes.get("/api/version")
+async def version(request: web.Request) -> web.Response:
+    return web.json_response(listing.version())
+
+
+@routes.get("/api/tags")
+async def tags(request: web.Request) -> web.Response:
+    return web.json_response(listing.tags(request.app[SERVICE].models()))
+
+
+@routes.post("/api/show")
+async def show(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    b = Body(await read_json_body(request))
+    name = b.text("model") or b.text("name") or ""
+    if not name:
+        raise InvalidRequest("'model' is required", param="model")
+    return web.json_response(listing.show(service.model_status(resolver(service)(name))))
+
+
+@routes.get("/api/ps")
+async def ps(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    return web.json_response(listing.ps(service.scheduler.loaded(), service.models()))
+
+
+async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -> Any:
+    """/api/chat and /api/generate after parsing: load/unload, or generate through the one
+    streaming path (time limit, disconnect, errors as ``{"error": ...}`` lines)."""
+    service: Hearth = request.app[SERVICE]
+    request[REQUEST_LOG]["model"] = parsed.model
+    req = parsed.request
+    if req is None:  # Ollama's idiom: an empty prompt loads, with keep_alive 0 unloads
+        if parsed.ttl == 0:
+            await service.unload(parsed.model)
+        else:
+            await service.load(parsed.model, ttl=parsed.ttl)
+        return web.json_response(render.load_response(parsed.model, parsed.key, parsed.ttl == 0))
+    ctx.model = parsed.model
+    ctx.load_ns = await _load_ns(service, parsed.model)
+    choices = await (service.chat(req) if isinstance(req, ChatRequest) else service.complete(req))
+    return await respond(
+        request,
+        choices,
+        stream=parsed.stream,
+        model=parsed.model,
+        whole=lambda results: render.whole_response(parsed.key, parsed.think, results, ctx),
+        renderer=lambda: render.NdjsonStream(parsed.key, parsed.think, ctx),
+    )
+
+
+@routes.post("/api/chat")
+async def chat(request: web.Request) -> web.StreamResponse:
+    ctx = Context("")  # the request's clock starts here (total_duration)
+    body = await read_json_body(request)
+    parsed = wire.parse_chat(body, resolver(request.app[SERVICE]))
+    return await _generation(request, parsed, ctx)
+
+
+@routes.post("/api/generate")
+async def generate(request: web.Request) -> web.StreamResponse:
+    ctx = Context("")
+    body = await read_json_body(request)
+    parsed = wire.parse_generate(body, resolver(request.app[SERVICE]))
+    return await _generation(request, parsed, ctx)
+
+
+@routes.post("/api/embed")
+async def embed(request: web.Request) -> web.Response:
+    ctx = Context("")
+    service: Hearth = request.app[SERVICE]
+    req = wire.parse_embed(await read_json_body(request), resolver(service))
+    request[REQUEST_LOG]["model"] = req.model
+    ctx.load_ns = await _load_ns(service, req.model)
+    result = await service.embed(req)
+    request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
+    # megabytes of JSON for a big batch: encoded off the event loop
+    return await large_json_response(
+        render.embed_response(result, req.model, ctx, time.perf_counter_ns())
+    )
+
+
+@routes.post("/api/embeddings")
+async def embeddings_legacy(request: web.Request) -> web.Response:
+    service: Hearth = request.app[SERVICE]
+    req = wire.parse_embeddings_legacy(await read_json_body(request), resolver(service))
+    result = await service.embed(req)
+    return web.json_response({"embedding": result.vectors[0]})
