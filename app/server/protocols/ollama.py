@@ -7,7 +7,9 @@ streaming path. The model listings (/api/tags, /api/show, /api/ps) are in ``olla
 
 - ``format``: ``"json"`` is a ``json_object`` constraint; a JSON schema object is ``json_schema``
   (enforced by grammar; a schema that cannot compile is a 400).
-- ``tools`` (/api/chat only): always ``auto`` (Ollama has no tool_choice). A call comes back
+- ``tools`` (/api/chat only): ``auto`` unless the body carries Hearth's ``tool_choice``
+  extension (OpenAI's spellings: none / auto / required / a named function; Ollama's own API
+  has no tool choice) and ``parallel_tool_calls``. A call comes back
   whole, as Ollama sends it: ``{"id", "function": {"index", "name", "arguments": {object}}}``, in
   the stream as soon as its arguments are whole. History may carry assistant ``tool_calls`` with
   object arguments and ``tool`` messages with ``tool_name``.
@@ -47,9 +49,8 @@ from app.server.protocols.common import (
     Body,
     _content_text,
     check_stop,
-    parse_tool_list,
+    parse_tools,
     schema_constraint,
-    tool_choice,
 )
 
 THINK_LEVELS = ("low", "medium", "high")
@@ -246,14 +247,9 @@ def parse_chat(data: dict[str, Any], resolve: Resolve) -> Parsed:
     model = _model(b, resolve)
     _reject(b)
     constraint, think = parse_format(b), parse_think(b)
-    tools = parse_tool_list(b.data.get("tools") or None)
-    choice = tool_choice(
-        "auto" if tools else "none",
-        tools,
-        [f"tools[{i}].function.parameters" for i in range(len(tools))],
-        parallel=True,
-        param="tools",
-    )
+    # tools: Ollama's shape is OpenAI's; `tool_choice` / `parallel_tool_calls` are Hearth's
+    # extension here (Ollama's API has none: auto is the default), in OpenAI's spellings
+    tools, choice = parse_tools(b)
     ttl = parse_ttl(b)
     stream = b.flag("stream", True)
     if not b.data.get("messages"):

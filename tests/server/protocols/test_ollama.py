@@ -353,6 +353,19 @@ def test_tools_are_auto() -> None:
     assert [t.name for t in req.tools] == ["get_weather"]
 
 
+def test_hearth_s_tool_choice_extension_takes_openai_s_spellings() -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    req = wire.parse_chat(chat_body(tools=[WEATHER], tool_choice=named), ident).request
+    assert isinstance(req, ChatRequest)
+    assert req.tool_choice == ToolChoice("named", "get_weather", False)
+    with pytest.raises(InvalidRequest) as ei:
+        wire.parse_chat(
+            chat_body(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "x"}}),
+            ident,
+        )
+    assert ei.value.param == "tool_choice"
+
+
 def _deep(n: int) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "string"}
     for _ in range(n):
