@@ -21,19 +21,21 @@ from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
 from app.server.protocols.common import (
     MAX_N,
     Body,
-    StreamOptions,
-    parse_embedding_input,
-    parse_logprobs,
     parse_max_tokens,
-    parse_messages,
-    parse_prompt,
-    parse_response_format,
     parse_sampling,
     parse_stop,
-    parse_stream,
     parse_template_vars,
     parse_tools,
     parse_ttl,
+)
+from app.server.protocols.openai_fields import (
+    StreamOptions,
+    parse_embedding_input,
+    parse_logprobs,
+    parse_messages,
+    parse_prompt,
+    parse_response_format,
+    parse_stream,
     reject_pending_features,
 )
 

@@ -17,7 +17,8 @@ from app.server.body import large_json_response, read_json_body
 from app.server.protocols import OPENAI
 from app.server.protocols import openai as wire
 from app.server.protocols.base import Context, StreamRenderer
-from app.server.protocols.common import MAX_PIECES, Body, StreamOptions, parse_tokenize_content
+from app.server.protocols.common import MAX_PIECES, Body, parse_tokenize_content
+from app.server.protocols.openai_fields import StreamOptions
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE, STATE
 from app.server.streaming import respond

@@ -14,7 +14,7 @@ from app.core.types import ChatMessage, Delta, TokenLogprob, ToolCallDelta, Usag
 from app.errors import GenerationTimeout, InvalidRequest
 from app.server.protocols import openai as wire
 from app.server.protocols.base import Context
-from app.server.protocols.common import StreamOptions
+from app.server.protocols.openai_fields import StreamOptions
 
 CTX = Context("smol", created=1700000000, id="abc")
 REQ = ChatRequest("smol", (ChatMessage("user", "hi"),))
@@ -92,10 +92,9 @@ def test_an_error_mid_stream_is_one_error_event_and_no_done() -> None:
     r = wire.ChatStream(REQ, StreamOptions(True, True), CTX)
     frames = [*r.open(), *r.delta(0, Delta(text="par")), *r.error(GenerationTimeout("late"))]
     data = [f.data for f in frames]
-    assert (
-        data[-1]
-        == {"error": {"message": "late", "type": "server_error", "param": None, "code": "timeout"}}
-    )
+    assert data[-1] == {
+        "error": {"message": "late", "type": "server_error", "param": None, "code": "timeout"}
+    }
     assert "[DONE]" not in data
 
 
