@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from app.core import filecache
+from app.core.filecache import FileCache
 from app.core.fsutil import (
     atomic_write_bytes,
     atomic_write_json,
@@ -162,29 +164,50 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
 
 
 class SettingsStore:
-    """Reads and writes ``settings.json``; a corrupt file falls back to defaults (and says so)."""
+    """Reads and writes ``settings.json``; a corrupt file falls back to defaults (and says so).
+
+    ``load()`` is what requests call (load defaults, JIT, TTL, budget): it answers from memory,
+    re-reading the file only when a stat, at most once a second, shows another process replaced
+    it. Every store of one file in this process shares that memory, so a save is seen at once.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         remove_stale_writes(path)  # left by a write that was killed mid-way
+        self._cache: FileCache[Settings] = filecache.shared(path, "settings")
 
     def load(self) -> Settings:
+        return self._cache.get(self._read)
+
+    def _read(self) -> Settings:
         try:
             raw = read_json(self.path, {})
+        except ValueError as e:
+            log.error("settings file %s is invalid (%s); using defaults", self.path, e)
+            return Settings()
+        return self._parse(raw)
+
+    def _parse(self, raw: Any) -> Settings:
+        try:
             return settings_from_dict(raw if isinstance(raw, dict) else {})
-        except (ValueError, ConfigError) as e:
+        except ConfigError as e:
             log.error("settings file %s is invalid (%s); using defaults", self.path, e)
             return Settings()
 
     def save(self, settings: Settings) -> None:
         with file_lock(self.path):
-            atomic_write_json(self.path, settings.to_dict(), mode=0o600)
+            self._write(settings)
 
     def update(self, **changes: Any) -> Settings:
         with file_lock(self.path):
-            s = replace(self.load(), **changes)
-            atomic_write_json(self.path, s.to_dict(), mode=0o600)
+            s = replace(self._read(), **changes)  # the file as it is now, not as cached
+            self._write(s)
         return s
+
+    def _write(self, settings: Settings) -> None:
+        raw = settings.to_dict()
+        atomic_write_json(self.path, raw, mode=0o600)
+        self._cache.put(self._parse(raw))  # what a read of the file would give
 
 
 # -- the Hugging Face token (issue #3) ---------------------------------------------------------------

@@ -5,15 +5,18 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
+import math
 import os
 import re
 import shutil
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from app.core import stores
+from app.core import filecache, stores
+from app.core.filecache import FileCache
 from app.core.formats import describe
 from app.core.formats.mlx_folder import is_mlx_folder
 from app.core.fsutil import (
@@ -34,6 +37,9 @@ ID_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]*$")
 _SHARD_RE = re.compile(r"-\d{5}-of-\d{5}$")
 _ANY_SHARD_RE = re.compile(r"-\d{5}-of-\d{5}\.gguf$", re.IGNORECASE)
 INDEX_VERSION = 1
+# the models folder is scanned for dropped-in files at most this often, off the caller's thread
+# (the first scan of an instance excepted: a one-shot `hearth ls` lists what it finds)
+ADOPT_INTERVAL_S = 2.0
 
 
 def id_from_name(name: str) -> str:
@@ -45,12 +51,24 @@ def id_from_name(name: str) -> str:
 
 
 class ModelLibrary:
-    """The library index (one JSON file), read fresh under a file lock by every process."""
+    """The library index (one JSON file) shared by every process.
+
+    Changes read the file fresh under its file lock. Queries answer from an in-memory copy that
+    every instance in this process shares, re-read only when a stat (at most once a second)
+    shows another process replaced the file; files dropped into the models folder are indexed
+    by a scan that runs at most every ``ADOPT_INTERVAL_S``, on a thread of its own.
+    """
 
     def __init__(self, index_file: Path, models_dir: Path) -> None:
         self.index_file = index_file
         self.models_dir = models_dir
         self._clean_stale_temp_files()
+        self._index: FileCache[builtins.list[dict[str, Any]]] = filecache.shared(
+            index_file, "library"
+        )
+        self._scan_lock = threading.Lock()
+        self._scanning = False
+        self._scanned_at = -math.inf
 
     def _clean_stale_temp_files(self) -> None:
         """Temp files of writes or copies whose process was killed (kill -9) mid-way."""
@@ -90,7 +108,13 @@ class ModelLibrary:
         return good
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
+        """Replace the index; called under its file lock, so no other write comes in between."""
         atomic_write_json(self.index_file, {"version": INDEX_VERSION, "models": entries})
+        self._index.put(builtins.list(entries))
+
+    def _entries(self, *, fresh: bool = False) -> builtins.list[dict[str, Any]]:
+        """The index as last read or written (do not modify it)."""
+        return self._index.get(self._read, fresh=fresh)
 
     @staticmethod
     def _to_model(d: dict[str, Any]) -> LocalModel:
@@ -122,24 +146,27 @@ class ModelLibrary:
 
     # -- queries ----------------------------------------------------------------------------
     def list(self) -> list[LocalModel]:
-        """Every model in the index, sorted by id (files dropped into the models folder included)."""
-        self._adopt_models_folder()
-        return sorted((self._to_model(d) for d in self._read()), key=lambda m: m.id)
+        """Every model in the index, sorted by id. Files dropped into the models folder join it
+        once a scan has seen them (this call starts one when the last is over 2 s old)."""
+        self._scan_models_folder()
+        return sorted((self._to_model(d) for d in self._entries()), key=lambda m: m.id)
 
     def get(self, model_id: str) -> LocalModel:
         """Raises ModelNotFound."""
-        for d in self._read():
+        for d in self._entries():
             if d["id"] == model_id:
                 return self._to_model(d)
-        self._adopt_models_folder()
-        for d in self._read():
+        # a miss checks the file now (another process may have just added it); a file dropped
+        # into the models folder is found by the scan this starts (at once on the first one)
+        self._scan_models_folder()
+        for d in self._entries(fresh=True):
             if d["id"] == model_id:
                 return self._to_model(d)
         raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
 
     def find_by_path(self, path: Path) -> LocalModel | None:
         real = str(path.resolve())
-        for d in self._read():
+        for d in self._entries(fresh=True):
             if d["path"] == real:
                 return self._to_model(d)
         return None
@@ -164,7 +191,8 @@ class ModelLibrary:
         owned = False
         extra = dict(meta.get("extra") or {})
         if copy:
-            for d in self._read():  # copying the same source again gives the existing copy
+            # copying the same source again gives the existing copy
+            for d in self._entries(fresh=True):
                 if (d.get("extra") or {}).get("source") == str(src) and Path(d["path"]).exists():
                     return self._to_model(d), False
             self.models_dir.mkdir(parents=True, exist_ok=True)
@@ -354,13 +382,37 @@ class ModelLibrary:
         meta = {**meta, "extra": {**(meta.get("extra") or {}), "hub": source}}
         return self._add(real, meta, owned=True, origin="downloaded", refresh=True)
 
+    def _scan_models_folder(self) -> None:
+        """Index what appeared in the models folder unless a scan ran within ADOPT_INTERVAL_S:
+        the first time in this thread (a one-shot command lists what is there), later on a
+        thread of its own (a request never waits for a folder scan)."""
+        with self._scan_lock:
+            if self._scanning or time.monotonic() - self._scanned_at < ADOPT_INTERVAL_S:
+                return
+            first = self._scanned_at == -math.inf
+            self._scanning = True
+        if first:
+            self._run_scan()
+        else:
+            threading.Thread(target=self._run_scan, name="library-scan", daemon=True).start()
+
+    def _run_scan(self) -> None:
+        try:
+            self._adopt_models_folder()
+        except Exception:  # a thread's error would vanish: say what happened
+            log.exception("models folder %s: the scan failed", self.models_dir)
+        finally:
+            with self._scan_lock:
+                self._scanning = False
+                self._scanned_at = time.monotonic()
+
     def _adopt_models_folder(self) -> None:
         """Index valid GGUF files and MLX folders that appeared in the models folder (pulls,
         manual copies): at the top level and in ``OWNER/NAME/`` folders. Dot-files (partial
         downloads), symlinks and later shards of split GGUFs are never adopted."""
         if not self.models_dir.is_dir():
             return
-        known = {d["path"] for d in self._read()}
+        known = {d["path"] for d in self._entries(fresh=True)}
         for p in _candidates(self.models_dir):
             rp = str(p.resolve())
             if rp in known:

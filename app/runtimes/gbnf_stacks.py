@@ -3,7 +3,7 @@ the chain of leading references (the rest of :func:`app.runtimes.gbnf.measure`).
 
 from __future__ import annotations
 
-from app.runtimes.gbnf import (
+from app.runtimes.gbnf_parse import (
     EPS,
     MAX_GRAMMAR_DEPTH,
     MAX_GRAMMAR_FANOUT,

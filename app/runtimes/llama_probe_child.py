@@ -137,7 +137,8 @@ def run(spec: dict[str, Any]) -> None:
     """Load and exercise ``spec['path']``; reports each stage and the result on stdout."""
     from app.core.types import LoadOptions, LocalModel
     from app.errors import HearthError
-    from app.runtimes.llama_cpp import LlamaCppModel, LlamaEngine
+    from app.runtimes.llama_cpp import LlamaCppModel
+    from app.runtimes.llama_engine import LlamaEngine
 
     native = _NativeErrors()
     logging.getLogger("llama_cpp.native").addHandler(native)

@@ -12,9 +12,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import app.core.library as library_module
 from app.core import fsutil
 from app.core.fsutil import atomic_write_json, file_lock, read_json
 from app.core.library import ID_RE, ModelLibrary, id_from_name
@@ -465,6 +467,92 @@ def test_concurrent_imports_from_processes(
     assert {m.path for m in models} == {str(f.resolve()) for f in files}
     assert len({m.id for m in models}) == 20
     assert _stray_files(index_file.parent, {"library.json", "library.json.lock"}) == []
+
+
+# -- an in-memory index, no folder scan per query (issue 10) ----------------------------------------
+
+
+class _Count:
+    """Wraps a module function of app.core.library; counts the calls on ``first``."""
+
+    def __init__(self, name: str, first: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.real, self.first, self.calls = getattr(library_module, name), first, 0
+        monkeypatch.setattr(library_module, name, self)
+
+    def __call__(self, first: Path, *args: Any, **kwargs: Any) -> Any:
+        if Path(first) == self.first:
+            self.calls += 1
+        return self.real(first, *args, **kwargs)
+
+
+def _import_in_another_process(index_file: Path, models_dir: Path, path: Path) -> None:
+    code = (
+        "import sys\nfrom pathlib import Path\nfrom app.core.library import ModelLibrary\n"
+        "ModelLibrary(Path(sys.argv[1]), Path(sys.argv[2])).import_path(sys.argv[3])\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(index_file), str(models_dir), str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def _until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30  # generous: what is checked is that it happens
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_queries_answer_from_memory(
+    library: ModelLibrary,
+    make_gguf: MakeGGUF,
+    index_file: Path,
+    models_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write_model(models_dir / "in-folder.gguf")
+    m, _ = library.import_path(make_gguf())
+    assert {x.id for x in library.list()} == {m.id, "in-folder"}
+    reads = _Count("read_json", index_file, monkeypatch)
+    scans = _Count("_candidates", models_dir, monkeypatch)
+    start = time.monotonic()
+    for _ in range(200):
+        assert len(library.list()) == 2
+        assert library.get(m.id) == m
+    elapsed = time.monotonic() - start
+    assert reads.calls == 0, f"the index was read {reads.calls} times in 200 queries"
+    assert scans.calls <= 2 + elapsed / library_module.ADOPT_INTERVAL_S, (scans.calls, elapsed)
+
+
+def test_a_model_imported_by_another_process_is_seen(
+    library: ModelLibrary, make_gguf: MakeGGUF, index_file: Path, models_dir: Path
+) -> None:
+    assert library.list() == []
+    other = make_gguf("other/From-Elsewhere.gguf")
+    _import_in_another_process(index_file, models_dir, other)
+    assert library.get("from-elsewhere").path == str(other.resolve())  # a miss looks at once
+    assert library.find_by_path(other) is not None
+    _until(lambda: [x.id for x in library.list()] == ["from-elsewhere"], "never listed")
+    # and what this process writes next is written over the other's entry, not over a stale copy
+    mine, _ = library.import_path(make_gguf("mine/from-elsewhere.gguf"))
+    assert mine.id == "from-elsewhere-2"
+    assert {x.id for x in ModelLibrary(index_file, models_dir).list()} == {
+        "from-elsewhere",
+        "from-elsewhere-2",
+    }
+
+
+def test_a_file_dropped_in_later_is_listed_by_a_background_scan(
+    library: ModelLibrary, models_dir: Path
+) -> None:
+    assert library.list() == []  # the first scan ran (and found nothing)
+    write_model(models_dir / "owner" / "name" / "Late-Q8_0.gguf")
+    _until(lambda: [x.id for x in library.list()] == ["late-q8_0"], "the dropped file never showed")
+    assert library.get("late-q8_0").owned is True
 
 
 # -- fsutil ----------------------------------------------------------------------------------------

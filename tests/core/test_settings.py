@@ -6,11 +6,16 @@ import dataclasses
 import json
 import logging
 import math
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import app.settings as settings_module
 from app.errors import ConfigError
 from app.paths import AppPaths
 from app.settings import (
@@ -296,3 +301,92 @@ def test_parallel_default_is_bounded() -> None:
     for bad in (0, 17):
         with pytest.raises(ConfigError):
             settings_from_dict({"load": {"parallel": bad}})
+
+
+# -- cached, not re-read per request (issue 10) ------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _in_another_process(path: Path, code: str) -> None:
+    """Run ``code`` with ``store`` = a SettingsStore of ``path`` in a second Python process."""
+    prelude = (
+        "import sys, pathlib\nfrom app.settings import LoadDefaults, SettingsStore\n"
+        "store = SettingsStore(pathlib.Path(sys.argv[1]))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", prelude + code, str(path)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+
+
+class _CountReads:
+    def __init__(self, path: Path) -> None:
+        self.path, self.calls = path, 0
+        self._real = settings_module.read_json
+
+    def __call__(self, path: Path, default: Any) -> Any:
+        if path == self.path:
+            self.calls += 1
+        return self._real(path, default)
+
+
+def test_load_answers_from_memory_and_a_save_is_seen_by_every_store_at_once(
+    store: SettingsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.save(Settings(models_dir="/a"))
+    reads = _CountReads(store.path)
+    monkeypatch.setattr(settings_module, "read_json", reads)
+    other = SettingsStore(store.path)  # e.g. the GUI's store beside build_service's
+    for _ in range(200):
+        assert store.load().models_dir == "/a" and other.load().models_dir == "/a"
+    assert reads.calls == 0
+    other.save(Settings(models_dir="/b"))
+    assert store.load().models_dir == "/b"  # no wait: same process, same memory
+    assert reads.calls == 0
+
+
+def test_a_change_written_by_another_process_is_seen(
+    store: SettingsStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.save(Settings())
+    assert store.load().load.jit_ttl_s == 900
+    reads = _CountReads(store.path)
+    monkeypatch.setattr(settings_module, "read_json", reads)
+    _in_another_process(
+        store.path, "store.update(load=LoadDefaults(jit_ttl_s=60, memory_budget_bytes=123))"
+    )
+    deadline = time.monotonic() + 30  # generous: the check runs once a second
+    while store.load().load.jit_ttl_s != 60:
+        assert time.monotonic() < deadline, "the other process's change was never seen"
+        time.sleep(0.05)
+    assert store.load().load.memory_budget_bytes == 123
+    assert reads.calls == 1  # read once when it changed, not on every load
+
+
+def test_update_starts_from_the_file_not_from_memory(store: SettingsStore) -> None:
+    """A change another process made a moment ago survives this process's update."""
+    store.save(Settings())
+    store.load()  # cached, and checked just now
+    _in_another_process(store.path, "store.update(models_dir='/theirs')")
+    s = store.update(tray_hint_shown=True)
+    assert (s.models_dir, s.tray_hint_shown) == ("/theirs", True)
+    assert json.loads(store.path.read_text())["models_dir"] == "/theirs"
+
+
+def test_a_corrupt_file_written_later_falls_back_to_defaults(
+    store: SettingsStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    store.save(Settings(models_dir="/a"))
+    store.load()
+    _in_another_process(store.path, "store.path.write_text('{broken')")
+    deadline = time.monotonic() + 30
+    with caplog.at_level(logging.ERROR, logger="app.settings"):
+        while store.load() != Settings():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert "invalid" in caplog.text

@@ -21,7 +21,8 @@ async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> N
 
     runtimes: dict = {}
     if fmt == "gguf":
-        from app.runtimes.llama_cpp import LlamaCppRuntime, build_info
+        from app.runtimes.llama_backend import build_info
+        from app.runtimes.llama_cpp import LlamaCppRuntime
 
         build_info()  # initialize the backend before the baseline
         runtimes["gguf"] = LlamaCppRuntime(probe_file=Path(home) / "probe.json")

@@ -24,9 +24,9 @@ L = pytest.importorskip("llama_cpp")
 
 @pytest.fixture(scope="module")
 def vocab(smollm2_path: Path) -> Iterator[object]:
-    from app.runtimes.llama_cpp import _ensure_backend
+    from app.runtimes.llama_backend import ensure_backend
 
-    _ensure_backend()
+    ensure_backend()
     mp = L.llama_model_default_params()
     mp.vocab_only = True
     model = L.llama_model_load_from_file(str(smollm2_path).encode(), mp)

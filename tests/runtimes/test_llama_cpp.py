@@ -15,7 +15,8 @@ from app.core.library import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes import llama_probe
-from app.runtimes.llama_cpp import LlamaCppRuntime, build_info, physical_cores
+from app.runtimes.llama_backend import build_info, physical_cores
+from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.runtimes.llama_probe_child import GATE_ENV
 from tests.conftest import transcript
 from tests.service_calls import chat, complete

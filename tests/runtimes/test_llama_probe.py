@@ -28,7 +28,8 @@ from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.errors import ModelLoadFailed
 from app.runtimes import llama_probe
-from app.runtimes.llama_cpp import LlamaCppRuntime, build_info
+from app.runtimes.llama_backend import build_info
+from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.runtimes.llama_probe import Prober
 from app.runtimes.llama_probe_child import GATE_ENV
 from tests.gguf_corpus import ARR, BOOL, F32, STR, U32, serialize, tiny_llama

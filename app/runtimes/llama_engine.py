@@ -1,0 +1,470 @@
+"""LlamaEngine: one GGUF model driven through llama-cpp-python's low-level API on its worker
+thread (tokenize, decode, sample, detokenize; sequences share one batch; prompt cache by slot)."""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+import random
+import time
+from typing import Any
+
+from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
+from app.errors import InvalidRequest, ModelLoadFailed
+from app.runtimes.llama_backend import (
+    L,
+    ensure_backend,
+    flash_attn_type,
+    physical_cores,
+    release_free_memory,
+)
+from app.runtimes.llama_grammar import grammar_for
+from app.runtimes.worker import NativeLifetime, Sequence, common_prefix
+
+PENALTY_LAST_N = 64
+_KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
+
+
+class LlamaEngine:
+    """The native state of one model and the decode loop the worker drives."""
+
+    def __init__(self, model: LocalModel, options: LoadOptions, *, extra_bufts: bool) -> None:
+        ensure_backend()
+        mp = L.llama_model_default_params()
+        # this llama.cpp takes mmap/mlock as one load mode: NONE 0, MMAP 1, MLOCK 2, MMAP_MLOCK 3
+        mp.load_mode = (1 if options.use_mmap else 0) | (2 if options.use_mlock else 0)
+        if options.gpu_layers >= 0:
+            mp.n_gpu_layers = options.gpu_layers
+        mp.use_extra_bufts = extra_bufts
+        self.model = L.llama_model_load_from_file(model.path.encode(), mp)
+        if not self.model:
+            raise ModelLoadFailed(f"llama.cpp could not load '{model.id}' ({model.path})")
+        self.vocab = L.llama_model_get_vocab(self.model)
+        self.n_vocab = L.llama_vocab_n_tokens(self.vocab)
+        n_train = L.llama_model_n_ctx_train(self.model)
+        n_ctx = options.context_length or 4096
+        if n_train > 0:
+            n_ctx = min(n_ctx, n_train)
+        threads = options.threads or physical_cores()
+        self.is_embedding = bool(model.extra.get("embedding"))
+        # each of `parallel` sequences gets its own cache stream of n_ctx cells, so a
+        # sequence's cells lie as in a solo run and no request can crowd out another
+        parallel = 1 if self.is_embedding else max(1, options.parallel)
+        cp = L.llama_context_default_params()
+        cp.n_ctx = n_ctx * parallel
+        cp.n_batch = min(options.batch_size, n_ctx)
+        cp.n_ubatch = min(options.ubatch_size or options.batch_size, cp.n_batch)
+        if self.is_embedding:
+            # a whole input is one non-causal batch; pooling as the model says
+            cp.embeddings = True
+            cp.pooling_type = -1
+            cp.n_batch = cp.n_ubatch = n_ctx
+        cp.n_seq_max = parallel
+        cp.kv_unified = False
+        cp.n_threads = threads
+        cp.n_threads_batch = threads
+        cp.no_perf = True
+        cp.flash_attn_type = flash_attn_type(options.flash_attention)
+        cp.type_k = cp.type_v = _KV_TYPES[options.kv_type]
+        cp.rope_scaling_type = {"none": -1, "linear": 1, "yarn": 2}[options.rope_scaling]
+        if options.rope_freq_base > 0:
+            cp.rope_freq_base = options.rope_freq_base
+        if options.rope_freq_scale > 0:
+            cp.rope_freq_scale = options.rope_freq_scale
+        self.default_seed = options.seed
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            L.llama_model_free(self.model)
+            raise ModelLoadFailed(
+                f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}' (out of memory?)"
+            )
+        self.n_ctx = L.llama_n_ctx_seq(self.ctx)  # per sequence
+        self.n_batch = L.llama_n_batch(self.ctx)
+        self.threads = threads
+        self.mem = L.llama_get_memory(self.ctx)
+        self.max_sequences = parallel
+        self.peak_batch = 0  # the most sequences decoded in one step so far
+        self.batch = L.llama_batch_init(self.n_batch, 0, self.max_sequences)
+        self._piece = ctypes.create_string_buffer(256)
+        self._aborting: Sequence | None = None
+        self._abort_cb = L.ggml_abort_callback(self._should_abort)
+        self._no_abort = L.ggml_abort_callback()
+        self._free_slots = list(range(self.max_sequences))
+        # Prompt-prefix reuse. Each slot remembers the tokens its cache holds, and how many of
+        # them were computed as whole micro-batches aligned at multiples of n_ubatch, the way a
+        # fresh run computes a prompt. Only those are reused: the rest of the prompt is then
+        # computed in the same batches as a fresh run would, so the output is bit-identical to
+        # an uncached run (greedy answers and seeds stay reproducible).
+        n_ubatch = int(L.llama_n_ubatch(self.ctx))
+        self._align = n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch)
+        self._kv: list[list[int]] = [[] for _ in range(self.max_sequences)]
+        self._exact = [0] * self.max_sequences
+        self.n_swa = int(L.llama_model_n_swa(self.model))
+        self.prompt_cache = os.environ.get("HEARTH_PROMPT_CACHE", "1") != "0"
+        # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
+        self.lifetime = NativeLifetime()
+        self.max_token_bytes = max(
+            (
+                abs(L.llama_token_to_piece(self.vocab, t, self._piece, 256, 0, True))
+                for t in range(self.n_vocab)
+            ),
+            default=1,
+        )
+
+    # -- helpers used from any thread (read-only vocab, under the lifetime hold) ------------
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
+        raw = text.encode("utf-8")
+        cap = len(raw) + 16
+        buf = (L.llama_token * cap)()
+        with self.lifetime.hold():
+            n = L.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_special, parse_special)
+            if n < 0:
+                cap = -n
+                buf = (L.llama_token * cap)()
+                n = L.llama_tokenize(
+                    self.vocab, raw, len(raw), buf, cap, add_special, parse_special
+                )
+        return list(buf[:n])
+
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        with self.lifetime.hold():
+            return self._piece_of(token, special)
+
+    def pieces(self, tokens: list[int], *, special: bool = False) -> list[bytes]:
+        with self.lifetime.hold():
+            return [self._piece_of(t, special) for t in tokens]
+
+    def _piece_of(self, token: int, special: bool) -> bytes:
+        buf = ctypes.create_string_buffer(256)
+        n = L.llama_token_to_piece(self.vocab, token, buf, 256, 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = L.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        return buf.raw[:n]
+
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(4096)
+        with self.lifetime.hold():
+            n = L.llama_model_meta_val_str(self.model, key.encode(), buf, 4096)
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    def grammar_compiles(self, grammar: str) -> bool:
+        """Whether llama.cpp accepts ``grammar`` (compiled once and freed)."""
+        with self.lifetime.hold():
+            g = L.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
+            if not g:
+                return False
+            L.llama_sampler_free(g)
+            return True
+
+    # -- worker thread ----------------------------------------------------------------------
+    def _should_abort(self, _data: object) -> bool:
+        seq = self._aborting
+        return bool(seq is not None and seq.cancelled)
+
+    @staticmethod
+    def _uses_penalties(s: SamplingParams) -> bool:
+        return s.repeat_penalty != 1.0 or bool(s.frequency_penalty) or bool(s.presence_penalty)
+
+    def _sampler(
+        self, s: SamplingParams, grammar: str | None = None, history: tuple[int, ...] = ()
+    ) -> Any:
+        chain = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params())
+        add = lambda smp: L.llama_sampler_chain_add(chain, smp)  # noqa: E731
+        if grammar is not None:  # first: everything after it sees only allowed tokens
+            g = L.llama_sampler_init_grammar(self.vocab, grammar.encode(), b"root")
+            if not g:
+                L.llama_sampler_free(chain)
+                raise ValueError("the grammar did not compile")
+            add(g)
+        if s.logit_bias:
+            arr = (L.llama_logit_bias * len(s.logit_bias))()
+            for i, (tok, bias) in enumerate(s.logit_bias):
+                arr[i].token = tok  # type: ignore[assignment]
+                arr[i].bias = bias
+            add(L.llama_sampler_init_logit_bias(self.n_vocab, len(s.logit_bias), arr))
+        if self._uses_penalties(s):
+            pen = L.llama_sampler_init_penalties(
+                self.n_vocab,
+                PENALTY_LAST_N,
+                s.repeat_penalty,
+                s.frequency_penalty,
+                s.presence_penalty,
+            )
+            # penalties look at recent history, the prompt included (as llama-server does); fed
+            # to this sampler alone: a grammar fed the prompt's tokens aborts the process
+            for t in history[-PENALTY_LAST_N:]:
+                L.llama_sampler_accept(pen, t)
+            add(pen)
+        if s.temperature <= 0:
+            add(L.llama_sampler_init_greedy())
+            return chain
+        if s.top_k > 0:
+            add(L.llama_sampler_init_top_k(s.top_k))
+        if s.top_p < 1.0:
+            add(L.llama_sampler_init_top_p(s.top_p, 1))
+        if s.min_p > 0.0:
+            add(L.llama_sampler_init_min_p(s.min_p, 1))
+        add(L.llama_sampler_init_temp(s.temperature))
+        seed = s.seed if s.seed is not None else self.default_seed
+        if seed is None:
+            seed = random.getrandbits(32)
+        add(L.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+
+    def _fill(self, tokens: list[int], start_pos: int, seq_id: int, *, logits_last: bool) -> None:
+        b = self.batch
+        n = len(tokens)
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = start_pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq_id
+            b.logits[i] = 0
+        if logits_last and n:
+            b.logits[n - 1] = 1
+        b.n_tokens = n
+
+    def _take_slot(self, tokens: list[int]) -> int:
+        """The free slot whose cached tokens share the longest prefix with ``tokens``."""
+        best = max(self._free_slots, key=lambda sl: common_prefix(self._kv[sl], tokens))
+        self._free_slots.remove(best)
+        return best
+
+    def _reuse(self, slot: int, tokens: list[int]) -> int:
+        """Keep the slot's cache for the whole aligned micro-batches it shares with ``tokens``
+        (never the last token: its logits are needed); drop the rest. Returns the kept length."""
+        kv = self._kv[slot]
+        keep = 0
+        if self.prompt_cache:
+            keep = min(common_prefix(kv, tokens), self._exact[slot], len(tokens) - 1)
+            keep -= keep % self._align
+        if keep > 0 and self.n_swa > 0:
+            # sliding-window layers forget old positions: continuing at `keep` needs the last
+            # n_swa of them (llama-server's rule)
+            if L.llama_memory_seq_pos_min(self.mem, slot) > max(0, keep - self.n_swa):
+                keep = 0
+        if keep > 0 and not L.llama_memory_seq_rm(self.mem, slot, keep, -1):
+            keep = 0  # this memory cannot drop a tail (recurrent models): start over
+        if keep == 0:
+            L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+        del kv[keep:]
+        self._exact[slot] = keep
+        return keep
+
+    def _forget(self, slot: int) -> None:
+        L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+        self._kv[slot].clear()
+        self._exact[slot] = 0
+
+    def begin(self, seq: Sequence) -> None:
+        req: GenerationRequest = seq.request
+        tokens = list(req.prompt_tokens)
+        slot = self._take_slot(tokens)
+        try:
+            sampler = self._sampler(req.sampling, grammar_for(req.constraint), req.prompt_tokens)
+        except (ValueError, InvalidRequest):
+            self._free_slots.append(slot)
+            raise
+        state = _SeqState(slot, sampler)
+        seq.engine_state = state
+        if len(tokens) >= self.n_ctx:
+            raise ValueError("prompt does not fit the context")
+        cached = self._reuse(slot, tokens)
+        seq.cached = cached
+        state.prompt, state.done_upto = tokens, cached
+        # alone, the whole prompt now; with others generating, one chunk per step, so their
+        # streams keep going while a long prompt is read
+        self._prefill(seq, state, whole=self._alone())
+
+    def _alone(self) -> bool:
+        return len(self._free_slots) >= self.max_sequences - 1
+
+    def _prefill(self, seq: Sequence, st: _SeqState, *, whole: bool) -> None:
+        """Process the prompt from ``st.done_upto``: all of it, or one chunk. The chunks start
+        where a fresh run's do, so the numbers are the same however the prompt is split."""
+        tokens, slot, kv = st.prompt, st.slot, self._kv[st.slot]
+        # abort callback only while processing the prompt: checking it per graph node during
+        # single-token decode would cost a GIL round trip per node
+        self._aborting = seq
+        L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        try:
+            while st.done_upto < len(tokens):
+                if seq.cancelled:
+                    return
+                start = st.done_upto
+                chunk = tokens[start : start + self.n_batch]
+                self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
+                rc = L.llama_decode(self.ctx, self.batch)
+                if rc == 2 or seq.cancelled:  # aborted: what this chunk wrote is unknown
+                    self._forget(slot)
+                    st.failed = True
+                    return
+                if rc != 0:
+                    self._forget(slot)
+                    st.failed = True
+                    raise RuntimeError(f"llama_decode failed on the prompt (code {rc})")
+                kv.extend(chunk)
+                st.done_upto = start + len(chunk)
+                if not whole and st.done_upto < len(tokens):
+                    return  # the rest in the next steps
+            # whole micro-batches of the prompt: what a later prompt may reuse exactly
+            self._exact[slot] = len(tokens) - len(tokens) % self._align
+        finally:
+            L.llama_set_abort_callback(self.ctx, self._no_abort, None)
+            self._aborting = None
+        st.pos = len(tokens)
+        st.ready = True
+        seq.t_prompt_done = time.perf_counter()
+        self._sample(seq, st, self.batch.n_tokens - 1)
+
+    def _sample(self, seq: Sequence, st: _SeqState, idx: int) -> None:
+        """Pick the next token from the logits the last decode left at row ``idx``. Done right
+        after each decode: the next one (another sequence's prompt) overwrites the logits."""
+        tok = L.llama_sampler_sample(st.sampler, self.ctx, idx)
+        if L.llama_vocab_is_eog(self.vocab, tok):
+            st.next = (tok, b"", ())
+            return
+        k = L.llama_token_to_piece(self.vocab, tok, self._piece, 256, 0, False)
+        raw = self._piece.raw[:k] if k >= 0 else self._piece_of(tok, False)
+        lp = seq.request.logprobs
+        entry = (self._logprob(idx, tok, raw, lp),) if lp is not None else ()
+        st.next = (tok, raw, entry)
+
+    def step(self, seqs: list[Sequence]) -> None:
+        """Emit each sequence's sampled token, decode them all in one batch, sample the next."""
+        b = self.batch
+        n = 0
+        decoded: list[tuple[Sequence, _SeqState]] = []
+        reading: list[tuple[Sequence, _SeqState]] = []
+        for seq in seqs:
+            st: _SeqState = seq.engine_state  # type: ignore[assignment]
+            if not st.ready and not st.failed and not seq.cancelled and st.prompt:
+                reading.append((seq, st))  # its prompt is still being read
+                continue
+            if not st.ready or st.next is None:
+                seq.finish("cancelled" if seq.cancelled else "error")
+                continue
+            tok, raw, entry = st.next
+            st.next = None
+            if L.llama_vocab_is_eog(self.vocab, tok):
+                seq.finish("stop")
+                continue
+            seq.emit_text(st.decoder.decode(raw), 1, entry)
+            if seq.finish_reason is not None:
+                continue
+            if st.pos + 1 >= self.n_ctx:
+                seq.finish("length")
+                continue
+            self._kv[st.slot].append(tok)
+            b.token[n] = tok
+            b.pos[n] = st.pos
+            b.n_seq_id[n] = 1
+            b.seq_id[n][0] = st.slot
+            b.logits[n] = 1
+            decoded.append((seq, st))
+            st.pos += 1
+            n += 1
+        if n:
+            b.n_tokens = n
+            self.peak_batch = max(self.peak_batch, n)
+            rc = L.llama_decode(self.ctx, b)
+            if rc != 0:
+                for seq in seqs:
+                    if isinstance(seq.engine_state, _SeqState):
+                        self._forget(seq.engine_state.slot)
+                raise RuntimeError(f"llama_decode failed (code {rc})")
+            for i, (seq, st) in enumerate(decoded):
+                self._sample(seq, st, i)
+        for seq, st in reading:  # then one chunk of each prompt being read
+            self._prefill(seq, st, whole=not decoded and len(reading) == 1)
+
+    def embed(self, tokens: list[int]) -> list[float]:
+        """The pooled, L2-normalized embedding of one input (worker thread only)."""
+        if not tokens:
+            raise ValueError("empty input")
+        self._forget(0)
+        self._fill(tokens, 0, 0, logits_last=False)
+        for i in range(len(tokens)):
+            self.batch.logits[i] = 1
+        rc = L.llama_decode(self.ctx, self.batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed on the input (code {rc})")
+        n_embd = L.llama_model_n_embd(self.model)
+        ptr = L.llama_get_embeddings_seq(self.ctx, 0)
+        if not ptr:
+            ptr = L.llama_get_embeddings_ith(self.ctx, len(tokens) - 1)
+        vec = [float(ptr[i]) for i in range(n_embd)]
+        L.llama_memory_seq_rm(self.mem, 0, -1, -1)
+        norm = sum(x * x for x in vec) ** 0.5
+        return [x / norm for x in vec] if norm > 0 else vec
+
+    def _logprob(self, idx: int, tok: int, raw: bytes, top_n: int) -> TokenLogprob:
+        """Log-softmax of this position's logits (one row, never the whole context's)."""
+        import numpy as np
+
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(self.ctx, idx), shape=(self.n_vocab,))
+        m = float(logits.max())
+        lse = m + float(np.log(np.exp(logits - m).sum()))
+        top: tuple[tuple[str, float, tuple[int, ...]], ...] = ()
+        if top_n > 0:
+            ids = np.argpartition(-logits, top_n)[:top_n]
+            ids = ids[np.argsort(-logits[ids])]
+            top = tuple(
+                (b.decode("utf-8", errors="replace"), float(logits[i]) - lse, tuple(b))
+                for i in ids
+                for b in (self._piece_of(int(i), False),)
+            )
+        return TokenLogprob(
+            raw.decode("utf-8", errors="replace"), float(logits[tok]) - lse, tuple(raw), top
+        )
+
+    def end(self, seq: Sequence) -> None:
+        st = seq.engine_state
+        if isinstance(st, _SeqState):
+            L.llama_sampler_free(st.sampler)
+            if not self.prompt_cache:
+                self._forget(st.slot)
+            self._free_slots.append(st.slot)  # its cache stays, for the next prompt
+            seq.engine_state = None
+
+    def shutdown(self) -> None:
+        self.lifetime.retire()  # no other thread is inside the model from here on
+        if self.batch is not None:
+            L.llama_batch_free(self.batch)
+            self.batch = None
+        if self.ctx:
+            L.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            L.llama_model_free(self.model)
+            self.model = None
+        release_free_memory()
+
+
+class _SeqState:
+    __slots__ = (
+        "slot",
+        "sampler",
+        "pos",
+        "next",
+        "ready",
+        "failed",
+        "prompt",
+        "done_upto",
+        "decoder",
+    )
+
+    def __init__(self, slot: int, sampler: Any) -> None:
+        self.slot = slot
+        self.sampler = sampler
+        self.prompt: list[int] = []
+        self.done_upto = 0  # prompt tokens already in the cache
+        self.failed = False
+        self.pos = 0
+        # the token sampled after the last decode: (id, its bytes, its logprob entry)
+        self.next: tuple[int, bytes, tuple[TokenLogprob, ...]] | None = None
+        self.ready = False
+        # holds back an incomplete UTF-8 character until its last byte arrives
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
