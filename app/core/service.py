@@ -185,10 +185,9 @@ class Hearth:
         pin: bool | None = None,
         wait: bool = False,
     ) -> LoadedModel:
-        """Load (or reload) a model now (see ModelScheduler.load)."""
-        return await self.scheduler.load(
-            model_id, options, force=force, ttl=ttl, pin=pin, wait=wait
-        )
+        """Load (or reload) a model now (see :meth:`load_result`)."""
+        result = await self.load_result(model_id, options, force=force, ttl=ttl, pin=pin, wait=wait)
+        return result.model
 
     async def load_result(
         self,
