@@ -95,6 +95,33 @@ class ModelBusy(HearthError):
         self.pending = pending
 
 
+class Forbidden(HearthError):
+    """A Host or Origin the server does not allow."""
+
+    status = 403
+    code = "forbidden"
+    type = "invalid_request_error"
+
+
+class Unauthorized(HearthError):
+    """A missing or wrong API key."""
+
+    status = 401
+    code = "invalid_api_key"
+    type = "invalid_request_error"
+
+
+class HTTPStatusError(HearthError):
+    """An HTTP-level refusal (no such route, wrong method...) in the protocol's error shape."""
+
+    type = "invalid_request_error"
+
+    def __init__(self, status: int, message: str, code: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
 class GenerationCancelled(HearthError):
     status = 499
     code = "cancelled"

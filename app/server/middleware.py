@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from app.core.events import RequestFinished
-from app.errors import GenerationTimeout, HearthError
+from app.errors import Forbidden, GenerationTimeout, HearthError, HTTPStatusError, Unauthorized
 from app.server.body import too_large
 from app.server.protocols import OLLAMA, OPENAI
 from app.server.protocols.base import Protocol
@@ -55,27 +55,6 @@ def json_error(
     if retry is not None:
         h["Retry-After"] = str(retry)
     return web.json_response(protocol.error_body(err), status=err.status, headers=h)
-
-
-class _Forbidden(HearthError):
-    status = 403
-    code = "forbidden"
-    type = "invalid_request_error"
-
-
-class _Unauthorized(HearthError):
-    status = 401
-    code = "invalid_api_key"
-    type = "invalid_request_error"
-
-
-class _HTTPError(HearthError):
-    type = "invalid_request_error"
-
-    def __init__(self, status: int, message: str, code: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
 
 
 def host_name(host_header: str) -> str | None:
@@ -183,14 +162,14 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     try:
         name = host_name(request.headers.get("Host", ""))
         if name is None or name not in allowed_hosts(state):
-            raise _Forbidden(
+            raise Forbidden(
                 "Host not allowed. Add it to the server's allowed hosts to reach Hearth by this name."
             )
         origins = request.headers.getall("Origin", [])
         if origins:
             origin = origins[0]
             if len(origins) > 1 or not origin_allowed(origin, state):
-                raise _Forbidden(
+                raise Forbidden(
                     "Origin not allowed. Add it to the server's allowed origins in Settings."
                 )
             cors = {
@@ -218,7 +197,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 else request.headers.get("x-api-key", "")
             )
             if not token or not key_matches(token, state.api_key_hashes):
-                raise _Unauthorized(
+                raise Unauthorized(
                     "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
                 )
         resp = await _within_time_limit(request, handler)
@@ -230,7 +209,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if e.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
-        resp = json_error(_HTTPError(e.status, e.reason or "error", code), protocol)
+        resp = json_error(HTTPStatusError(e.status, e.reason or "error", code), protocol)
     except Exception:  # our bug: log it, answer 500 in the same shape
         log.exception("unhandled error on %s %s", request.method, request.path)
         resp = json_error(HearthError("internal server error (see the Hearth log)"), protocol)

@@ -263,20 +263,53 @@ def _tool_call_delta(tc: ToolCallDelta) -> dict[str, Any]:
     return {"index": tc.index, "function": {"arguments": tc.arguments}}
 
 
-class ChatStream(StreamRenderer):
-    """``chat.completion.chunk`` events; choices one after the other, each with its index."""
+class _ChunkStream(StreamRenderer):
+    """What OpenAI's two streams share: the fields every chunk repeats, ``usage: null`` on each
+    chunk when the client asked for usage, the usage chunk, ``[DONE]``, the error event."""
 
-    def __init__(self, req: ChatRequest, so: StreamOptions, ctx: Context) -> None:
+    object = ""
+    prefix = ""
+
+    def __init__(self, so: StreamOptions, ctx: Context) -> None:
         self.ctx = ctx
         self.include_usage = so.include_usage
         self.base = {
-            "id": "chatcmpl-" + ctx.id,
-            "object": "chat.completion.chunk",
+            "id": self.prefix + ctx.id,
+            "object": self.object,
             "created": int(ctx.created),
             "model": ctx.model,
             "system_fingerprint": FINGERPRINT,
         }
         self.extra = {"usage": None} if so.include_usage else {}
+
+    def _frame(self, choice: dict[str, Any]) -> Frame:
+        return Frame({**self.base, "choices": [choice], **self.extra})
+
+    def _usage_chunk(self, finals: Sequence[Delta]) -> dict[str, Any]:
+        chunk: dict[str, Any] = {**self.base, "choices": [], "usage": usage(finals)}
+        timings = _timings(finals)
+        if timings:
+            chunk["timings"] = timings
+        return chunk
+
+    def close(self, finals: Sequence[Delta]) -> list[Frame]:
+        out = [Frame(self._usage_chunk(finals))] if self.include_usage else []
+        out.append(Frame("[DONE]"))
+        return out
+
+    def error(self, err: HearthError) -> list[Frame]:
+        # the one error event a broken stream gets; never [DONE] after it
+        return [Frame(error_body(err))]
+
+
+class ChatStream(_ChunkStream):
+    """``chat.completion.chunk`` events; choices one after the other, each with its index."""
+
+    object = "chat.completion.chunk"
+    prefix = "chatcmpl-"
+
+    def __init__(self, req: ChatRequest, so: StreamOptions, ctx: Context) -> None:
+        super().__init__(so, ctx)
         self.begun: set[int] = set()
 
     def _chunk(
@@ -287,13 +320,7 @@ class ChatStream(StreamRenderer):
         lps: Sequence[TokenLogprob] = (),
     ) -> Frame:
         lp = chat_logprobs(lps) if lps else None
-        return Frame(
-            {
-                **self.base,
-                "choices": [{"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish}],
-                **self.extra,
-            }
-        )
+        return self._frame({"index": i, "delta": delta, "logprobs": lp, "finish_reason": finish})
 
     def _begin(self, i: int) -> list[Frame]:
         if i in self.begun:
@@ -313,21 +340,6 @@ class ChatStream(StreamRenderer):
 
     def end_choice(self, i: int, final: Delta) -> list[Frame]:
         return [*self._begin(i), self._chunk(i, {}, final.finish_reason)]
-
-    def close(self, finals: Sequence[Delta]) -> list[Frame]:
-        out = []
-        if self.include_usage:
-            chunk: dict[str, Any] = {**self.base, "choices": [], "usage": usage(finals)}
-            timings = _timings(finals)
-            if timings:
-                chunk["timings"] = timings
-            out.append(Frame(chunk))
-        out.append(Frame("[DONE]"))
-        return out
-
-    def error(self, err: HearthError) -> list[Frame]:
-        # the one error event a broken stream gets; never [DONE] after it
-        return [Frame(error_body(err))]
 
 
 def completion_response(
@@ -353,30 +365,19 @@ def completion_response(
     }
 
 
-class CompletionStream(StreamRenderer):
+class CompletionStream(_ChunkStream):
     """``text_completion`` events, choice after choice (prompt k // n, sample k % n)."""
 
+    object = "text_completion"
+    prefix = "cmpl-"
+
     def __init__(self, req: CompletionRequest, so: StreamOptions, ctx: Context) -> None:
+        super().__init__(so, ctx)
         self.logprobs = req.logprobs is not None
-        self.include_usage = so.include_usage
-        self.base = {
-            "id": "cmpl-" + ctx.id,
-            "object": "text_completion",
-            "created": int(ctx.created),
-            "model": ctx.model,
-            "system_fingerprint": FINGERPRINT,
-        }
-        self.extra = {"usage": None} if so.include_usage else {}
         self.offset: dict[int, int] = {}
 
     def _event(self, i: int, text: str, lp: Any, finish: str | None) -> Frame:
-        return Frame(
-            {
-                **self.base,
-                "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}],
-                **self.extra,
-            }
-        )
+        return self._frame({"index": i, "text": text, "logprobs": lp, "finish_reason": finish})
 
     def delta(self, i: int, d: Delta) -> list[Frame]:
         if not (d.text or d.logprobs):
@@ -389,24 +390,9 @@ class CompletionStream(StreamRenderer):
     def end_choice(self, i: int, final: Delta) -> list[Frame]:
         return [self._event(i, "", None, final.finish_reason)]
 
-    def close(self, finals: Sequence[Delta]) -> list[Frame]:
-        out = []
-        if self.include_usage:
-            out.append(
-                Frame(
-                    {
-                        **self.base,
-                        "choices": [],
-                        "usage": usage(finals),
-                        "timings": _timings(finals[-1:]),
-                    }
-                )
-            )
-        out.append(Frame("[DONE]"))
-        return out
-
-    def error(self, err: HearthError) -> list[Frame]:
-        return [Frame(error_body(err))]
+    def _usage_chunk(self, finals: Sequence[Delta]) -> dict[str, Any]:
+        # the legacy stream has always carried the last prompt's timings, null or not
+        return {**super()._usage_chunk(finals), "timings": _timings(finals[-1:])}
 
 
 def embeddings_response(
