@@ -10,7 +10,6 @@ import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -18,36 +17,16 @@ import httpx
 import pytest
 
 from tests.e2e.serveproc import ServeProc, start_serve
+from tests.tlsfiles import Pki, make_pki
 
 trustme = pytest.importorskip("trustme")
 
 DEADLINE = 120.0  # generous: liveness, never speed
 
 
-@dataclass(frozen=True)
-class Pki:
-    ca_file: Path  # what clients trust
-    cert_file: Path  # the server's chain (leaf first)
-    key_file: Path
-    other_key_file: Path  # a valid key that belongs to another certificate
-
-    def client_context(self) -> ssl.SSLContext:
-        """What a client that trusts the test CA verifies with (names checked too)."""
-        return ssl.create_default_context(cafile=str(self.ca_file))
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    d = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    leaf = ca.issue_cert("127.0.0.1", "localhost")
-    ca.cert_pem.write_to_path(str(d / "ca.pem"))
-    with (d / "cert.pem").open("wb") as f:
-        for pem in leaf.cert_chain_pems:
-            f.write(pem.bytes())
-    leaf.private_key_pem.write_to_path(str(d / "key.pem"))
-    trustme.CA().issue_cert("localhost").private_key_pem.write_to_path(str(d / "other.pem"))
-    return Pki(d / "ca.pem", d / "cert.pem", d / "key.pem", d / "other.pem")
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture(scope="module")
