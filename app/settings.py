@@ -69,6 +69,9 @@ class ServerSettings:
     # connections still sending their headers or body, in all and per client address (IPv6: /64)
     max_incomplete_connections: int = 512
     max_incomplete_per_client: int = 64
+    # HTTPS: PEM certificate (chain) and unencrypted key files; both empty = plain HTTP
+    tls_cert: str = ""
+    tls_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

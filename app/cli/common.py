@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -42,8 +43,40 @@ def api_key(args: argparse.Namespace) -> str | None:
     return getattr(args, "api_key", None) or os.environ.get("HEARTH_API_KEY") or None
 
 
+class ServerRoot(str):
+    """A running server's root URL, and for HTTPS the context that trusts its certificate.
+
+    A ``str`` so every caller that joins paths onto it works unchanged; ``api`` (and anything
+    else that opens it) passes ``ssl_context`` on.
+    """
+
+    ssl_context: ssl.SSLContext | None = None
+
+    def __new__(cls, url: str, ssl_context: ssl.SSLContext | None = None) -> ServerRoot:
+        root = super().__new__(cls, url)
+        root.ssl_context = ssl_context
+        return root
+
+
+def pinned_context(cert_pem: str) -> ssl.SSLContext:
+    """Trust exactly the certificate the server recorded it presents, and nothing else.
+
+    The record is the server's own (a 0600 file in the user's data folder), so the certificate
+    itself is the trust anchor (a partial chain): a self-signed or privately issued certificate
+    works, and the address in the URL need not be one of its names (no hostname check; nobody
+    without its key can present it).
+    """
+    ctx = ssl.create_default_context(cadata=cert_pem)
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    ctx.check_hostname = False
+    ctx.verify_mode = (
+        ssl.CERT_REQUIRED
+    )  # the certificate must still verify; only names are not checked
+    return ctx
+
+
 def find_server(paths: AppPaths, url: str | None) -> str | None:
-    if url:
+    if url:  # an https --url is verified as any client would (system CAs, SSL_CERT_FILE)
         return url.rstrip("/").removesuffix("/v1")
     try:
         info = json.loads(paths.server_file.read_text())
@@ -58,7 +91,15 @@ def find_server(paths: AppPaths, url: str | None) -> str | None:
         except PermissionError:
             pass
     u = info.get("url")
-    return u.removesuffix("/v1") if isinstance(u, str) else None
+    if not isinstance(u, str):
+        return None
+    pem = info.get("tls_cert_pem")
+    if u.startswith("https://") and isinstance(pem, str):
+        try:
+            return ServerRoot(u.removesuffix("/v1"), pinned_context(pem))
+        except ssl.SSLError as e:
+            raise HearthError(f"the running server's recorded certificate is unusable: {e}") from e
+    return u.removesuffix("/v1")
 
 
 def require_server(paths: AppPaths, url: str | None) -> str:
@@ -70,6 +111,11 @@ def require_server(paths: AppPaths, url: str | None) -> str:
     return found
 
 
+def ssl_context_of(base: str) -> ssl.SSLContext | None:
+    """The context to open ``base`` with (None: urllib's default)."""
+    return base.ssl_context if isinstance(base, ServerRoot) else None
+
+
 def api(base: str, method: str, path: str, body: Any, key: str | None, timeout: float = 30) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(base + path, data=data, method=method)
@@ -77,7 +123,7 @@ def api(base: str, method: str, path: str, body: Any, key: str | None, timeout: 
     if key:
         req.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=ssl_context_of(base)) as r:
             return json.loads(r.read())
     except urllib.error.HTTPError as e:
         try:

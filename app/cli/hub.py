@@ -19,6 +19,7 @@ from app.cli.common import (
     find_server,
     human_bytes,
     size_range,
+    ssl_context_of,
 )
 from app.cli.compose import build_service, hub_client
 from app.errors import HearthError
@@ -149,7 +150,7 @@ def _pull_via_server(base: str, ref: str, key: str | None) -> int:
     bar = _ProgressBar()
     download_id = None
     try:
-        with urllib.request.urlopen(req, timeout=120) as r:
+        with urllib.request.urlopen(req, timeout=120, context=ssl_context_of(base)) as r:
             for raw in r:
                 if not raw.strip():
                     continue

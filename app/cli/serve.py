@@ -33,7 +33,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
         try:
-            url = await controller.start(args.host, args.port)
+            url = await controller.start(
+                args.host, args.port, tls_cert=args.tls_cert, tls_key=args.tls_key
+            )
         except HearthError as e:
             return fail(e.message)
         print(url, flush=True)
@@ -93,5 +95,18 @@ def add_parsers(sub: Any) -> None:
         help="preload a model (repeatable); a GGUF path is imported",
     )
     s.add_argument("--api-key", default=None, help="require this bearer key (also HEARTH_API_KEY)")
+    s.add_argument(
+        "--tls-cert",
+        default=None,
+        metavar="FILE",
+        help="serve HTTPS with this PEM certificate (chain); needs --tls-key "
+        "(default from settings: server.tls_cert)",
+    )
+    s.add_argument(
+        "--tls-key",
+        default=None,
+        metavar="FILE",
+        help="the certificate's unencrypted PEM private key (default from settings: server.tls_key)",
+    )
     add_load_flags(s, title="load options (for the --model preloads)")
     s.set_defaults(func=cmd_serve)

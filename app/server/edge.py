@@ -23,6 +23,7 @@ import ipaddress
 import json
 import logging
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,13 +266,19 @@ class GuardedSite(web.BaseSite):
     __slots__ = ("_sock", "_edge", "_name")
 
     def __init__(
-        self, runner: web.BaseRunner, sock: socket.socket, edge: IncompleteConnections
+        self,
+        runner: web.BaseRunner,
+        sock: socket.socket,
+        edge: IncompleteConnections,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__(runner, backlog=128)
+        super().__init__(runner, backlog=128, ssl_context=ssl_context)
         self._sock = sock
         self._edge = edge
         host, port = sock.getsockname()[:2]
-        self._name = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        scheme = "https" if ssl_context else "http"
+        self._name = f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
 
     @property
     def name(self) -> str:
@@ -288,4 +295,11 @@ class GuardedSite(web.BaseSite):
         def protocol() -> GuardedRequestHandler:
             return GuardedRequestHandler(server, edge, loop=loop, **HANDLER_OPTIONS)
 
-        self._server = await loop.create_server(protocol, sock=self._sock, backlog=self._backlog)
+        # a TLS handshake happens before the protocol sees the connection: it gets the header
+        # deadline of its own (a client that never finishes one holds nothing past it)
+        tls: dict[str, Any] = {}
+        if self._ssl_context is not None:
+            tls = {"ssl": self._ssl_context, "ssl_handshake_timeout": edge.limits.header_timeout_s}
+        self._server = await loop.create_server(
+            protocol, sock=self._sock, backlog=self._backlog, **tls
+        )

@@ -21,6 +21,7 @@ from app.errors import ServerError
 from app.paths import AppPaths
 from app.server.app import STATE, create_app
 from app.server.edge import EdgeLimits, GuardedSite, IncompleteConnections
+from app.server.tls import TlsConfig, load_tls, tls_pair
 from app.settings import SettingsStore, hash_key
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def is_loopback_address(address: str) -> bool:
     return ip is not None and ip.is_loopback
 
 
-def base_url(address: str, port: int) -> str:
+def base_url(address: str, port: int, scheme: str = "http") -> str:
     """The URL a client on this machine reaches a server bound to ``address`` with: that
     address itself (not the name it was given, which may resolve elsewhere for the client), or
     loopback for a wildcard bind."""
@@ -57,7 +58,7 @@ def base_url(address: str, port: int) -> str:
         shown = "127.0.0.1" if ip.version == 4 else "[::1]"
     else:
         shown = f"[{ip}]" if ip.version == 6 else str(ip)
-    return f"http://{shown}:{port}/v1"
+    return f"{scheme}://{shown}:{port}/v1"
 
 
 class ServerController:
@@ -82,6 +83,7 @@ class ServerController:
         self.port: int | None = None
         self.addresses: tuple[str, ...] = ()  # the addresses actually bound
         self.extra_key_hashes: tuple[str, ...] = ()
+        self.tls: TlsConfig | None = None  # while serving HTTPS
 
     @property
     def running(self) -> bool:
@@ -91,21 +93,31 @@ class ServerController:
     def base_url(self) -> str | None:
         if not (self.running and self.addresses and self.port):
             return None
-        return base_url(self.addresses[0], self.port)
+        return base_url(self.addresses[0], self.port, "https" if self.tls else "http")
 
     def set_api_key(self, key: str | None) -> None:
         """A key given on the command line or in HEARTH_API_KEY (kept only as a hash)."""
         self.extra_key_hashes = (hash_key(key),) if key else ()
 
-    async def start(self, host: str | None = None, port: int | None = None) -> str:
-        """Bind and serve. Returns the base URL.
+    async def start(
+        self,
+        host: str | None = None,
+        port: int | None = None,
+        *,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+    ) -> str:
+        """Bind and serve. Returns the base URL (``https://`` with a certificate and key).
 
         Whether an API key is needed is decided from the address the socket is bound to, not
         from the name asked for: ``127.evil.example`` may well resolve to 0.0.0.0.
 
+        Args:
+            tls_cert, tls_key: PEM files that override ``server.tls_cert``/``server.tls_key``.
+
         Raises:
-            ServerError: the port is busy, the address is invalid, or an address other than
-                loopback lacks an API key.
+            ServerError: the port is busy, the address is invalid, an address other than
+                loopback lacks an API key, or the TLS files cannot be used.
         """
         if self.running:
             return self.base_url or ""
@@ -113,6 +125,8 @@ class ServerController:
         host = host or settings.host
         port = settings.port if port is None else port
         keys = tuple(settings.api_key_hashes) + self.extra_key_hashes
+        pair = tls_pair(tls_cert or settings.tls_cert, tls_key or settings.tls_key)
+        tls = load_tls(*pair) if pair else None  # before binding: a bad pair never listens
         try:
             sock = _bind(host, port, self.resolve)
         except OSError as e:
@@ -145,7 +159,7 @@ class ServerController:
         try:
             await runner.setup()
             edge = IncompleteConnections(EdgeLimits.from_settings(settings))
-            site = GuardedSite(runner, sock, edge)
+            site = GuardedSite(runner, sock, edge, ssl_context=tls.context if tls else None)
             await site.start()
         except BaseException:
             sock.close()
@@ -153,12 +167,14 @@ class ServerController:
             raise
         self._runner, self._site, self._app = runner, site, app
         self.host, self.port, self.addresses = host, sock.getsockname()[1], addresses
+        self.tls = tls
         url = self.base_url or ""
-        atomic_write_json(
-            self.paths.server_file,
-            {"url": url, "host": self.host, "port": self.port, "pid": os.getpid()},
-            mode=0o600,
-        )
+        record: dict[str, Any] = {"url": url, "host": self.host, "port": self.port}
+        record["pid"] = os.getpid()
+        if tls is not None:  # the CLI trusts exactly this certificate (app/cli/common.py)
+            record["tls_cert_pem"] = tls.cert_pem
+            record["tls_cert_file"] = tls.cert_file
+        atomic_write_json(self.paths.server_file, record, mode=0o600)
         log.info("serving on %s", url)
         self.service.events.publish(ServerStarted(self.host, self.port, url))
         return url
@@ -169,6 +185,7 @@ class ServerController:
         if runner is None or app is None:
             return
         self._runner = self._site = self._app = None
+        self.tls = None
         state = app[STATE]
         state.stopping = True
         if site is not None:

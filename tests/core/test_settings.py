@@ -390,3 +390,15 @@ def test_a_corrupt_file_written_later_falls_back_to_defaults(
             assert time.monotonic() < deadline
             time.sleep(0.05)
     assert "invalid" in caplog.text
+
+
+def test_tls_files_round_trip_and_default_to_plain_http(store: SettingsStore) -> None:
+    assert (ServerSettings().tls_cert, ServerSettings().tls_key) == ("", "")
+    s = Settings(server=ServerSettings(tls_cert="/etc/hearth/cert.pem", tls_key="/k/key.pem"))
+    store.save(s)
+    assert SettingsStore(store.path).load() == s
+    on_disk = json.loads(store.path.read_text())["server"]
+    assert (on_disk["tls_cert"], on_disk["tls_key"]) == ("/etc/hearth/cert.pem", "/k/key.pem")
+    for bad in ({"tls_cert": 5}, {"tls_key": ["a"]}):
+        with pytest.raises(ConfigError):
+            settings_from_dict({"server": bad})

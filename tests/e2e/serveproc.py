@@ -125,7 +125,7 @@ def start_serve(
         env=env,
     )
     line = proc.stdout.readline().strip() if proc.stdout else ""
-    if not line.startswith("http://"):
+    if not line.startswith(("http://", "https://")):
         proc.kill()
         raise RuntimeError(f"hearth serve did not start: {line!r}")
     return ServeProc(home, proc, line.removesuffix("/v1"), models)

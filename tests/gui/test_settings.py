@@ -152,3 +152,70 @@ def test_untouched_memory_fields_keep_their_exact_values(
         w.settings_page.save()
     load = gui_ctx.settings_store.load().load
     assert (load.memory_budget_bytes, load.jit_ttl_s) == (10 * 1024**2, 90)
+
+
+def test_https_files_are_saved_and_the_server_starts_with_them(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, tmp_path: Path
+) -> None:
+    import threading
+    import urllib.request
+
+    from tests.tlsfiles import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    window.show_page("Settings")
+    page = window.settings_page
+    assert page.tls_cert_edit.text() == "" and page.tls_key_edit.text() == ""
+    page.tls_cert_edit.setText(str(pki.cert_file))
+    page.save()  # a certificate without its key is refused before anything is written
+    assert page.banner.kind == "error" and "both" in page.banner.text()
+    assert gui_ctx.settings_store.load().server.tls_cert == ""
+
+    page.tls_key_edit.setText(str(pki.key_file))
+    port = free_port()
+    page.port_spin.setValue(port)
+    with qtbot.waitSignal(page.settings_saved, timeout=10_000):
+        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+    s = gui_ctx.settings_store.load().server
+    assert (s.tls_cert, s.tls_key) == (str(pki.cert_file), str(pki.key_file))
+
+    window.show_page("Server")
+    server_page = window.server_page
+    server_page.start_server()
+    url = f"https://127.0.0.1:{port}/v1"
+    qtbot.waitUntil(lambda: server_page.status_label.text() == f"Running at {url}", timeout=SLOW)
+    result: dict[str, object] = {}
+
+    def fetch() -> None:  # off the GUI thread: the GUI keeps running meanwhile
+        try:
+            ctx = pki.client_context()
+            with urllib.request.urlopen(url + "/models", timeout=60, context=ctx) as r:
+                result["status"] = r.status
+        except Exception as e:  # reported to the test through result
+            result["error"] = e
+
+    t = threading.Thread(target=fetch, daemon=True)
+    t.start()
+    qtbot.waitUntil(lambda: not t.is_alive(), timeout=SLOW)
+    assert result.get("status") == 200, result
+
+
+def test_a_mismatched_https_key_is_reported_inline(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, tmp_path: Path
+) -> None:
+    from tests.tlsfiles import make_pki
+
+    pki = make_pki(tmp_path / "pki")
+    gui_ctx.settings_store.update(
+        server=replace(
+            gui_ctx.settings_store.load().server,
+            tls_cert=str(pki.cert_file),
+            tls_key=str(pki.other_key_file),
+        )
+    )
+    page = window.server_page
+    page.port_spin.setValue(free_port())
+    page.start_server()
+    qtbot.waitUntil(lambda: page.banner.kind == "error", timeout=SLOW)
+    assert "does not match the certificate" in page.banner.text()
+    assert page.status_label.text() == "Stopped"

@@ -1,5 +1,5 @@
-"""The Settings page: server address, API key, start at launch, models folder, load defaults,
-memory budget and how long on-demand loads stay."""
+"""The Settings page: server address, API key, HTTPS files, start at launch, models folder, load
+defaults, memory budget and how long on-demand loads stay."""
 
 from __future__ import annotations
 
@@ -78,6 +78,14 @@ class SettingsPage(QWidget):
         self.new_key_hint.setWordWrap(True)
         self.new_key_hint.setStyleSheet("color:#7a4b00")
 
+        # HTTPS: both files or neither; read when the server next starts
+        self.tls_cert_edit = QLineEdit()
+        self.tls_cert_edit.setPlaceholderText("None: plain HTTP")
+        self.tls_cert_button = QPushButton("Browse…")
+        self.tls_key_edit = QLineEdit()
+        self.tls_key_edit.setPlaceholderText("The certificate's unencrypted private key")
+        self.tls_key_button = QPushButton("Browse…")
+
         self.models_dir_edit = QLineEdit()
         self.models_dir_edit.setPlaceholderText("Default models folder")
         self.browse_button = QPushButton("Browse…")
@@ -151,7 +159,17 @@ class SettingsPage(QWidget):
         nk.addWidget(self.new_key_hint)
         self.new_key_box.hide()
         sf.addRow("", self.new_key_box)
-        server_note = QLabel("Address and key changes apply the next time the server starts.")
+        for label, edit, button in (
+            ("HTTPS certificate", self.tls_cert_edit, self.tls_cert_button),
+            ("HTTPS key", self.tls_key_edit, self.tls_key_button),
+        ):
+            tls_row = QHBoxLayout()
+            tls_row.addWidget(edit, 1)
+            tls_row.addWidget(button)
+            sf.addRow(label, tls_row)
+        server_note = QLabel(
+            "Address, key and HTTPS changes apply the next time the server starts."
+        )
         server_note.setStyleSheet("color:#6b6b6b")
         sf.addRow("", server_note)
 
@@ -217,6 +235,8 @@ class SettingsPage(QWidget):
         self.clear_key_button.clicked.connect(self._on_clear_key_button_clicked)
         self.copy_key_button.clicked.connect(self._on_copy_key_button_clicked)
         self.browse_button.clicked.connect(self._on_browse_button_clicked)
+        self.tls_cert_button.clicked.connect(self._on_tls_cert_button_clicked)
+        self.tls_key_button.clicked.connect(self._on_tls_key_button_clicked)
         self.jit_forever_check.toggled.connect(self._on_jit_forever_check_toggled)
         self.save_token_button.clicked.connect(self._on_save_token_button_clicked)
         self.clear_token_button.clicked.connect(self._on_clear_token_button_clicked)
@@ -238,6 +258,10 @@ class SettingsPage(QWidget):
             return
         host = self.host_edit.text().strip()
         port = self.port_spin.value()
+        tls_cert, tls_key = self.tls_cert_edit.text().strip(), self.tls_key_edit.text().strip()
+        if bool(tls_cert) != bool(tls_key):
+            self.banner.show_message("HTTPS needs both a certificate and a key file.", "error")
+            return
         start = self.start_at_launch_check.isChecked()
         models_dir = self.models_dir_edit.text().strip()
         context, threads = self.context_spin.value(), self.threads_spin.value()
@@ -251,7 +275,14 @@ class SettingsPage(QWidget):
             s = self._store.load()
             s = replace(
                 s,
-                server=replace(s.server, host=host, port=port, start_at_launch=start),
+                server=replace(
+                    s.server,
+                    host=host,
+                    port=port,
+                    start_at_launch=start,
+                    tls_cert=tls_cert,
+                    tls_key=tls_key,
+                ),
                 load=replace(
                     s.load,
                     context_length=context,
@@ -355,6 +386,19 @@ class SettingsPage(QWidget):
         if folder:
             self.models_dir_edit.setText(folder)
 
+    def _on_tls_cert_button_clicked(self) -> None:
+        self._browse_file(self.tls_cert_edit, "HTTPS certificate (PEM)")
+
+    def _on_tls_key_button_clicked(self) -> None:
+        self._browse_file(self.tls_key_edit, "HTTPS private key (PEM)")
+
+    def _browse_file(self, edit: QLineEdit, title: str) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, title, edit.text(), "PEM files (*.pem *.crt *.key);;All files (*)"
+        )
+        if path:
+            edit.setText(path)
+
     def _on_jit_forever_check_toggled(self, forever: bool) -> None:
         self.jit_ttl_spin.setEnabled(not forever)
 
@@ -363,6 +407,8 @@ class SettingsPage(QWidget):
         self.host_edit.setText(s.server.host)
         self.port_spin.setValue(s.server.port)
         self.start_at_launch_check.setChecked(s.server.start_at_launch)
+        self.tls_cert_edit.setText(s.server.tls_cert)
+        self.tls_key_edit.setText(s.server.tls_key)
         self.models_dir_edit.setText(s.models_dir)
         self.context_spin.setValue(s.load.context_length)
         self.threads_spin.setValue(s.load.threads)
