@@ -29,6 +29,13 @@ class UnsupportedParameter(InvalidRequest):
     code = "unsupported_parameter"
 
 
+class NotSupported(InvalidRequest):
+    """The model's engine cannot serve this kind of request (yet): a remote engine asked for
+    count_tokens or rerank, say."""
+
+    code = "not_supported"
+
+
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
 

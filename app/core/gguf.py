@@ -25,6 +25,7 @@ MAX_STRING = 64 * 1024 * 1024  # a chat template or token can't sensibly be larg
 MAX_ARRAY = 50_000_000
 # Arrays longer than this are checked and skipped, not materialized (token lists, merges).
 KEEP_ARRAY = 64
+POOLING_RANK = 4  # llama.h: LLAMA_POOLING_TYPE_RANK (cross-encoders)
 
 FIRST_SHARD_RE = re.compile(r"^(?P<stem>.+)-00001-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
 
@@ -191,6 +192,12 @@ class GGUFHeader:
         return arch in {"bert", "nomic-bert", "jina-bert-v2", "t5encoder"} or (
             self.arch_value("pooling_type") not in (None, 0)
         )
+
+    @property
+    def is_reranker(self) -> bool:
+        """A cross-encoder: rank pooling (llama.h's LLAMA_POOLING_TYPE_RANK) makes one
+        relevance score per sequence instead of an embedding."""
+        return self.arch_value("pooling_type") == POOLING_RANK
 
 
 class TruncatedHeader(InvalidModel):

@@ -17,6 +17,7 @@ from app.core.tools import Tool
 from app.core.types import ChatMessage, Constraint, SamplingParams
 
 MAX_EMBED_INPUTS = 2048  # inputs in one embedding request, every protocol
+MAX_RERANK_DOCUMENTS = 200  # documents in one rerank request, every protocol
 
 ToolMode = Literal["auto", "none", "required", "named"]
 
@@ -91,6 +92,23 @@ class RerankRequest:
     documents: tuple[str, ...]
     top_n: int | None = None
     ttl: Any = UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """One document's place in a rerank answer: its index in the request and its score."""
+
+    index: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reranking:
+    """What :meth:`Hearth.rerank` returns: the documents best first (``top_n`` of them), and
+    the tokens the scoring took."""
+
+    results: list[Ranked]
+    prompt_tokens: int
 
 
 @dataclass(frozen=True, slots=True)

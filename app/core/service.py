@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from app.core import rerank as ranking
 from app.core.chat_template import ChatTemplate
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
@@ -24,6 +25,8 @@ from app.core.requests import (
     CompletionRequest,
     EmbeddingRequest,
     Embeddings,
+    Reranking,
+    RerankRequest,
 )
 from app.core.scheduler import UNSET, LoadedInfo, LoadResult, ModelScheduler
 from app.core.stores import ForeignLocations
@@ -57,6 +60,7 @@ class ModelStatus:
             loaded_context_length=self.context_length,
             runtime=self.runtime,
             memory_bytes=self.memory_bytes,
+            capabilities=list(self.model.capabilities),
         )
         return d
 
@@ -268,7 +272,7 @@ class Hearth:
 
     @staticmethod
     async def _tokenize(
-        lm: LoadedModel, text: str, param: str, *, parse_special: bool
+        lm: LoadedModel, text: str, param: str, *, parse_special: bool, add_special: bool = True
     ) -> list[int]:
         """Tokenize off the event loop, after refusing a text too long to fit the context
         whatever its tokens (each token is at most ``max_token_bytes`` bytes), so a huge input
@@ -288,7 +292,7 @@ class Hearth:
                 param=param,
             )
         return await asyncio.to_thread(
-            lm.tokenize, text, add_special=True, parse_special=parse_special
+            lm.tokenize, text, add_special=add_special, parse_special=parse_special
         )
 
     @staticmethod
@@ -314,17 +318,7 @@ class Hearth:
             InvalidRequest (a reserved template variable, a tool choice naming no tool...).
         """
         async with self._model(req.model, req.ttl) as lm:
-            preset = self.presets.get(req.model) if self.presets is not None else {}
-            call = ToolSetup.plan(
-                lm,
-                preset,
-                req.messages,
-                req.tools,
-                req.tool_choice.choice,
-                req.tool_choice.parallel,
-            )
-            constraint = call.constraint if call.constraint is not None else req.constraint
-            prepared = await self._prepare_chat(lm, req, call, constraint)
+            prepared = await self._plan_chat(lm, req)
             gens: list[Generation] = []
             try:
                 for i in range(req.n):
@@ -335,8 +329,43 @@ class Hearth:
                 raise
             return Choices(gens)
 
+    async def count_tokens(self, req: ChatRequest) -> int:
+        """The prompt tokens :meth:`chat` would submit for ``req`` (the same tool planning,
+        template and tokenizer), without generating; a prompt over the context is counted.
+
+        Raises:
+            ModelNotFound, TemplateError, InvalidRequest (as :meth:`chat`); NotSupported: the
+            model is served by a remote engine (its prompt is rendered there).
+        """
+        async with self._model(req.model, req.ttl) as lm:
+            ranking.local_only(lm, req.model, "counting tokens")
+            prepared = await self._plan_chat(lm, req, check_fits=False)
+            return len(prepared.base.prompt_tokens)
+
+    async def _plan_chat(
+        self, lm: LoadedModel, req: ChatRequest, *, check_fits: bool = True
+    ) -> _PreparedChat:
+        """Plan the tools and prepare the prompt: what :meth:`chat` submits."""
+        preset = self.presets.get(req.model) if self.presets is not None else {}
+        call = ToolSetup.plan(
+            lm,
+            preset,
+            req.messages,
+            req.tools,
+            req.tool_choice.choice,
+            req.tool_choice.parallel,
+        )
+        constraint = call.constraint if call.constraint is not None else req.constraint
+        return await self._prepare_chat(lm, req, call, constraint, check_fits=check_fits)
+
     async def _prepare_chat(
-        self, lm: LoadedModel, req: ChatRequest, call: ToolSetup, constraint: Constraint | None
+        self,
+        lm: LoadedModel,
+        req: ChatRequest,
+        call: ToolSetup,
+        constraint: Constraint | None,
+        *,
+        check_fits: bool = True,
     ) -> _PreparedChat:
         _require(lm, "chat", req.model)
         _check_bias(lm, req.sampling)
@@ -366,7 +395,8 @@ class Hearth:
         bos = special.get("bos_id")
         if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
             tokens = tokens[1:]  # the template wrote a BOS and the tokenizer added another
-        self._check_fits(lm, len(tokens), "messages")
+        if check_fits:
+            self._check_fits(lm, len(tokens), "messages")
         if constraint is not None:
             await lm.check_constraint(constraint)
         return _PreparedChat(
@@ -473,6 +503,31 @@ class Hearth:
                 param="dimensions",
             )
         return Embeddings(vectors, sum(len(t) for t in token_lists))
+
+    async def rerank(self, req: RerankRequest) -> Reranking:
+        """Score each document against the query, best first (``top_n`` of them): by rank
+        pooling on a cross-encoder, by the cosine of the embed path's vectors on an embedder.
+
+        Raises:
+            InvalidRequest: no documents or more than 200, an empty query or document, a model
+                that does not rerank; ContextLengthExceeded: a query and document over the
+                context; NotSupported: a remote engine.
+        """
+        ranking.check(req)
+        async with self._model(req.model, req.ttl) as lm:
+            ranking.check_model(lm, req.model)
+            if "embeddings" in lm.capabilities:
+                emb = await self.embed(
+                    EmbeddingRequest(req.model, (req.query, *req.documents), req.ttl)
+                )
+                return ranking.by_cosine(
+                    emb.vectors[0], emb.vectors[1:], req.top_n, emb.prompt_tokens
+                )
+
+            async def tokenize(text: str, param: str) -> list[int]:
+                return await self._tokenize(lm, text, param, parse_special=False, add_special=False)
+
+            return await ranking.cross_encode(lm, req, tokenize)
 
     async def close(self) -> None:
         if self.downloads is not None:

@@ -37,6 +37,16 @@ class LocalModel:
     mtime: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What the model serves, as every listing names it: a cross-encoder reranks; an
+        embedder embeds and reranks (by cosine); any other model completes and chats."""
+        if self.extra.get("reranker"):
+            return ("rerank",)
+        if self.extra.get("embedding"):
+            return ("embeddings", "rerank")
+        return ("completion", "chat")
+
     def summary(self) -> dict[str, Any]:
         """The public JSON shape (``hearth ls --json``)."""
         return {
@@ -249,7 +259,8 @@ class LoadedModel(Protocol):
 
     @property
     def capabilities(self) -> frozenset[str]:
-        """``{"completion", "chat"}`` for generative models, ``{"embeddings"}`` for embedders."""
+        """``{"completion", "chat"}`` for generative models, ``{"embeddings", "rerank"}`` for
+        embedders, ``{"rerank"}`` for cross-encoders (rank pooling)."""
         ...
 
     def submit(self, request: GenerationRequest) -> GenerationStream:
@@ -267,6 +278,12 @@ class LoadedModel(Protocol):
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         """One normalized vector per tokenized input (embedding models only)."""
+        ...
+
+    async def rank(self, query: list[int], documents: list[list[int]]) -> tuple[list[float], int]:
+        """One relevance score per document for the query, and the tokens scored
+        (cross-encoders only; the tokens carry no special tokens: the runtime frames each
+        pair as the model expects)."""
         ...
 
     @property

@@ -72,11 +72,11 @@ class LlamaCppModel:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return (
-            frozenset({"embeddings"})
-            if self.engine.is_embedding
-            else frozenset({"completion", "chat"})
-        )
+        if self.engine.is_reranker:  # its pooled output is a score, not a vector
+            return frozenset({"rerank"})
+        if self.engine.is_embedding:
+            return frozenset({"embeddings", "rerank"})
+        return frozenset({"completion", "chat"})
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
         return self.worker.submit(request)
@@ -108,6 +108,19 @@ class LlamaCppModel:
                     raise ModelUnloaded("the embedding request was stopped (model unloaded)")
                 out.append(self.engine.embed(t))
             return out
+
+        return await self.worker.run(job)
+
+    async def rank(self, query: list[int], documents: list[list[int]]) -> tuple[list[float], int]:
+        def job(cancelled: threading.Event) -> tuple[list[float], int]:
+            out, tokens = [], 0
+            for d in documents:
+                if cancelled.is_set():
+                    raise ModelUnloaded("the rerank request was stopped (model unloaded)")
+                pair = self.engine.rank_pair(query, d)
+                out.append(self.engine.score(pair))
+                tokens += len(pair)
+            return out, tokens
 
         return await self.worker.run(job)
 

@@ -48,6 +48,7 @@ class LlamaEngine:
             n_ctx = min(n_ctx, n_train)
         threads = options.threads or physical_cores()
         self.is_embedding = bool(model.extra.get("embedding"))
+        self.is_reranker = bool(model.extra.get("reranker"))
         # each of `parallel` sequences gets its own cache stream of n_ctx cells, so a
         # sequence's cells lie as in a solo run and no request can crowd out another
         parallel = 1 if self.is_embedding else max(1, options.parallel)
@@ -384,6 +385,8 @@ class LlamaEngine:
         """The pooled, L2-normalized embedding of one input (worker thread only)."""
         if not tokens:
             raise ValueError("empty input")
+        if self.is_reranker:  # its pooled output is n_cls_out floats: n_embd would overread
+            raise InvalidRequest("a cross-encoder scores pairs; it has no embeddings")
         self._forget(0)
         self._fill(tokens, 0, 0, logits_last=False)
         for i in range(len(tokens)):
@@ -399,6 +402,49 @@ class LlamaEngine:
         L.llama_memory_seq_rm(self.mem, 0, -1, -1)
         norm = sum(x * x for x in vec) ** 0.5
         return [x / norm for x in vec] if norm > 0 else vec
+
+    def rank_pair(self, query: list[int], doc: list[int]) -> list[int]:
+        """A cross-encoder's input, framed as llama.cpp's server frames it (BOS query EOS SEP
+        document EOS, each special token where the vocabulary asks for it)."""
+        eos = L.llama_vocab_eos(self.vocab)
+        if eos < 0:
+            eos = L.llama_vocab_sep(self.vocab)
+        out: list[int] = []
+        if L.llama_vocab_get_add_bos(self.vocab):
+            out.append(L.llama_vocab_bos(self.vocab))
+        out += query
+        if L.llama_vocab_get_add_eos(self.vocab):
+            out.append(eos)
+        if L.llama_vocab_get_add_sep(self.vocab):
+            out.append(L.llama_vocab_sep(self.vocab))
+        out += doc
+        if L.llama_vocab_get_add_eos(self.vocab):
+            out.append(eos)
+        return out
+
+    def score(self, tokens: list[int]) -> float:
+        """A cross-encoder's relevance score for one framed pair (rank pooling: the sequence's
+        output is ``n_cls_out`` floats, the first the score; worker thread only)."""
+        if not tokens:
+            raise ValueError("empty input")
+        if len(tokens) > self.n_ctx:
+            raise InvalidRequest(
+                f"a query and document take {len(tokens)} tokens; this model takes at most "
+                f"{self.n_ctx}",
+                param="documents",
+            )
+        self._forget(0)
+        self._fill(tokens, 0, 0, logits_last=False)
+        for i in range(len(tokens)):
+            self.batch.logits[i] = 1
+        rc = L.llama_decode(self.ctx, self.batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed on the input (code {rc})")
+        ptr = L.llama_get_embeddings_seq(self.ctx, 0)
+        L.llama_memory_seq_rm(self.mem, 0, -1, -1)
+        if not ptr:
+            raise RuntimeError("llama.cpp gave no rank score (is the model a cross-encoder?)")
+        return float(ptr[0])
 
     def _logprob(self, idx: int, tok: int, raw: bytes, top_n: int) -> TokenLogprob:
         """Log-softmax of this position's logits (one row, never the whole context's)."""

@@ -338,6 +338,9 @@ class MlxModel:
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         raise InvalidModel("mlx-lm has no embedding models; use a GGUF embedding model")
 
+    async def rank(self, query: list[int], documents: list[list[int]]) -> tuple[list[float], int]:
+        raise InvalidModel("mlx-lm has no reranker models; use a GGUF cross-encoder")
+
     def close(self) -> None:
         self.worker.close()
 

@@ -193,7 +193,7 @@ class GgufFormat(ModelFormat):
             "quantization": h.quantization,
             "context_length": h.context_length,
             "chat_template": h.chat_template,
-            "extra": {"embedding": h.is_embedding_model},
+            "extra": {"embedding": h.is_embedding_model, "reranker": h.is_reranker},
         }
 
     def estimate_local(self, model: Any, options: Any) -> fitlib.MemoryEstimate:

@@ -181,12 +181,13 @@ def parse_tools(b: Body) -> tuple[list[Tool], ToolChoice]:
     return tools, tool_choice(choice, tools, params, parallel=not no_parallel, param="tool_choice")
 
 
-def parse_request(data: dict[str, Any]) -> Parsed:
-    """A Messages body -> the internal chat request."""
+def parse_request(data: dict[str, Any], *, counting: bool = False) -> Parsed:
+    """A Messages body -> the internal chat request. ``counting``: a count_tokens body, which
+    has no ``max_tokens``."""
     b = Body(data)
     model = b.text("model", required=True) or ""
     max_tokens = b.integer("max_tokens", None, lo=1, hi=MAX_TOKENS_LIMIT)
-    if max_tokens is None:
+    if max_tokens is None and not counting:
         raise InvalidRequest("'max_tokens' is required", param="max_tokens")
     messages = parse_messages(b)
     stop = check_stop(b.data.get("stop_sequences"), "stop_sequences")

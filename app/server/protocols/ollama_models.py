@@ -77,6 +77,8 @@ def show(st: ModelStatus) -> dict[str, Any]:
     if m.context_length:
         info[f"{arch}.context_length"] = m.context_length
     caps = ["embedding"] if m.extra.get("embedding") else ["completion", "tools"]
+    if "rerank" in m.capabilities:
+        caps = ["rerank"] if m.extra.get("reranker") else [*caps, "rerank"]
     thinks = OPEN_TAG in (m.chat_template or "") or is_harmony_template(m.chat_template)
     if thinks and "embedding" not in caps:
         caps.append("thinking")  # <think> blocks or harmony channels, which are separated

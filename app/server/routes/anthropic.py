@@ -1,4 +1,4 @@
-"""Anthropic Messages route: POST /v1/messages (stream and not)."""
+"""Anthropic Messages routes: POST /v1/messages (stream and not), /v1/messages/count_tokens."""
 
 from __future__ import annotations
 
@@ -32,3 +32,10 @@ async def messages(request: web.Request) -> web.StreamResponse:
         whole=lambda results: wire.message_response(req, results, ctx),
         renderer=lambda: wire.MessageStream(req, ctx, prompt_tokens),
     )
+
+
+@routes.post("/v1/messages/count_tokens")
+async def count_tokens(request: web.Request) -> web.Response:
+    req = wire.parse_request(await read_json_body(request), counting=True).request
+    request[REQUEST_LOG]["model"] = req.model
+    return web.json_response({"input_tokens": await request.app[SERVICE].count_tokens(req)})

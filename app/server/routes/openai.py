@@ -1,5 +1,5 @@
 """OpenAI-compatible routes: /v1/models, /v1/chat/completions, /v1/completions,
-/v1/embeddings, llama.cpp-style /tokenize and /detokenize, /health."""
+/v1/embeddings, /v1/rerank, llama.cpp-style /tokenize and /detokenize, /health."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from app.errors import InvalidRequest
 from app.server.body import large_json_response, read_json_body
 from app.server.protocols import OPENAI
 from app.server.protocols import openai as wire
+from app.server.protocols import rerank as rerank_wire
 from app.server.protocols.base import Context, StreamRenderer
 from app.server.protocols.common import MAX_PIECES, Body, parse_tokenize_content
 from app.server.protocols.openai_fields import StreamOptions
@@ -42,7 +43,7 @@ def model_object(st: ModelStatus) -> dict[str, object]:
         "max_context_length": m.context_length,
         "size_bytes": m.size_bytes,
         "memory_bytes": st.memory_bytes,
-        "capabilities": ["embeddings"] if m.extra.get("embedding") else ["completion", "chat"],
+        "capabilities": list(m.capabilities),
     }
 
 
@@ -119,6 +120,16 @@ async def embeddings(request: web.Request) -> web.Response:
     # ~1 s for 2,048 vectors: built and encoded off the event loop
     body = await asyncio.to_thread(wire.embeddings_response, req, result, fmt, req.model)
     return await large_json_response(body)
+
+
+@routes.post("/v1/rerank")
+@routes.post("/rerank")
+async def rerank(request: web.Request) -> web.Response:
+    parsed = rerank_wire.parse_request(await read_json_body(request))
+    request[REQUEST_LOG]["model"] = parsed.request.model
+    result = await request.app[SERVICE].rerank(parsed.request)
+    request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
+    return web.json_response(rerank_wire.rerank_response(parsed, result))
 
 
 @routes.post("/tokenize")
