@@ -184,7 +184,7 @@ def parse_tools(b: Body) -> tuple[list[Tool], ToolChoice]:
 def parse_request(data: dict[str, Any]) -> Parsed:
     """A Messages body -> the internal chat request."""
     b = Body(data)
-    model = b.text("model", required=True) or ""
+    model = b.text("model") or ""  # none: default_model (the gateway), or a 400
     max_tokens = b.integer("max_tokens", None, lo=1, hi=MAX_TOKENS_LIMIT)
     if max_tokens is None:
         raise InvalidRequest("'max_tokens' is required", param="max_tokens")
