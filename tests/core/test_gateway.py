@@ -22,10 +22,10 @@ from app.errors import (
 MODELS = {"small", "big", "embedder"}
 
 
-def _gw(tmp_path: Path, routing: Routing = Routing(), loaded: set[str] | None = None) -> Gateway:
+def _gw(tmp_path: Path, routing: Routing | None = None, loaded: set[str] | None = None) -> Gateway:
     return Gateway(
         AliasStore(tmp_path / "aliases.json"),
-        lambda: routing,
+        lambda: routing or Routing(),
         MODELS.__contains__,
         (loaded or set()).__contains__,
     )

@@ -74,7 +74,9 @@ class Gateway:
             return
         targets = aliases.get(name)
         if targets is None:
-            raise ModelNotFound(f"model '{name}' not found (not a model id or an alias)")
+            raise ModelNotFound(
+                f"model '{name}' not found (not a model id or an alias)", param="model"
+            )
         cycle = find_cycle(name, aliases)  # the file was edited by hand: say so, do not loop
         if cycle:
             raise InvalidRequest(f"alias cycle: {' -> '.join(cycle)}", param="model")
