@@ -43,6 +43,11 @@ class AppPaths:
         return self.config / "hf_token"
 
     @property
+    def aliases_file(self) -> Path:
+        """Model aliases and fallback chains (issue #11), kept out of settings.json."""
+        return self.config / "aliases.json"
+
+    @property
     def probe_file(self) -> Path:
         return self.cache / "runtime-probe.json"
 

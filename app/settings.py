@@ -21,6 +21,8 @@ from app.core.fsutil import (
     read_json,
     remove_stale_writes,
 )
+from app.core.gateway import AutoRule, Routing, parse_rules
+from app.core.gateway.auto import rules_to_json
 from app.core.load_options import SPECS
 from app.errors import ConfigError, InvalidRequest
 
@@ -98,15 +100,30 @@ class DownloadSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutingSettings:
+    """``routing`` in settings.json: the special model ``auto``'s rules (app/core/gateway/auto)."""
+
+    auto: tuple[AutoRule, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     load: LoadDefaults = field(default_factory=LoadDefaults)
     downloads: DownloadSettings = field(default_factory=DownloadSettings)
     models_dir: str = ""  # empty = the default models folder
     tray_hint_shown: bool = False
+    # issue #11: the model (id or alias) a request that names none gets; empty = a 400
+    default_model: str = ""
+    routing: RoutingSettings = field(default_factory=lambda: RoutingSettings())
+
+    def routing_config(self) -> Routing:
+        return Routing(self.default_model, self.routing.auto)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["routing"] = {"auto": rules_to_json(self.routing.auto)}
+        return d
 
 
 def _coerce(cls: type, raw: Any, where: str) -> Any:
@@ -161,9 +178,13 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     downloads = _coerce(DownloadSettings, raw.get("downloads", {}), "downloads")
     if downloads.max_concurrent < 1:
         raise ConfigError("settings: downloads.max_concurrent must be at least 1")
-    top = {k: raw[k] for k in ("models_dir", "tray_hint_shown") if k in raw}
+    top = {k: raw[k] for k in ("models_dir", "tray_hint_shown", "default_model") if k in raw}
     base = _coerce(Settings, top, "settings")
-    return replace(base, server=server, load=load, downloads=downloads)
+    routing_raw = raw.get("routing", {})
+    if not isinstance(routing_raw, dict):
+        raise ConfigError("settings: routing must be an object")
+    routing = RoutingSettings(parse_rules(routing_raw.get("auto")))
+    return replace(base, server=server, load=load, downloads=downloads, routing=routing)
 
 
 class SettingsStore:

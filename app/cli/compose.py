@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.events import EventHub
+from app.core.gateway import AliasStore
 from app.core.library import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
@@ -57,6 +58,8 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
         budget_bytes=budget,
         default_ttl=jit_ttl,
         calibration_file=paths.cache / "memory-calibration.json",
+        aliases=AliasStore(paths.aliases_file),
+        routing=lambda: store.load().routing_config(),
     )
 
 

@@ -171,6 +171,9 @@ class Choices:
         start: Callable[[int], Awaitable[Generation]] | None = None,
     ) -> None:
         self._gens: list[Generation] = list(started)
+        # the model that answered and the ids the gateway tried for it, in order
+        self.model = started[0].model_id if started else ""
+        self.route: list[str] = [self.model] if self.model else []
         self.count = len(started) if count is None else count
         self._start = start
 

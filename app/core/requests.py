@@ -117,3 +117,5 @@ class Embeddings:
 
     vectors: list[list[float]]
     prompt_tokens: int
+    model: str = ""  # the model that answered (the gateway's last target tried)
+    route: tuple[str, ...] = ()  # the ids tried, in order

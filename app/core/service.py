@@ -15,6 +15,8 @@ from app.core.chat_template import ChatTemplate
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
 from app.core.fsutil import atomic_write_json, read_json
+from app.core.gateway import AliasStore, Gateway, Routing
+from app.core.gateway.facts import chat_facts, completion_facts, embed_facts
 from app.core.generation import Choices, Generation
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
@@ -40,7 +42,7 @@ from app.core.types import (
     Runtime,
     SamplingParams,
 )
-from app.errors import ContextLengthExceeded, InvalidRequest
+from app.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,8 @@ class Hearth:
         calibration_file: Path | None = None,
         downloads: DownloadManager | None = None,
         foreign: ForeignLocations | None = None,
+        aliases: AliasStore | None = None,
+        routing: Callable[[], Routing] = Routing,
     ) -> None:
         self.events = events or EventHub()
         # issue #3: Hub downloads and models from other apps (None where not wired)
@@ -106,6 +110,8 @@ class Hearth:
             default_ttl=default_ttl,
         )
         self._jit_enabled = jit_enabled
+        # issue #11: what a request's model names (aliases, auto, default_model), and fallback
+        self.gateway = Gateway(aliases, routing, self._is_local, self._is_loaded)
         self._calibration_file = calibration_file
         if calibration_file is not None:
             self.scheduler.set_calibration(_read_calibration(calibration_file))
@@ -119,6 +125,25 @@ class Hearth:
                     atomic_write_json(self._calibration_file, values)
                 except OSError:
                     log.exception("could not save memory calibration")
+
+    # -- routing (issue #11) -----------------------------------------------------------------
+    def _is_local(self, model_id: str) -> bool:
+        try:
+            self.library.get(model_id)
+        except ModelNotFound:
+            return False
+        return True
+
+    def _is_loaded(self, model_id: str) -> bool:
+        return self.scheduler.state(model_id) == "loaded"
+
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        """Every alias and its targets (a fallback chain when more than one), in file order."""
+        return self.gateway.alias_map()
+
+    def is_routable(self, name: str) -> bool:
+        """True for a name the gateway answers besides a model id (an alias, ``auto``)."""
+        return self.gateway.is_routable(name)
 
     # -- library -------------------------------------------------------------------------
     def models(self) -> list[ModelStatus]:
@@ -308,6 +333,16 @@ class Hearth:
             )
 
     async def chat(self, req: ChatRequest) -> Choices:
+        """Start a chat request on the first target its model resolves to that starts (the
+        gateway: a model id, an alias's fallback chain, ``auto``, the default model). The
+        Choices say which model answered and the ids tried (``model``, ``route``)."""
+        choices, route = await self.gateway.run(
+            req.model, chat_facts(req), lambda m: self._chat(replace(req, model=m))
+        )
+        choices.model, choices.route = route[-1], route
+        return choices
+
+    async def _chat(self, req: ChatRequest) -> Choices:
         """Start a chat request's ``n`` generations (side by side). Everything that can fail
         fails here, before any output: the conversation is planned (tools), rendered by the
         model's template and tokenized once, then submitted ``n`` times (choice ``i`` with seed
@@ -416,6 +451,14 @@ class Hearth:
         )
 
     async def complete(self, req: CompletionRequest) -> Choices:
+        """Start a completion request on the first target that starts (see :meth:`chat`)."""
+        choices, route = await self.gateway.run(
+            req.model, completion_facts(req), lambda m: self._complete(replace(req, model=m))
+        )
+        choices.model, choices.route = route[-1], route
+        return choices
+
+    async def _complete(self, req: CompletionRequest) -> Choices:
         """Start a completion request: each prompt ``n`` times, one after the other. The first
         is validated and started here (so its errors come before any output); each next one
         starts when :meth:`Choices.get` asks for it."""
@@ -460,6 +503,13 @@ class Hearth:
         return Generation(req.model, len(tokens), lm.submit(gr))
 
     async def embed(self, req: EmbeddingRequest) -> Embeddings:
+        """Embed each input on the first target that starts (see :meth:`chat`)."""
+        result, route = await self.gateway.run(
+            req.model, embed_facts(req), lambda m: self._embed(replace(req, model=m))
+        )
+        return replace(result, model=route[-1], route=tuple(route))
+
+    async def _embed(self, req: EmbeddingRequest) -> Embeddings:
         """Embed each input (text or token ids).
 
         Raises:

@@ -106,10 +106,10 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return decode_body(raw, encoding, limit)
 
 
-async def large_json_response(data: Any) -> web.Response:
+async def large_json_response(data: Any, headers: dict[str, str] | None = None) -> web.Response:
     """A JSON answer serialized off the event loop (2,048 embeddings are ~1 s of json.dumps)."""
     body = await asyncio.to_thread(json.dumps, data)
-    return web.Response(text=body, content_type="application/json")
+    return web.Response(text=body, content_type="application/json", headers=headers)
 
 
 async def read_json_body(request: web.Request) -> dict[str, Any]:

@@ -51,6 +51,9 @@ def json_error(
     h = dict(headers or {})
     if err.status in (400, 401, 403, 404, 413):
         h.setdefault("x-should-retry", "false")
+    route = getattr(err, "route", None)  # the gateway's targets tried before this failure
+    if route:
+        h["x-hearth-route"] = ",".join(route)
     retry = getattr(err, "retry_after", None)
     if retry is not None:
         h["Retry-After"] = str(retry)

@@ -170,6 +170,8 @@ async def respond(
     error final delta) are raised, for the middleware to answer in the route's protocol shape;
     after the headers they become the protocol's error frames (``renderer().error``).
     """
+    # the gateway's route: the model ids tried for this answer, in order (the last answered)
+    headers = {"x-hearth-model": model, "x-hearth-route": ",".join(choices.route or [model])}
     try:
         if not stream:
             results = list(await asyncio.gather(*(collect(request, g) for g in choices.started)))
@@ -180,9 +182,9 @@ async def respond(
                 _finish(request, model, r.final)
                 results.append(r)
             body = whole(results)
-            return web.json_response(body, headers={"x-hearth-model": model})
+            return web.json_response(body, headers=headers)
         r_ = renderer()
-        writer = FrameWriter(request, r_.framing, {"x-hearth-model": model})
+        writer = FrameWriter(request, r_.framing, headers)
         await writer.start()
         finals: list[Delta] = []
         try:

@@ -185,7 +185,7 @@ def parse_request(data: dict[str, Any], *, counting: bool = False) -> Parsed:
     """A Messages body -> the internal chat request. ``counting``: a count_tokens body, which
     has no ``max_tokens``."""
     b = Body(data)
-    model = b.text("model", required=True) or ""
+    model = b.text("model") or ""  # none: default_model (the gateway), or a 400
     max_tokens = b.integer("max_tokens", None, lo=1, hi=MAX_TOKENS_LIMIT)
     if max_tokens is None and not counting:
         raise InvalidRequest("'max_tokens' is required", param="max_tokens")

@@ -4,7 +4,7 @@ model statuses. Pure (no aiohttp)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app import __version__
@@ -54,7 +54,9 @@ def digest(st: ModelStatus) -> str:
     return hashlib.sha256(f"{m.path}|{m.size_bytes}|{m.mtime}".encode()).hexdigest()
 
 
-def tags(statuses: Sequence[ModelStatus]) -> dict[str, Any]:
+def tags(
+    statuses: Sequence[ModelStatus], aliases: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, Any]:
     return {
         "models": [
             {
@@ -67,6 +69,20 @@ def tags(statuses: Sequence[ModelStatus]) -> dict[str, Any]:
             }
             for st in statuses
         ]
+        + [_alias_tag(a, ts) for a, ts in (aliases or {}).items()]
+    }
+
+
+def _alias_tag(alias: str, targets: Sequence[str]) -> dict[str, Any]:
+    """An alias in /api/tags: no file of its own; ``targets`` is Hearth's addition."""
+    return {
+        "name": tag(alias),
+        "model": tag(alias),
+        "modified_at": now_iso(0),
+        "size": 0,
+        "digest": hashlib.sha256(f"alias|{alias}".encode()).hexdigest(),
+        "details": {"parent_model": "", "format": "alias", "family": "", "families": []},
+        "targets": list(targets),
     }
 
 

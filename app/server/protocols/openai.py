@@ -56,10 +56,9 @@ def error_body(err: HearthError) -> dict[str, Any]:
 
 
 def model_field(b: Body) -> str:
-    model = b.text("model", required=True)
-    if not model:
-        raise InvalidRequest("'model' must not be empty", param="model")
-    return model
+    """The request's model; "" when absent or empty (the gateway then takes default_model, or
+    answers 400 when none is set)."""
+    return b.text("model") or ""
 
 
 # -- parsing -----------------------------------------------------------------------------------

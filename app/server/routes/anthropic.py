@@ -22,13 +22,13 @@ async def messages(request: web.Request) -> web.StreamResponse:
     request[REQUEST_LOG]["model"] = req.model
     # everything that can fail (404, context overflow, queue full) fails here, before headers
     choices = await request.app[SERVICE].chat(req)
-    ctx = Context(req.model)
+    ctx = Context(choices.model)  # the model that answered (an alias's target, auto's pick)
     prompt_tokens = choices.first.prompt_tokens
     return await respond(
         request,
         choices,
         stream=parsed.stream,
-        model=req.model,
+        model=choices.model,
         whole=lambda results: wire.message_response(req, results, ctx),
         renderer=lambda: wire.MessageStream(req, ctx, prompt_tokens),
     )

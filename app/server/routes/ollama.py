@@ -31,11 +31,16 @@ def resolver(service: Hearth) -> wire.Resolve:
     """Ollama names carry a tag ("llama3:latest"); Hearth ids may not."""
 
     def resolve(name: str) -> str:
+        if not name or service.is_routable(name):
+            return name  # default_model, an alias, auto: the gateway resolves them
         try:
             return service.model_status(name).model.id
         except ModelNotFound:
             if name.endswith(listing.LATEST):
-                return service.model_status(name.removesuffix(listing.LATEST)).model.id
+                bare = name.removesuffix(listing.LATEST)
+                if service.is_routable(bare):
+                    return bare
+                return service.model_status(bare).model.id
             raise
 
     return resolve
@@ -43,6 +48,8 @@ def resolver(service: Hearth) -> wire.Resolve:
 
 async def _load_ns(service: Hearth, model_id: str) -> int:
     """Load ahead of the work (JIT, as any request would) to report Ollama's load_duration."""
+    if service.is_routable(model_id) or not model_id:
+        return 0  # an alias or auto: the gateway picks (and loads) the target
     if service.model_status(model_id).state == "loaded":
         return 0
     t0 = time.perf_counter_ns()
@@ -58,7 +65,8 @@ async def version(request: web.Request) -> web.Response:
 
 @routes.get("/api/tags")
 async def tags(request: web.Request) -> web.Response:
-    return web.json_response(listing.tags(request.app[SERVICE].models()))
+    service = request.app[SERVICE]
+    return web.json_response(listing.tags(service.models(), service.aliases()))
 
 
 @routes.post("/api/show")
@@ -89,14 +97,14 @@ async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -
         else:
             await service.load(parsed.model, ttl=parsed.ttl)
         return web.json_response(render.load_response(parsed.model, parsed.key, parsed.ttl == 0))
-    ctx.model = parsed.model
     ctx.load_ns = await _load_ns(service, parsed.model)
     choices = await (service.chat(req) if isinstance(req, ChatRequest) else service.complete(req))
+    ctx.model = choices.model  # the model that answered (an alias's target, auto's pick)
     return await respond(
         request,
         choices,
         stream=parsed.stream,
-        model=parsed.model,
+        model=choices.model,
         whole=lambda results: render.whole_response(parsed.key, parsed.think, results, ctx),
         renderer=lambda: render.NdjsonStream(parsed.key, parsed.think, ctx),
     )
@@ -129,7 +137,8 @@ async def embed(request: web.Request) -> web.Response:
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
     # megabytes of JSON for a big batch: encoded off the event loop
     return await large_json_response(
-        render.embed_response(result, req.model, ctx, time.perf_counter_ns())
+        render.embed_response(result, result.model, ctx, time.perf_counter_ns()),
+        headers={"x-hearth-model": result.model, "x-hearth-route": ",".join(result.route)},
     )
 
 

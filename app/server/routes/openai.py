@@ -62,8 +62,21 @@ async def health(request: web.Request) -> web.Response:
 
 @routes.get("/v1/models")
 async def list_models(request: web.Request) -> web.Response:
-    data = [model_object(s) for s in request.app[SERVICE].models()]
+    service = request.app[SERVICE]
+    data = [model_object(s) for s in service.models()]
+    data += [alias_object(a, ts) for a, ts in service.aliases().items()]
     return web.json_response({"object": "list", "data": data})
+
+
+def alias_object(alias: str, targets: Sequence[str]) -> dict[str, object]:
+    """An alias in /v1/models: a name standing for its targets (a fallback chain, in order)."""
+    return {
+        "id": alias,
+        "object": "model",
+        "created": 0,
+        "owned_by": "alias",
+        "targets": list(targets),
+    }
 
 
 @routes.get("/v1/models/{model_id:.+}")
@@ -84,12 +97,13 @@ async def _generate(
     req = parsed.request
     request[REQUEST_LOG]["model"] = req.model
     choices = await start(req)
-    ctx = Context(req.model, reasoning_also=request.app[STATE].settings.reasoning_field_also)
+    # the model that answered (an alias's target, auto's pick): what the response names
+    ctx = Context(choices.model, reasoning_also=request.app[STATE].settings.reasoning_field_also)
     return await respond(
         request,
         choices,
         stream=parsed.stream.stream,
-        model=req.model,
+        model=choices.model,
         whole=lambda results: whole(req, results, ctx),
         renderer=lambda: stream(req, parsed.stream, ctx),
     )
@@ -118,8 +132,12 @@ async def embeddings(request: web.Request) -> web.Response:
     result = await request.app[SERVICE].embed(req)
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
     # ~1 s for 2,048 vectors: built and encoded off the event loop
-    body = await asyncio.to_thread(wire.embeddings_response, req, result, fmt, req.model)
-    return await large_json_response(body)
+    body = await asyncio.to_thread(wire.embeddings_response, req, result, fmt, result.model)
+    return await large_json_response(body, headers=_route_headers(result.model, result.route))
+
+
+def _route_headers(model: str, route: Sequence[str]) -> dict[str, str]:
+    return {"x-hearth-model": model, "x-hearth-route": ",".join(route or [model])}
 
 
 @routes.post("/v1/rerank")

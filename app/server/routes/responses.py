@@ -22,12 +22,12 @@ async def responses(request: web.Request) -> web.StreamResponse:
     req = parsed.request
     request[REQUEST_LOG]["model"] = req.model
     choices = await request.app[SERVICE].chat(req)
-    ctx = Context(req.model)
+    ctx = Context(choices.model)  # the model that answered (an alias's target, auto's pick)
     return await respond(
         request,
         choices,
         stream=parsed.stream,
-        model=req.model,
+        model=choices.model,
         whole=lambda results: wire.response_body(parsed.echo, results, ctx),
         renderer=lambda: wire.ResponseStream(parsed.echo, ctx),
     )

@@ -1,0 +1,115 @@
+"""Resolution: a request's ``model`` -> the ordered targets to try, and trying them.
+
+Order: a local id -> an alias (its targets, aliases expanded depth first) -> ``auto`` (the rule
+picked, then resolved) -> ``default_model`` when the request names none -> 404. Never a silent
+substitute. Remote ``PREFIX/id`` targets join through ``is_model`` (any id it accepts is a
+target as it is)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from app.core.gateway.aliases import AliasStore, find_cycle
+from app.core.gateway.auto import AUTO, AutoRule, RequestFacts, pick
+from app.core.gateway.retry import is_retryable
+from app.errors import HearthError, InvalidRequest, ModelNotFound
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """The routing settings: the model for requests that name none, and ``auto``'s rules."""
+
+    default_model: str = ""
+    auto: tuple[AutoRule, ...] = ()
+
+
+class Gateway:
+    def __init__(
+        self,
+        aliases: AliasStore | None,
+        routing: Callable[[], Routing],
+        is_model: Callable[[str], bool],
+        is_loaded: Callable[[str], bool],
+    ) -> None:
+        self.aliases = aliases
+        self._routing = routing
+        self._is_model = is_model
+        self._is_loaded = is_loaded
+
+    def alias_map(self) -> dict[str, tuple[str, ...]]:
+        return self.aliases.all() if self.aliases is not None else {}
+
+    def is_routable(self, name: str) -> bool:
+        """A name the gateway answers for besides a model id: an alias or ``auto``."""
+        return name == AUTO or name in self.alias_map()
+
+    def targets(self, model: str, facts: RequestFacts) -> list[str]:
+        """The model ids to try, in order.
+
+        Raises:
+            InvalidRequest: no model named and no default_model; ``auto`` matching no rule.
+            ModelNotFound: a name that is no model, alias or ``auto``.
+        """
+        routing = self._routing()
+        if not model:
+            if not routing.default_model:
+                raise InvalidRequest(
+                    "'model' must not be empty (no default_model is set)", param="model"
+                )
+            model = routing.default_model
+        if model == AUTO:
+            model = pick(routing.auto, facts, self._loaded_target)
+        out: list[str] = []
+        self._expand(model, self.alias_map(), out)
+        return out
+
+    def _expand(self, name: str, aliases: dict[str, tuple[str, ...]], out: list[str]) -> None:
+        if self._is_model(name):  # a local id first: an alias never shadows a model
+            if name not in out:
+                out.append(name)
+            return
+        targets = aliases.get(name)
+        if targets is None:
+            raise ModelNotFound(
+                f"model '{name}' not found (not a model id or an alias)", param="model"
+            )
+        cycle = find_cycle(name, aliases)  # the file was edited by hand: say so, do not loop
+        if cycle:
+            raise InvalidRequest(f"alias cycle: {' -> '.join(cycle)}", param="model")
+        for t in targets:
+            self._expand(t, aliases, out)
+
+    def _loaded_target(self, name: str) -> bool:
+        try:
+            first = self.targets(name, RequestFacts())[0]
+        except HearthError:
+            return False
+        return self._is_loaded(first)
+
+    async def run(
+        self, model: str, facts: RequestFacts, start: Callable[[str], Awaitable[T]]
+    ) -> tuple[T, list[str]]:
+        """``start`` each target in turn until one starts (its first byte not yet sent); a
+        retryable failure moves on, any other answers at once. The result names the model that
+        answered and the ids tried: ``(result, route)``, the last of ``route`` answered."""
+        route: list[str] = []
+        last: HearthError | None = None
+        for target in self.targets(model, facts):
+            route.append(target)
+            try:
+                result = await start(target)
+            except HearthError as e:
+                if not is_retryable(e):
+                    e.route = list(route)  # type: ignore[attr-defined]
+                    raise
+                last = e
+                continue
+            return result, route
+        if last is None:  # pragma: no cover - targets() never returns an empty list
+            raise ModelNotFound(f"model '{model}' has no targets")
+        last.route = route  # type: ignore[attr-defined]
+        raise last
