@@ -10,8 +10,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from app.core import prompt as prompting
 from app.core import rerank as ranking
-from app.core.chat_template import ChatTemplate
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
 from app.core.fsutil import atomic_write_json, read_json
@@ -20,7 +20,6 @@ from app.core.gateway.facts import chat_facts, completion_facts, embed_facts
 from app.core.generation import Choices, Generation
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
-from app.core.reasoning import reasoning_splitter
 from app.core.requests import (
     MAX_EMBED_INPUTS,
     ChatRequest,
@@ -32,9 +31,8 @@ from app.core.requests import (
 )
 from app.core.scheduler import UNSET, LoadedInfo, LoadResult, ModelScheduler
 from app.core.stores import ForeignLocations
-from app.core.tools import ToolCallParser, ToolSetup
+from app.core.tools import ToolSetup
 from app.core.types import (
-    Constraint,
     GenerationRequest,
     LoadedModel,
     LoadOptions,
@@ -65,12 +63,6 @@ class ModelStatus:
             capabilities=list(self.model.capabilities),
         )
         return d
-
-
-# what the chat template is given by the service; a request cannot replace them
-RESERVED_TEMPLATE_VARS = frozenset(
-    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}
-)
 
 
 class Hearth:
@@ -295,43 +287,6 @@ class Hearth:
         finally:
             self.scheduler.release(model_id)
 
-    @staticmethod
-    async def _tokenize(
-        lm: LoadedModel, text: str, param: str, *, parse_special: bool, add_special: bool = True
-    ) -> list[int]:
-        """Tokenize off the event loop, after refusing a text too long to fit the context
-        whatever its tokens (each token is at most ``max_token_bytes`` bytes), so a huge input
-        costs no tokenizer time."""
-        try:
-            n_bytes = len(text.encode("utf-8"))
-        except UnicodeEncodeError as e:  # a lone surrogate: not text a tokenizer can read
-            raise InvalidRequest(
-                f"the text is not valid Unicode ({e.reason} at character {e.start})", param=param
-            ) from None
-        limit = lm.context_length * max(1, lm.max_token_bytes)
-        if n_bytes > limit:
-            raise ContextLengthExceeded(
-                f"This model's context is {lm.context_length} tokens; a text of {n_bytes} bytes "
-                f"cannot fit it (at most {limit} bytes can). Shorten it or load the model with a "
-                f"larger context.",
-                param=param,
-            )
-        return await asyncio.to_thread(
-            lm.tokenize, text, add_special=add_special, parse_special=parse_special
-        )
-
-    @staticmethod
-    def _check_fits(lm: LoadedModel, n_prompt: int, param: str) -> None:
-        if n_prompt == 0:
-            raise InvalidRequest("the prompt is empty", param=param)
-        if n_prompt >= lm.context_length:
-            raise ContextLengthExceeded(
-                f"This model's context is {lm.context_length} tokens; the prompt has {n_prompt} "
-                f"tokens and leaves no room to generate. Shorten the prompt or load the model with "
-                f"a larger context.",
-                param=param,
-            )
-
     async def chat(self, req: ChatRequest) -> Choices:
         """Start a chat request on the first target its model resolves to that starts (the
         gateway: a model id, an alias's fallback chain, ``auto``, the default model). The
@@ -357,7 +312,7 @@ class Hearth:
             gens: list[Generation] = []
             try:
                 for i in range(req.n):
-                    gens.append(prepared.start(lm, _choice_sampling(req.sampling, i)))
+                    gens.append(prepared.start(lm, prompting.choice_sampling(req.sampling, i)))
             except BaseException:
                 for g in gens:
                     g.cancel()
@@ -379,7 +334,7 @@ class Hearth:
 
     async def _plan_chat(
         self, lm: LoadedModel, req: ChatRequest, *, check_fits: bool = True
-    ) -> _PreparedChat:
+    ) -> prompting.PreparedChat:
         """Plan the tools and prepare the prompt: what :meth:`chat` submits."""
         preset = self.presets.get(req.model) if self.presets is not None else {}
         call = ToolSetup.plan(
@@ -391,64 +346,7 @@ class Hearth:
             req.tool_choice.parallel,
         )
         constraint = call.constraint if call.constraint is not None else req.constraint
-        return await self._prepare_chat(lm, req, call, constraint, check_fits=check_fits)
-
-    async def _prepare_chat(
-        self,
-        lm: LoadedModel,
-        req: ChatRequest,
-        call: ToolSetup,
-        constraint: Constraint | None,
-        *,
-        check_fits: bool = True,
-    ) -> _PreparedChat:
-        _require(lm, "chat", req.model)
-        _check_bias(lm, req.sampling)
-        special = lm.special_tokens
-        extra = dict(req.template_vars)
-        reserved = set(extra) & RESERVED_TEMPLATE_VARS
-        if reserved:
-            raise InvalidRequest(
-                f"template variable '{sorted(reserved)[0]}' is set by Hearth itself",
-                param="chat_template_kwargs",
-            )
-        if call.template_tools:
-            extra["tools"] = call.template_tools
-        messages = call.messages
-
-        def render() -> tuple[ChatTemplate, str]:
-            template = ChatTemplate(
-                lm.chat_template,
-                bos_token=special.get("bos", ""),
-                eos_token=special.get("eos", ""),
-            )
-            return template, template.render(messages, add_generation_prompt=True, **extra)
-
-        # a template is a model's code: it compiles and renders off the event loop, bounded
-        template, prompt = await asyncio.to_thread(render)
-        tokens = await self._tokenize(lm, prompt, "messages", parse_special=True)
-        bos = special.get("bos_id")
-        if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
-            tokens = tokens[1:]  # the template wrote a BOS and the tokenizer added another
-        if check_fits:
-            self._check_fits(lm, len(tokens), "messages")
-        if constraint is not None:
-            await lm.check_constraint(constraint)
-        return _PreparedChat(
-            model_id=req.model,
-            template_source=lm.chat_template,
-            prompt=prompt,
-            base=GenerationRequest(
-                prompt_tokens=tuple(tokens),
-                max_tokens=req.max_tokens,
-                sampling=req.sampling,
-                stop=tuple(req.stop) + template.default_stops,
-                request_id=req.request_id,
-                logprobs=req.logprobs,
-                constraint=constraint,
-            ),
-            call=call,
-        )
+        return await prompting.prepare_chat(lm, req, call, constraint, must_fit=check_fits)
 
     async def complete(self, req: CompletionRequest) -> Choices:
         """Start a completion request on the first target that starts (see :meth:`chat`)."""
@@ -467,7 +365,10 @@ class Hearth:
         async def start(k: int) -> Generation:
             async with self._model(req.model, req.ttl) as lm:
                 return await self._start_completion(
-                    lm, req, req.prompts[k // req.n], _choice_sampling(req.sampling, k % req.n)
+                    lm,
+                    req,
+                    req.prompts[k // req.n],
+                    prompting.choice_sampling(req.sampling, k % req.n),
                 )
 
         return Choices([await start(0)], count, start)
@@ -479,16 +380,16 @@ class Hearth:
         prompt: str | Sequence[int],
         sampling: SamplingParams,
     ) -> Generation:
-        _require(lm, "completion", req.model)
-        _check_bias(lm, sampling)
+        prompting.require(lm, "completion", req.model)
+        prompting.check_bias(lm, sampling)
         if isinstance(prompt, str):
-            tokens = await self._tokenize(lm, prompt, "prompt", parse_special=False)
+            tokens = await prompting.tokenize(lm, prompt, "prompt", parse_special=False)
         else:
             tokens = list(prompt)
             vocab = int(lm.special_tokens.get("n_vocab", "0") or 0)
             if vocab and any(t < 0 or t >= vocab for t in tokens):
                 raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
-        self._check_fits(lm, len(tokens), "prompt")
+        prompting.check_fits(lm, len(tokens), "prompt")
         if req.constraint is not None:
             await lm.check_constraint(req.constraint)
         gr = GenerationRequest(
@@ -530,7 +431,7 @@ class Hearth:
             vocab = int(lm.special_tokens.get("n_vocab") or 0)
             for i, item in enumerate(inputs):
                 if isinstance(item, str):
-                    toks = await self._tokenize(lm, item, f"input[{i}]", parse_special=False)
+                    toks = await prompting.tokenize(lm, item, f"input[{i}]", parse_special=False)
                 else:
                     toks = list(item)
                     if vocab and any(t < 0 or t >= vocab for t in toks):
@@ -575,7 +476,9 @@ class Hearth:
                 )
 
             async def tokenize(text: str, param: str) -> list[int]:
-                return await self._tokenize(lm, text, param, parse_special=False, add_special=False)
+                return await prompting.tokenize(
+                    lm, text, param, parse_special=False, add_special=False
+                )
 
             return await ranking.cross_encode(lm, req, tokenize)
 
@@ -583,34 +486,6 @@ class Hearth:
         if self.downloads is not None:
             await self.downloads.close()  # partial downloads stay on disk, resumable
         await self.scheduler.close()
-
-
-def _choice_sampling(sampling: SamplingParams, i: int) -> SamplingParams:
-    """Choice ``i``'s sampling: its own seed when one is given, so seeded choices differ."""
-    if sampling.seed is None or i == 0:
-        return sampling
-    return replace(sampling, seed=sampling.seed + i)
-
-
-@dataclass(frozen=True, slots=True)
-class _PreparedChat:
-    """A chat prompt rendered and tokenized once; each :meth:`start` is one more choice."""
-
-    model_id: str
-    template_source: str | None
-    prompt: str
-    base: GenerationRequest
-    call: ToolSetup
-
-    def start(self, lm: LoadedModel, sampling: SamplingParams) -> Generation:
-        splitter = reasoning_splitter(self.template_source, self.prompt)
-        parser = (
-            ToolCallParser(self.call.family, max_calls=self.call.max_calls)
-            if self.call.active
-            else None
-        )
-        stream = lm.submit(replace(self.base, sampling=sampling))
-        return Generation(self.model_id, len(self.base.prompt_tokens), stream, splitter, parser)
 
 
 def _read_calibration(path: Path) -> dict[str, int]:
@@ -621,21 +496,3 @@ def _read_calibration(path: Path) -> dict[str, int]:
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int) and v > 0}
-
-
-def _check_bias(lm: LoadedModel, sampling: SamplingParams) -> None:
-    vocab = int(lm.special_tokens.get("n_vocab") or 0)
-    for tok, _ in sampling.logit_bias:
-        if vocab and not 0 <= tok < vocab:
-            raise InvalidRequest(
-                f"logit_bias token id {tok} is out of this model's vocabulary (0-{vocab - 1})",
-                param="logit_bias",
-            )
-
-
-def _require(lm: LoadedModel, capability: str, model_id: str) -> None:
-    if capability not in lm.capabilities:
-        raise InvalidRequest(
-            f"'{model_id}' is an embedding model; it cannot do {capability}s (use /v1/embeddings)",
-            param="model",
-        )
