@@ -147,14 +147,19 @@ def test_auto_picks_by_keyword_and_refuses_what_no_rule_matches(gw: Served) -> N
 
 
 def test_a_target_that_does_not_fit_falls_to_the_next(gw: Served) -> None:
-    """The chain's first target (SmolLM2, ~98 MB) does not fit a 60 MB budget (507); the
-    second (MiniLM, ~25 MB) answers, and the route names both."""
+    """The chain's first target (SmolLM2) does not fit a budget set between the two models'
+    estimates (507); the second (MiniLM) answers, and the route names both."""
     emb = _emb_id(gw)
     gw.call(gw.service.unload(gw.model_id))  # type: ignore[attr-defined]
     assert hearth(gw.home, "alias", "set", "emb-chain", gw.model_id, emb).returncode == 0
+    # a budget between the two models' own estimates (calibrated by earlier loads, so they
+    # are read here rather than assumed): the first target cannot fit, the second can
+    small = gw.service.estimate(emb)["calibrated_total"]  # type: ignore[attr-defined]
+    large = gw.service.estimate(gw.model_id)["calibrated_total"]  # type: ignore[attr-defined]
+    assert small < large, (small, large)
     store = _store(gw)
     before = store.load().load
-    store.update(load=replace(before, memory_budget_bytes=60_000_000))
+    store.update(load=replace(before, memory_budget_bytes=(small + large) // 2))
     try:
         status, headers, out = call(
             gw, "POST", "/v1/embeddings", {"model": "emb-chain", "input": "hi"}

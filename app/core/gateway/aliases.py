@@ -42,7 +42,12 @@ class AliasStore:
         return self._cache.get(self._read)
 
     def get(self, name: str) -> tuple[str, ...] | None:
-        return self.all().get(name)
+        """The alias's targets. A miss checks the file at once (one stat), so an alias another
+        process (``hearth alias set``) just wrote is found by the very next request."""
+        found = self.all().get(name)
+        if found is None:
+            found = self._cache.get(self._read, fresh=True).get(name)
+        return found
 
     def _read(self) -> Aliases:
         try:
