@@ -381,12 +381,9 @@ class LlamaEngine:
         for seq, st in reading:  # then one chunk of each prompt being read
             self._prefill(seq, st, whole=not decoded and len(reading) == 1)
 
-    def embed(self, tokens: list[int]) -> list[float]:
-        """The pooled, L2-normalized embedding of one input (worker thread only)."""
-        if not tokens:
-            raise ValueError("empty input")
-        if self.is_reranker:  # its pooled output is n_cls_out floats: n_embd would overread
-            raise InvalidRequest("a cross-encoder scores pairs; it has no embeddings")
+    def _decode_whole(self, tokens: list[int]) -> None:
+        """Decode one input as sequence 0 with every position's output kept (what pooling
+        reads), after forgetting whatever sequence 0 held."""
         self._forget(0)
         self._fill(tokens, 0, 0, logits_last=False)
         for i in range(len(tokens)):
@@ -394,6 +391,14 @@ class LlamaEngine:
         rc = L.llama_decode(self.ctx, self.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode failed on the input (code {rc})")
+
+    def embed(self, tokens: list[int]) -> list[float]:
+        """The pooled, L2-normalized embedding of one input (worker thread only)."""
+        if not tokens:
+            raise ValueError("empty input")
+        if self.is_reranker:  # its pooled output is n_cls_out floats: n_embd would overread
+            raise InvalidRequest("a cross-encoder scores pairs; it has no embeddings")
+        self._decode_whole(tokens)
         n_embd = L.llama_model_n_embd(self.model)
         ptr = L.llama_get_embeddings_seq(self.ctx, 0)
         if not ptr:
@@ -433,13 +438,7 @@ class LlamaEngine:
                 f"{self.n_ctx}",
                 param="documents",
             )
-        self._forget(0)
-        self._fill(tokens, 0, 0, logits_last=False)
-        for i in range(len(tokens)):
-            self.batch.logits[i] = 1
-        rc = L.llama_decode(self.ctx, self.batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode failed on the input (code {rc})")
+        self._decode_whole(tokens)
         ptr = L.llama_get_embeddings_seq(self.ctx, 0)
         L.llama_memory_seq_rm(self.mem, 0, -1, -1)
         if not ptr:
