@@ -14,6 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from app.errors import HearthError, InvalidRequest
+from app.server.protocols.common import parse_json
+from app.server.state import STATE
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 OFF_LOOP_BYTES = 1 << 20  # bodies larger than this are parsed on a thread (~10 ms of work)
@@ -114,9 +116,6 @@ async def large_json_response(data: Any, headers: dict[str, str] | None = None) 
 
 async def read_json_body(request: web.Request) -> dict[str, Any]:
     """The body as a JSON object (bounded; parsed off the loop when large)."""
-    from app.server.protocols.common import parse_json
-    from app.server.state import STATE
-
     # any Content-Type is parsed as JSON (curl sends form-urlencoded by default); browsers'
     # no-preflight text/plain POSTs are stopped by the Origin check, not here
     raw = await read_body(request, request.app[STATE].settings.max_body_bytes)

@@ -14,7 +14,8 @@ from app.core.constraints import (
     json_depth,
     schema_json,
 )
-from app.core.requests import ToolChoice
+from app.core.keep_alive import parse_keep_alive
+from app.core.requests import UNSET, ToolChoice
 from app.core.tools import Tool
 from app.core.types import Constraint, SamplingParams
 from app.errors import InvalidRequest, UnsupportedParameter
@@ -264,8 +265,6 @@ def parse_tokenize_content(b: Body) -> str:
 
 def parse_ttl(b: Body) -> Any:
     """Hearth's `ttl` extension (seconds; -1 = never) or Ollama's `keep_alive` ("5m", 0, -1)."""
-    from app.core.scheduler import UNSET, parse_keep_alive
-
     for key in ("ttl", "keep_alive"):
         if b.data.get(key) is not None:
             return parse_keep_alive(b.data[key], param=key)
