@@ -78,15 +78,19 @@ class QueueFull(HearthError):
 
 class ModelUnloaded(HearthError):
     """The model was unloaded (by a user, eviction, keep-alive or shutdown) while a request
-    still needed it; the request ends, the server goes on. A retry loads it again."""
+    still needed it; the request ends, the server goes on. A retry loads it again.
+
+    ``raced``: the unload began between the request finding the model and submitting to it,
+    so nothing of the request ran (the gateway loads the model again and retries it once)."""
 
     status = 503
     code = "model_unloaded"
     type = "server_error"
 
-    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+    def __init__(self, message: str, *, retry_after: int = 1, raced: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.raced = raced
 
 
 class ModelBusy(HearthError):

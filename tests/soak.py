@@ -110,7 +110,7 @@ class _Client:
                 self._note(action, False, unload=unload, detail=text[-300:])
             else:
                 self._note(action, True)
-        elif status == 503 and "unloaded" in text:  # OpenAI's code, or Ollama's message
+        elif status == 503 and "unload" in text:  # OpenAI's code, Ollama's/Anthropic's message
             self._note(action, False, unload=True)
         else:
             self._note(action, False, detail=f"{status} {text[:300]}")

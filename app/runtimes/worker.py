@@ -270,7 +270,7 @@ class Worker:
         stream = DeltaStream(asyncio.get_running_loop())
         with self._cv:
             if self._stopping:
-                raise ModelUnloaded("the model is unloading; retry to load it again")
+                raise ModelUnloaded("the model is unloading; retry to load it again", raced=True)
             if len(self._waiting) >= self.queue_size:
                 raise QueueFull(
                     f"too many requests queued for this model ({self.queue_size}); retry shortly",
@@ -293,7 +293,7 @@ class Worker:
         fut.add_done_callback(lambda f: cancel.set() if f.cancelled() else None)
         with self._cv:
             if self._stopping:
-                raise ModelUnloaded("the model is unloading; retry to load it again")
+                raise ModelUnloaded("the model is unloading; retry to load it again", raced=True)
             if len(self._jobs) + len(self._waiting) >= self.queue_size:
                 raise QueueFull(
                     f"too many requests queued for this model ({self.queue_size}); retry shortly"

@@ -16,6 +16,7 @@ from app.errors import (
     InvalidRequest,
     ModelLoadFailed,
     ModelNotFound,
+    ModelUnloaded,
     QueueFull,
 )
 
@@ -173,3 +174,37 @@ def test_last_retryable_failure_is_raised_with_the_route(tmp_path: Path) -> None
     with pytest.raises(InsufficientMemory, match="small") as e:
         asyncio.run(gw.run("chain", RequestFacts(), start))
     assert e.value.route == ["big", "small"]  # type: ignore[attr-defined]
+
+
+def test_an_unload_racing_the_start_retries_the_same_target_once(tmp_path: Path) -> None:
+    """A model found, then retired before the request was submitted (nothing ran): the same
+    target starts once more (which loads it again); an unload after the start answers."""
+    gw = _gw(tmp_path)
+    calls: list[str] = []
+
+    async def raced_once(m: str) -> str:
+        calls.append(m)
+        if len(calls) == 1:
+            raise ModelUnloaded("unloading", raced=True)
+        return m
+
+    assert asyncio.run(gw.run("small", RequestFacts(), raced_once)) == ("small", ["small"])
+    assert calls == ["small", "small"]
+
+    async def always_raced(m: str) -> str:
+        calls.append(m)
+        raise ModelUnloaded("unloading", raced=True)
+
+    calls.clear()
+    with pytest.raises(ModelUnloaded):
+        asyncio.run(gw.run("small", RequestFacts(), always_raced))
+    assert calls == ["small", "small"]  # once more, not forever
+
+    async def unloaded_while_running(m: str) -> str:
+        calls.append(m)
+        raise ModelUnloaded("unloaded while it ran")
+
+    calls.clear()
+    with pytest.raises(ModelUnloaded):
+        asyncio.run(gw.run("small", RequestFacts(), unloaded_while_running))
+    assert calls == ["small"]

@@ -14,7 +14,7 @@ from typing import TypeVar
 from app.core.gateway.aliases import AliasStore, find_cycle
 from app.core.gateway.auto import AUTO, AutoRule, RequestFacts, pick
 from app.core.gateway.retry import is_retryable
-from app.errors import HearthError, InvalidRequest, ModelNotFound
+from app.errors import HearthError, InvalidRequest, ModelNotFound, ModelUnloaded
 
 T = TypeVar("T")
 
@@ -101,7 +101,7 @@ class Gateway:
         for target in self.targets(model, facts):
             route.append(target)
             try:
-                result = await start(target)
+                result = await _start_once_more_if_raced(start, target)
             except HearthError as e:
                 if not is_retryable(e):
                     e.route = list(route)  # type: ignore[attr-defined]
@@ -113,3 +113,14 @@ class Gateway:
             raise ModelNotFound(f"model '{model}' has no targets")
         last.route = route  # type: ignore[attr-defined]
         raise last
+
+
+async def _start_once_more_if_raced(start: Callable[[str], Awaitable[T]], target: str) -> T:
+    """``start(target)``; when an unload raced it (the model was found, then retired before the
+    request was submitted, so nothing ran), start it once more: that loads the model again."""
+    try:
+        return await start(target)
+    except ModelUnloaded as e:
+        if not e.raced:
+            raise
+    return await start(target)
