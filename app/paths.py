@@ -48,6 +48,16 @@ class AppPaths:
         return self.config / "aliases.json"
 
     @property
+    def providers_file(self) -> Path:
+        """Remote engines (issue #11); their API keys live apart in provider_keys_file."""
+        return self.config / "providers.json"
+
+    @property
+    def provider_keys_file(self) -> Path:
+        """The providers' API keys (0600), never in settings.json or providers.json."""
+        return self.config / "provider_keys.json"
+
+    @property
     def probe_file(self) -> Path:
         return self.cache / "runtime-probe.json"
 
