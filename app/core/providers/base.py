@@ -1,0 +1,80 @@
+"""What the core knows of a remote engine: the client a runtime implements for it (probe,
+chat, complete, embed, rerank, tokenize), and what a probe found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from app.core.types import GenerationStream
+
+STATES = ("ready", "starting", "unreachable", "unauthorized", "error")
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteModel:
+    """A model an engine serves: its own id (case kept), its context length where the engine
+    tells it, and what it serves (chat and completion unless the engine says otherwise)."""
+
+    id: str
+    context_length: int | None = None
+    capabilities: tuple[str, ...] = ("completion", "chat")
+
+
+class Answer(NamedTuple):
+    """One probe request's answer: the HTTP status (0: no answer, ``body`` says why) and the
+    body (parsed JSON, or the text when it is not JSON)."""
+
+    status: int
+    body: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What probing an engine found. ``kind``: what its answers say it is (detection)."""
+
+    state: str  # one of STATES
+    models: tuple[RemoteModel, ...] = ()
+    latency_ms: float | None = None
+    error: str | None = None
+    kind: str | None = None
+    answers: dict[str, Answer] = field(default_factory=dict, compare=False)
+
+
+class RemoteStream(GenerationStream, Protocol):
+    """A started remote generation (its first event already received): deltas, cancel, and the
+    prompt tokens when the engine said them up front (else 0 until the final usage)."""
+
+    prompt_tokens: int
+
+
+class RemoteClient(Protocol):
+    """One provider's engine, as a runtime reaches it. Every method raises a HearthError
+    (ProviderUnavailable, ProviderError: with ``retryable`` set for what a fallback may try
+    elsewhere) before any output; a stream that fails later ends with an error delta."""
+
+    async def probe(self) -> Probe: ...
+
+    async def chat(self, remote_id: str, req: ChatRequest) -> RemoteStream: ...
+
+    async def complete(
+        self, remote_id: str, req: CompletionRequest, prompt: str | tuple[int, ...]
+    ) -> RemoteStream: ...
+
+    async def embed(self, remote_id: str, req: EmbeddingRequest) -> tuple[list[list[float]], int]:
+        """(one vector per input, prompt tokens)."""
+        ...
+
+    async def rerank(
+        self, remote_id: str, req: RerankRequest
+    ) -> tuple[list[tuple[int, float]], int]:
+        """((index, score) best first, prompt tokens). NotSupported where the engine has none."""
+        ...
+
+    async def count_tokens(self, remote_id: str, req: ChatRequest) -> int:
+        """The prompt tokens of ``req`` as the engine renders and tokenizes it (its template
+        and tokenizer). NotSupported where the engine has no endpoint for it."""
+        ...
+
+    async def close(self) -> None: ...
