@@ -1,0 +1,1 @@
+"""Remote engines as providers (issue #11): the HTTP client and each engine's quirks."""
