@@ -179,6 +179,56 @@ class InsufficientMemory(HearthError):
         self.available = available
 
 
+# -- remote engines (providers, issue #11) ---------------------------------------------------------
+class ProviderUnavailable(HearthError):
+    """A remote engine that is not there: connection refused or reset, DNS failure, no answer
+    within its timeouts, or a provider not ready (starting, unreachable). Retryable: a fallback
+    chain tries its next target."""
+
+    status = 503
+    code = "provider_unavailable"
+    type = "server_error"
+    retryable = True
+
+    def __init__(self, message: str, *, provider: str, retry_after: int = 2) -> None:
+        super().__init__(message, param="model")
+        self.provider = provider
+        self.retry_after = retry_after
+
+
+class ProviderTimeout(ProviderUnavailable):
+    """The engine took longer than the provider's first-token timeout to start answering."""
+
+    status = 504
+    code = "provider_timeout"
+
+
+class ProviderError(HearthError):
+    """A remote engine's own error answer, translated (the provider named, its message kept).
+    4xx keep their status and answer at once (the request would fail anywhere); 429 and 5xx
+    are retryable (a 5xx is answered as 502: the fault is upstream)."""
+
+    code = "provider_error"
+    type = "server_error"
+
+    def __init__(
+        self, message: str, *, provider: str, status: int, param: str | None = None
+    ) -> None:
+        super().__init__(message, param=param)
+        self.provider = provider
+        self.upstream_status = status
+        self.retryable = status == 429 or status >= 500 or status == 0
+        self.status = status if 400 <= status < 500 else 502
+        if status == 429:
+            self.code, self.type, self.retry_after = "rate_limited", "rate_limit_error", 1
+        elif status in (401, 403):
+            self.code, self.type = "provider_unauthorized", "authentication_error"
+        elif status == 404:
+            self.code, self.type = "model_not_found", "invalid_request_error"
+        elif 400 <= status < 500:
+            self.type = "invalid_request_error"
+
+
 # -- Hugging Face Hub and downloads ----------------------------------------------------------------
 class RepoNotFound(HearthError):
     """The repo (or file) does not exist on the Hub, or it is private and the token cannot see it."""

@@ -60,7 +60,22 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
         calibration_file=paths.cache / "memory-calibration.json",
         aliases=AliasStore(paths.aliases_file),
         routing=lambda: store.load().routing_config(),
+        providers=provider_pool(paths),
     )
+
+
+def provider_store(paths: AppPaths) -> Any:
+    from app.core.providers.store import ProviderStore
+
+    return ProviderStore(paths.providers_file, paths.provider_keys_file)
+
+
+def provider_pool(paths: AppPaths) -> Any:
+    """Remote engines (issue #11): a client per provider in the providers file."""
+    from app.core.providers.pool import ProviderPool
+    from app.runtimes.remote.client import RemoteEngine
+
+    return ProviderPool(provider_store(paths), RemoteEngine)
 
 
 def hub_parts(

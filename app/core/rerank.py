@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from app.core.requests import MAX_RERANK_DOCUMENTS, Ranked, Reranking, RerankRequest
 from app.core.types import LoadedModel
-from app.errors import ContextLengthExceeded, InvalidRequest, NotSupported
+from app.errors import ContextLengthExceeded, InvalidRequest
 
 PAIR_FRAMING = 4  # at most BOS, EOS, SEP, EOS around a query and a document
 
@@ -31,19 +31,8 @@ def check(req: RerankRequest) -> None:
         raise InvalidRequest("'top_n' must be at least 1", param="top_n")
 
 
-def local_only(lm: LoadedModel, model_id: str, what: str) -> None:
-    """The seam for remote engines (a LoadedModel whose capabilities name "remote"): what
-    works here on local models only is refused with a clear 400 until they serve it."""
-    if "remote" in lm.capabilities:
-        raise NotSupported(
-            f"'{model_id}' is served by a remote engine; {what} works on local models only",
-            param="model",
-        )
-
-
 def check_model(lm: LoadedModel, model_id: str) -> None:
-    """A model that reranks: a cross-encoder or an embedder (a remote one: later work)."""
-    local_only(lm, model_id, "rerank")
+    """A model that reranks: a cross-encoder or an embedder (remote ones: providers/serve)."""
     if "rerank" not in lm.capabilities:
         raise InvalidRequest(
             f"'{model_id}' is a chat/completion model; it cannot rerank (use a reranker / "

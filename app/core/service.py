@@ -20,6 +20,10 @@ from app.core.gateway.facts import chat_facts, completion_facts, embed_facts
 from app.core.generation import Choices, Generation
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
+from app.core.providers import manage
+from app.core.providers import serve as remote
+from app.core.providers.pool import ProviderPool, ProviderStatus, RemoteListing
+from app.core.providers.store import ProviderConfig
 from app.core.requests import (
     MAX_EMBED_INPUTS,
     ChatRequest,
@@ -84,6 +88,7 @@ class Hearth:
         foreign: ForeignLocations | None = None,
         aliases: AliasStore | None = None,
         routing: Callable[[], Routing] = Routing,
+        providers: ProviderPool | None = None,
     ) -> None:
         self.events = events or EventHub()
         # issue #3: Hub downloads and models from other apps (None where not wired)
@@ -103,7 +108,8 @@ class Hearth:
         )
         self._jit_enabled = jit_enabled
         # issue #11: what a request's model names (aliases, auto, default_model), and fallback
-        self.gateway = Gateway(aliases, routing, self._is_local, self._is_loaded)
+        self.providers = providers  # remote engines: PREFIX/id targets
+        self.gateway = Gateway(aliases, routing, self._is_target, self._is_loaded)
         self._calibration_file = calibration_file
         if calibration_file is not None:
             self.scheduler.set_calibration(_read_calibration(calibration_file))
@@ -126,6 +132,48 @@ class Hearth:
             return False
         return True
 
+    def _is_target(self, model_id: str) -> bool:
+        """A model id a request may name besides aliases: local, or a provider's PREFIX/id."""
+        return self._is_local(model_id) or self._remote(model_id)
+
+    def _remote(self, model_id: str) -> bool:
+        return self.providers is not None and self.providers.is_target(model_id)
+
+    def remote_models(self) -> list[RemoteListing]:
+        """The models of every ready provider (``PREFIX + remote id``)."""
+        return self.providers.listings() if self.providers is not None else []
+
+    # -- providers and aliases, as the GUI edits them (the CLI edits the files directly) -----------
+    def provider_statuses(self) -> list[ProviderStatus]:
+        return self.providers.statuses() if self.providers is not None else []
+
+    def add_provider(self, cfg: ProviderConfig, api_key: str | None) -> ProviderConfig:
+        """Add or replace a provider (its prefix may not shadow a library id or an alias)."""
+        pool = self._pool()
+        ids = [m.id for m in self.library.list()]
+        return pool.store.add(cfg, api_key, lambda p: manage.prefix_clash(p, ids, self.aliases()))
+
+    def remove_provider(self, name: str) -> bool:
+        return self._pool().store.remove(name)
+
+    async def test_provider(self, name: str) -> manage.ProviderTest:
+        pool = self._pool()
+        e = pool.entry(name)
+        return await manage.test(e.cfg, e.client)
+
+    def set_alias(self, name: str, targets: Sequence[str]) -> tuple[str, ...]:
+        if self.gateway.aliases is None:
+            raise InvalidRequest("aliases are not available here")
+        return self.gateway.aliases.set(name, targets, self._is_target)
+
+    def remove_alias(self, name: str) -> bool:
+        return self.gateway.aliases is not None and self.gateway.aliases.remove(name)
+
+    def _pool(self) -> ProviderPool:
+        if self.providers is None:
+            raise InvalidRequest("remote providers are not available here")
+        return self.providers
+
     def _is_loaded(self, model_id: str) -> bool:
         return self.scheduler.state(model_id) == "loaded"
 
@@ -134,8 +182,9 @@ class Hearth:
         return self.gateway.alias_map()
 
     def is_routable(self, name: str) -> bool:
-        """True for a name the gateway answers besides a model id (an alias, ``auto``)."""
-        return self.gateway.is_routable(name)
+        """True for a name the gateway answers besides a local model id (an alias, ``auto``,
+        a provider's ``PREFIX/id``)."""
+        return self.gateway.is_routable(name) or self._remote(name)
 
     # -- library -------------------------------------------------------------------------
     def models(self) -> list[ModelStatus]:
@@ -307,6 +356,8 @@ class Hearth:
             ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable,
             InvalidRequest (a reserved template variable, a tool choice naming no tool...).
         """
+        if self.providers is not None and self._remote(req.model):
+            return await remote.chat(self.providers, req)
         async with self._model(req.model, req.ttl) as lm:
             prepared = await self._plan_chat(lm, req)
             gens: list[Generation] = []
@@ -325,10 +376,11 @@ class Hearth:
 
         Raises:
             ModelNotFound, TemplateError, InvalidRequest (as :meth:`chat`); NotSupported: the
-            model is served by a remote engine (its prompt is rendered there).
+            engine without an endpoint to count with (it renders the prompt there).
         """
+        if self.providers is not None and self._remote(req.model):
+            return await remote.count_tokens(self.providers, req)
         async with self._model(req.model, req.ttl) as lm:
-            ranking.local_only(lm, req.model, "counting tokens")
             prepared = await self._plan_chat(lm, req, check_fits=False)
             return len(prepared.base.prompt_tokens)
 
@@ -360,6 +412,8 @@ class Hearth:
         """Start a completion request: each prompt ``n`` times, one after the other. The first
         is validated and started here (so its errors come before any output); each next one
         starts when :meth:`Choices.get` asks for it."""
+        if self.providers is not None and self._remote(req.model):
+            return await remote.complete(self.providers, req)
         count = len(req.prompts) * req.n
 
         async def start(k: int) -> Generation:
@@ -417,6 +471,8 @@ class Hearth:
             InvalidRequest: not an embedding model, an empty input, too many inputs, an input
                 over the context, or ``dimensions`` the model's vectors do not have.
         """
+        if self.providers is not None and self._remote(req.model):
+            return await remote.embed(self.providers, req)
         inputs = req.inputs
         if len(inputs) > MAX_EMBED_INPUTS:  # every protocol's batch: one bound, here
             raise InvalidRequest(f"at most {MAX_EMBED_INPUTS} inputs per request", param="input")
@@ -462,8 +518,10 @@ class Hearth:
         Raises:
             InvalidRequest: no documents or more than 200, an empty query or document, a model
                 that does not rerank; ContextLengthExceeded: a query and document over the
-                context; NotSupported: a remote engine.
+                context; NotSupported: a remote engine with neither rerank nor embeddings.
         """
+        if self.providers is not None and self._remote(req.model):
+            return await remote.rerank(self.providers, req)
         ranking.check(req)
         async with self._model(req.model, req.ttl) as lm:
             ranking.check_model(lm, req.model)
@@ -483,6 +541,8 @@ class Hearth:
             return await ranking.cross_encode(lm, req, tokenize)
 
     async def close(self) -> None:
+        if self.providers is not None:
+            await self.providers.close()
         if self.downloads is not None:
             await self.downloads.close()  # partial downloads stay on disk, resumable
         await self.scheduler.close()

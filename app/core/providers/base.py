@@ -54,9 +54,14 @@ class RemoteClient(Protocol):
     (ProviderUnavailable, ProviderError: with ``retryable`` set for what a fallback may try
     elsewhere) before any output; a stream that fails later ends with an error delta."""
 
-    async def probe(self) -> Probe: ...
+    async def probe(self, *, detect: bool = False) -> Probe:
+        """Health and models (and the kind from the engine's answers, when ``detect``);
+        never raises: a failure is the probe's state."""
+        ...
 
-    async def chat(self, remote_id: str, req: ChatRequest) -> RemoteStream: ...
+    async def chat(self, remote_id: str, req: ChatRequest) -> RemoteStream:
+        """Start one generation of ``req`` (its ``n`` is the caller's: one call per choice)."""
+        ...
 
     async def complete(
         self, remote_id: str, req: CompletionRequest, prompt: str | tuple[int, ...]

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app import __version__
+from app.core.providers.pool import RemoteListing
 from app.core.reasoning import OPEN_TAG, is_harmony_template
 from app.core.scheduler import LoadedInfo
 from app.core.service import ModelStatus
@@ -55,7 +56,9 @@ def digest(st: ModelStatus) -> str:
 
 
 def tags(
-    statuses: Sequence[ModelStatus], aliases: Mapping[str, Sequence[str]] | None = None
+    statuses: Sequence[ModelStatus],
+    aliases: Mapping[str, Sequence[str]] | None = None,
+    remotes: Sequence[RemoteListing] = (),
 ) -> dict[str, Any]:
     return {
         "models": [
@@ -69,7 +72,23 @@ def tags(
             }
             for st in statuses
         ]
+        + [_remote_tag(r) for r in remotes]
         + [_alias_tag(a, ts) for a, ts in (aliases or {}).items()]
+    }
+
+
+def _remote_tag(r: RemoteListing) -> dict[str, Any]:
+    """A provider's model in /api/tags (no file here; ``owned_by``, ``state`` are Hearth's)."""
+    return {
+        "name": tag(r.id),
+        "model": tag(r.id),
+        "modified_at": now_iso(0),
+        "size": 0,
+        "digest": hashlib.sha256(f"remote|{r.id}".encode()).hexdigest(),
+        "details": {"parent_model": "", "format": "remote", "family": "", "families": []},
+        "owned_by": r.provider,
+        "state": "remote",
+        "context_length": r.model.context_length,
     }
 
 

@@ -66,7 +66,9 @@ async def version(request: web.Request) -> web.Response:
 @routes.get("/api/tags")
 async def tags(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    return web.json_response(listing.tags(service.models(), service.aliases()))
+    return web.json_response(
+        listing.tags(service.models(), service.aliases(), service.remote_models())
+    )
 
 
 @routes.post("/api/show")

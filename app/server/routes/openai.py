@@ -11,6 +11,7 @@ from aiohttp import web
 
 from app import __version__
 from app.core.generation import Choices, Completion
+from app.core.providers.pool import RemoteListing
 from app.core.service import Hearth, ModelStatus
 from app.errors import InvalidRequest
 from app.server.body import large_json_response, read_json_body
@@ -56,6 +57,7 @@ async def health(request: web.Request) -> web.Response:
             "version": __version__,
             "loaded": [i.model_id for i in service.loaded()],
             "loading": service.loading(),
+            "providers": service.providers.states() if service.providers is not None else [],
         }
     )
 
@@ -64,8 +66,22 @@ async def health(request: web.Request) -> web.Response:
 async def list_models(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     data = [model_object(s) for s in service.models()]
+    data += [remote_object(r) for r in service.remote_models()]
     data += [alias_object(a, ts) for a, ts in service.aliases().items()]
     return web.json_response({"object": "list", "data": data})
+
+
+def remote_object(r: RemoteListing) -> dict[str, object]:
+    """A provider's model: ``PREFIX + remote id``, owned by the provider."""
+    return {
+        "id": r.id,
+        "object": "model",
+        "created": 0,
+        "owned_by": r.provider,
+        "state": "remote",
+        "context_length": r.model.context_length,
+        "capabilities": list(r.model.capabilities),
+    }
 
 
 def alias_object(alias: str, targets: Sequence[str]) -> dict[str, object]:
@@ -82,7 +98,14 @@ def alias_object(alias: str, targets: Sequence[str]) -> dict[str, object]:
 @routes.get("/v1/models/{model_id:.+}")
 async def get_model(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    return web.json_response(model_object(service.model_status(request.match_info["model_id"])))
+    model_id = request.match_info["model_id"]
+    remote = next((r for r in service.remote_models() if r.id == model_id), None)
+    if remote is not None:
+        return web.json_response(remote_object(remote))
+    targets = service.aliases().get(model_id)
+    if targets is not None:
+        return web.json_response(alias_object(model_id, targets))
+    return web.json_response(model_object(service.model_status(model_id)))
 
 
 async def _generate(

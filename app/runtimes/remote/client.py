@@ -1,0 +1,393 @@
+"""One provider's engine over HTTP (aiohttp's client): probing, and the internal requests sent
+as OpenAI requests. Errors before any output are raised as ProviderUnavailable/ProviderTimeout
+(retryable) or ProviderError (the engine's own answer, translated); a stream that fails later
+ends with an error delta. The API key goes in the Authorization header only and is redacted
+from every message built from an engine's answer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import aiohttp
+
+from app.core.providers.base import Answer, Probe
+from app.core.providers.store import ProviderConfig
+from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from app.core.types import Delta
+from app.errors import NotSupported, ProviderError, ProviderTimeout, ProviderUnavailable
+from app.runtimes.remote import codec, kinds
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_ERROR_BODY = 64 * 1024  # what is read of an error answer
+MAX_LINE = 16 * 1024 * 1024  # one SSE line (a long tool call's arguments)
+PROBE_TIMEOUT_S = 10.0
+
+
+class RemoteEngine:
+    """The client of one provider (lives on the service loop; one session, reused)."""
+
+    def __init__(self, cfg: ProviderConfig, api_key: str | None, *, kind: str | None = None):
+        self.cfg = cfg
+        self.kind = kind or cfg.kind
+        self._key = api_key or None
+        self._session: aiohttp.ClientSession | None = None
+        self.base = cfg.url.rstrip("/")
+        self.root = kinds.root_of(self.base)
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=self.cfg.connect_timeout, connect=None
+                ),
+                headers={"Authorization": f"Bearer {self._key}"} if self._key else None,
+                read_bufsize=2**16,
+                max_line_size=MAX_LINE,
+                max_field_size=MAX_LINE,
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def redact(self, text: str) -> str:
+        """``text`` with the API key (should an engine echo it) replaced."""
+        return text.replace(self._key, "***") if self._key else text
+
+    def _unavailable(self, e: BaseException) -> ProviderUnavailable:
+        what = self.redact(str(e) or type(e).__name__)
+        return ProviderUnavailable(
+            f"provider '{self.cfg.name}' is unreachable: {what}", provider=self.cfg.name
+        )
+
+    async def _error(self, resp: aiohttp.ClientResponse) -> ProviderError:
+        raw = await resp.content.read(MAX_ERROR_BODY)
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw.decode(errors="replace")
+        msg = self.redact(kinds.error_message(resp.status, body))
+        return ProviderError(
+            f"provider '{self.cfg.name}' answered {resp.status}: {msg}",
+            provider=self.cfg.name,
+            status=resp.status,
+        )
+
+    def _url(self, path: str) -> str:
+        """``models``-style names are under the base URL, "/..." paths under the root."""
+        return f"{self.root}{path}" if path.startswith("/") else f"{self.base}/{path}"
+
+    async def _json(self, method: str, path: str, body: Any, timeout: float) -> Any:
+        """One whole request; the JSON answer or a translated error."""
+
+        async def go() -> Any:
+            async with self._http().request(method, self._url(path), json=body) as resp:
+                if resp.status != 200:
+                    raise await self._error(resp)
+                return await resp.json(content_type=None)
+
+        return await self._guard(go(), timeout)
+
+    async def _guard(self, aw: Awaitable[T], timeout: float) -> T:
+        try:
+            return await asyncio.wait_for(aw, timeout)
+        except asyncio.TimeoutError as e:
+            raise ProviderTimeout(
+                f"provider '{self.cfg.name}' did not answer within {timeout:g} s",
+                provider=self.cfg.name,
+            ) from e
+        except (aiohttp.ClientError, OSError, ValueError) as e:
+            raise self._unavailable(e) from e
+
+    # -- probing --------------------------------------------------------------------------------
+    async def _get(self, path: str, method: str = "GET", body: Any = None) -> Answer:
+        try:
+            async with asyncio.timeout(min(PROBE_TIMEOUT_S, self.cfg.connect_timeout + 5)):
+                async with self._http().request(method, self._url(path), json=body) as resp:
+                    raw = await resp.content.read(4 * 1024 * 1024)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+            return Answer(0, self.redact(str(e) or type(e).__name__))
+        try:
+            return Answer(resp.status, json.loads(raw))
+        except ValueError:
+            return Answer(resp.status, self.redact(raw.decode(errors="replace")[:2000]))
+
+    async def probe(self, *, detect: bool = False) -> Probe:
+        """Health and model list (and the kind, when ``detect``): never raises."""
+        t0 = time.monotonic()
+        paths = kinds.DETECT_PATHS if detect else kinds.probe_paths(self.kind)
+        got = await asyncio.gather(*(self._get(p) for p in paths))
+        answers = dict(zip(paths, got, strict=True))
+        latency = (time.monotonic() - t0) * 1000
+        kind = kinds.detect(answers) if detect else self.kind
+        more = kinds.followups(kind, answers)
+        if more:
+            extra = await asyncio.gather(*(self._get(p, m, b) for _, m, p, b in more))
+            answers.update({k: a for (k, _, _, _), a in zip(more, extra, strict=True)})
+        state, models, error = kinds.interpret(kind, answers)
+        return Probe(
+            state,
+            models,
+            round(latency, 1),
+            self.redact(error) if error else None,
+            kind,
+            answers,
+        )
+
+    # -- generation -----------------------------------------------------------------------------
+    async def chat(self, remote_id: str, req: ChatRequest) -> RemoteStream:
+        body = codec.chat_body(self.kind, remote_id, req)
+        return await self._stream("chat/completions", body, chat=True)
+
+    async def complete(
+        self, remote_id: str, req: CompletionRequest, prompt: str | tuple[int, ...]
+    ) -> RemoteStream:
+        body = codec.completion_body(self.kind, remote_id, req, prompt)
+        return await self._stream("completions", body, chat=False)
+
+    async def _stream(self, path: str, body: dict[str, Any], *, chat: bool) -> RemoteStream:
+        """POST a streaming request; return once its first token (or its end) came, so every
+        failure up to there is raised (and a fallback chain may try the next target)."""
+        stream = RemoteStream(self, chat)
+
+        async def start() -> None:
+            resp = await self._http().post(self._url(path), json=body)
+            if resp.status != 200:
+                try:
+                    raise await self._error(resp)
+                finally:
+                    resp.release()
+            stream.attach(resp)
+            await stream.first()
+
+        try:
+            await self._guard(start(), self.cfg.first_token_timeout)
+        except BaseException:
+            stream.cancel()
+            raise
+        return stream
+
+    # -- whole requests -------------------------------------------------------------------------
+    async def embed(self, remote_id: str, req: EmbeddingRequest) -> tuple[list[list[float]], int]:
+        body: dict[str, Any] = {
+            "model": remote_id,
+            "input": [i if isinstance(i, str) else list(i) for i in req.inputs],
+        }
+        if req.dimensions is not None:
+            body["dimensions"] = req.dimensions
+        out = await self._json("POST", "embeddings", body, self.cfg.first_token_timeout)
+        data = out.get("data") if isinstance(out, dict) else None
+        if not isinstance(data, list) or len(data) != len(req.inputs):
+            raise self._bad_answer("embeddings", "a vector per input")
+        rows = sorted(data, key=lambda d: d.get("index", 0) if isinstance(d, dict) else 0)
+        vectors = [r.get("embedding") for r in rows if isinstance(r, dict)]
+        if len(vectors) != len(req.inputs) or not all(isinstance(v, list) for v in vectors):
+            raise self._bad_answer("embeddings", "a vector per input")
+        return vectors, _prompt_tokens(out)  # type: ignore[return-value]
+
+    async def rerank(
+        self, remote_id: str, req: RerankRequest
+    ) -> tuple[list[tuple[int, float]], int]:
+        body: dict[str, Any] = {
+            "model": remote_id,
+            "query": req.query,
+            "documents": list(req.documents),
+        }
+        if req.top_n is not None:
+            body["top_n"] = req.top_n
+        try:
+            out = await self._json("POST", "rerank", body, self.cfg.first_token_timeout)
+        except ProviderError as e:
+            if e.upstream_status in (404, 405, 501):
+                raise NotSupported(
+                    f"provider '{self.cfg.name}' has no rerank endpoint", param="model"
+                ) from e
+            raise
+        results = out.get("results") if isinstance(out, dict) else None
+        if not isinstance(results, list):
+            raise self._bad_answer("rerank", "results")
+        ranked = [
+            (int(r["index"]), _score(r))
+            for r in results
+            if isinstance(r, dict) and isinstance(r.get("index"), int)
+        ]
+        ranked.sort(key=lambda p: -p[1])
+        return ranked, _prompt_tokens(out)
+
+    async def count_tokens(self, remote_id: str, req: ChatRequest) -> int:
+        msgs = [codec.message(m) for m in req.messages]
+        t = self.cfg.first_token_timeout
+        if self.kind in ("vllm", "sglang"):
+            out = await self._json("POST", "/tokenize", {"model": remote_id, "messages": msgs}, t)
+            if isinstance(out, dict) and isinstance(out.get("count"), int):
+                return int(out["count"])
+            raise self._bad_answer("tokenize", "count")
+        if self.kind == "llama.cpp":
+            applied = await self._json("POST", "/apply-template", {"messages": msgs}, t)
+            prompt = applied.get("prompt") if isinstance(applied, dict) else None
+            if not isinstance(prompt, str):
+                raise self._bad_answer("apply-template", "prompt")
+            toks = await self._json(
+                "POST", "/tokenize", {"content": prompt, "parse_special": True}, t
+            )
+            if isinstance(toks, dict) and isinstance(toks.get("tokens"), list):
+                return len(toks["tokens"])
+            raise self._bad_answer("tokenize", "tokens")
+        if self.kind == "hearth":  # another Hearth counts through its template and tools
+            body = codec.anthropic_count_body(remote_id, req)
+            out = await self._json("POST", "/v1/messages/count_tokens", body, t)
+            if isinstance(out, dict) and isinstance(out.get("input_tokens"), int):
+                return int(out["input_tokens"])
+            raise self._bad_answer("count_tokens", "input_tokens")
+        raise NotSupported(
+            f"provider '{self.cfg.name}' ({self.kind}) has no endpoint to count tokens",
+            param="model",
+        )
+
+    def _bad_answer(self, what: str, wanted: str) -> ProviderError:
+        return ProviderError(
+            f"provider '{self.cfg.name}' sent a {what} answer without {wanted}",
+            provider=self.cfg.name,
+            status=502,
+        )
+
+
+def _score(r: dict[str, Any]) -> float:
+    v = r.get("relevance_score", r.get("score"))
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def _prompt_tokens(out: Any) -> int:
+    u = out.get("usage") if isinstance(out, dict) else None
+    v = u.get("prompt_tokens", u.get("total_tokens")) if isinstance(u, dict) else None
+    return v if isinstance(v, int) else 0
+
+
+class RemoteStream:
+    """A remote generation's deltas (a GenerationStream). Idle longer than the provider's
+    idle timeout, a dropped connection or an error event end it with an error delta."""
+
+    def __init__(self, engine: RemoteEngine, chat: bool) -> None:
+        self._engine = engine
+        self._reader = codec.ChunkReader(chat=chat)
+        self._resp: aiohttp.ClientResponse | None = None
+        self._pending: list[Delta] = []
+        self._done = False
+        self._ended: Delta | None = None  # the final delta, once known
+        self._cancelled = False
+        self.prompt_tokens = 0
+
+    def attach(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+
+    async def first(self) -> None:
+        """Read until the first token (or the end): what :meth:`RemoteEngine._stream` waits."""
+        while not self._reader.started and self._ended is None:
+            ev = await self._event(None)
+            if ev is None:
+                break
+            self._take(ev, first=True)
+
+    def _take(self, ev: Any, *, first: bool = False) -> None:
+        err = kinds.stream_error(ev)
+        if err is not None:
+            msg = f"provider '{self._engine.cfg.name}': {self._engine.redact(err)}"
+            if first and not self._pending:
+                status = _status_in(ev)
+                raise ProviderError(msg, provider=self._engine.cfg.name, status=status)
+            self._ended = Delta(finish_reason="error", error=msg, error_code="provider_error")
+            return
+        d = self._reader.feed(ev)
+        if d is not None:
+            self._pending.append(d)
+
+    async def _event(self, timeout: float | None) -> Any:
+        """The next ``data:`` object; None at ``[DONE]`` or the end of the body."""
+        assert self._resp is not None
+        while True:
+            line = await (
+                asyncio.wait_for(self._resp.content.readline(), timeout)
+                if timeout
+                else self._resp.content.readline()
+            )
+            if not line:
+                return None
+            text = line.decode(errors="replace").strip()
+            if not text.startswith("data:"):
+                continue
+            data = text[5:].strip()
+            if data == "[DONE]":
+                self._done = True
+                return None
+            try:
+                return json.loads(data)
+            except ValueError:
+                continue
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Delta]:
+        idle = self._engine.cfg.idle_timeout
+        try:
+            while True:
+                while self._pending:
+                    yield self._pending.pop(0)
+                if self._ended is not None:
+                    yield self._ended
+                    return
+                if self._cancelled:
+                    yield Delta(finish_reason="cancelled")
+                    return
+                try:
+                    ev = await self._event(idle)
+                except asyncio.TimeoutError:
+                    self._ended = self._fail(f"no data for {idle:g} s (the idle timeout)")
+                    continue
+                except (aiohttp.ClientError, OSError) as e:
+                    if self._cancelled:
+                        continue
+                    self._ended = self._fail(f"the connection failed: {e or type(e).__name__}")
+                    continue
+                if ev is None:
+                    if self._done or self._reader.finish is not None:
+                        self._ended = self._reader.final(self.prompt_tokens)
+                    else:
+                        self._ended = self._fail("the stream ended before the answer did")
+                    continue
+                self._take(ev)
+        finally:
+            self.cancel()
+
+    def _fail(self, why: str) -> Delta:
+        msg = f"provider '{self._engine.cfg.name}': {self._engine.redact(why)}"
+        log.warning("%s", msg)
+        return Delta(finish_reason="error", error=msg, error_code="provider_error")
+
+    def cancel(self) -> None:
+        """Stop: the connection is closed (the engine stops generating when it notices)."""
+        if self._ended is None and not self._done:
+            self._cancelled = True
+        if self._resp is not None:
+            with contextlib.suppress(Exception):
+                self._resp.close()
+
+
+def _status_in(ev: Any) -> int:
+    err = ev.get("error") if isinstance(ev, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, int) and 400 <= code < 600 else 500
+
+
+MakeClient = Callable[[ProviderConfig, str | None], RemoteEngine]
