@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_OK, context, fail, log
+from app.cli.compose import provider_store
 from app.core.gateway import AliasStore
 from app.core.library import ModelLibrary
 from app.errors import ModelNotFound
@@ -23,7 +24,13 @@ def _stores() -> tuple[AliasStore, ModelLibrary]:
 
 
 def _is_model(library: ModelLibrary) -> Any:
+    """A local id, or a remote ``PREFIX/id`` of a configured provider."""
+    paths, _ = context()
+    prefixes = [c.prefix for c in provider_store(paths).all().values()]
+
     def is_model(model_id: str) -> bool:
+        if any(model_id.startswith(p) and len(model_id) > len(p) for p in prefixes):
+            return True
         try:
             library.get(model_id)
         except ModelNotFound:
