@@ -15,7 +15,7 @@ from app.core import rerank as ranking
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded
 from app.core.fsutil import atomic_write_json, read_json
-from app.core.gateway import AliasStore, Gateway, Routing
+from app.core.gateway import AliasStore, Gateway, RequestFacts, Routing
 from app.core.gateway.facts import chat_facts, completion_facts, embed_facts
 from app.core.generation import Choices, Generation
 from app.core.library import ModelLibrary
@@ -44,7 +44,7 @@ from app.core.types import (
     Runtime,
     SamplingParams,
 )
-from app.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
+from app.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound, NotSupported
 
 log = logging.getLogger(__name__)
 
@@ -324,8 +324,27 @@ class Hearth:
 
     # -- inference ---------------------------------------------------------------------------
     def using(self, model_id: str) -> contextlib.AbstractAsyncContextManager[LoadedModel]:
-        """The loaded model (JIT), held for the ``async with`` block (tokenize, detokenize...)."""
-        return self._model(model_id)
+        """The loaded model (JIT), held for the ``async with`` block (tokenize, detokenize...);
+        an alias stands for its first local target."""
+        return self._model(self.resolve_local(model_id))
+
+    def resolve_local(self, name: str) -> str:
+        """The local model id ``name`` stands for: itself, or an alias's (or ``auto``'s) first
+        local target. Raises ModelNotFound, or NotSupported for a remote model."""
+        if self._is_local(name):
+            return name
+        if self._remote(name):
+            raise NotSupported(
+                f"'{name}' is served by a remote engine; this route works on local models",
+                param="model",
+            )
+        for t in self.gateway.targets(name, RequestFacts()):
+            if self._is_local(t):
+                return t
+        raise NotSupported(
+            f"'{name}' stands for remote models only; this route works on local models",
+            param="model",
+        )
 
     @contextlib.asynccontextmanager
     async def _model(self, model_id: str, ttl: Any = UNSET) -> AsyncIterator[LoadedModel]:

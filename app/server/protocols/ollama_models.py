@@ -105,6 +105,24 @@ def _alias_tag(alias: str, targets: Sequence[str]) -> dict[str, Any]:
     }
 
 
+def show_remote(r: RemoteListing) -> dict[str, Any]:
+    """/api/show of a provider's model: what its engine said (no file, no template here)."""
+    info: dict[str, Any] = {"general.architecture": "remote"}
+    if r.model.context_length:
+        info["remote.context_length"] = r.model.context_length
+    caps = ["embedding"] if "embeddings" in r.model.capabilities else ["completion"]
+    return {
+        "modelfile": "",
+        "parameters": "",
+        "template": "",
+        "details": {"parent_model": "", "format": "remote", "family": "", "families": []},
+        "model_info": info,
+        "capabilities": caps,
+        "owned_by": r.provider,
+        "modified_at": now_iso(0),
+    }
+
+
 def show(st: ModelStatus) -> dict[str, Any]:
     m = st.model
     arch = m.architecture or "unknown"

@@ -78,7 +78,11 @@ async def show(request: web.Request) -> web.Response:
     name = b.text("model") or b.text("name") or ""
     if not name:
         raise InvalidRequest("'model' is required", param="model")
-    return web.json_response(listing.show(service.model_status(resolver(service)(name))))
+    model_id = resolver(service)(name)
+    remote = next((r for r in service.remote_models() if r.id == model_id), None)
+    if remote is not None:
+        return web.json_response(listing.show_remote(remote))
+    return web.json_response(listing.show(service.model_status(service.resolve_local(model_id))))
 
 
 @routes.get("/api/ps")
