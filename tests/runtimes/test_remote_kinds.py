@@ -214,6 +214,13 @@ def test_ollama_show_followups_and_details() -> None:
         # its parameters set num_ctx 8192: what Ollama runs it with; ["embedding"]
         RemoteModel("nomic-embed-text:latest", 8192, EMBED),
     )
+    # a cross-encoder ("reranking", newer Ollama) reranks only
+    rr = {
+        "capabilities": ["reranking"],
+        "model_info": {"general.architecture": "bert", "bert.context_length": 512},
+    }
+    _, models, _ = interpret("ollama", first | {"show:llama3.2:latest": Answer(200, rr)})
+    assert models[0] == RemoteModel("llama3.2:latest", 512, ("rerank",))
     # no show answer (failed or not asked): the model is still listed, context unknown
     _, models, _ = interpret(
         "ollama", first | {"show:llama3.2:latest": Answer(500, {"error": "x"})}
@@ -480,3 +487,11 @@ def test_a_real_hearth_is_detected_and_read(
         assert by_id[s.model_id].capabilities == CHAT and by_id[s.model_id].context_length
         emb = next(m for m in models if m.id != s.model_id)
         assert emb.capabilities == EMBED and emb.context_length == 512
+
+
+def test_only_positive_integers_are_context_lengths() -> None:
+    for bad in (True, "4096", 4096.0, 0, -1, 2**40, None, [4096]):
+        body = {"data": [{"id": "m", "max_model_len": bad}]}
+        assert interpret("vllm", {MODELS: Answer(200, body)})[1] == (RemoteModel("m", None),)
+    body = {"data": [{"id": "m", "max_model_len": 4096}]}
+    assert interpret("vllm", {MODELS: Answer(200, body)})[1] == (RemoteModel("m", 4096),)

@@ -263,6 +263,8 @@ def _ollama_show(show: dict[str, Any] | None) -> tuple[int | None, tuple[str, ..
             caps += ("completion", "chat")
         if "embedding" in raw:
             caps += ("embeddings", "rerank")
+        elif "reranking" in raw:  # a cross-encoder (newer Ollama)
+            caps += ("rerank",)
     return ctx, caps or _DEFAULT_CAPS
 
 
