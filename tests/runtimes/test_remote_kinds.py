@@ -411,6 +411,9 @@ ODD: list[Any] = [
         "model_info": {"general.architecture": 3, "x.context_length": "1"},
         "parameters": "num_ctx x\nnum_ctx",
     },
+    {"parameters": "num_ctx ²"},
+    {"parameters": "num_ctx " + "9" * 5000},
+    {"parameters": "num_ctx\t4096\nnum_ctx"},
     {"error": [], "message": {}, "detail": {}},
     {"error": {"message": ["a"]}},
     {"object": "error"},
@@ -435,6 +438,13 @@ def test_odd_bodies_never_raise() -> None:
                     )
             assert isinstance(error_message(status, body), str)
             stream_error(body)
+    # odd side answers next to a good model list: /props, /info, /health, /api/show
+    listed = Answer(200, {"data": [{"id": "m"}, {"id": "ok"}]})
+    for body in ODD:
+        side = {p: Answer(200, body) for p in paths if p != MODELS}
+        for kind in KINDS:
+            state, models, _ = interpret(kind, side | {MODELS: listed})
+            assert state in ("ready", "starting") and [m.id for m in models] in (["m", "ok"], [])
     # answers that are not even Answers
     weird: Any = {MODELS: "nope", "/health": (1,), "/props": None}
     assert detect(weird) == "openai" and interpret("llama.cpp", weird)[0] == "unreachable"
