@@ -5,6 +5,7 @@ plus one probe of a real Hearth server on a loopback port."""
 from __future__ import annotations
 
 import json
+import random
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -505,3 +506,78 @@ def test_only_positive_integers_are_context_lengths() -> None:
         assert interpret("vllm", {MODELS: Answer(200, body)})[1] == (RemoteModel("m", None),)
     body = {"data": [{"id": "m", "max_model_len": 4096}]}
     assert interpret("vllm", {MODELS: Answer(200, body)})[1] == (RemoteModel("m", 4096),)
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> Any:
+    """JSON built from the keys and values the engines use, nested at random."""
+    keys = [
+        "data",
+        "id",
+        "owned_by",
+        "meta",
+        "n_ctx",
+        "n_ctx_train",
+        "max_model_len",
+        "error",
+        "message",
+        "detail",
+        "models",
+        "name",
+        "model_info",
+        "capabilities",
+        "parameters",
+        "default_generation_settings",
+        "router",
+        "max_total_tokens",
+        "model_id",
+        "version",
+        "loaded",
+        "loading",
+        "hearth",
+        "object",
+        "type",
+        "general.architecture",
+        "llama.context_length",
+        "context_length",
+        "msg",
+    ]
+    leaves = [
+        None,
+        True,
+        0,
+        -5,
+        2**40,
+        4096,
+        1.5,
+        "",
+        "x",
+        "llamacpp",
+        "vllm",
+        "hearth",
+        "error",
+        "completion",
+        "embedding",
+        "num_ctx 4096",
+        "text-generation-router",
+        "²",
+    ]
+    r = rng.random()
+    if depth > 4 or r < 0.35:
+        return rng.choice(leaves)
+    if r < 0.55:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {rng.choice(keys): _random_json(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+def test_random_bodies_never_raise() -> None:
+    rng = random.Random(11)
+    paths = (*DETECT_PATHS, "/api/tags", "show:x", "show:llamacpp")
+    for _ in range(1500):
+        answers = {p: Answer(rng.choice((0, 200, 200, 401, 503)), _random_json(rng)) for p in paths}
+        assert detect(answers) in KINDS
+        for kind in KINDS:
+            assert interpret(kind, answers)[0] in STATES
+            followups(kind, answers)
+        body = _random_json(rng)
+        assert isinstance(error_message(500, body), str)
+        stream_error(body)
