@@ -245,9 +245,10 @@ def _ollama_show(show: dict[str, Any] | None) -> tuple[int | None, tuple[str, ..
     ctx = None
     params = show.get("parameters")
     if isinstance(params, str):
-        for line in params.splitlines():
-            k, _, v = line.strip().partition(" ")
-            if k == "num_ctx" and v.strip().isdigit():
+        for line in params.splitlines()[:200]:
+            k, v = (line.split(None, 1) + ["", ""])[:2]
+            # ASCII digits, short: int() refuses "²" and strings past its digit limit
+            if k == "num_ctx" and v.strip().isascii() and v.strip().isdigit() and len(v) < 12:
                 ctx = _int(int(v.strip()))
     info = show.get("model_info")
     if ctx is None and isinstance(info, dict):
@@ -263,6 +264,8 @@ def _ollama_show(show: dict[str, Any] | None) -> tuple[int | None, tuple[str, ..
             caps += ("completion", "chat")
         if "embedding" in raw:
             caps += ("embeddings", "rerank")
+        elif "reranking" in raw:  # a cross-encoder (newer Ollama)
+            caps += ("rerank",)
     return ctx, caps or _DEFAULT_CAPS
 
 
