@@ -106,6 +106,23 @@ def test_an_alias_answers_on_every_protocol(
         assert model_of(out) == gw.model_id
 
 
+def test_an_alias_on_the_model_routes_show_and_tokenize(gw: Served) -> None:
+    """/v1/models/{alias}, Ollama's /api/show and /tokenize take an alias (its first local
+    target) as they take a model id."""
+    assert hearth(gw.home, "alias", "set", "claude-sonnet-4", gw.model_id).returncode == 0
+    status, _, one = call(gw, "GET", "/v1/models/claude-sonnet-4")
+    assert status == 200 and one["owned_by"] == "alias" and one["targets"] == [gw.model_id]
+    status, _, shown = call(gw, "POST", "/api/show", {"model": "claude-sonnet-4"})
+    _, _, direct = call(gw, "POST", "/api/show", {"model": gw.model_id})
+    assert status == 200 and shown["model_info"] == direct["model_info"]
+    body = {"content": "hello world"}
+    status, _, toks = call(gw, "POST", "/tokenize", {**body, "model": "claude-sonnet-4"})
+    _, _, want = call(gw, "POST", "/tokenize", {**body, "model": gw.model_id})
+    assert status == 200 and toks["tokens"] == want["tokens"] and toks["tokens"]
+    status, _, missing = call(gw, "POST", "/api/show", {"model": "no-such-alias"})
+    assert status == 404, missing
+
+
 def test_a_400_from_the_first_target_does_not_fall_back(gw: Served) -> None:
     emb = _emb_id(gw)
     assert hearth(gw.home, "alias", "set", "wrong-first", emb, gw.model_id).returncode == 0
