@@ -397,7 +397,9 @@ class ProvidersPage(QWidget):
         keep = self.selected_provider()
         self.table.setRowCount(len(statuses))
         for row, p in enumerate(statuses):
-            latency = f"{p.latency_ms:.0f} ms" if p.latency_ms is not None else "—"
+            # a refused connection's "latency" says nothing about the engine
+            ok = p.state == "ready" and p.latency_ms is not None
+            latency = f"{p.latency_ms:.0f} ms" if ok else "—"
             cells = (p.state, p.name, p.kind, p.url, p.prefix, latency, str(len(p.models)))
             tip = p.error or (", ".join(p.models) if p.models else p.state)
             for col, text in enumerate(cells):
