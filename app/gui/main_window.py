@@ -34,6 +34,8 @@ from app.gui.views.downloads import DownloadsPage
 from app.gui.views.library import LibraryPage, gguf_paths
 from app.gui.views.memory import TITLE as MEMORY_PAGE
 from app.gui.views.memory import MemoryPage
+from app.gui.views.providers import TITLE as PROVIDERS_PAGE
+from app.gui.views.providers import ProvidersPage
 from app.gui.views.server import ServerPage
 from app.gui.views.settings import SettingsPage
 from app.settings import Settings, TokenStore
@@ -41,7 +43,16 @@ from app.settings import Settings, TokenStore
 log = logging.getLogger(__name__)
 
 ASSETS = Path(app_package.__file__).resolve().parent / "assets"
-PAGES = ("Library", DISCOVER_PAGE, DOWNLOADS_PAGE, MEMORY_PAGE, "Chat", "Server", "Settings")
+PAGES = (
+    "Library",
+    DISCOVER_PAGE,
+    DOWNLOADS_PAGE,
+    MEMORY_PAGE,
+    "Chat",
+    "Server",
+    PROVIDERS_PAGE,
+    "Settings",
+)
 TRAY_HINT = (
     "Hearth is still serving at {url}. Use the tray icon to open it again, stop the server or quit."
 )
@@ -81,6 +92,7 @@ class MainWindow(QMainWindow):
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
         self.chat_page = ChatPage(ctx.service, bridge)
         self.server_page = ServerPage(ctx.server, bridge)
+        self.providers_page = ProvidersPage(ctx.service, bridge)
         self.settings_page = SettingsPage(
             ctx.settings_store, bridge, tokens=TokenStore(ctx.paths.hf_token_file)
         )
@@ -105,6 +117,7 @@ class MainWindow(QMainWindow):
                 self.memory_page,
                 self.chat_page,
                 self.server_page,
+                self.providers_page,
                 self.settings_page,
             ),
             strict=True,
@@ -147,6 +160,9 @@ class MainWindow(QMainWindow):
         self.tray.open_requested.connect(self._on_tray_open_requested)
         self.tray.quit_requested.connect(self._on_tray_quit_requested)
         self.server_page.state_changed.connect(self._on_server_page_state_changed)
+        self.providers_page.remote_models_changed.connect(
+            self._on_providers_page_remote_models_changed
+        )
         self.settings_page.settings_loaded.connect(self._on_settings_page_settings_loaded)
         self.settings_page.settings_saved.connect(self._on_settings_page_settings_saved)
         self._on_server_page_state_changed(self.server_page.running)
@@ -279,6 +295,9 @@ class MainWindow(QMainWindow):
 
     def _on_settings_page_settings_saved(self, s: Settings) -> None:
         self.server_page.apply_settings(s.server)
+
+    def _on_providers_page_remote_models_changed(self) -> None:
+        self.chat_page.refresh_models()  # a provider came up or went down: its models too
 
     def _on_server_stopped_for_quit(self, _: object) -> None:
         self.shutdown_finished.emit()

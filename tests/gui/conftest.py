@@ -1,6 +1,6 @@
 """GUI fixtures: a real Hearth (library, llama.cpp and MLX runtimes, presets, a memory budget and
-keep-alive read from the settings file, server controller) under tmp_path, driven through the
-real main window on Qt's offscreen platform."""
+keep-alive read from the settings file, aliases, remote providers, server controller) under
+tmp_path, driven through the real main window on Qt's offscreen platform."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
+from app.cli.compose import provider_pool
 from app.core.downloads import DownloadManager
 from app.core.fit import DeviceMemory
+from app.core.gateway import AliasStore
 from app.core.hub import HubClient
 from app.core.library import ModelLibrary
 from app.core.loop import LoopThread
@@ -65,6 +67,8 @@ def gui_ctx(hearth_home: Path, gui_runtimes: dict[str, Runtime]) -> Iterator[Gui
         presets=PresetStore(paths.config / "presets.json"),
         budget_bytes=lambda: store.load().load.memory_budget_bytes or default_budget(),
         default_ttl=jit_ttl,
+        aliases=AliasStore(paths.aliases_file),
+        providers=provider_pool(paths),
     )
     loop = LoopThread("test-service").start()
     server = ServerController(service, store, paths)

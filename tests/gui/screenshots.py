@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -54,6 +55,43 @@ def save_with_dialog(window: QPixmap, dialog: QPixmap, path: Path) -> None:
     p.drawRect(x - 1, y - 1, dialog.width() + 1, dialog.height() + 1)
     p.end()
     out.save(str(path))
+
+
+def providers_shot(w: Any, service: Any, loop: Any, url: str, mid: str, path: Path) -> None:
+    """The Providers page: this Hearth's own server as a ready provider, a closed port as an
+    unreachable one, and an alias falling back from the local model to the remote one."""
+    from app.core.providers.store import ProviderConfig
+
+    loop.call(_async(service.add_provider, ProviderConfig("lan", url, kind="hearth"), None), 30)
+    loop.call(
+        _async(
+            service.add_provider,
+            ProviderConfig("gpu-box", "http://127.0.0.1:9/v1", kind="vllm"),
+            None,
+        ),
+        30,
+    )
+    w.show_page("Providers")
+    page = w.providers_page
+
+    def states() -> set[str]:
+        return {p.state for p in page.snapshot.providers} if page.snapshot else set()
+
+    wait_until(lambda: states() == {"ready", "unreachable"}, 120)
+    loop.call(_async(service.set_alias, "gpt-4o-mini", (mid, f"lan/{mid}")), 30)
+    page.refresh()
+    wait_until(lambda: page.alias_table.rowCount() == 1)
+    page.select_provider("lan")
+    done: list[object] = []
+    page.test_finished.connect(done.append)
+    page.test_provider("lan")
+    wait_until(lambda: bool(done), 300)
+    settle()
+    w.grab().save(str(path))
+
+
+async def _async(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)  # a synchronous core call, run on the service loop like the GUI does
 
 
 def main(out_dir: Path) -> int:
@@ -161,6 +199,7 @@ def main(out_dir: Path) -> int:
         t.join()
         settle()
         w.grab().save(str(out_dir / "screenshot-server.png"))
+        providers_shot(w, service, loop, url, mid, out_dir / "screenshot-providers.png")
         w.show_page("Settings")
         settle()
         w.grab().save(str(out_dir / "screenshot-settings.png"))

@@ -17,6 +17,7 @@ def test_navigation_shows_each_page(window: MainWindow, qtbot: QtBot) -> None:
         "Models in memory": window.memory_page,
         "Chat": window.chat_page,
         "Server": window.server_page,
+        "Providers": window.providers_page,
         "Settings": window.settings_page,
     }
     for name, page in pages.items():

@@ -1,9 +1,10 @@
-"""The Chat page: talk to a local model, streaming its answer as it arrives."""
+"""The Chat page: talk to a local or remote model, streaming its answer as it arrives."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 
 from PySide6.QtCore import Qt, Signal
@@ -24,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.core.generation import Generation
 from app.core.requests import ChatRequest
-from app.core.service import Hearth, ModelStatus
+from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, page_title
@@ -33,6 +34,21 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 _ROLE_COLORS = {"user": "#0b57d0", "assistant": "#1a7f37", "error": "#b3261e", "meta": "#6b6b6b"}
+
+
+@dataclass(frozen=True, slots=True)
+class ChatModel:
+    """An entry of the model picker: a local model, or a remote one (its provider's name)."""
+
+    id: str
+    loaded: bool
+    remote: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.remote is not None:
+            return f"{self.id}  (remote: {self.remote})"
+        return self.id + ("  (loaded)" if self.loaded else "")
 
 
 class AnswerTurn:
@@ -62,7 +78,8 @@ async def stream_answer(
     """Load the model if needed and stream the answer's text to ``emit`` (and the model's
     reasoning, ``<think>`` or harmony analysis, to ``emit_reasoning``); return the final delta
     (finish reason, usage, timings)."""
-    await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
+    if not service.is_routable(model_id):  # a remote model (PREFIX/id) is not loaded here
+        await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
     if turn.cancelled:
         return Delta(finish_reason="cancelled")
     req = ChatRequest(model_id, tuple(messages), sampling=sampling, max_tokens=max_tokens)
@@ -220,13 +237,15 @@ class ChatPage(QWidget):
     def refresh_models(self) -> None:
         self._bridge.call(self._usable_models, on_done=self._on_models_listed)
 
-    def _usable_models(self) -> list[ModelStatus]:
-        # loop thread: a model is offered when a runtime on this machine can load its format
+    def _usable_models(self) -> list[ChatModel]:
+        # loop thread: a local model is offered when a runtime on this machine can load its
+        # format; a remote one (a ready provider's PREFIX/id) always
         out = []
         for s in self._service.models():
             rt = self._service.runtimes.get(s.model.format)
             if rt is not None and rt.available():
-                out.append(s)
+                out.append(ChatModel(s.model.id, s.state == "loaded"))
+        out += [ChatModel(r.id, False, remote=r.provider) for r in self._service.remote_models()]
         return out
 
     def send(self, text: str) -> bool:
@@ -302,18 +321,17 @@ class ChatPage(QWidget):
         if self.streaming and model_id == self.current_model_id():
             self.stats_label.setText(f"Loading {model_id}…")
 
-    def _on_models_listed(self, statuses: list[ModelStatus]) -> None:
+    def _on_models_listed(self, models: list[ChatModel]) -> None:
         keep = self.current_model_id()
         self.model_combo.blockSignals(True)
         self.model_combo.clear()
-        for s in statuses:
-            label = s.model.id + ("  (loaded)" if s.state == "loaded" else "")
-            self.model_combo.addItem(label, s.model.id)
+        for m in models:
+            self.model_combo.addItem(m.label, m.id)
         if keep is not None and self.model_combo.findData(keep) >= 0:
             self.select_model(keep)
-        elif statuses:  # prefer a model that is already in memory
-            loaded = next((s.model.id for s in statuses if s.state == "loaded"), None)
-            self.select_model(loaded or statuses[0].model.id)
+        elif models:  # prefer a model that is already in memory
+            loaded = next((m.id for m in models if m.loaded), None)
+            self.select_model(loaded or models[0].id)
         self.model_combo.blockSignals(False)
         self.model_combo.setPlaceholderText("No models: import one on the Library page")
         self._update_buttons()
