@@ -14,7 +14,7 @@ from app.core.providers import pool as pool_mod
 from app.core.providers.base import Probe, RemoteModel
 from app.core.providers.pool import ProviderPool
 from app.core.providers.store import ProviderConfig, ProviderStore
-from app.errors import ModelNotFound, ProviderUnavailable
+from app.errors import ModelNotFound, ProviderError, ProviderUnavailable
 
 
 class Scripted:
@@ -115,4 +115,17 @@ async def test_file_changes_rebuild_only_what_changed(setup: Any) -> None:
     assert [s["name"] for s in pool.states()] == ["b"]
     await _until(lambda: first_a.closed and first_b.closed)
     assert made["b"] is not first_b and made["b"].key == "new-key"
+    await pool.close()
+
+
+async def test_an_unauthorized_provider_answers_401_not_retryable(setup: Any) -> None:
+    store, pool, made = setup
+    store.add(ProviderConfig("lan", "http://h:1/v1"), "wrong", lambda p: None)
+    pool.states()
+    await _until(lambda: "lan" in made)
+    made["lan"].answer = Probe("unauthorized", error="HTTP 401: invalid api key")
+    await _until(lambda: pool.states()[0]["state"] == "unauthorized")
+    with pytest.raises(ProviderError) as e:
+        await pool.client_for("lan/x")
+    assert e.value.status == 401 and not e.value.retryable  # a chain does not move on
     await pool.close()

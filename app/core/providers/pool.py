@@ -15,7 +15,7 @@ from typing import Any
 
 from app.core.providers.base import Probe, RemoteClient, RemoteModel
 from app.core.providers.store import ProviderConfig, ProviderStore
-from app.errors import ModelNotFound, ProviderUnavailable
+from app.errors import ModelNotFound, ProviderError, ProviderUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +218,12 @@ class ProviderPool:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(e.probed.wait(), FIRST_PROBE_WAIT_S)
         p = e.probe
+        if p is not None and p.state == "unauthorized":  # the key is wrong: no fallback fixes it
+            raise ProviderError(
+                f"provider '{e.cfg.name}' refused its API key: {p.error or 'unauthorized'}",
+                provider=e.cfg.name,
+                status=401,
+            )
         if p is None or p.state != "ready":
             why = f": {p.error}" if p is not None and p.error else ""
             raise ProviderUnavailable(
