@@ -213,8 +213,33 @@ def _kill_leftovers() -> None:
             e.kill()
 
 
+def listens_on(pid: int, port: int) -> bool | None:
+    """Whether process ``pid`` holds the loopback LISTEN socket on ``port`` (None: no /proc)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+        rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    inodes = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    for row in rows:
+        cols = row.split()
+        # local_address is HEXIP:HEXPORT; state 0A is LISTEN; column 9 is the inode
+        if int(cols[1].split(":")[1], 16) == port and cols[3] == "0A" and cols[9] in inodes:
+            return True
+    return False
+
+
 def _wait_ready(engine: Engine, path: str, deadline_s: float) -> None:
-    """Poll ``path`` until 200; 503 (llama.cpp loading) and refused connections keep waiting."""
+    """Poll ``path`` until 200; 503 (llama.cpp loading) and refused connections keep waiting.
+
+    A 200 counts only from a socket the engine itself listens on: with the port lost to a race,
+    the answer could come from whoever won it.
+    """
     end = time.monotonic() + deadline_s
     last = "no answer"
     while time.monotonic() < end:
@@ -224,7 +249,7 @@ def _wait_ready(engine: Engine, path: str, deadline_s: float) -> None:
                 f"stderr:\n{engine.stderr_tail()}"
             )
         r = engine.get(path, timeout=10)
-        if r.status == 200:
+        if r.status == 200 and listens_on(engine.pid, engine.port) is not False:
             return
         last = f"{r.status} {str(r.body)[:200]}" if r.status else "connection refused/timed out"
         time.sleep(0.25)
@@ -248,10 +273,14 @@ def _launch(
     api_key: str | None,
     env: dict[str, str] | None = None,
     deadline_s: float = READY_DEADLINE_S,
+    ports: Callable[[], int] | None = None,
 ) -> Engine:
-    """Start ``argv(port)`` on a fresh free port; one retry when the port was taken meanwhile."""
+    """Start ``argv(port)`` on a fresh free port; one retry when the port was taken meanwhile.
+
+    ``ports`` (default `free_port`) is a seam for the test that proves the retry.
+    """
     for attempt in (1, 2):
-        port = free_port()
+        port = (ports or free_port)()
         with log.open("w") as fh:
             proc = subprocess.Popen(
                 argv(port),
@@ -326,6 +355,7 @@ def start_llama_cpp_python(
     embedding_alias: str = "minilm",
     n_ctx: int = 1024,
     name: str = "llama-cpp-python",
+    ports: Callable[[], int] | None = None,
 ) -> Engine:
     """`python -m llama_cpp.server` with a JSON `--config_file` naming each model by alias.
 
@@ -377,6 +407,7 @@ def start_llama_cpp_python(
         models=aliases,
         api_key=api_key,
         env=env,
+        ports=ports,
     )
 
 
@@ -418,6 +449,7 @@ def start_llama_server(
     n_ctx: int = 1024,
     binary: Path | None = None,
     name: str | None = None,
+    ports: Callable[[], int] | None = None,
 ) -> Engine:
     """llama.cpp's `llama-server` serving one GGUF as ``alias`` (default: smollm2 / minilm)."""
     exe = binary or llama_server_binary()
@@ -464,6 +496,7 @@ def start_llama_server(
         models={"embedding" if embedding or rerank else "chat": alias},
         api_key=api_key,
         env={**os.environ, "LD_LIBRARY_PATH": _ld_path(exe)},
+        ports=ports,
     )
 
 

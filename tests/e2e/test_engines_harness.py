@@ -7,6 +7,7 @@ One engine kind at a time (module-scoped params), each started once for all its 
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.engines import Engine, EngineSet, http_request, require_llama_server, sse_events
+from tests.e2e.engines import (
+    Engine,
+    EngineSet,
+    EngineStartError,
+    free_port,
+    http_request,
+    require_llama_server,
+    sse_events,
+    start_llama_cpp_python,
+)
 
 pytestmark = pytest.mark.model
 
@@ -174,3 +184,33 @@ def test_engine_set_closes_what_it_started(tmp_path: Path, smollm2_path: Path) -
     assert not e.alive()
     with pytest.raises(ProcessLookupError):
         os.killpg(e.pid, 0)
+
+
+def test_a_port_lost_to_a_race_is_retried_once(tmp_path: Path, smollm2_path: Path) -> None:
+    # the first port handed out is already taken (by a listener that never answers)
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(8)
+    taken = squatter.getsockname()[1]
+    handed = iter([taken, free_port()])
+    try:
+        e = start_llama_cpp_python(tmp_path, smollm2_path, ports=lambda: next(handed))
+    finally:
+        squatter.close()
+    try:
+        assert e.port != taken and e.get("/v1/models").status == 200
+        race_log = tmp_path / "llama-cpp-python" / "server.bind-race.log"
+        assert "address already in use" in race_log.read_text().lower()
+    finally:
+        e.close()
+
+
+def test_an_engine_that_never_gets_ready_shows_its_stderr(tmp_path: Path) -> None:
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"this is not a gguf file")
+    with pytest.raises(EngineStartError) as info:
+        start_llama_cpp_python(tmp_path, bogus)
+    msg = str(info.value)
+    assert "exited" in msg and "stderr:" in msg
+    # llama-cpp-python's own loader complaint, read back from the captured stderr file
+    assert "Failed to load model from file" in msg
