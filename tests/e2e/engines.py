@@ -58,6 +58,7 @@ class Reply:
     body: Any  # parsed JSON, else text; None when nothing came back
     raw: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
+    complete: bool = True  # False when the body was cut off before its end
 
 
 def http_request(
@@ -74,11 +75,16 @@ def http_request(
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     hdrs = {"Content-Type": "application/json", **(headers or {})}
     conn = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port, timeout=timeout)
+    complete = True
     try:
         conn.request(method, u.path + (f"?{u.query}" if u.query else ""), body=data, headers=hdrs)
         resp = conn.getresponse()
-        payload = resp.read()
         status, rh = resp.status, {k.lower(): v for k, v in resp.getheaders()}
+        try:
+            payload = resp.read()
+        except http.client.IncompleteRead as cut:
+            # the engine closed mid-body (a stream it abandoned): keep what arrived
+            payload, complete = cut.partial, False
     except (OSError, http.client.HTTPException):
         return Reply(0, None)
     finally:
@@ -87,7 +93,7 @@ def http_request(
         parsed: Any = json.loads(payload)
     except ValueError:
         parsed = payload.decode(errors="replace")
-    return Reply(status, parsed, payload, rh)
+    return Reply(status, parsed, payload, rh, complete)
 
 
 def sse_events(raw: str | bytes) -> list[Any]:

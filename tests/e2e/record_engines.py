@@ -8,6 +8,7 @@ the content type and the engine's version. Timestamps and ids in the bodies are 
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -88,6 +89,49 @@ def common(rec: Recorder, chat: Engine, mid: str) -> None:
     rec.save("error-context-length.json", chat, "POST", "/v1/chat/completions", too_long)
 
 
+def interrupted_stream(rec: Recorder, e: Engine, mid: str) -> None:
+    """A long stream, and a second request sent once its first event arrived (llama_cpp.server's
+    interrupt_requests=True cuts the first one short)."""
+    body = {
+        "model": mid,
+        "messages": [{"role": "user", "content": "Write a long story."}],
+        "max_tokens": 900,
+        "temperature": 0,
+        "logit_bias": {"2": -100},  # no <|im_end|>: it runs to max_tokens unless interrupted
+        "stream": True,
+    }
+    conn = http.client.HTTPConnection("127.0.0.1", e.port, timeout=120)
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        json.dumps(body),
+        {"Content-Type": "application/json", **e.auth()},
+    )
+    resp = conn.getresponse()
+    got = resp.readline()
+    while not got.startswith(b"data:"):
+        got += resp.readline()
+    second = e.post("/v1/chat/completions", {"model": mid, **CHAT})
+    try:
+        rest = resp.read()
+    except http.client.IncompleteRead as cut:
+        rest = cut.partial
+    conn.close()
+    (rec.folder / "chat-stream-interrupted.sse").write_bytes(got + rest)
+    rec.manifest["chat-stream-interrupted.sse"] = {
+        "engine": e.kind,
+        "version": rec.version,
+        "request": {
+            "method": "POST",
+            "path": "/v1/chat/completions",
+            "body": body,
+            "note": f"a second chat sent after the first event (it answered {second.status})",
+        },
+        "status": resp.status,
+        "content_type": resp.getheader("content-type", ""),
+    }
+
+
 def record_llama_cpp_python(tmp: Path) -> None:
     import llama_cpp
 
@@ -110,6 +154,7 @@ def record_llama_cpp_python(tmp: Path) -> None:
             {"model": "smollm2", "input": "Hi"},
         )
         rec.save("health.json", e, "GET", "/health")
+        interrupted_stream(rec, e, "smollm2")
     finally:
         e.close()
     rec.write_manifest()
@@ -137,6 +182,7 @@ def record_llama_cpp(tmp: Path) -> None:
     try:
         common(rec, e, "smollm2")
         rec.save("health.json", e, "GET", "/health")
+        interrupted_stream(rec, e, "smollm2")
         rec.save("props.json", e, "GET", "/props")
         rec.save("tokenize.json", e, "POST", "/tokenize", {"content": "Hi"})
         rec.save(
