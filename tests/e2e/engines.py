@@ -243,8 +243,8 @@ def listens_on(pid: int, port: int) -> bool | None:
 def _wait_ready(engine: Engine, path: str, deadline_s: float) -> None:
     """Poll ``path`` until 200; 503 (llama.cpp loading) and refused connections keep waiting.
 
-    A 200 counts only from a socket the engine itself listens on: with the port lost to a race,
-    the answer could come from whoever won it.
+    It asks only once the engine itself holds the listening socket (read from /proc): with the
+    port lost to a race, an answer could come from whoever won it.
     """
     end = time.monotonic() + deadline_s
     last = "no answer"
@@ -254,8 +254,12 @@ def _wait_ready(engine: Engine, path: str, deadline_s: float) -> None:
                 f"{engine.kind} exited with {engine.proc.returncode} before it was ready; "
                 f"stderr:\n{engine.stderr_tail()}"
             )
+        if listens_on(engine.pid, engine.port) is False:
+            last = "not listening yet"  # still loading, or its port was lost to a race
+            time.sleep(0.25)
+            continue
         r = engine.get(path, timeout=10)
-        if r.status == 200 and listens_on(engine.pid, engine.port) is not False:
+        if r.status == 200:
             return
         last = f"{r.status} {str(r.body)[:200]}" if r.status else "connection refused/timed out"
         time.sleep(0.25)
