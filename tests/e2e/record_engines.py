@@ -24,6 +24,8 @@ sys.path.insert(0, str(REPO))
 from tests.conftest import SHARED_TESTDATA, smollm2_file  # noqa: E402
 from tests.e2e.engines import (  # noqa: E402
     Engine,
+    free_port,
+    http_request,
     llama_server_binary,
     start_llama_cpp_python,
     start_llama_server,
@@ -90,12 +92,12 @@ def common(rec: Recorder, chat: Engine, mid: str) -> None:
 
 
 def interrupted_stream(rec: Recorder, e: Engine, mid: str) -> None:
-    """A long stream, and a second request sent once its first event arrived (llama_cpp.server's
-    interrupt_requests=True cuts the first one short)."""
+    """A long stream, and a second request sent once its first event arrived: llama_cpp.server
+    (interrupt_requests=True) cuts the first short, llama-server (-np 1) queues the second."""
     body = {
         "model": mid,
         "messages": [{"role": "user", "content": "Write a long story."}],
-        "max_tokens": 900,
+        "max_tokens": 300,
         "temperature": 0,
         "logit_bias": {"2": -100},  # no <|im_end|>: it runs to max_tokens unless interrupted
         "stream": True,
@@ -117,8 +119,8 @@ def interrupted_stream(rec: Recorder, e: Engine, mid: str) -> None:
     except http.client.IncompleteRead as cut:
         rest = cut.partial
     conn.close()
-    (rec.folder / "chat-stream-interrupted.sse").write_bytes(got + rest)
-    rec.manifest["chat-stream-interrupted.sse"] = {
+    (rec.folder / "chat-stream-concurrent.sse").write_bytes(got + rest)
+    rec.manifest["chat-stream-concurrent.sse"] = {
         "engine": e.kind,
         "version": rec.version,
         "request": {
@@ -160,6 +162,67 @@ def record_llama_cpp_python(tmp: Path) -> None:
     rec.write_manifest()
 
 
+def loading_health(rec: Recorder, exe: Path, gguf: Path, tmp: Path) -> None:
+    """Poll a fresh llama-server's /health as fast as possible to catch its while-loading answer."""
+    port = free_port()
+    tmp.mkdir(parents=True, exist_ok=True)
+    with (tmp / "loading.log").open("w") as log:
+        proc = subprocess.Popen(
+            [
+                str(exe),
+                "-m",
+                str(gguf),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "-t",
+                "1",
+                "-c",
+                "1024",
+                "--alias",
+                "smollm2",
+                "--api-key",
+                KEY,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "LD_LIBRARY_PATH": str(exe.parent)},
+            start_new_session=True,
+        )
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            r = http_request(f"http://127.0.0.1:{port}/health", timeout=5)
+            if r.status == 503:
+                (rec.folder / "health-loading.json").write_bytes(r.raw)
+                m = http_request(
+                    f"http://127.0.0.1:{port}/v1/models",
+                    timeout=5,
+                    headers={"Authorization": f"Bearer {KEY}"},
+                )
+                (rec.folder / "models-loading.json").write_bytes(m.raw)
+                for name, got, path in (
+                    ("health-loading.json", r, "/health"),
+                    ("models-loading.json", m, "/v1/models"),
+                ):
+                    rec.manifest[name] = {
+                        "engine": "llama.cpp",
+                        "version": rec.version,
+                        "request": {"method": "GET", "path": path, "note": "while the model loads"},
+                        "status": got.status,
+                        "content_type": got.headers.get("content-type", ""),
+                    }
+                return
+            if r.status == 200:
+                print("llama-server was ready before a 503 was seen", file=sys.stderr)
+                return
+            time.sleep(0.005)
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
 def record_llama_cpp(tmp: Path) -> None:
     exe = llama_server_binary()
     if exe is None:
@@ -178,6 +241,7 @@ def record_llama_cpp(tmp: Path) -> None:
     rec = Recorder(
         OUT / "llama.cpp", f"llama.cpp llama-server {version} (vendored by llama-cpp-python 0.3.36)"
     )
+    loading_health(rec, exe, chat_gguf, tmp / "loading")
     e = start_llama_server(tmp, chat_gguf, api_key=KEY)
     try:
         common(rec, e, "smollm2")
