@@ -461,11 +461,12 @@ def start_llama_server(
     name: str | None = None,
     ports: Callable[[], int] | None = None,
 ) -> Engine:
-    """llama.cpp's `llama-server` serving one GGUF as ``alias`` (default: smollm2 / minilm)."""
+    """llama.cpp's `llama-server` serving one GGUF as ``alias`` (default: smollm2, minilm for
+    ``embedding``, reranker for ``rerank``: a cross-encoder, see tests/cross_encoder.py)."""
     exe = binary or llama_server_binary()
     if exe is None:
         raise EngineStartError(LLAMA_SERVER_HOWTO)
-    alias = alias or ("minilm" if embedding or rerank else "smollm2")
+    alias = alias or ("reranker" if rerank else "minilm" if embedding else "smollm2")
     d = tmp_path / (name or f"llama-server-{alias}")
     d.mkdir(parents=True, exist_ok=True)
 
@@ -503,7 +504,7 @@ def start_llama_server(
         argv,
         d / "server.log",
         ready_path="/health",
-        models={"embedding" if embedding or rerank else "chat": alias},
+        models={"rerank" if rerank else "embedding" if embedding else "chat": alias},
         api_key=api_key,
         env={**os.environ, "LD_LIBRARY_PATH": _ld_path(exe)},
         ports=ports,

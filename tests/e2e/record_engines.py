@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.conftest import SHARED_TESTDATA, smollm2_file  # noqa: E402
+from tests.cross_encoder import write_cross_encoder  # noqa: E402
 from tests.e2e.engines import (  # noqa: E402
     Engine,
     free_port,
@@ -157,6 +158,8 @@ def record_llama_cpp_python(tmp: Path) -> None:
         )
         rec.save("health.json", e, "GET", "/health")
         interrupted_stream(rec, e, "smollm2")
+        rr = {"model": "smollm2", "query": "cats", "documents": ["a cat", "a car"]}
+        rec.save("error-rerank.json", e, "POST", "/v1/rerank", rr)
     finally:
         e.close()
     rec.write_manifest()
@@ -268,6 +271,14 @@ def record_llama_cpp(tmp: Path) -> None:
         rec.save("models-embedder.json", emb, "GET", "/v1/models")
     finally:
         emb.close()
+    ce = write_cross_encoder(SHARED_TESTDATA / "all-minilm-l6-v2-q8_0.gguf", tmp / "ce.gguf")
+    rr = start_llama_server(tmp, ce, rerank=True, api_key=KEY)
+    try:
+        body = {"model": "reranker", "query": "cats", "documents": ["a cat", "a car", "dogs"]}
+        rec.save("rerank.json", rr, "POST", "/v1/rerank", body)
+        rec.save("rerank-top-n.json", rr, "POST", "/v1/rerank", {**body, "top_n": 2})
+    finally:
+        rr.close()
     rec.write_manifest()
 
 

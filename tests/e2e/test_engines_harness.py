@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cross_encoder import write_cross_encoder
 from tests.e2e.engines import (
     Engine,
     EngineSet,
@@ -214,3 +215,24 @@ def test_an_engine_that_never_gets_ready_shows_its_stderr(tmp_path: Path) -> Non
     assert "exited" in msg and "stderr:" in msg
     # llama-cpp-python's own loader complaint, read back from the captured stderr file
     assert "Failed to load model from file" in msg
+
+
+def test_llama_server_rerank(tmp_path: Path, embedding_gguf: Path) -> None:
+    require_llama_server()
+    ce = write_cross_encoder(embedding_gguf, tmp_path / "cross-encoder.gguf")
+    es = EngineSet(tmp_path)
+    try:
+        e = es.llama_server(ce, rerank=True, api_key=KEY)
+        docs = ["a cat sat", "a car", "dogs bark"]
+        body = {"model": e.models["rerank"], "query": "cats", "documents": docs}
+        r = e.post("/v1/rerank", body)
+        assert r.status == 200, r.body
+        results = r.body["results"]
+        assert sorted(x["index"] for x in results) == [0, 1, 2]
+        scores = [x["relevance_score"] for x in results]
+        assert scores == sorted(scores, reverse=True)  # best first
+        top = e.post("/v1/rerank", {**body, "top_n": 2})
+        assert top.status == 200 and len(top.body["results"]) == 2
+        assert e.post("/v1/rerank", body, key="wrong").status == 401
+    finally:
+        es.close()
