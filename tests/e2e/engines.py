@@ -333,13 +333,21 @@ def start_hearth_engine(
     """
     home = tmp_path / name
     args = ("--api-key", api_key) if api_key else ()
-    sp = start_serve(
-        home,
-        *models,
-        settings={"load": {"context_length": HEARTH_CTX}, **(settings or {})},
-        args=args,
-        new_session=True,
-    )
+    try:
+        sp = start_serve(
+            home,
+            *models,
+            settings={
+                **(settings or {}),
+                "load": {"context_length": HEARTH_CTX, **(settings or {}).get("load", {})},
+            },
+            args=args,
+            new_session=True,
+        )
+    except RuntimeError as e:
+        log = home / "serve.stderr"
+        tail = log.read_text(errors="replace")[-4000:] if log.exists() else ""
+        raise EngineStartError(f"hearth serve did not start: {e}; stderr:\n{tail}") from e
     engine = Engine(
         "hearth", sp.proc, sp.root, home / "serve.stderr", dict(sp.models), api_key, home=home
     )
