@@ -94,8 +94,12 @@ def start_serve(
     settings: dict[str, Any] | None = None,
     env_extra: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
+    new_session: bool = False,
 ) -> ServeProc:
-    """Import ``model_files`` into a fresh HEARTH_HOME and run `hearth serve --port 0` there."""
+    """Import ``model_files`` into a fresh HEARTH_HOME and run `hearth serve --port 0` there.
+
+    ``new_session`` puts the server in its own process group (tests that SIGSTOP/SIGKILL it).
+    """
     cfg = home / "config"
     cfg.mkdir(parents=True, exist_ok=True)
     base = {"load": {"context_length": 2048}}
@@ -123,6 +127,7 @@ def start_serve(
         stderr=err,
         text=True,
         env=env,
+        start_new_session=new_session,
     )
     line = proc.stdout.readline().strip() if proc.stdout else ""
     if not line.startswith(("http://", "https://")):

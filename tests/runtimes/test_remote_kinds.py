@@ -164,9 +164,10 @@ def test_llama_cpp_context_and_loading() -> None:
         for p, n in ((MODELS, "models"), ("/health", "health"), ("/props", "props"))
     }
     state, models, err = interpret("llama.cpp", answers)
-    # meta.n_ctx (the slot context it runs with: 4096), not n_ctx_train (8192)
+    # recorded from a real llama-server run with -c 1024 --alias smollm2: meta.n_ctx (the
+    # context it runs with: 1024), not n_ctx_train (8192)
     assert (state, err) == ("ready", None)
-    assert models == (RemoteModel("SmolLM2-135M-Instruct.Q4_1.gguf", 4096),)
+    assert models == (RemoteModel("smollm2", 1024),)
     # an older server without meta.n_ctx: /props' n_ctx, then n_ctx_train
     body = rec("llama.cpp", "models")
     del body["data"][0]["meta"]["n_ctx"]
@@ -285,7 +286,7 @@ def test_openai_and_llama_cpp_python() -> None:
     _, models, _ = interpret("openai", {MODELS: ok("openai", "models")})
     assert models == (RemoteModel("gpt-4o-mini"), RemoteModel("text-embedding-3-small"))
     _, models, _ = interpret("openai", {MODELS: ok("llama-cpp-python", "models")})
-    assert [m.id for m in models] == [rec("llama-cpp-python", "models")["data"][0]["id"]]
+    assert [m.id for m in models] == [m["id"] for m in rec("llama-cpp-python", "models")["data"]]
 
 
 def test_states_unreachable_unauthorized_error() -> None:
