@@ -95,6 +95,7 @@ def start_serve(
     env_extra: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
     new_session: bool = False,
+    verbose: int = 0,
 ) -> ServeProc:
     """Import ``model_files`` into a fresh HEARTH_HOME and run `hearth serve --port 0` there.
 
@@ -122,7 +123,16 @@ def start_serve(
         models[f.stem] = r.stdout.strip()
     err = (home / "serve.stderr").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "serve", "--port", "0", *args],
+        [
+            sys.executable,
+            "-m",
+            "app",
+            *(["-v" * verbose] if verbose else []),
+            "serve",
+            "--port",
+            "0",
+            *args,
+        ],
         stdout=subprocess.PIPE,
         stderr=err,
         text=True,

@@ -39,6 +39,7 @@ class RemoteEngine:
         self.kind = kind or cfg.kind
         self._key = api_key or None
         self._session: aiohttp.ClientSession | None = None
+        self._json_object_schema = False  # the engine's dialect for a schema response format
         self.base = cfg.url.rstrip("/")
         self.root = kinds.root_of(self.base)
 
@@ -148,13 +149,34 @@ class RemoteEngine:
     # -- generation -----------------------------------------------------------------------------
     async def chat(self, remote_id: str, req: ChatRequest) -> RemoteStream:
         body = codec.chat_body(self.kind, remote_id, req)
-        return await self._stream("chat/completions", body, chat=True)
+        return await self._stream_schema("chat/completions", body, chat=True)
+
+    async def _stream_schema(self, path: str, body: dict[str, Any], *, chat: bool) -> RemoteStream:
+        """Stream ``body``; an engine that refuses OpenAI's ``json_schema`` response format
+        (llama-cpp-python's server takes only ``json_object`` with a ``schema``) gets its own
+        dialect, once, and from then on."""
+        fmt = body.get("response_format")
+        schema_fmt = isinstance(fmt, dict) and fmt.get("type") == "json_schema"
+        if schema_fmt and self._json_object_schema:
+            body = {**body, "response_format": codec.json_object_dialect(fmt)}
+            return await self._stream(path, body, chat=chat)
+        try:
+            return await self._stream(path, body, chat=chat)
+        except ProviderError as e:
+            if not (schema_fmt and e.upstream_status in (400, 422, 500)):
+                raise
+            if "response_format" not in e.message and "json_schema" not in e.message:
+                raise
+            log.info("provider %s takes json_object+schema, not json_schema", self.cfg.name)
+            self._json_object_schema = True
+            body = {**body, "response_format": codec.json_object_dialect(fmt)}
+            return await self._stream(path, body, chat=chat)
 
     async def complete(
         self, remote_id: str, req: CompletionRequest, prompt: str | tuple[int, ...]
     ) -> RemoteStream:
         body = codec.completion_body(self.kind, remote_id, req, prompt)
-        return await self._stream("completions", body, chat=False)
+        return await self._stream_schema("completions", body, chat=False)
 
     async def _stream(self, path: str, body: dict[str, Any], *, chat: bool) -> RemoteStream:
         """POST a streaming request; return once its first token (or its end) came, so every
@@ -295,8 +317,12 @@ class RemoteStream:
         """Read until the first token (or the end): what :meth:`RemoteEngine._stream` waits."""
         while not self._reader.started and self._ended is None:
             ev = await self._event(None)
-            if ev is None:
-                break
+            if ev is None:  # nothing came: as retryable as a refused connection
+                raise ProviderError(
+                    f"provider '{self._engine.cfg.name}' ended the stream before its first token",
+                    provider=self._engine.cfg.name,
+                    status=502,
+                )
             self._take(ev, first=True)
 
     def _take(self, ev: Any, *, first: bool = False) -> None:
@@ -361,7 +387,9 @@ class RemoteStream:
                     self._ended = self._fail(f"the connection failed: {e or type(e).__name__}")
                     continue
                 if ev is None:
-                    if self._done or self._reader.finish is not None:
+                    # [DONE] without a finish reason is a cut answer (llama_cpp.server sends
+                    # one when another request interrupts it): an error, not a short answer
+                    if self._reader.finish is not None:
                         self._ended = self._reader.final(self.prompt_tokens)
                     else:
                         self._ended = self._fail("the stream ended before the answer did")

@@ -86,6 +86,14 @@ def response_format(c: Constraint | None) -> dict[str, Any] | None:
     return None  # "tool_call" is the local planner's; a remote engine gets tool_choice
 
 
+def json_object_dialect(fmt: Any) -> dict[str, Any]:
+    """OpenAI's ``{"type": "json_schema", "json_schema": {"schema"}}`` as llama.cpp's and
+    llama-cpp-python's servers also take it: ``{"type": "json_object", "schema"}``."""
+    inner = fmt.get("json_schema") if isinstance(fmt, dict) else None
+    schema = inner.get("schema") if isinstance(inner, dict) else None
+    return {"type": "json_object", "schema": schema if isinstance(schema, dict) else {}}
+
+
 def chat_body(kind: str, remote_id: str, req: ChatRequest) -> dict[str, Any]:
     s = req.sampling
     body: dict[str, Any] = {
