@@ -127,7 +127,7 @@ def start_serve(
             sys.executable,
             "-m",
             "app",
-            *(["-v" * verbose] if verbose else []),
+            *(["-" + "v" * verbose] if verbose else []),
             "serve",
             "--port",
             "0",
