@@ -9,8 +9,9 @@ from __future__ import annotations
 import http.client
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -61,6 +62,7 @@ def front(
         ("cutter", cutter.base_url, "--kind", "hearth"),
         ("badkey", locked.base_url, "--kind", "hearth", "--api-key", CANARY),
         ("down", f"http://127.0.0.1:{free_port()}/v1", "--kind", "vllm"),
+        ("idle", sleepy.base_url, "--kind", "hearth", "--idle-timeout", "2"),
     ]
     for a in adds:
         r = cli(home, "providers", "add", *a)
@@ -73,7 +75,7 @@ def front(
         r = cli(home, "alias", "set", alias, f"{first}/{local}", local)
         assert r.returncode == 0, r.stderr
     try:
-        wait_ready(s, "victim", "sleepy", "cutter")
+        wait_ready(s, "victim", "sleepy", "cutter", "idle")
         yield s
     finally:
         s.stop()
@@ -130,16 +132,24 @@ def test_sigstop_times_out_before_the_first_token_then_falls_back(
     until("sleepy ready again", lambda: provider_state(front, "sleepy") == "ready")
 
 
-def test_kill_mid_stream_ends_with_an_error_event_and_no_done(
-    front: ServeProc, cutter: Engine
-) -> None:
-    """The schema forces 1,000+ characters, so the engine is far from done when the first
-    chunk arrives and it is killed: the rest is an error event, not [DONE], and the chain's
-    next target never adds a second answer."""
-    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": 1000}},
-              "required": ["s"]}  # fmt: skip
-    body = {"model": "cut-chain", "messages": HI, "max_tokens": 2000, "stream": True,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}  # fmt: skip
+LONG = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "s",
+        "schema": {
+            "type": "object",
+            "properties": {"s": {"type": "string", "minLength": 1000}},
+            "required": ["s"],
+        },
+    },
+}
+
+
+def _stream_then(front: ServeProc, model: str, act: Callable[[], None]) -> tuple[str | None, str]:
+    """Stream a long answer (the schema forces 1,000+ characters) from ``model``; once its
+    first content chunk came, ``act()``; then read to the end. (route header, the rest)."""
+    body = {"model": model, "messages": HI, "max_tokens": 2000, "stream": True,
+            "response_format": LONG}  # fmt: skip
     u = urlsplit(front.root)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
     try:
@@ -148,21 +158,46 @@ def test_kill_mid_stream_ends_with_an_error_event_and_no_done(
         )
         resp = conn.getresponse()
         assert resp.status == 200
-        assert resp.getheader("x-hearth-route") == _remote(front, "cutter")
         head = b""
         while b'"content"' not in head:  # the first token has come through
             head += resp.read1(65536)
-        cutter.kill()
+        act()
         rest = b""
         while chunk := resp.read1(65536):
             rest += chunk
+        return resp.getheader("x-hearth-route"), rest.decode(errors="replace")
     finally:
         conn.close()
-    tail = rest.decode(errors="replace")
-    assert "[DONE]" not in tail
-    errors = [
+
+
+def _error_events(tail: str) -> list[dict[str, Any]]:
+    return [
         json.loads(x[5:]) for x in tail.splitlines() if x.startswith("data:") and '"error"' in x
     ]
+
+
+def test_idle_timeout_mid_stream_ends_with_an_error_event(front: ServeProc, sleepy: Engine) -> None:
+    """`--idle-timeout 2`: an engine that stops sending (SIGSTOP) mid-stream is given up on."""
+    until("sleepy ready", lambda: provider_state(front, "idle") == "ready")
+    try:
+        _, tail = _stream_then(front, _remote(front, "idle"), sleepy.stop)
+    finally:
+        sleepy.cont()
+    assert "[DONE]" not in tail
+    errors = _error_events(tail)
+    assert errors and "idle timeout" in errors[-1]["error"]["message"], tail[-600:]
+
+
+def test_kill_mid_stream_ends_with_an_error_event_and_no_done(
+    front: ServeProc, cutter: Engine
+) -> None:
+    """The schema forces 1,000+ characters, so the engine is far from done when the first
+    chunk arrives and it is killed: the rest is an error event, not [DONE], and the chain's
+    next target never adds a second answer."""
+    route, tail = _stream_then(front, "cut-chain", cutter.kill)
+    assert route == _remote(front, "cutter")
+    assert "[DONE]" not in tail
+    errors = _error_events(tail)
     assert errors and "cutter" in errors[-1]["error"]["message"], tail[-800:]
     assert tail.rstrip().endswith("}")  # the error event is the last thing sent
 

@@ -189,11 +189,13 @@ def test_structured_output_through_the_front(front: ServeProc, engine: Engine) -
 
 def test_tools_through_the_front(front: ServeProc, lan: Engine) -> None:
     """A forced tool call on the remote Hearth, as an OpenAI and an Anthropic client see it."""
-    tool = {"type": "function", "function": {"name": "get_weather", "description": "weather",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                           "required": ["city"]}}}  # fmt: skip
+    city = {"type": "string", "enum": ["Oslo", "Paris"]}  # a bounded call: it always ends
+    params = {"type": "object", "properties": {"city": city}, "required": ["city"]}
+    tool = {"type": "function",
+            "function": {"name": "get_weather", "description": "weather", "parameters": params}}  # fmt: skip
     body = {"model": _chat_id(lan), "messages": [{"role": "user", "content": "Weather in Oslo?"}],
-            "tools": [tool], "tool_choice": "required", "max_tokens": 60}  # fmt: skip
+            "tools": [tool], "tool_choice": "required", "parallel_tool_calls": False,
+            "max_tokens": 200}  # fmt: skip
     r = call(front, "POST", "/v1/chat/completions", body)
     assert r.status == 200, r.body
     choice = r.body["choices"][0]
@@ -202,10 +204,10 @@ def test_tools_through_the_front(front: ServeProc, lan: Engine) -> None:
     assert call0["function"]["name"] == "get_weather"
     assert "city" in json.loads(call0["function"]["arguments"])
     a = call(front, "POST", "/v1/messages", {
-        "model": _chat_id(lan), "max_tokens": 60,
+        "model": _chat_id(lan), "max_tokens": 200,
         "messages": [{"role": "user", "content": "Weather in Oslo?"}],
         "tools": [{"name": "get_weather", "description": "weather",
-                   "input_schema": tool["function"]["parameters"]}],  # type: ignore[index]
+                   "input_schema": params}],
         "tool_choice": {"type": "tool", "name": "get_weather"},
     })  # fmt: skip
     assert a.status == 200, a.body
@@ -280,3 +282,33 @@ def test_llama_server_as_a_llama_cpp_provider(front: ServeProc, llama_server: En
     n = call(front, "POST", "/v1/messages/count_tokens", {"model": "lcs/smollm2", "messages": HI})
     assert n.status == 200 and n.body["input_tokens"] > 5, n.body  # /apply-template + /tokenize
     assert cli(front.home, "providers", "rm", "lcs").returncode == 0
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/api/chat"])
+def test_an_upstream_400_is_translated_and_not_retried(front: ServeProc, path: str) -> None:
+    """llama_cpp.server refuses a prompt over its 1,024-token context with a 400: each
+    protocol gets it in its own error shape, the provider named, and the chain's local
+    target is not tried (a 400 would fail anywhere)."""
+    r = cli(
+        front.home,
+        "alias",
+        "set",
+        "lcp-chain",
+        "lcp/smollm2",
+        front.models["SmolLM2-135M-Instruct.Q4_1"],
+    )
+    assert r.returncode == 0, r.stderr
+    long = [{"role": "user", "content": "hello there " * 1500}]
+    body: dict[str, Any] = {"model": "lcp-chain", "messages": long, "max_tokens": 4}
+    if path == "/api/chat":
+        body = {"model": "lcp-chain", "messages": long, "stream": False}
+    out = call(front, "POST", path, body)
+    assert out.status == 400, out.body
+    assert out.headers["x-hearth-route"] == "lcp/smollm2"
+    if path == "/api/chat":
+        message = out.body["error"]
+    else:
+        message = out.body["error"]["message"]
+        want = "invalid_request_error"
+        assert out.body["error"]["type"] == want
+    assert "provider 'lcp' answered 400" in message and "context" in message

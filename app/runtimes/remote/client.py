@@ -29,6 +29,7 @@ T = TypeVar("T")
 MAX_ERROR_BODY = 64 * 1024  # what is read of an error answer
 MAX_LINE = 16 * 1024 * 1024  # one SSE line (a long tool call's arguments)
 PROBE_TIMEOUT_S = 10.0
+KEEPALIVE_S = 2.0
 
 
 class RemoteEngine:
@@ -47,6 +48,9 @@ class RemoteEngine:
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
+                # an idle connection is dropped before servers drop theirs (uvicorn after 5 s),
+                # so a request never goes out on a connection the engine already closed
+                connector=aiohttp.TCPConnector(keepalive_timeout=KEEPALIVE_S),
                 timeout=aiohttp.ClientTimeout(
                     total=None, sock_connect=self.cfg.connect_timeout, connect=None
                 ),
@@ -92,11 +96,19 @@ class RemoteEngine:
     async def _json(self, method: str, path: str, body: Any, timeout: float) -> Any:
         """One whole request; the JSON answer or a translated error."""
 
-        async def go() -> Any:
+        async def once() -> Any:
             async with self._http().request(method, self._url(path), json=body) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)
                 return await resp.json(content_type=None)
+
+        async def go() -> Any:
+            try:
+                return await once()
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # a pooled connection the engine had closed (uvicorn closes one after a
+                # failed stream): the request never reached it; once more, on a new one
+                return await once()
 
         return await self._guard(go(), timeout)
 
@@ -195,10 +207,23 @@ class RemoteEngine:
 
         try:
             await self._guard(start(), self.cfg.first_token_timeout)
+        except _EmptyStream:
+            stream.cancel()
+            return await self._whole(path, body, chat=chat)
         except BaseException:
             stream.cancel()
             raise
         return stream
+
+    async def _whole(self, path: str, body: dict[str, Any], *, chat: bool) -> RemoteStream:
+        """The request once more, not streamed: an engine that ends a stream with no event at
+        all (llama_cpp.server does for a prompt over its context) says why this way (its 400
+        answers at once), or answers whole, replayed as one delta."""
+        plain = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+        out = await self._json(
+            "POST", path, {**plain, "stream": False}, self.cfg.first_token_timeout
+        )
+        return RemoteStream.replay(self, chat, out)
 
     # -- whole requests -------------------------------------------------------------------------
     async def embed(self, remote_id: str, req: EmbeddingRequest) -> tuple[list[list[float]], int]:
@@ -310,15 +335,39 @@ class RemoteStream:
         self._cancelled = False
         self.prompt_tokens = 0
 
+    @classmethod
+    def replay(cls, engine: RemoteEngine, chat: bool, whole: Any) -> RemoteStream:
+        """A stream of a whole (not streamed) answer: its content as one delta, then the end."""
+        s = cls(engine, chat)
+        choices = whole.get("choices") if isinstance(whole, dict) else None
+        c = (
+            choices[0]
+            if isinstance(choices, list) and choices and isinstance(choices[0], dict)
+            else {}
+        )
+        if chat:
+            msg = c.get("message") if isinstance(c.get("message"), dict) else {}
+            chunk = {"choices": [{"delta": msg, "logprobs": c.get("logprobs")}]}
+        else:
+            chunk = {"choices": [{"text": c.get("text")}]}
+        s._take(chunk)
+        s._reader.feed({"choices": [{"finish_reason": c.get("finish_reason") or "stop"}],
+                        "usage": whole.get("usage") if isinstance(whole, dict) else None})  # fmt: skip
+        s._ended = s._reader.final(0)
+        return s
+
     def attach(self, resp: aiohttp.ClientResponse) -> None:
         self._resp = resp
 
     async def first(self) -> None:
         """Read until the first token (or the end): what :meth:`RemoteEngine._stream` waits."""
         while not self._reader.started and self._ended is None:
-            ev = await self._event(None)
-            if ev is None:  # nothing came: as retryable as a refused connection
-                raise ProviderError(
+            try:
+                ev = await self._event(None)
+            except aiohttp.ClientPayloadError:  # the body was cut before its end
+                ev = None
+            if ev is None:  # nothing at all came: ask again without streaming, to hear why
+                raise _EmptyStream(
                     f"provider '{self._engine.cfg.name}' ended the stream before its first token",
                     provider=self._engine.cfg.name,
                     status=502,
@@ -410,6 +459,10 @@ class RemoteStream:
         if self._resp is not None:
             with contextlib.suppress(Exception):
                 self._resp.close()
+
+
+class _EmptyStream(ProviderError):
+    """A stream that ended before any event (see RemoteEngine._whole)."""
 
 
 def _status_in(ev: Any) -> int:
