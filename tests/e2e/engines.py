@@ -183,8 +183,15 @@ class Engine:
             os.killpg(self.proc.pid, sig)
 
     def stop(self) -> None:
-        """SIGSTOP the engine's process group: connections are accepted, nothing answers."""
+        """SIGSTOP the engine's process group: connections are accepted, nothing answers.
+        Returns once every thread of the engine is stopped (a signal is delivered to each
+        thread when it next runs: until then one could still answer)."""
         self._signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 30
+        while not _all_threads_stopped(self.proc.pid):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.kind} engine did not stop within 30 s")
+            time.sleep(0.01)
 
     def cont(self) -> None:
         self._signal(signal.SIGCONT)
@@ -210,6 +217,22 @@ class Engine:
             # the leader is gone; make sure nothing it spawned lingers in its group
             self._signal(signal.SIGKILL)
         _live.discard(self)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` in state T (stopped), from /proc; True when it is gone."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return True
+    for t in tasks:
+        try:
+            stat = (t / "stat").read_text()
+        except FileNotFoundError:
+            continue  # a thread that just exited
+        if stat.rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+            return False
+    return True
 
 
 @atexit.register
