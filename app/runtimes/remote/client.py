@@ -115,6 +115,12 @@ class RemoteEngine:
     async def _guard(self, aw: Awaitable[T], timeout: float) -> T:
         try:
             return await asyncio.wait_for(aw, timeout)
+        except aiohttp.ConnectionTimeoutError as e:  # before TimeoutError: it is one too
+            raise ProviderTimeout(
+                f"provider '{self.cfg.name}' could not be connected to within "
+                f"{self.cfg.connect_timeout:g} s (its connect timeout)",
+                provider=self.cfg.name,
+            ) from e
         except asyncio.TimeoutError as e:
             raise ProviderTimeout(
                 f"provider '{self.cfg.name}' did not answer within {timeout:g} s",
