@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import ctypes
+import logging
 import os
 import random
 import time
@@ -20,7 +21,10 @@ from app.runtimes.llama_backend import (
     release_free_memory,
 )
 from app.runtimes.llama_grammar import grammar_for
+from app.runtimes.threads import ThreadTuner
 from app.runtimes.worker import NativeLifetime, Sequence, common_prefix
+
+log = logging.getLogger(__name__)
 
 PENALTY_LAST_N = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
@@ -83,6 +87,8 @@ class LlamaEngine:
         self.n_ctx = L.llama_n_ctx_seq(self.ctx)  # per sequence
         self.n_batch = L.llama_n_batch(self.ctx)
         self.threads = threads
+        # "auto" threads follow the machine's load (runtimes/threads.py); a set count is kept
+        self.tuner = ThreadTuner(threads) if not options.threads and threads > 1 else None
         self.mem = L.llama_get_memory(self.ctx)
         self.max_sequences = parallel
         self.peak_batch = 0  # the most sequences decoded in one step so far
@@ -370,7 +376,10 @@ class LlamaEngine:
         if n:
             b.n_tokens = n
             self.peak_batch = max(self.peak_batch, n)
+            t0 = time.perf_counter()
             rc = L.llama_decode(self.ctx, b)
+            if self.tuner is not None:
+                self._tune(time.perf_counter() - t0, n)
             if rc != 0:
                 for seq in seqs:
                     if isinstance(seq.engine_state, _SeqState):
@@ -380,6 +389,22 @@ class LlamaEngine:
                 self._sample(seq, st, i)
         for seq, st in reading:  # then one chunk of each prompt being read
             self._prefill(seq, st, whole=not decoded and len(reading) == 1)
+
+    def _tune(self, seconds: float, batch: int) -> None:
+        """Feed one decode step's time to the tuner; apply the thread count it picks."""
+        assert self.tuner is not None
+        threads = self.tuner.observe(seconds, batch)
+        if threads is not None and threads != self.threads:
+            L.llama_set_n_threads(self.ctx, threads, threads)
+            log.info(
+                "decoding with %d of %d threads: %s",
+                threads,
+                self.tuner.max_threads,
+                "the CPU is busy with other programs"
+                if threads < self.tuner.max_threads
+                else "the CPU is free again",
+            )
+            self.threads = threads
 
     def _decode_whole(self, tokens: list[int]) -> None:
         """Decode one input as sequence 0 with every position's output kept (what pooling
