@@ -79,7 +79,7 @@ class ServerSettings:
 @dataclass(frozen=True, slots=True)
 class LoadDefaults:
     context_length: int = 4096
-    threads: int = 0  # 0 = physical cores
+    threads: int = 0  # 0 = auto: the physical cores, fewer while other programs keep them busy
     batch_size: int = 512
     parallel: int = 1  # requests one GGUF model decodes together (each with the full context)
     jit_ttl_s: int = 900  # an on-demand load unloads after this long idle; 0 = at once when idle

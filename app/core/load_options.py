@@ -135,8 +135,8 @@ _TABLE = (
         "--parallel", 1, 16,
     ),
     OptionSpec(
-        "threads", "int", "CPU threads", "CPU threads (0 = the physical cores)", "--threads",
-        0, 1024, special="Auto (physical cores)", advanced=True,
+        "threads", "int", "CPU threads", "CPU threads (0 = auto: the physical cores, fewer while other programs keep them busy)", "--threads",
+        0, 1024, special="Auto (follows the load)", advanced=True,
     ),
     OptionSpec(
         "batch_size", "int", "Batch size", "prompt tokens processed per step", "--batch",

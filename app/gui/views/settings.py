@@ -95,7 +95,7 @@ class SettingsPage(QWidget):
         self.context_spin.setSpecialValueText("Model default")
         self.threads_spin = QSpinBox()
         _table_range(self.threads_spin, "threads")
-        self.threads_spin.setSpecialValueText("Auto (physical cores)")
+        self.threads_spin.setSpecialValueText("Auto (follows the load)")
         self.budget_spin = QDoubleSpinBox()
         self.budget_spin.setRange(0, 4096)
         self.budget_spin.setDecimals(1)
