@@ -23,6 +23,11 @@ class LibraryChanged(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ProvidersChanged(Event):
+    """A remote provider's state or model list changed (or the providers file did)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelLoading(Event):
     model_id: str
 

@@ -13,7 +13,7 @@ from typing import Any
 from app.core import prompt as prompting
 from app.core import rerank as ranking
 from app.core.downloads import DownloadManager
-from app.core.events import EventHub, LibraryChanged, ModelLoaded
+from app.core.events import EventHub, LibraryChanged, ModelLoaded, ProvidersChanged
 from app.core.fsutil import atomic_write_json, read_json
 from app.core.gateway import AliasStore, Gateway, RequestFacts, Routing
 from app.core.gateway.facts import chat_facts, completion_facts, embed_facts
@@ -109,6 +109,8 @@ class Hearth:
         self._jit_enabled = jit_enabled
         # issue #11: what a request's model names (aliases, auto, default_model), and fallback
         self.providers = providers  # remote engines: PREFIX/id targets
+        if providers is not None:
+            providers.set_on_change(lambda: self.events.publish(ProvidersChanged()))
         self.gateway = Gateway(aliases, routing, self._is_target, self._is_loaded)
         self._calibration_file = calibration_file
         if calibration_file is not None:
@@ -137,7 +139,23 @@ class Hearth:
         return self._is_local(model_id) or self._remote(model_id)
 
     def _remote(self, model_id: str) -> bool:
-        return self.providers is not None and self.providers.is_target(model_id)
+        """A provider's ``PREFIX/id`` (a library id first: the gateway's order too)."""
+        return (
+            self.providers is not None
+            and self.providers.is_target(model_id)
+            and not self._is_local(model_id)
+        )
+
+    def remote_listing(self, model_id: str) -> RemoteListing | None:
+        """The provider's listing of ``model_id`` (None for an id that is not remote).
+
+        Raises:
+            ProviderUnavailable (503) / ProviderError (401): its provider is not ready;
+            ModelNotFound: the provider lists no such model.
+        """
+        if self.providers is None or not self._remote(model_id):
+            return None
+        return self.providers.listing(model_id)
 
     def remote_models(self) -> list[RemoteListing]:
         """The models of every ready provider (``PREFIX + remote id``)."""

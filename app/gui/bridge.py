@@ -63,6 +63,7 @@ class Bridge(QObject):
     server_stopped = Signal(str)  # reason
     request_finished = Signal(object)  # app.core.events.RequestFinished
     download_changed = Signal(object)  # any app.core.events.Download* event
+    providers_changed = Signal()  # a remote provider's state or models changed
     # internal: a zero-argument callable to run on the GUI thread
     _completed = Signal(object)
 
@@ -165,6 +166,8 @@ class Bridge(QObject):
                 self.server_stopped.emit(event.reason)
             elif isinstance(event, ev.RequestFinished):
                 self.request_finished.emit(event)
+            elif isinstance(event, ev.ProvidersChanged):
+                self.providers_changed.emit()
             elif isinstance(event, DOWNLOAD_EVENTS):
                 self.download_changed.emit(event)
         except RuntimeError:

@@ -48,4 +48,12 @@ def create_app(
     app.router.add_routes(anthropic.routes)
     app.router.add_routes(responses.routes)
     app.router.add_routes(downloads_api.routes)
+    app.on_startup.append(_start_providers)
     return app
+
+
+async def _start_providers(app: web.Application) -> None:
+    """Probe every provider as the server starts (not at the first request that needs one)."""
+    service = app[SERVICE]
+    if service.providers is not None:
+        service.providers.statuses()

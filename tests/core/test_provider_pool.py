@@ -5,6 +5,7 @@ re-probe) over a scripted RemoteClient: the seam every real engine test goes thr
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ from app.errors import ModelNotFound, ProviderError, ProviderUnavailable
 class Scripted:
     """A client whose probe answers what the test sets, counting the probes."""
 
+    first: Probe | None = None  # what a new client's probes answer (before a test changes it)
+
     def __init__(self, cfg: ProviderConfig, key: str | None) -> None:
         self.cfg, self.key = cfg, key
-        self.answer = Probe("ready", (RemoteModel("Qwen/Qwen3-8B", 32768),), 3.0)
+        self.answer = Scripted.first or Probe("ready", (RemoteModel("Qwen/Qwen3-8B", 32768),), 3.0)
         self.probes = 0
         self.probed = asyncio.Event()
         self.closed = False
@@ -35,8 +38,17 @@ class Scripted:
     async def close(self) -> None:
         self.closed = True
 
+    async def close_when_idle(self) -> None:
+        await self.close()
+
     def __getattr__(self, name: str) -> Any:  # chat, embed...: not used here
         raise AttributeError(name)
+
+
+@pytest.fixture(autouse=True)
+def _reset_first() -> Iterator[None]:
+    yield
+    Scripted.first = None
 
 
 @pytest.fixture
@@ -78,9 +90,8 @@ async def test_ready_provider_lists_prefixed_models_and_resolves_exact_ids(setup
 async def test_a_provider_that_is_down_lists_nothing_and_answers_503(setup: Any) -> None:
     store, pool, made = setup
     store.add(ProviderConfig("lan", "http://h:1/v1"), None, lambda p: None)
+    Scripted.first = Probe("unreachable", error="connection refused")
     pool.states()
-    await _until(lambda: "lan" in made)
-    made["lan"].answer = Probe("unreachable", error="connection refused")
     await _until(lambda: pool.states()[0]["state"] == "unreachable")
     assert pool.listings() == [] and pool.statuses()[0].error == "connection refused"
     with pytest.raises(ProviderUnavailable, match="'lan' is unreachable: connection refused") as e:
@@ -121,9 +132,8 @@ async def test_file_changes_rebuild_only_what_changed(setup: Any) -> None:
 async def test_an_unauthorized_provider_answers_401_not_retryable(setup: Any) -> None:
     store, pool, made = setup
     store.add(ProviderConfig("lan", "http://h:1/v1"), "wrong", lambda p: None)
+    Scripted.first = Probe("unauthorized", error="HTTP 401: invalid api key")
     pool.states()
-    await _until(lambda: "lan" in made)
-    made["lan"].answer = Probe("unauthorized", error="HTTP 401: invalid api key")
     await _until(lambda: pool.states()[0]["state"] == "unauthorized")
     with pytest.raises(ProviderError) as e:
         await pool.client_for("lan/x")

@@ -228,6 +228,11 @@ def test_a_provider_that_is_down_answers_503_and_lists_nothing(front: ServeProc)
     )
     assert "retry-after" in r.headers
     assert not [m for m in model_ids(front) if m.startswith("down/")]
+    # its model routes too: 503 with the reason, not a 404 (nor a 400)
+    one = call(front, "GET", "/v1/models/down/llama-3-8b")
+    assert one.status == 503 and one.body["error"]["code"] == "provider_unavailable", one.body
+    shown = call(front, "POST", "/api/show", {"model": "down/llama-3-8b"})
+    assert shown.status == 503 and "'down'" in shown.body["error"], shown.body
     ls = json.loads(cli(front.home, "providers", "ls", "--json").stdout)
     down = next(p for p in ls if p["name"] == "down")
     assert down["state"] == "unreachable" and down["models"] == [] and down["error"]

@@ -9,10 +9,12 @@ llama_cpp.server, which has none), count_tokens, usage for an engine that sends 
 
 from __future__ import annotations
 
+import http.client
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -312,3 +314,72 @@ def test_an_upstream_400_is_translated_and_not_retried(front: ServeProc, path: s
         want = "invalid_request_error"
         assert out.body["error"]["type"] == want
     assert "provider 'lcp' answered 400" in message and "context" in message
+
+
+def test_the_names_api_tags_lists_come_back_on_ollama_routes(front: ServeProc, lan: Engine) -> None:
+    """Ollama clients send back the name /api/tags gave them (`lan/ID:latest`)."""
+    tags = [t["name"] for t in call(front, "GET", "/api/tags").body["models"]]
+    name = _chat_id(lan) + ":latest"
+    assert name in tags
+    r = call(front, "POST", "/api/chat", {"model": name, "messages": HI, "stream": False,
+                                          "options": {"num_predict": 3}})  # fmt: skip
+    assert r.status == 200 and r.body["message"]["content"], r.body
+    shown = call(front, "POST", "/api/show", {"model": name})
+    assert shown.status == 200 and shown.body["owned_by"] == "lan", shown.body
+
+
+def test_changing_a_provider_does_not_cut_its_running_streams(
+    front: ServeProc, lan: Engine
+) -> None:
+    """A provider re-added (another timeout) while a stream runs on it: the stream finishes
+    ([DONE]); the next request goes through the new client."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": 300}},
+              "required": ["s"]}  # fmt: skip
+    body = {"model": _chat_id(lan), "messages": HI, "max_tokens": 1500, "stream": True,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}  # fmt: skip
+    u = urlsplit(front.root)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
+    try:
+        conn.request(
+            "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+        )
+        resp = conn.getresponse()
+        assert resp.status == 200
+        head = b""
+        while b'"content"' not in head:
+            head += resp.read1(65536)
+        r = cli(front.home, "providers", "add", "lan", lan.base_url, "--kind", "hearth",
+                "--api-key", "-", "--first-token-timeout", "100", stdin=LAN_KEY + "\n")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        rest = b""
+        while chunk := resp.read1(65536):
+            rest += chunk
+    finally:
+        conn.close()
+    events, done = stream_events(head + rest)
+    assert done and not [e for e in events if "error" in e], (head + rest)[-500:]
+    wait_ready(front, "lan")
+    again = call(
+        front,
+        "POST",
+        "/v1/chat/completions",
+        {"model": _chat_id(lan), "messages": HI, "max_tokens": 3},
+    )
+    assert again.status == 200, again.body
+
+
+def test_providers_are_probed_when_the_server_starts(
+    tmp_path: Path, smollm2_path: Path, lan: Engine
+) -> None:
+    """No request needed: the log says the provider is ready (nothing asked the server)."""
+    home = tmp_path / "starts"
+    r = cli(home, "providers", "add", "lan", lan.base_url, "--kind", "hearth", "--api-key", LAN_KEY)
+    assert r.returncode == 0, r.stderr
+    s = start_serve(home, verbose=1)
+    try:
+        until(
+            "the start probe",
+            lambda: "provider lan: ready" in (s.home / "serve.stderr").read_text(),
+        )
+    finally:
+        s.stop()

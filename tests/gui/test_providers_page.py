@@ -273,3 +273,22 @@ def test_an_alias_with_two_targets_is_saved_in_order_and_errors_are_shown(
     assert "cycle" in dialog.banner.text()
     dialog.reject()
     assert gui_ctx.service.aliases()["gpt-4o-mini"] == (imported, "lan/big-model")
+
+
+def test_chat_lists_a_remote_model_once_its_provider_is_ready(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, served: Served
+) -> None:
+    """Added from outside the page (the CLI's file) while Chat is the page shown: the pool's
+    change event re-lists Chat's models once the provider's first probe answers."""
+    from app.cli.compose import provider_store
+    from app.core.providers.store import ProviderConfig
+
+    window.show_page("Chat")
+    chat = window.chat_page
+    provider_store(gui_ctx.paths).add(
+        ProviderConfig("outside", served.base_url, kind="hearth"), None, lambda p: None
+    )
+    remote_id = "outside/" + served.model_id
+    chat.refresh_models()  # the listing now sees the new provider, still "starting"
+    qtbot.waitUntil(lambda: chat.model_combo.findData(remote_id) >= 0, timeout=PROBE_WAIT)
+    assert not window.providers_page.isVisible()  # not the page's timer: the pool's event

@@ -64,8 +64,8 @@ class RemoteListing:
 @dataclass(slots=True)
 class _Entry:
     cfg: ProviderConfig
-    key: str | None
-    client: RemoteClient
+    key: str | None = field(repr=False)  # never in a log line or a traceback's locals
+    client: RemoteClient = field(repr=False)
     probe: Probe | None = None  # the last probe's result (None: never probed yet)
     failures: int = 0
     probed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -100,16 +100,28 @@ class ProviderPool:
         make_client: MakeClient,
         *,
         clock: Callable[[], float] = time.monotonic,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self._make = make_client
         self._clock = clock
+        self._on_change = on_change  # a provider's state or models changed (the GUI re-lists)
         self._entries: dict[str, _Entry] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
         self._signature: Any = None
         self._closed = False
 
+    def set_on_change(self, fn: Callable[[], None]) -> None:
+        self._on_change = fn
+
     # -- the file -> entries --------------------------------------------------------------------
     def _sync(self) -> dict[str, _Entry]:
+        """The entries, the files re-read when they changed. Only on the service loop (where
+        clients live and probe); elsewhere the entries as they are."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._entries
         sig = self.store.signature()
         if sig == self._signature or self._closed:
             return self._entries
@@ -126,20 +138,21 @@ class ProviderPool:
                 self._entries[name] = _Entry(cfg, key, self._make(cfg, key))
                 log.info("provider %s (%s) at %s", name, cfg.kind, cfg.url)
         self._start_probing()
+        if self._on_change is not None:
+            self._on_change()
         return self._entries
 
     def _drop(self, name: str) -> None:
+        """Forget a provider changed or removed; its client closes once the streams still
+        running on it end (they finish what they were answering)."""
         e = self._entries.pop(name)
         if e.task is not None:
             e.task.cancel()
-        with contextlib.suppress(RuntimeError):  # no running loop: nothing to close on
-            asyncio.get_running_loop().create_task(e.client.close())
+        task = asyncio.ensure_future(e.client.close_when_idle())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     def _start_probing(self) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return  # called off the loop (a listing from another thread): probed when used
         for e in self._entries.values():
             if e.task is None or e.task.done():
                 e.task = asyncio.ensure_future(self._probe_forever(e))
@@ -148,7 +161,10 @@ class ProviderPool:
         while not self._closed:
             p = await e.client.probe()
             changed = e.probe is None or p.state != e.state
+            listed = e.probe is not None and e.probe.models == p.models
             e.probe = p
+            if (changed or not listed) and self._on_change is not None:
+                self._on_change()
             e.probed.set()
             if p.state == "ready":
                 e.failures = 0
@@ -217,18 +233,9 @@ class ProviderPool:
         if e.probe is None:  # just added: its first probe is under way
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(e.probed.wait(), FIRST_PROBE_WAIT_S)
+        self._check_ready(e)
         p = e.probe
-        if p is not None and p.state == "unauthorized":  # the key is wrong: no fallback fixes it
-            raise ProviderError(
-                f"provider '{e.cfg.name}' refused its API key: {p.error or 'unauthorized'}",
-                provider=e.cfg.name,
-                status=401,
-            )
-        if p is None or p.state != "ready":
-            why = f": {p.error}" if p is not None and p.error else ""
-            raise ProviderUnavailable(
-                f"provider '{e.cfg.name}' is {e.state}{why}", provider=e.cfg.name
-            )
+        assert p is not None
         found = next((m for m in p.models if m.id == remote_id), None)
         if found is None and p.models:
             raise ModelNotFound(
@@ -244,6 +251,8 @@ class ProviderPool:
             return
         if e.probe is not None and e.probe.state == "ready":
             e.probe = Probe("unreachable", error="a request could not reach it; probing")
+            if self._on_change is not None:
+                self._on_change()
         e.wake.set()
 
     def poke(self, name: str) -> None:
@@ -252,6 +261,38 @@ class ProviderPool:
         if e is not None:
             e.wake.set()
 
+    def listing(self, model_id: str) -> RemoteListing:
+        """What the provider's list says of ``model_id``, now (no waiting).
+
+        Raises:
+            ModelNotFound: no provider has the prefix, or its list lacks the id.
+            ProviderUnavailable / ProviderError (401): the provider is not ready.
+        """
+        e = self.owner(model_id)
+        if e is None:
+            raise ModelNotFound(f"no provider serves '{model_id}'", param="model")
+        self._check_ready(e)
+        remote_id = model_id[len(e.cfg.prefix) :]
+        assert e.probe is not None
+        for m in e.probe.models:
+            if m.id == remote_id:
+                return RemoteListing(model_id, e.cfg.name, m)
+        raise ModelNotFound(f"provider '{e.cfg.name}' serves no model '{remote_id}'", param="model")
+
+    def _check_ready(self, e: _Entry) -> None:
+        p = e.probe
+        if p is not None and p.state == "unauthorized":  # the key is wrong: no fallback fixes it
+            raise ProviderError(
+                f"provider '{e.cfg.name}' refused its API key: {p.error or 'unauthorized'}",
+                provider=e.cfg.name,
+                status=401,
+            )
+        if p is None or p.state != "ready":
+            why = f": {p.error}" if p is not None and p.error else ""
+            raise ProviderUnavailable(
+                f"provider '{e.cfg.name}' is {e.state}{why}", provider=e.cfg.name
+            )
+
     async def close(self) -> None:
         self._closed = True
         for name in list(self._entries):
@@ -259,3 +300,5 @@ class ProviderPool:
             if e.task is not None:
                 e.task.cancel()
             await e.client.close()
+        for t in list(self._retiring):
+            t.cancel()

@@ -67,6 +67,8 @@ def check(cfg: ProviderConfig) -> ProviderConfig:
     url = cfg.url.strip().rstrip("/")
     if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", url):
         raise InvalidRequest(f"'{cfg.url}' is not an http(s) URL")
+    if "@" in url.split("/", 3)[2]:  # user:password@host would show in every listing and log
+        raise InvalidRequest("put credentials in --api-key, not in the URL (user:password@...)")
     if not _PREFIX.fullmatch(cfg.prefix) or cfg.prefix.count("/") != 1:
         raise InvalidRequest(
             f"'{cfg.prefix}' is not a valid prefix (no spaces, one '/', at the end: 'lan/')"

@@ -209,7 +209,12 @@ class ChatPage(QWidget):
         self.prompt_edit.submitted.connect(self._on_send_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
         self.clear_button.clicked.connect(self._on_clear_button_clicked)
-        for sig in (bridge.library_changed, bridge.model_loaded, bridge.model_unloaded):
+        for sig in (
+            bridge.library_changed,
+            bridge.model_loaded,
+            bridge.model_unloaded,
+            bridge.providers_changed,  # a provider came up or went down: its models too
+        ):
             sig.connect(self._on_bridge_models_changed)
         bridge.model_loading.connect(self._on_bridge_model_loading)
         self.refresh_models()

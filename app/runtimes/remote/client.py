@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_ERROR_BODY = 64 * 1024  # what is read of an error answer
-MAX_LINE = 16 * 1024 * 1024  # one SSE line (a long tool call's arguments)
+MAX_LINE = 16 * 1024 * 1024  # one SSE line (a long tool call's arguments in one chunk)
+MAX_PROBE_BODY = 4 * 1024 * 1024  # a model list, /props, /api/show...
+MAX_BODY = 64 * 1024 * 1024  # a whole answer (2,048 embeddings of 4,096 floats fit)
 PROBE_TIMEOUT_S = 10.0
 KEEPALIVE_S = 2.0
 
@@ -41,6 +43,9 @@ class RemoteEngine:
         self._key = api_key or None
         self._session: aiohttp.ClientSession | None = None
         self._json_object_schema = False  # the engine's dialect for a schema response format
+        self._open = 0  # streams running on this client
+        self._idle = asyncio.Event()
+        self._idle.set()
         self.base = cfg.url.rstrip("/")
         self.root = kinds.root_of(self.base)
 
@@ -55,9 +60,7 @@ class RemoteEngine:
                     total=None, sock_connect=self.cfg.connect_timeout, connect=None
                 ),
                 headers={"Authorization": f"Bearer {self._key}"} if self._key else None,
-                read_bufsize=2**16,
-                max_line_size=MAX_LINE,
-                max_field_size=MAX_LINE,
+                read_bufsize=2**16,  # header sizes keep aiohttp's bounds (8 KiB a line)
             )
         return self._session
 
@@ -65,6 +68,22 @@ class RemoteEngine:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def close_when_idle(self, limit_s: float = 3600.0) -> None:
+        """Close once the streams still running on this client have ended (a provider changed
+        or removed under them finishes what it was answering), or after ``limit_s``."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), limit_s)
+        await self.close()
+
+    def stream_opened(self) -> None:
+        self._open += 1
+        self._idle.clear()
+
+    def stream_closed(self) -> None:
+        self._open = max(0, self._open - 1)
+        if not self._open:
+            self._idle.set()
 
     def redact(self, text: str) -> str:
         """``text`` with the API key (should an engine echo it) replaced."""
@@ -76,13 +95,18 @@ class RemoteEngine:
             f"provider '{self.cfg.name}' is unreachable: {what}", provider=self.cfg.name
         )
 
-    async def _error(self, resp: aiohttp.ClientResponse) -> ProviderError:
-        raw = await resp.content.read(MAX_ERROR_BODY)
+    def parse(self, raw: bytes) -> Any:
+        """A body as JSON (else its text), the key redacted first: before any clipping, so no
+        part of it can survive one."""
+        text = self.redact(raw.decode(errors="replace"))
         try:
-            body: Any = json.loads(raw)
+            return json.loads(text)
         except ValueError:
-            body = raw.decode(errors="replace")
-        msg = self.redact(kinds.error_message(resp.status, body))
+            return text
+
+    async def _error(self, resp: aiohttp.ClientResponse) -> ProviderError:
+        raw, _ = await read_body(resp, MAX_ERROR_BODY)
+        msg = kinds.error_message(resp.status, self.parse(raw))
         return ProviderError(
             f"provider '{self.cfg.name}' answered {resp.status}: {msg}",
             provider=self.cfg.name,
@@ -100,7 +124,13 @@ class RemoteEngine:
             async with self._http().request(method, self._url(path), json=body) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)
-                return await resp.json(content_type=None)
+                raw, whole = await read_body(resp, MAX_BODY)
+            if not whole:
+                raise self._bad_answer(path, f"a body under {MAX_BODY // 2**20} MiB")
+            out = self.parse(raw)
+            if isinstance(out, str):
+                raise self._bad_answer(path, "JSON")
+            return out
 
         async def go() -> Any:
             try:
@@ -134,13 +164,11 @@ class RemoteEngine:
         try:
             async with asyncio.timeout(min(PROBE_TIMEOUT_S, self.cfg.connect_timeout + 5)):
                 async with self._http().request(method, self._url(path), json=body) as resp:
-                    raw = await resp.content.read(4 * 1024 * 1024)
+                    raw, _ = await read_body(resp, MAX_PROBE_BODY)
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
             return Answer(0, self.redact(str(e) or type(e).__name__))
-        try:
-            return Answer(resp.status, json.loads(raw))
-        except ValueError:
-            return Answer(resp.status, self.redact(raw.decode(errors="replace")[:2000]))
+        out = self.parse(raw)
+        return Answer(resp.status, out[:2000] if isinstance(out, str) else out)
 
     async def probe(self, *, detect: bool = False) -> Probe:
         """Health and model list (and the kind, when ``detect``): never raises."""
@@ -202,7 +230,11 @@ class RemoteEngine:
         stream = RemoteStream(self, chat)
 
         async def start() -> None:
-            resp = await self._http().post(self._url(path), json=body)
+            try:
+                resp = await self._http().post(self._url(path), json=body)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # a pooled connection the engine had closed: never reached it; a new one
+                resp = await self._http().post(self._url(path), json=body)
             if resp.status != 200:
                 try:
                     raise await self._error(resp)
@@ -336,6 +368,7 @@ class RemoteStream:
         self._reader = codec.ChunkReader(chat=chat)
         self._resp: aiohttp.ClientResponse | None = None
         self._pending: list[Delta] = []
+        self._buf = bytearray()
         self._done = False
         self._ended: Delta | None = None  # the final delta, once known
         self._cancelled = False
@@ -364,6 +397,7 @@ class RemoteStream:
 
     def attach(self, resp: aiohttp.ClientResponse) -> None:
         self._resp = resp
+        self._engine.stream_opened()
 
     async def first(self) -> None:
         """Read until the first token (or the end): what :meth:`RemoteEngine._stream` waits."""
@@ -372,6 +406,12 @@ class RemoteStream:
                 ev = await self._event(None)
             except aiohttp.ClientPayloadError:  # the body was cut before its end
                 ev = None
+            except _LineTooLong as e:
+                raise ProviderError(
+                    f"provider '{self._engine.cfg.name}' sent {e}",
+                    provider=self._engine.cfg.name,
+                    status=502,
+                ) from e
             if ev is None:  # nothing at all came: ask again without streaming, to hear why
                 raise _EmptyStream(
                     f"provider '{self._engine.cfg.name}' ended the stream before its first token",
@@ -389,25 +429,48 @@ class RemoteStream:
                 raise ProviderError(msg, provider=self._engine.cfg.name, status=status)
             self._ended = Delta(finish_reason="error", error=msg, error_code="provider_error")
             return
-        d = self._reader.feed(ev)
+        try:
+            d = self._reader.feed(ev)
+        except (TypeError, ValueError, KeyError, AttributeError) as e:  # a malformed chunk
+            if first and not self._pending:
+                raise ProviderError(
+                    f"provider '{self._engine.cfg.name}' sent a malformed chunk: {e}",
+                    provider=self._engine.cfg.name,
+                    status=502,
+                ) from e
+            self._ended = self._fail(f"a malformed chunk ({e})")
+            return
         if d is not None:
             self._pending.append(d)
 
+    async def _line(self) -> bytes:
+        """The next line of the body (b"" at its end, or once cancelled), at most MAX_LINE."""
+        while True:
+            cut = self._buf.find(b"\n")
+            if cut >= 0:
+                line = bytes(self._buf[: cut + 1])
+                del self._buf[: cut + 1]
+                return line
+            if len(self._buf) > MAX_LINE:
+                raise _LineTooLong(f"a stream line over {MAX_LINE // 2**20} MiB")
+            if self._resp is None:
+                return b""
+            chunk = await self._resp.content.readany()
+            if not chunk:
+                line, self._buf = bytes(self._buf), bytearray()
+                return line
+            self._buf += chunk
+
     async def _event(self, timeout: float | None) -> Any:
         """The next ``data:`` object; None at ``[DONE]`` or the end of the body."""
-        assert self._resp is not None
         while True:
-            line = await (
-                asyncio.wait_for(self._resp.content.readline(), timeout)
-                if timeout
-                else self._resp.content.readline()
-            )
+            line = await (asyncio.wait_for(self._line(), timeout) if timeout else self._line())
             if not line:
                 return None
             text = line.decode(errors="replace").strip()
             if not text.startswith("data:"):
                 continue
-            data = text[5:].strip()
+            data = self._engine.redact(text[5:].strip())
             if data == "[DONE]":
                 self._done = True
                 return None
@@ -434,7 +497,13 @@ class RemoteStream:
                 try:
                     ev = await self._event(idle)
                 except asyncio.TimeoutError:
+                    if self._reader.finish is not None:  # done, the engine just kept it open
+                        self._ended = self._reader.final(self.prompt_tokens)
+                        continue
                     self._ended = self._fail(f"no data for {idle:g} s (the idle timeout)")
+                    continue
+                except _LineTooLong as e:
+                    self._ended = self._fail(str(e))
                     continue
                 except (aiohttp.ClientError, OSError) as e:
                     if self._cancelled:
@@ -465,6 +534,23 @@ class RemoteStream:
         if self._resp is not None:
             with contextlib.suppress(Exception):
                 self._resp.close()
+            self._resp = None
+            self._engine.stream_closed()
+
+
+async def read_body(resp: aiohttp.ClientResponse, cap: int) -> tuple[bytes, bool]:
+    """The body, to its end or ``cap`` bytes: (bytes, whether that was all of it)."""
+    buf = bytearray()
+    while len(buf) < cap:
+        chunk = await resp.content.read(min(2**20, cap - len(buf)))
+        if not chunk:
+            return bytes(buf), True
+        buf += chunk
+    return bytes(buf), await resp.content.read(1) == b""
+
+
+class _LineTooLong(Exception):
+    """A stream line over MAX_LINE (a hostile or broken engine)."""
 
 
 class _EmptyStream(ProviderError):

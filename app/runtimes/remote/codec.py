@@ -281,11 +281,22 @@ def _chat_logprobs(raw: Any) -> Iterable[TokenLogprob]:
     for item in content:
         if not isinstance(item, dict) or not isinstance(item.get("token"), str):
             continue
+        tops = item.get("top_logprobs")
         top = tuple(
-            (t["token"], float(t.get("logprob", 0.0)), tuple(t.get("bytes") or ()))
-            for t in item.get("top_logprobs") or ()
+            (t["token"], _float(t.get("logprob")), _bytes(t.get("bytes")))
+            for t in (tops if isinstance(tops, list) else ())
             if isinstance(t, dict) and isinstance(t.get("token"), str)
         )
         yield TokenLogprob(
-            item["token"], float(item.get("logprob", 0.0)), tuple(item.get("bytes") or ()), top
+            item["token"], _float(item.get("logprob")), _bytes(item.get("bytes")), top
         )
+
+
+def _float(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
+
+
+def _bytes(v: Any) -> tuple[int, ...]:
+    if isinstance(v, list) and all(isinstance(b, int) and 0 <= b < 256 for b in v):
+        return tuple(v)
+    return ()

@@ -31,8 +31,13 @@ def resolver(service: Hearth) -> wire.Resolve:
     """Ollama names carry a tag ("llama3:latest"); Hearth ids may not."""
 
     def resolve(name: str) -> str:
+        if name.endswith(listing.LATEST) and service.is_routable(name):
+            # /api/tags lists a remote "lan/foo" as "lan/foo:latest": the name comes back so
+            bare = name.removesuffix(listing.LATEST)
+            if _remote_listed(service, bare) and not _remote_listed(service, name):
+                return bare
         if not name or service.is_routable(name):
-            return name  # default_model, an alias, auto: the gateway resolves them
+            return name  # default_model, an alias, auto, a remote id: the gateway resolves them
         try:
             return service.model_status(name).model.id
         except ModelNotFound:
@@ -44,6 +49,10 @@ def resolver(service: Hearth) -> wire.Resolve:
             raise
 
     return resolve
+
+
+def _remote_listed(service: Hearth, model_id: str) -> bool:
+    return any(r.id == model_id for r in service.remote_models())
 
 
 async def _load_ns(service: Hearth, model_id: str) -> int:
@@ -79,7 +88,7 @@ async def show(request: web.Request) -> web.Response:
     if not name:
         raise InvalidRequest("'model' is required", param="model")
     model_id = resolver(service)(name)
-    remote = next((r for r in service.remote_models() if r.id == model_id), None)
+    remote = service.remote_listing(model_id)  # 503 when its provider is down, 404 unlisted
     if remote is not None:
         return web.json_response(listing.show_remote(remote))
     return web.json_response(listing.show(service.model_status(service.resolve_local(model_id))))

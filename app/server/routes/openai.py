@@ -99,7 +99,7 @@ def alias_object(alias: str, targets: Sequence[str]) -> dict[str, object]:
 async def get_model(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     model_id = request.match_info["model_id"]
-    remote = next((r for r in service.remote_models() if r.id == model_id), None)
+    remote = service.remote_listing(model_id)  # 503 when its provider is down, 404 unlisted
     if remote is not None:
         return web.json_response(remote_object(remote))
     targets = service.aliases().get(model_id)
