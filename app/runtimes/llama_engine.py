@@ -379,7 +379,7 @@ class LlamaEngine:
             t0 = time.perf_counter()
             rc = L.llama_decode(self.ctx, b)
             if self.tuner is not None:
-                self._tune(time.perf_counter() - t0, n)
+                self._tune(self.tuner, time.perf_counter() - t0, n)
             if rc != 0:
                 for seq in seqs:
                     if isinstance(seq.engine_state, _SeqState):
@@ -390,18 +390,17 @@ class LlamaEngine:
         for seq, st in reading:  # then one chunk of each prompt being read
             self._prefill(seq, st, whole=not decoded and len(reading) == 1)
 
-    def _tune(self, seconds: float, batch: int) -> None:
+    def _tune(self, tuner: ThreadTuner, seconds: float, batch: int) -> None:
         """Feed one decode step's time to the tuner; apply the thread count it picks."""
-        assert self.tuner is not None
-        threads = self.tuner.observe(seconds, batch)
+        threads = tuner.observe(seconds, batch)
         if threads is not None and threads != self.threads:
             L.llama_set_n_threads(self.ctx, threads, threads)
             log.info(
                 "decoding with %d of %d threads: %s",
                 threads,
-                self.tuner.max_threads,
+                tuner.max_threads,
                 "the CPU is busy with other programs"
-                if threads < self.tuner.max_threads
+                if threads < tuner.max_threads
                 else "the CPU is free again",
             )
             self.threads = threads

@@ -35,7 +35,12 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.runtimes.llama_backend import physical_cores  # noqa: E402
-from tests.e2e.engines import LLAMA_SERVER_HOWTO, free_port, llama_server_binary  # noqa: E402
+from tests.e2e.engines import (  # noqa: E402
+    LLAMA_SERVER_HOWTO,
+    free_port,
+    llama_server_argv,
+    llama_server_binary,
+)
 from tests.e2e.serveproc import start_serve  # noqa: E402
 
 TOPICS = ("a cat", "a lighthouse", "a dragon", "a robot", "the sea", "a city", "a forest", "rain")
@@ -132,8 +137,7 @@ def llama_server(
     port = free_port()
     env = {**os.environ, "LD_LIBRARY_PATH": f"{exe.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
     p = subprocess.Popen(
-        [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-np", str(np_),
-         "-c", str(ctx), "-t", str(threads), "-tb", str(threads), "--alias", "m"],  # fmt: skip
+        llama_server_argv(exe, model, port, alias="m", n_ctx=ctx, threads=threads, parallel=np_),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     root = f"http://127.0.0.1:{port}"

@@ -502,31 +502,11 @@ def start_llama_server(
     d.mkdir(parents=True, exist_ok=True)
 
     def argv(port: int) -> list[str]:
-        a = [
-            str(exe),
-            "-m",
-            str(gguf),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "-t",
-            "1",
-            "-tb",
-            "1",
-            "-c",
-            str(n_ctx),
-            "--alias",
-            alias,
-            "-np",
-            "1",
-        ]
+        a = llama_server_argv(exe, gguf, port, alias=alias, n_ctx=n_ctx, api_key=api_key)
         if embedding:
             a.append("--embeddings")
         if rerank:
             a.append("--rerank")
-        if api_key:
-            a += ["--api-key", api_key]
         return a
 
     # /health is public and answers 503 while the model loads, 200 once it can serve
@@ -540,6 +520,26 @@ def start_llama_server(
         env={**os.environ, "LD_LIBRARY_PATH": _ld_path(exe)},
         ports=ports,
     )
+
+
+def llama_server_argv(
+    exe: Path,
+    gguf: Path,
+    port: int,
+    *,
+    alias: str,
+    n_ctx: int = 1024,
+    threads: int = 1,
+    parallel: int = 1,
+    api_key: str | None = None,
+) -> list[str]:
+    """The command line of a loopback llama-server (the tests', the recorder's, the bench's)."""
+    a = [str(exe), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+         "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "--alias", alias,
+         "-np", str(parallel)]  # fmt: skip
+    if api_key:
+        a += ["--api-key", api_key]
+    return a
 
 
 def _ld_path(exe: Path) -> str:

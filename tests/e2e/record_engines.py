@@ -27,6 +27,7 @@ from tests.e2e.engines import (  # noqa: E402
     Engine,
     free_port,
     http_request,
+    llama_server_argv,
     llama_server_binary,
     start_llama_cpp_python,
     start_llama_server,
@@ -171,23 +172,7 @@ def loading_health(rec: Recorder, exe: Path, gguf: Path, tmp: Path) -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     with (tmp / "loading.log").open("w") as log:
         proc = subprocess.Popen(
-            [
-                str(exe),
-                "-m",
-                str(gguf),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "-t",
-                "1",
-                "-c",
-                "1024",
-                "--alias",
-                "smollm2",
-                "--api-key",
-                KEY,
-            ],
+            llama_server_argv(exe, gguf, port, alias="smollm2", api_key=KEY),
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "LD_LIBRARY_PATH": str(exe.parent)},

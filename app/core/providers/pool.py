@@ -233,9 +233,7 @@ class ProviderPool:
         if e.probe is None:  # just added: its first probe is under way
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(e.probed.wait(), FIRST_PROBE_WAIT_S)
-        self._check_ready(e)
-        p = e.probe
-        assert p is not None
+        p = self._check_ready(e)
         found = next((m for m in p.models if m.id == remote_id), None)
         if found is None and p.models:
             raise ModelNotFound(
@@ -271,15 +269,15 @@ class ProviderPool:
         e = self.owner(model_id)
         if e is None:
             raise ModelNotFound(f"no provider serves '{model_id}'", param="model")
-        self._check_ready(e)
+        p = self._check_ready(e)
         remote_id = model_id[len(e.cfg.prefix) :]
-        assert e.probe is not None
-        for m in e.probe.models:
+        for m in p.models:
             if m.id == remote_id:
                 return RemoteListing(model_id, e.cfg.name, m)
         raise ModelNotFound(f"provider '{e.cfg.name}' serves no model '{remote_id}'", param="model")
 
-    def _check_ready(self, e: _Entry) -> None:
+    def _check_ready(self, e: _Entry) -> Probe:
+        """The provider's last probe, when it is ready (else the error its state means)."""
         p = e.probe
         if p is not None and p.state == "unauthorized":  # the key is wrong: no fallback fixes it
             raise ProviderError(
@@ -292,6 +290,7 @@ class ProviderPool:
             raise ProviderUnavailable(
                 f"provider '{e.cfg.name}' is {e.state}{why}", provider=e.cfg.name
             )
+        return p
 
     async def close(self) -> None:
         self._closed = True
