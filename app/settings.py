@@ -81,7 +81,9 @@ class LoadDefaults:
     context_length: int = 4096
     threads: int = 0  # 0 = auto: the physical cores, fewer while other programs keep them busy
     batch_size: int = 512
-    parallel: int = 1  # requests one GGUF model decodes together (each with the full context)
+    # requests one GGUF model decodes together; they share one cache of context_length tokens
+    # (with prompt_cache.mode "exact", each gets its own)
+    parallel: int = 4
     jit_ttl_s: int = 900  # an on-demand load unloads after this long idle; 0 = at once when idle
     jit_keep_forever: bool = False  # on-demand loads never unload on their own
     memory_budget_bytes: int = 0  # 0 = 80% of RAM (or of the largest GPU)
@@ -89,6 +91,17 @@ class LoadDefaults:
 
 # LoadDefaults fields that are load options (validated with the option table)
 LOAD_DEFAULT_OPTIONS = ("context_length", "threads", "batch_size", "parallel")
+
+
+@dataclass(frozen=True, slots=True)
+class PromptCacheSettings:
+    """``prompt_cache`` in settings.json (issue #12): how a prompt reuses cached ones.
+
+    ``mode``: reuse (the whole common prefix of a kept prompt and answer, several
+    conversations kept), exact (only what keeps answers bit-identical to an uncached solo run:
+    whole aligned micro-batches, one cache per parallel sequence) or off."""
+
+    mode: str = "reuse"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +123,7 @@ class RoutingSettings:
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     load: LoadDefaults = field(default_factory=LoadDefaults)
+    prompt_cache: PromptCacheSettings = field(default_factory=PromptCacheSettings)
     downloads: DownloadSettings = field(default_factory=DownloadSettings)
     models_dir: str = ""  # empty = the default models folder
     tray_hint_shown: bool = False
@@ -178,13 +192,22 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     downloads = _coerce(DownloadSettings, raw.get("downloads", {}), "downloads")
     if downloads.max_concurrent < 1:
         raise ConfigError("settings: downloads.max_concurrent must be at least 1")
+    cache = _coerce(PromptCacheSettings, raw.get("prompt_cache", {}), "prompt_cache")
+    try:
+        SPECS["prompt_cache"].check(cache.mode)
+    except InvalidRequest:
+        raise ConfigError(
+            "settings: prompt_cache.mode must be " + SPECS["prompt_cache"].describe_range()
+        ) from None
     top = {k: raw[k] for k in ("models_dir", "tray_hint_shown", "default_model") if k in raw}
     base = _coerce(Settings, top, "settings")
     routing_raw = raw.get("routing", {})
     if not isinstance(routing_raw, dict):
         raise ConfigError("settings: routing must be an object")
     routing = RoutingSettings(parse_rules(routing_raw.get("auto")))
-    return replace(base, server=server, load=load, downloads=downloads, routing=routing)
+    return replace(
+        base, server=server, load=load, prompt_cache=cache, downloads=downloads, routing=routing
+    )
 
 
 class SettingsStore:

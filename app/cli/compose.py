@@ -31,12 +31,14 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
     store = SettingsStore(paths.settings_file)
 
     def load_defaults() -> LoadOptions:
-        d = store.load().load
+        settings = store.load()
+        d = settings.load
         return LoadOptions(
             context_length=d.context_length,
             threads=d.threads,
             batch_size=d.batch_size,
             parallel=d.parallel,
+            prompt_cache=settings.prompt_cache.mode,
         )
 
     def jit_ttl() -> float | None:

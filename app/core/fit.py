@@ -61,6 +61,19 @@ def _int(v: Any, default: int = 0) -> int:
     return default
 
 
+KEPT_SLOTS = 8  # sequence ids of a shared cache: the conversations it keeps at least
+MAX_SLOTS = 64
+
+
+def cache_slots(parallel: int, prompt_cache: str) -> int:
+    """The sequence ids a llama.cpp context gets: one per parallel request with separate caches
+    ("exact"); more in a shared cache, where idle ones keep other conversations' prompts."""
+    parallel = max(1, parallel)
+    if prompt_cache == "exact":
+        return parallel
+    return min(MAX_SLOTS, max(2 * parallel, KEPT_SLOTS))
+
+
 def estimate_gguf(
     header: GGUFHeader,
     *,
@@ -71,6 +84,7 @@ def estimate_gguf(
     n_vocab: int | None = None,
     embedding: bool | None = None,
     parallel: int = 1,
+    prompt_cache: str = "reuse",
 ) -> MemoryEstimate:
     """Estimate the resident memory of a GGUF model loaded with these options and run to a full
     context (what llama.cpp really touches, not just what it reserves).
@@ -84,7 +98,9 @@ def estimate_gguf(
         n_vocab: vocabulary size when the header's token list length is unknown.
         embedding: an embedding model (pooled outputs for every token, no KV cache for
             non-causal encoders); None = decide from the header.
-        parallel: sequences decoded together, each with its own ``context_length`` of cache.
+        parallel: sequences decoded together: they share one ``context_length`` of cache,
+            or, with ``prompt_cache`` "exact", each has its own.
+        prompt_cache: the load's prompt-cache mode (reuse, exact, off).
 
     The per-element constants were fitted to resident-memory measurements of llama.cpp on a
     135M chat model at 1-4k context and a MiniLM embedder (see tests/runtimes/test_memory_estimate.py).
@@ -102,7 +118,8 @@ def estimate_gguf(
     is_embedding = header.is_embedding_model if embedding is None else embedding
     causal = header.arch_value("attention.causal") is not False
     per_elem = KV_BYTES.get(kv_type.lower(), 2.0)
-    streams = 1 if is_embedding else max(1, parallel)
+    streams = 1 if is_embedding or prompt_cache != "exact" else max(1, parallel)
+    slots = 1 if is_embedding else cache_slots(parallel, prompt_cache)
     kv = int(n_layer * n_ctx * n_head_kv * (head_k + head_v) * per_elem) * streams if causal else 0
     vocab = n_vocab or header.array_lengths.get("tokenizer.ggml.tokens") or 32000
     # an embedding context takes a whole input as one micro-batch
@@ -110,7 +127,7 @@ def estimate_gguf(
     attn = int(ub * n_ctx * n_head * (1.0 if flash_attention else 6.5))
     act = ub * (8 * n_embd + (3 * n_ff if causal else 0)) * 4
     # pooled embeddings make llama.cpp keep an output row per token; generation keeps one
-    outputs = n_ctx * (vocab + n_embd) * 4 if is_embedding else vocab * 4 * streams
+    outputs = n_ctx * (vocab + n_embd) * 4 if is_embedding else vocab * 4 * slots
     return MemoryEstimate(weights, kv, attn + act + outputs, LLAMA_OVERHEAD, n_ctx)
 
 

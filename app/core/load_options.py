@@ -104,6 +104,7 @@ def _fmt(v: float | None) -> str:
 KV_TYPES = ("f16", "q8_0", "q4_0")
 FLASH = ("auto", "on", "off")
 ROPE = ("none", "linear", "yarn")
+PROMPT_CACHE = ("reuse", "exact", "off")
 
 _TABLE = (
     OptionSpec(
@@ -130,9 +131,16 @@ _TABLE = (
     ),
     OptionSpec(
         "parallel", "int", "Parallel requests",
-        "requests decoded together in one batch; each gets the whole context, so the KV cache "
-        "(and memory) grows with this number; answers do not change",
+        "requests decoded together in one batch; they share one KV cache of the context length "
+        "(with the exact prompt cache each gets its own, and memory grows with this number)",
         "--parallel", 1, 16,
+    ),
+    OptionSpec(
+        "prompt_cache", "choice", "Prompt cache",
+        "reuse: continue from the longest cached prefix (prompt and answer, several "
+        "conversations); exact: reuse only what keeps answers bit-identical to an uncached "
+        "run; off: no reuse",
+        "--prompt-cache", choices=PROMPT_CACHE, mlx=True,
     ),
     OptionSpec(
         "threads", "int", "CPU threads", "CPU threads (0 = auto: the physical cores, fewer while other programs keep them busy)", "--threads",

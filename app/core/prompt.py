@@ -5,6 +5,7 @@ rendered off the event loop, the fit in the context, the constraint checked, and
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, replace
 
 from app.core.chat_template import ChatTemplate
@@ -66,6 +67,7 @@ async def prepare_chat(
     *,
     must_fit: bool = True,
 ) -> PreparedChat:
+    t0 = time.perf_counter()
     require(lm, "chat", req.model)
     check_bias(lm, req.sampling)
     special = lm.special_tokens
@@ -110,6 +112,7 @@ async def prepare_chat(
             request_id=req.request_id,
             logprobs=req.logprobs,
             constraint=constraint,
+            prepare_ms=(time.perf_counter() - t0) * 1000,
         ),
         call=call,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -471,6 +472,7 @@ class Hearth:
         prompt: str | Sequence[int],
         sampling: SamplingParams,
     ) -> Generation:
+        t0 = time.perf_counter()
         prompting.require(lm, "completion", req.model)
         prompting.check_bias(lm, sampling)
         if isinstance(prompt, str):
@@ -491,6 +493,7 @@ class Hearth:
             request_id=req.request_id,
             logprobs=req.logprobs,
             constraint=req.constraint,
+            prepare_ms=(time.perf_counter() - t0) * 1000,
         )
         return Generation(req.model, len(tokens), lm.submit(gr))
 

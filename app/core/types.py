@@ -81,8 +81,15 @@ class LoadOptions:
     rope_freq_base: float = 0.0  # 0 = the model's
     rope_freq_scale: float = 0.0  # 0 = the model's
     seed: int | None = None
-    # requests decoded together in one batch (llama.cpp); each gets its own context_length
-    parallel: int = 1
+    # requests decoded together in one batch (llama.cpp). With prompt_cache "reuse" or "off"
+    # they share one KV cache of context_length tokens (the most one request may use); with
+    # "exact" each gets its own context_length of cache (memory grows with this number)
+    parallel: int = 4
+    # reuse: a prompt continues from the longest common prefix any kept cache holds (prompt
+    # and generated answer; several conversations kept); exact: only whole aligned micro-
+    # batches of an earlier prompt are reused, so answers and logprobs are bit-identical to an
+    # uncached solo run; off: nothing is kept
+    prompt_cache: str = "reuse"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +143,7 @@ class GenerationRequest:
     request_id: str = ""
     logprobs: int | None = None  # None = off; N = the sampled token plus the N most likely
     constraint: Constraint | None = None
+    prepare_ms: float = 0.0  # spent rendering and tokenizing it (reported in its timings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +174,10 @@ class Timings:
     prompt_ms: float = 0.0
     predicted_n: int = 0
     predicted_ms: float = 0.0
-    cache_n: int = 0
+    cache_n: int = 0  # prompt tokens the prompt cache already held (not processed again)
+    prepare_ms: float = 0.0  # template rendering and tokenization, before the queue
+    queue_ms: float = 0.0  # waiting for a free sequence of the model
+    batch_size: float = 0.0  # sequences decoded together per step, on average
 
     @property
     def predicted_per_second(self) -> float:
@@ -185,6 +196,9 @@ class Timings:
             "predicted_ms": round(self.predicted_ms, 3),
             "predicted_per_second": round(self.predicted_per_second, 3),
             "cache_n": self.cache_n,
+            "prepare_ms": round(self.prepare_ms, 3),
+            "queue_ms": round(self.queue_ms, 3),
+            "batch_size": round(self.batch_size, 2),
         }
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import codecs
 import ctypes
 import logging
-import os
 import random
 import time
 from typing import Any
 
+from app.core.fit import cache_slots
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
 from app.errors import InvalidRequest, ModelLoadFailed
 from app.runtimes.llama_backend import (
@@ -27,6 +27,7 @@ from app.runtimes.worker import NativeLifetime, Sequence, common_prefix
 log = logging.getLogger(__name__)
 
 PENALTY_LAST_N = 64
+CACHE_MODES = ("reuse", "exact", "off")
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 
 
@@ -53,11 +54,16 @@ class LlamaEngine:
         threads = options.threads or physical_cores()
         self.is_embedding = bool(model.extra.get("embedding"))
         self.is_reranker = bool(model.extra.get("reranker"))
-        # each of `parallel` sequences gets its own cache stream of n_ctx cells, so a
-        # sequence's cells lie as in a solo run and no request can crowd out another
+        self.cache_mode = options.prompt_cache if options.prompt_cache in CACHE_MODES else "reuse"
         parallel = 1 if self.is_embedding else max(1, options.parallel)
+        # "reuse"/"off": one cache of n_ctx cells that the sequences share (llama-server's
+        # default), so memory does not grow with `parallel`; more sequence ids than `parallel`
+        # keep idle conversations' caches until their cells are needed. "exact": a stream of
+        # n_ctx cells per sequence, so a sequence's cells lie as in a solo run (bit-identical)
+        self.unified = self.cache_mode != "exact" and not self.is_embedding
+        n_seq = cache_slots(parallel, self.cache_mode) if self.unified else parallel
         cp = L.llama_context_default_params()
-        cp.n_ctx = n_ctx * parallel
+        cp.n_ctx = n_ctx if self.unified else n_ctx * parallel
         cp.n_batch = min(options.batch_size, n_ctx)
         cp.n_ubatch = min(options.ubatch_size or options.batch_size, cp.n_batch)
         if self.is_embedding:
@@ -65,12 +71,12 @@ class LlamaEngine:
             cp.embeddings = True
             cp.pooling_type = -1
             cp.n_batch = cp.n_ubatch = n_ctx
-        cp.n_seq_max = parallel
-        cp.kv_unified = False
+        cp.n_seq_max = n_seq
+        cp.kv_unified = self.unified
         cp.n_threads = threads
         cp.n_threads_batch = threads
         cp.no_perf = True
-        cp.flash_attn_type = flash_attn_type(options.flash_attention)
+        cp.flash_attn_type = flash_attn_type(options.flash_attention, shared_cache=self.unified)
         cp.type_k = cp.type_v = _KV_TYPES[options.kv_type]
         cp.rope_scaling_type = {"none": -1, "linear": 1, "yarn": 2}[options.rope_scaling]
         if options.rope_freq_base > 0:
@@ -84,31 +90,36 @@ class LlamaEngine:
             raise ModelLoadFailed(
                 f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}' (out of memory?)"
             )
-        self.n_ctx = L.llama_n_ctx_seq(self.ctx)  # per sequence
+        self.n_ctx = L.llama_n_ctx_seq(self.ctx)  # the most one sequence may hold
+        self.cache_tokens = L.llama_n_ctx(self.ctx)  # all sequences together
         self.n_batch = L.llama_n_batch(self.ctx)
         self.threads = threads
         # "auto" threads follow the machine's load (runtimes/threads.py); a set count is kept
         self.tuner = ThreadTuner(threads) if not options.threads and threads > 1 else None
         self.mem = L.llama_get_memory(self.ctx)
-        self.max_sequences = parallel
+        self.max_sequences = parallel  # decoded at once; more slots keep idle caches
         self.peak_batch = 0  # the most sequences decoded in one step so far
-        self.batch = L.llama_batch_init(self.n_batch, 0, self.max_sequences)
+        self.preempted = 0  # sequences parked because the shared cache was full
+        self.batch = L.llama_batch_init(self.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
         self._aborting: Sequence | None = None
         self._abort_cb = L.ggml_abort_callback(self._should_abort)
         self._no_abort = L.ggml_abort_callback()
-        self._free_slots = list(range(self.max_sequences))
-        # Prompt-prefix reuse. Each slot remembers the tokens its cache holds, and how many of
-        # them were computed as whole micro-batches aligned at multiples of n_ubatch, the way a
-        # fresh run computes a prompt. Only those are reused: the rest of the prompt is then
+        self._free_slots = list(range(n_seq))
+        self._last_used = [0.0] * n_seq
+        self._room_freed = False  # cells were freed since a sequence was parked
+        # Prompt-prefix reuse. Each slot remembers the tokens its cache holds (prompt and
+        # generated answer). "reuse" continues from the whole common prefix. "exact" also
+        # counts how many were computed as whole micro-batches aligned at multiples of
+        # n_ubatch, the way a fresh run computes a prompt, and reuses only those: the rest is
         # computed in the same batches as a fresh run would, so the output is bit-identical to
         # an uncached run (greedy answers and seeds stay reproducible).
         n_ubatch = int(L.llama_n_ubatch(self.ctx))
         self._align = n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch)
-        self._kv: list[list[int]] = [[] for _ in range(self.max_sequences)]
-        self._exact = [0] * self.max_sequences
+        self._kv: list[list[int]] = [[] for _ in range(n_seq)]
+        self._exact = [0] * n_seq
         self.n_swa = int(L.llama_model_n_swa(self.model))
-        self.prompt_cache = os.environ.get("HEARTH_PROMPT_CACHE", "1") != "0"
+        self.prompt_cache = self.cache_mode != "off"
         # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
         self.lifetime = NativeLifetime()
         self.max_token_bytes = max(
@@ -234,24 +245,47 @@ class LlamaEngine:
         b.n_tokens = n
 
     def _take_slot(self, tokens: list[int]) -> int:
-        """The free slot whose cached tokens share the longest prefix with ``tokens``."""
-        best = max(self._free_slots, key=lambda sl: common_prefix(self._kv[sl], tokens))
-        self._free_slots.remove(best)
-        return best
+        """A free slot for ``tokens``: the one whose cache shares the longest prefix with them.
+        In a shared cache, when that cache also holds more (another conversation's turn), the
+        common prefix is shared into an empty or the least recently used slot instead (the
+        cells are shared, not copied), so the other conversation keeps its cache."""
+        free = self._free_slots
+        best = max(free, key=lambda sl: (common_prefix(self._kv[sl], tokens), -len(self._kv[sl])))
+        slot = best
+        if self.unified and self.prompt_cache and len(free) > 1:
+            shared = min(common_prefix(self._kv[best], tokens), len(tokens) - 1)
+            if shared < len(self._kv[best]):
+                slot = min(
+                    (sl for sl in free if sl != best),
+                    key=lambda sl: (bool(self._kv[sl]), self._last_used[sl]),
+                )
+                self._forget(slot)
+                if shared > 0 and not self._sharing_breaks_swa(best, shared):
+                    L.llama_memory_seq_cp(self.mem, best, slot, 0, shared)
+                    self._kv[slot] = self._kv[best][:shared]
+        free.remove(slot)
+        return slot
+
+    def _sharing_breaks_swa(self, slot: int, keep: int) -> bool:
+        """Sliding-window layers forget old positions: continuing at ``keep`` needs the last
+        n_swa of them (llama-server's rule)."""
+        return self.n_swa > 0 and L.llama_memory_seq_pos_min(self.mem, slot) > max(
+            0, keep - self.n_swa
+        )
 
     def _reuse(self, slot: int, tokens: list[int]) -> int:
-        """Keep the slot's cache for the whole aligned micro-batches it shares with ``tokens``
-        (never the last token: its logits are needed); drop the rest. Returns the kept length."""
+        """Keep the slot's cache for the prefix it shares with ``tokens`` (never the last token:
+        its logits are needed; in exact mode only whole aligned micro-batches); drop the rest.
+        Returns the kept length."""
         kv = self._kv[slot]
         keep = 0
         if self.prompt_cache:
-            keep = min(common_prefix(kv, tokens), self._exact[slot], len(tokens) - 1)
-            keep -= keep % self._align
-        if keep > 0 and self.n_swa > 0:
-            # sliding-window layers forget old positions: continuing at `keep` needs the last
-            # n_swa of them (llama-server's rule)
-            if L.llama_memory_seq_pos_min(self.mem, slot) > max(0, keep - self.n_swa):
-                keep = 0
+            keep = min(common_prefix(kv, tokens), len(tokens) - 1)
+            if self.cache_mode == "exact":
+                keep = min(keep, self._exact[slot])
+                keep -= keep % self._align
+        if keep > 0 and self._sharing_breaks_swa(slot, keep):
+            keep = 0
         if keep > 0 and not L.llama_memory_seq_rm(self.mem, slot, keep, -1):
             keep = 0  # this memory cannot drop a tail (recurrent models): start over
         if keep == 0:
@@ -265,9 +299,38 @@ class LlamaEngine:
         self._kv[slot].clear()
         self._exact[slot] = 0
 
+    def _evict_idle(self) -> bool:
+        """Free the least recently used idle cache of a shared cache; False when none is left."""
+        idle = [sl for sl in self._free_slots if self._kv[sl]]
+        if not idle:
+            return False
+        self._forget(min(idle, key=lambda sl: self._last_used[sl]))
+        return True
+
+    def _decode(self) -> int:
+        """llama_decode the batch; when a shared cache has no room, idle caches go first."""
+        while True:
+            rc = L.llama_decode(self.ctx, self.batch)
+            if rc != 1 or not self.unified or not self._evict_idle():
+                return rc
+
+    def _park(self, st: _SeqState) -> None:
+        """Free a sequence's cells for the others (the shared cache is full); it reads its
+        tokens again when room is freed. A generating sequence's pending token is the last of
+        them, so its next token comes from the same place."""
+        if st.ready:
+            st.prompt = list(self._kv[st.slot])
+        self._forget(st.slot)
+        st.done_upto = 0
+        st.ready = False
+        st.parked = True
+        self.preempted += 1
+
     def begin(self, seq: Sequence) -> None:
         req: GenerationRequest = seq.request
         tokens = list(req.prompt_tokens)
+        if len(tokens) >= self.n_ctx:
+            raise ValueError("prompt does not fit the context")
         slot = self._take_slot(tokens)
         try:
             sampler = self._sampler(req.sampling, grammar_for(req.constraint), req.prompt_tokens)
@@ -276,8 +339,6 @@ class LlamaEngine:
             raise
         state = _SeqState(slot, sampler)
         seq.engine_state = state
-        if len(tokens) >= self.n_ctx:
-            raise ValueError("prompt does not fit the context")
         cached = self._reuse(slot, tokens)
         seq.cached = cached
         state.prompt, state.done_upto = tokens, cached
@@ -286,7 +347,10 @@ class LlamaEngine:
         self._prefill(seq, state, whole=self._alone())
 
     def _alone(self) -> bool:
-        return len(self._free_slots) >= self.max_sequences - 1
+        return self._busy() <= 1
+
+    def _busy(self) -> int:
+        return len(self._kv) - len(self._free_slots)
 
     def _prefill(self, seq: Sequence, st: _SeqState, *, whole: bool) -> None:
         """Process the prompt from ``st.done_upto``: all of it, or one chunk. The chunks start
@@ -303,7 +367,10 @@ class LlamaEngine:
                 start = st.done_upto
                 chunk = tokens[start : start + self.n_batch]
                 self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
-                rc = L.llama_decode(self.ctx, self.batch)
+                rc = self._decode()
+                if rc == 1 and self._busy() > 1:  # the others hold the shared cache: wait
+                    self._park(st)
+                    return
                 if rc == 2 or seq.cancelled:  # aborted: what this chunk wrote is unknown
                     self._forget(slot)
                     st.failed = True
@@ -323,7 +390,10 @@ class LlamaEngine:
             self._aborting = None
         st.pos = len(tokens)
         st.ready = True
-        seq.t_prompt_done = time.perf_counter()
+        if st.parked:  # read again after a park: its pending token's logits are fresh
+            st.parked = False
+        else:
+            seq.t_prompt_done = time.perf_counter()
         self._sample(seq, st, self.batch.n_tokens - 1)
 
     def _sample(self, seq: Sequence, st: _SeqState, idx: int) -> None:
@@ -341,14 +411,12 @@ class LlamaEngine:
 
     def step(self, seqs: list[Sequence]) -> None:
         """Emit each sequence's sampled token, decode them all in one batch, sample the next."""
-        b = self.batch
-        n = 0
         decoded: list[tuple[Sequence, _SeqState]] = []
         reading: list[tuple[Sequence, _SeqState]] = []
         for seq in seqs:
             st: _SeqState = seq.engine_state  # type: ignore[assignment]
             if not st.ready and not st.failed and not seq.cancelled and st.prompt:
-                reading.append((seq, st))  # its prompt is still being read
+                reading.append((seq, st))  # its prompt is still being read (or it is parked)
                 continue
             if not st.ready or st.next is None:
                 seq.finish("cancelled" if seq.cancelled else "error")
@@ -365,30 +433,49 @@ class LlamaEngine:
                 seq.finish("length")
                 continue
             self._kv[st.slot].append(tok)
-            b.token[n] = tok
-            b.pos[n] = st.pos
-            b.n_seq_id[n] = 1
-            b.seq_id[n][0] = st.slot
-            b.logits[n] = 1
             decoded.append((seq, st))
+        while decoded:
+            rc = self._decode_step(decoded)
+            if rc == 0:
+                break
+            if rc == 1 and len(decoded) > 1:  # the shared cache is full: the youngest waits
+                victim = max(decoded, key=lambda d: d[0].t_start)
+                decoded.remove(victim)
+                self._park(victim[1])
+                continue
+            for seq in seqs:
+                if isinstance(seq.engine_state, _SeqState):
+                    self._forget(seq.engine_state.slot)
+            raise RuntimeError(f"llama_decode failed (code {rc})")
+        n = len(decoded)
+        for i, (seq, st) in enumerate(decoded):
             st.pos += 1
-            n += 1
-        if n:
-            b.n_tokens = n
-            self.peak_batch = max(self.peak_batch, n)
-            t0 = time.perf_counter()
-            rc = L.llama_decode(self.ctx, b)
-            if self.tuner is not None:
-                self._tune(self.tuner, time.perf_counter() - t0, n)
-            if rc != 0:
-                for seq in seqs:
-                    if isinstance(seq.engine_state, _SeqState):
-                        self._forget(seq.engine_state.slot)
-                raise RuntimeError(f"llama_decode failed (code {rc})")
-            for i, (seq, st) in enumerate(decoded):
-                self._sample(seq, st, i)
+            seq.batch_sum += n
+            seq.batch_steps += 1
+            self._sample(seq, st, i)
+        room = self._room_freed
+        self._room_freed = False
         for seq, st in reading:  # then one chunk of each prompt being read
+            if st.parked and decoded and not room:
+                continue  # nothing was freed since it was parked
             self._prefill(seq, st, whole=not decoded and len(reading) == 1)
+
+    def _decode_step(self, decoded: list[tuple[Sequence, _SeqState]]) -> int:
+        """One decode of each sequence's last token; returns llama_decode's code."""
+        b = self.batch
+        for i, (_, st) in enumerate(decoded):
+            b.token[i] = self._kv[st.slot][-1]
+            b.pos[i] = st.pos
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = st.slot
+            b.logits[i] = 1
+        n = b.n_tokens = len(decoded)
+        self.peak_batch = max(self.peak_batch, n)
+        t0 = time.perf_counter()
+        rc = self._decode()
+        if rc == 0 and self.tuner is not None:
+            self._tune(self.tuner, time.perf_counter() - t0, n)
+        return rc
 
     def _tune(self, tuner: ThreadTuner, seconds: float, batch: int) -> None:
         """Feed one decode step's time to the tuner; apply the thread count it picks."""
@@ -493,9 +580,11 @@ class LlamaEngine:
         st = seq.engine_state
         if isinstance(st, _SeqState):
             L.llama_sampler_free(st.sampler)
-            if not self.prompt_cache:
+            if not self.prompt_cache or st.parked:
                 self._forget(st.slot)
             self._free_slots.append(st.slot)  # its cache stays, for the next prompt
+            self._last_used[st.slot] = time.monotonic()
+            self._room_freed = True
             seq.engine_state = None
 
     def shutdown(self) -> None:
@@ -523,6 +612,7 @@ class _SeqState:
         "prompt",
         "done_upto",
         "decoder",
+        "parked",
     )
 
     def __init__(self, slot: int, sampler: Any) -> None:
@@ -535,5 +625,6 @@ class _SeqState:
         # the token sampled after the last decode: (id, its bytes, its logprob entry)
         self.next: tuple[int, bytes, tuple[TokenLogprob, ...]] | None = None
         self.ready = False
+        self.parked = False  # its cells were freed for others; it reads its tokens again
         # holds back an incomplete UTF-8 character until its last byte arrives
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from app.core.types import (
     SamplingParams,
     TokenLogprob,
 )
-from app.errors import InvalidModel, InvalidRequest, ModelLoadFailed, RuntimeUnavailable
+from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
 from app.runtimes.guidance import Guide
 from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
 
@@ -59,11 +58,8 @@ class MlxEngine:
         mx, self._generate_step, samplers, mlx_load = _import_mlx()
         self._mx = mx
         self._make_sampler, self._make_processors, self._cache_mod = samplers
-        if options.parallel > 1:
-            raise InvalidRequest(
-                "MLX models decode one request at a time here; 'parallel' must be 1",
-                param="parallel",
-            )
+        # MLX models decode one request at a time here: `parallel` is how many may wait in
+        # line together, not a batch (the load default of 4 applies to every format)
         path = Path(model.path)
         cfg = _read_json(path / "config.json")
         if cfg.get("auto_map") or (path / "modeling.py").exists():
@@ -78,10 +74,12 @@ class MlxEngine:
         self.n_ctx = min(options.context_length or 4096, trained)
         self.seed = options.seed
         self._stream: Any = None
-        # Prompt-prefix reuse, as in the llama.cpp runtime: the cache of the last prompt is kept,
-        # and a later prompt reuses only its whole prefill chunks (PREFILL_STEP tokens, aligned
-        # from the start), which a fresh run computes the same way: answers do not change.
-        self.prompt_cache = os.environ.get("HEARTH_PROMPT_CACHE", "1") != "0"
+        # Prompt-prefix reuse, as in the llama.cpp runtime: the cache of the last prompt (and
+        # its answer) is kept. "reuse" continues from the whole common prefix; "exact" reuses
+        # only whole prefill chunks (PREFILL_STEP tokens, aligned from the start), which a
+        # fresh run computes the same way, so answers do not change; "off" keeps nothing.
+        self.cache_mode = options.prompt_cache
+        self.prompt_cache = options.prompt_cache != "off"
         self._cache: list[Any] | None = None
         self._cache_tokens: list[int] = []
         self._exact = 0
@@ -108,9 +106,11 @@ class MlxEngine:
         cache, keep = self._cache, 0
         self._cache = None  # taken: put back only when the generation ends cleanly
         if cache is not None and self.prompt_cache and cm.can_trim_prompt_cache(cache):
-            common = common_prefix(self._cache_tokens, tokens)
-            common = min(common, self._exact, len(tokens) - 1)
-            keep = common - common % PREFILL_STEP
+            common = min(common_prefix(self._cache_tokens, tokens), len(tokens) - 1)
+            keep = common
+            if self.cache_mode == "exact":
+                keep = min(common, self._exact)
+                keep -= keep % PREFILL_STEP
             held = int(cache[0].offset)
             if keep > 0 and cm.trim_prompt_cache(cache, held - keep) != held - keep:
                 keep = 0
@@ -175,7 +175,7 @@ class MlxEngine:
         )
         detok = self.tokenizer.detokenizer
         detok.reset()
-        state = _MlxState(gen, detok, limit)
+        state = _MlxState(gen, detok, limit, tokens)
         seq.engine_state = state
         # the first next() processes the whole prompt (cancellable between chunks)
         try:
@@ -198,6 +198,7 @@ class MlxEngine:
                 continue
             token = st.pending[0]
             tok = int(token.item() if hasattr(token, "item") else token)
+            st.tokens.append(tok)
             if tok in self.tokenizer.eos_token_ids:
                 seq.finish("stop")
                 continue
@@ -237,6 +238,13 @@ class MlxEngine:
         if isinstance(st, _MlxState):
             st.gen.close()
             seq.engine_state = None
+            if self._cache is not None and self.cache_mode == "reuse":
+                # the cache holds the prompt and the answer mlx-lm fed back: all reusable
+                held = int(self._cache[0].offset)
+                if held <= len(st.tokens):
+                    self._cache_tokens = st.tokens[:held]
+                else:
+                    self._cache = None
         if seq.error is not None or seq.finish_reason == "error" or not self.prompt_cache:
             self._cache = None  # a failed step may have left the layers' caches uneven
 
@@ -261,10 +269,11 @@ def _with_history(processor: Any, head: Any, mx: Any) -> Any:
 
 
 class _MlxState:
-    __slots__ = ("gen", "detok", "pending", "done", "produced", "limit")
+    __slots__ = ("gen", "detok", "pending", "done", "produced", "limit", "tokens")
 
-    def __init__(self, gen: Any, detok: Any, limit: int) -> None:
+    def __init__(self, gen: Any, detok: Any, limit: int, tokens: list[int]) -> None:
         self.gen = gen
+        self.tokens = list(tokens)  # the prompt, then each token mlx-lm gave (and so fed)
         self.detok = detok
         self.pending: Any = None
         self.done = False

@@ -173,7 +173,10 @@ class Sequence:
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.t_start = time.perf_counter()
+        self.t_begin = 0.0  # admitted: its prompt starts being read
         self.t_prompt_done = 0.0
+        self.batch_sum = 0  # sequences in each of its decode steps, added up
+        self.batch_steps = 0
         self.engine_state: object = None
         self.unloaded = False  # cancelled because its model is being freed
 
@@ -204,12 +207,16 @@ class Sequence:
             self.stream.push(Delta(text=tail))
         now = time.perf_counter()
         t_prompt = self.t_prompt_done or now
+        t_begin = self.t_begin or t_prompt
         timings = Timings(
             prompt_n=len(self.request.prompt_tokens) - self.cached,
-            prompt_ms=(t_prompt - self.t_start) * 1000,
+            prompt_ms=(t_prompt - t_begin) * 1000,
             predicted_n=self.generated,
             predicted_ms=(now - t_prompt) * 1000,
             cache_n=self.cached,
+            prepare_ms=self.request.prepare_ms,
+            queue_ms=(t_begin - self.t_start) * 1000,
+            batch_size=self.batch_sum / self.batch_steps if self.batch_steps else 0.0,
         )
         usage = Usage(len(self.request.prompt_tokens), self.generated, self.cached)
         self.stream.push(
@@ -385,9 +392,11 @@ class Worker:
         if seq.cancelled:
             seq.finish("cancelled")
             return
+        seq.t_begin = time.perf_counter()
         try:
             self.engine.begin(seq)
-            seq.t_prompt_done = time.perf_counter()
+            if not seq.t_prompt_done:  # an engine that reads it over several steps sets it
+                seq.t_prompt_done = time.perf_counter()
         except Exception as e:  # sent back to the caller, never kills the thread
             log.exception("prompt processing failed")
             seq.error = str(e) or type(e).__name__

@@ -1,6 +1,6 @@
 """Child process for the memory-estimate test: load with mmap off, fill the context, report RSS.
 
-Usage: python -m tests.runtimes.memory_probe FORMAT PATH CONTEXT HOME [PARALLEL]
+Usage: python -m tests.runtimes.memory_probe FORMAT PATH CONTEXT HOME [PARALLEL [CACHE_MODE]]
 Prints one JSON line: {"estimate": bytes, "measured": bytes, ...}.
 """
 
@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 
-async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> None:
+async def main(
+    fmt: str, path: str, ctx: int, home: str, parallel: int = 1, mode: str = "exact"
+) -> None:
     from app.core import fit, formats
     from app.core.library import ModelLibrary
     from app.core.requests import CompletionRequest, EmbeddingRequest
@@ -33,7 +35,7 @@ async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> N
         runtimes["mlx"] = MlxRuntime()
     lib = ModelLibrary(Path(home) / "lib.json", Path(home) / "models")
     model, _ = lib.import_path(path)
-    options = LoadOptions(context_length=ctx, use_mmap=False, parallel=parallel)
+    options = LoadOptions(context_length=ctx, use_mmap=False, parallel=parallel, prompt_cache=mode)
     h = Hearth(lib, runtimes, load_defaults=lambda: options, budget_bytes=lambda: 1 << 40)
     estimate = formats.estimate_model(model, options)
     if fmt == "gguf":  # the probe child runs once, outside this measurement
@@ -57,8 +59,10 @@ async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> N
         await h.embed(EmbeddingRequest(model.id, (tuple(100 + (i % 1000) for i in range(n)),)))
     else:
         words = "the lighthouse keeper watched the sea "
+        # separate caches: each sequence fills its own; a shared one: they fill it together
+        share = 1 if mode == "exact" else parallel
         tokens = lm.tokenize(words * 2000, add_special=True, parse_special=False)[
-            : lm.context_length - 2
+            : lm.context_length // share - 2
         ]
 
         async def fill(i: int) -> None:  # a different prompt per sequence: one cache stream each
@@ -91,4 +95,5 @@ async def main(fmt: str, path: str, ctx: int, home: str, parallel: int = 1) -> N
 
 if __name__ == "__main__":
     par = int(sys.argv[5]) if len(sys.argv) > 5 else 1
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], par))
+    mode = sys.argv[6] if len(sys.argv) > 6 else "exact"
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], par, mode))

@@ -16,7 +16,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def measure(fmt: str, path: Path, ctx: int, home: Path, parallel: int = 1) -> dict:
+def measure(
+    fmt: str, path: Path, ctx: int, home: Path, parallel: int = 1, mode: str = "exact"
+) -> dict:
     r = subprocess.run(
         [
             sys.executable,
@@ -27,6 +29,7 @@ def measure(fmt: str, path: Path, ctx: int, home: Path, parallel: int = 1) -> di
             str(ctx),
             str(home),
             str(parallel),
+            mode,
         ],
         cwd=REPO,
         capture_output=True,
@@ -54,8 +57,19 @@ def test_llama_chat_model(tmp_path: Path, smollm2_path: Path, ctx: int) -> None:
 
 @pytest.mark.model
 def test_llama_parallel_sequences(tmp_path: Path, smollm2_path: Path) -> None:
-    """Four sequences, each with its own 1024-token cache stream, all filled."""
+    """Exact prompt cache: four sequences, each with its own 1024-token cache stream, all filled."""
     check("SmolLM2-135M Q4_1 ctx 1024 x 4", measure("gguf", smollm2_path, 1024, tmp_path, 4))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("ctx", [1024, 4096])
+def test_llama_default_load_shares_one_cache(tmp_path: Path, smollm2_path: Path, ctx: int) -> None:
+    """The default load: four parallel sequences in one shared cache of the context length
+    (flash attention on), filled together: the memory of one context, not four."""
+    d = measure("gguf", smollm2_path, ctx, tmp_path, 4, "reuse")
+    check(f"SmolLM2-135M Q4_1 ctx {ctx} shared by 4", d)
+    single = measure("gguf", smollm2_path, ctx, tmp_path / "x4", 4, "exact")
+    assert d["measured"] < single["measured"] * 0.75, "the shared cache is smaller than four"
 
 
 def test_llama_embedding_model(tmp_path: Path, embedding_gguf: Path) -> None:
