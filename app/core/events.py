@@ -76,6 +76,8 @@ class RequestFinished(Event):
     tokens_per_second: float  # decode speed the runtime measured; 0 when not a generation
     prompt_tokens_per_second: float = 0.0  # prompt processing speed (uncached tokens only)
     cached_tokens: int = 0  # prompt tokens reused from the prompt cache
+    batch_size: float = 0.0  # sequences decoded together per step, on average (0: unknown)
+    cpu_busy: bool = False  # decoded with fewer threads: other programs kept the CPU busy
 
 
 # -- downloads (app.core.downloads.DownloadManager publishes these) ----------------------------

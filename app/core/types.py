@@ -178,6 +178,8 @@ class Timings:
     prepare_ms: float = 0.0  # template rendering and tokenization, before the queue
     queue_ms: float = 0.0  # waiting for a free sequence of the model
     batch_size: float = 0.0  # sequences decoded together per step, on average
+    threads: int = 0  # decode threads at the end (0: not a local llama.cpp model)
+    cpu_busy: bool = False  # fewer threads than the cores: other programs keep the CPU busy
 
     @property
     def predicted_per_second(self) -> float:
@@ -199,6 +201,8 @@ class Timings:
             "prepare_ms": round(self.prepare_ms, 3),
             "queue_ms": round(self.queue_ms, 3),
             "batch_size": round(self.batch_size, 2),
+            "threads": self.threads,
+            "cpu_busy": self.cpu_busy,
         }
 
 
@@ -232,6 +236,8 @@ class Delta:
     tool_calls: tuple[ToolCallDelta, ...] = ()
     # on a final "cancelled" delta: "model_unloaded" when the model went away under it
     error_code: str | None = None
+    # decoding with fewer threads than the cores because other programs keep the CPU busy
+    cpu_busy: bool = False
 
 
 class GenerationStream(Protocol):

@@ -448,10 +448,12 @@ class LlamaEngine:
                     self._forget(seq.engine_state.slot)
             raise RuntimeError(f"llama_decode failed (code {rc})")
         n = len(decoded)
+        busy = self.tuner is not None and self.threads < self.tuner.max_threads
         for i, (seq, st) in enumerate(decoded):
             st.pos += 1
             seq.batch_sum += n
             seq.batch_steps += 1
+            seq.threads, seq.cpu_busy = self.threads, busy
             self._sample(seq, st, i)
         room = self._room_freed
         self._room_freed = False

@@ -177,6 +177,8 @@ class Sequence:
         self.t_prompt_done = 0.0
         self.batch_sum = 0  # sequences in each of its decode steps, added up
         self.batch_steps = 0
+        self.threads = 0  # the engine's decode threads (set by engines that tune them)
+        self.cpu_busy = False  # fewer than the cores: other programs keep the CPU busy
         self.engine_state: object = None
         self.unloaded = False  # cancelled because its model is being freed
 
@@ -191,7 +193,9 @@ class Sequence:
         self.generated += tokens
         out, hit = self.stop.feed(text)
         if out or logprobs:
-            self.stream.push(Delta(text=out, token_count=tokens, logprobs=logprobs))
+            self.stream.push(
+                Delta(text=out, token_count=tokens, logprobs=logprobs, cpu_busy=self.cpu_busy)
+            )
         if hit:
             self.finish_reason = "stop"
         elif self.request.max_tokens is not None and self.generated >= self.request.max_tokens:
@@ -217,6 +221,8 @@ class Sequence:
             prepare_ms=self.request.prepare_ms,
             queue_ms=(t_begin - self.t_start) * 1000,
             batch_size=self.batch_sum / self.batch_steps if self.batch_steps else 0.0,
+            threads=self.threads,
+            cpu_busy=self.cpu_busy,
         )
         usage = Usage(len(self.request.prompt_tokens), self.generated, self.cached)
         self.stream.push(

@@ -158,6 +158,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         "cached_tokens": 0,
         "tps": 0.0,
         "prompt_tps": 0.0,
+        "batch_size": 0.0,
+        "cpu_busy": False,
     }
     cors: dict[str, str] = {}
     protocol = protocol_of(request)
@@ -279,6 +281,9 @@ def _log_request(request: web.Request, resp: web.StreamResponse, started: float)
         tokens_per_second=info["tps"],
         prompt_tokens_per_second=info["prompt_tps"],
         cached_tokens=info["cached_tokens"],
+        batch_size=info["batch_size"],
+        cpu_busy=info["cpu_busy"],
     )
-    log.info("%s %s %d %.3fs", request.method, request.path, resp.status, secs)
+    note = " (slower: the CPU is busy with other programs)" if info["cpu_busy"] else ""
+    log.info("%s %s %d %.3fs%s", request.method, request.path, resp.status, secs, note)
     request.app[SERVICE].events.publish(ev)

@@ -232,3 +232,5 @@ def note_generation(request: web.Request, model: str, final: Delta) -> None:
     if final.timings:
         info["tps"] = final.timings.predicted_per_second
         info["prompt_tps"] = final.timings.prompt_per_second
+        info["batch_size"] = final.timings.batch_size
+        info["cpu_busy"] = info["cpu_busy"] or final.timings.cpu_busy

@@ -573,3 +573,37 @@ async def test_unload_stops_an_embedding_batch_between_inputs(
         assert time.monotonic() - t0 < 60
     finally:
         await h.close()
+
+
+async def test_a_busy_cpu_is_said_in_the_deltas_and_the_timings(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """When the thread tuner moves decoding to fewer threads (other programs keep the CPU busy),
+    llama.cpp decodes with that many from the next step, and the stream says why it is slower:
+    its deltas and final timings carry cpu_busy and the thread count."""
+    from app.runtimes.threads import ThreadTuner
+
+    class BusyMachine(ThreadTuner):  # the tuner's verdict, as on a machine under load
+        def observe(self, seconds: float, batch: int) -> int | None:
+            self.current = 1
+            return 1
+
+    h = make_hearth(tmp_path, threads=2)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        engine.tuner = BusyMachine(2)
+        from app.runtimes.llama_backend import L
+
+        gen = await complete(
+            h, model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=8
+        )
+        deltas = [d async for d in gen]
+        assert L.llama_n_threads(engine.ctx) == 1, "the tuner's count was applied"
+        assert any(d.cpu_busy for d in deltas if d.text)
+        t = deltas[-1].timings
+        assert t is not None and t.cpu_busy and t.threads == 1
+        assert t.as_dict()["cpu_busy"] is True
+    finally:
+        await h.close()
