@@ -60,6 +60,10 @@ class LoadedInfo:
     pinned: bool
     options: LoadOptions
     reload_pending: bool = False  # a reload waits for its running requests to finish
+    # the KV cache's total tokens (a shared cache: all sequences together) and the requests
+    # decoded together; context_length is the most one request may use
+    cache_tokens: int = 0
+    parallel: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,8 @@ class ModelScheduler:
                     s.pinned,
                     s.options,
                     mid in self._reloads,
+                    getattr(s.model, "cache_tokens", s.model.context_length),
+                    getattr(s.model, "parallel", 1),
                 )
             )
         return out

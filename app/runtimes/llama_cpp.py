@@ -29,7 +29,9 @@ class LlamaCppModel:
     def __init__(self, model: LocalModel, engine: LlamaEngine, *, queue_size: int) -> None:
         self.model_id = model.id
         self.engine = engine
-        self.context_length = engine.n_ctx
+        self.context_length = engine.n_ctx  # the most one request may use
+        self.cache_tokens = engine.cache_tokens  # the KV cache's cells, all sequences together
+        self.parallel = engine.max_sequences
         self._template = model.chat_template or engine.meta("tokenizer.chat_template")
         bos = L.llama_vocab_bos(engine.vocab)
         eos = L.llama_vocab_eos(engine.vocab)

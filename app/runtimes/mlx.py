@@ -288,6 +288,8 @@ class MlxModel:
         self.model_id = model.id
         self.engine = engine
         self.context_length = engine.n_ctx
+        self.cache_tokens = engine.n_ctx
+        self.parallel = engine.max_sequences
         tok = engine.tokenizer
         self._template = model.chat_template or getattr(tok, "chat_template", None)
         self._special: dict[str, Any] = {

@@ -22,6 +22,8 @@ def loaded_json(i: LoadedInfo) -> dict[str, Any]:
         "id": i.model_id,
         "runtime": i.runtime,
         "context_length": i.context_length,
+        "cache_tokens": i.cache_tokens,
+        "parallel": i.parallel,
         "loaded_at": i.loaded_at,
         "last_used": i.last_used,
         "pending_requests": i.pending,
