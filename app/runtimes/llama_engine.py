@@ -438,9 +438,12 @@ class LlamaEngine:
             rc = self._decode_step(decoded)
             if rc == 0:
                 break
-            if rc == 1 and len(decoded) > 1:  # the shared cache is full: the youngest waits
-                victim = max(decoded, key=lambda d: d[0].t_start)
-                decoded.remove(victim)
+            # the shared cache is full: the youngest sequence holding cells waits
+            holders = decoded + [r for r in reading if not r[1].parked and r[1].done_upto]
+            if rc == 1 and len(holders) > 1:
+                victim = max(holders, key=lambda d: d[0].t_start)
+                if victim in decoded:
+                    decoded.remove(victim)
                 self._park(victim[1])
                 continue
             for seq in seqs:

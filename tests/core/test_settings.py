@@ -52,6 +52,23 @@ def test_defaults_are_safe() -> None:
     assert 1 <= s.server.max_incomplete_per_client <= s.server.max_incomplete_connections
     assert s.load == LoadDefaults()
     assert settings_from_dict({}) == s
+    # issue 12: several requests batched over one shared cache, which reuses whole prefixes
+    assert s.load.parallel == 4 and s.prompt_cache.mode == "reuse"
+
+
+def test_prompt_cache_mode_reaches_every_load(tmp_path: Path) -> None:
+    """``prompt_cache.mode`` in settings.json is the default of every load's prompt_cache."""
+    from app.cli.compose import build_service
+
+    paths = AppPaths.default(tmp_path).ensure()
+    s = Settings()
+    store = SettingsStore(paths.settings_file)
+    store.save(
+        dataclasses.replace(s, prompt_cache=dataclasses.replace(s.prompt_cache, mode="exact"))
+    )
+    assert settings_from_dict(store.load().to_dict()).prompt_cache.mode == "exact"
+    service = build_service(paths, store.load())
+    assert service.scheduler.effective_options("any").prompt_cache == "exact"
 
 
 def test_missing_file_loads_defaults(store: SettingsStore) -> None:
@@ -164,6 +181,9 @@ BAD_VALUES: list[tuple[str, dict[str, Any]]] = [
     ("no incomplete connections", {"server": {"max_incomplete_connections": 0}}),
     ("no incomplete per client", {"server": {"max_incomplete_per_client": 0}}),
     ("per-client cap as string", {"server": {"max_incomplete_per_client": "5"}}),
+    ("unknown prompt cache mode", {"prompt_cache": {"mode": "always"}}),
+    ("prompt cache mode as bool", {"prompt_cache": {"mode": True}}),
+    ("prompt cache as list", {"prompt_cache": ["reuse"]}),
 ]
 
 
@@ -296,8 +316,8 @@ def test_without_hearth_home_paths_are_per_user(
 
 
 def test_parallel_default_is_bounded() -> None:
-    assert settings_from_dict({}).load.parallel == 1
-    assert settings_from_dict({"load": {"parallel": 4}}).load.parallel == 4
+    assert settings_from_dict({}).load.parallel == 4
+    assert settings_from_dict({"load": {"parallel": 2}}).load.parallel == 2
     for bad in (0, 17):
         with pytest.raises(ConfigError):
             settings_from_dict({"load": {"parallel": bad}})

@@ -118,11 +118,16 @@ def test_estimate_follows_the_options(
     assert int(q8["kv_cache"]) < int(big["kv_cache"])  # about half: 8-bit instead of 16
     assert dialog.kv_label.text() == f"{human_bytes(int(q8['kv_cache']))}  (8,192 tokens, q8_0)"
 
-    # parallel requests: one cache stream each, so four times the KV cache
+    # with the exact prompt cache, one cache stream per parallel request: four times the KV
+    dialog.prompt_cache_combo.setCurrentIndex(dialog.prompt_cache_combo.findData("exact"))
     dialog.parallel_spin.setValue(4)
     qtbot.waitUntil(lambda: "4 × 8,192 tokens" in dialog.kv_label.text(), timeout=10_000)
     par = wait_estimate(qtbot, dialog, context_length=8192)
     assert int(par["kv_cache"]) == 4 * int(q8["kv_cache"])
+    # the default (reuse) shares one cache among them: one context's KV cache again
+    dialog.prompt_cache_combo.setCurrentIndex(dialog.prompt_cache_combo.findData("reuse"))
+    qtbot.waitUntil(lambda: "×" not in dialog.kv_label.text(), timeout=10_000)
+    assert int(wait_estimate(qtbot, dialog, context_length=8192)["kv_cache"]) == int(q8["kv_cache"])
     assert dialog.options()["parallel"] == 4
     dialog.reject()
     assert gui_ctx.service.scheduler.loaded() == []  # Cancel loads nothing

@@ -31,10 +31,11 @@ def make_hearth(tmp_path: Path, queue_size: int = 16, **options: object) -> Hear
     return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
-# greedy logprobs of one answer in "reuse" mode vs an uncached solo run: the cells a prompt
-# continues from lie elsewhere in the shared cache, so sums run in another order (measured on
-# SmolLM2: at most ~0.02)
-REUSE_LOGPROB_TOLERANCE = 0.08
+# greedy logprobs of one answer in "reuse" mode (shared cache) vs an uncached solo run: the
+# cells a prompt continues from lie elsewhere in the shared cache, and batched sequences'
+# cells interleave, so attention's sums run in other orders and splits (measured on SmolLM2:
+# up to ~0.1)
+REUSE_LOGPROB_TOLERANCE = 0.15
 
 
 def assert_close(a: list, b: list, what: str) -> None:

@@ -139,6 +139,7 @@ class LoadDialog(QDialog):
         self.kv_combo = cast(QComboBox, e["kv_type"])
         self.seed_spin = cast(QSpinBox, e["seed"])
         self.parallel_spin = cast(QSpinBox, e["parallel"])
+        self.prompt_cache_combo = cast(QComboBox, e["prompt_cache"])
         self.threads_spin = cast(QSpinBox, e["threads"])
         self.batch_spin = cast(QSpinBox, e["batch_size"])
         self.ubatch_spin = cast(QSpinBox, e["ubatch_size"])
@@ -358,7 +359,9 @@ class LoadDialog(QDialog):
         self.estimate = est
         kv_type = options.get("kv_type", "f16")  # MLX caches keys and values in f16
         self.weights_label.setText(human_bytes(est["weights"]))
-        streams = int(options.get("parallel", 1) or 1)
+        # separate cache streams only with the exact prompt cache; else one shared cache
+        exact = options.get("prompt_cache") == "exact"
+        streams = int(options.get("parallel", 1) or 1) if exact else 1
         per = f"{grouped(est['context_length'])} tokens"
         per = f"{streams} × {per}" if streams > 1 else per
         self.kv_label.setText(f"{human_bytes(est['kv_cache'])}  ({per}, {kv_type})")

@@ -10,6 +10,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
+    QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
@@ -31,6 +32,11 @@ from app.settings import Settings, SettingsStore, TokenStore, generate_key, hash
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
+PROMPT_CACHE_CHOICES = (
+    ("reuse", "Reuse the longest cached prefix"),
+    ("exact", "Exact (bit-identical answers)"),
+    ("off", "Off"),
+)
 
 
 class SettingsPage(QWidget):
@@ -103,8 +109,16 @@ class SettingsPage(QWidget):
         self.parallel_spin = QSpinBox()
         _table_range(self.parallel_spin, "parallel")
         self.parallel_spin.setToolTip(
-            "Requests a GGUF model decodes together. Each gets the whole context, so the KV "
-            "cache (and memory) grows with this number; answers do not change."
+            "Requests a GGUF model decodes together. They share one KV cache of the context "
+            "length (with the exact prompt cache each gets its own, and memory grows with this)."
+        )
+        self.prompt_cache_combo = QComboBox()
+        for mode, label in PROMPT_CACHE_CHOICES:
+            self.prompt_cache_combo.addItem(label, mode)
+        self.prompt_cache_combo.setToolTip(
+            "Reuse: a request continues from the longest cached prefix (earlier turns and their "
+            "answers, several conversations). Exact: reuse only what keeps answers and seeds "
+            "bit-identical to an uncached run. Off: no reuse."
         )
         self.budget_spin.setSuffix(" GiB")
         self.budget_spin.setSpecialValueText("Auto (80% of RAM or VRAM)")
@@ -121,6 +135,7 @@ class SettingsPage(QWidget):
             self.context_spin,
             self.threads_spin,
             self.parallel_spin,
+            self.prompt_cache_combo,
             self.budget_spin,
             self.jit_ttl_spin,
         ):
@@ -182,6 +197,7 @@ class SettingsPage(QWidget):
         mf.addRow("Default context length", self.context_spin)
         mf.addRow("Threads", self.threads_spin)
         mf.addRow("Parallel requests", self.parallel_spin)
+        mf.addRow("Prompt cache", self.prompt_cache_combo)
         folder_note = QLabel("A new models folder is used after Hearth restarts.")
         folder_note.setStyleSheet("color:#6b6b6b")
         mf.addRow("", folder_note)
@@ -266,6 +282,7 @@ class SettingsPage(QWidget):
         models_dir = self.models_dir_edit.text().strip()
         context, threads = self.context_spin.value(), self.threads_spin.value()
         parallel = self.parallel_spin.value()
+        cache_mode = str(self.prompt_cache_combo.currentData())
         budget = self._budget_bytes()
         jit_ttl = self._jit_ttl_seconds()
         forever = self.jit_forever_check.isChecked()
@@ -292,6 +309,7 @@ class SettingsPage(QWidget):
                     jit_ttl_s=jit_ttl,
                     jit_keep_forever=forever,
                 ),
+                prompt_cache=replace(s.prompt_cache, mode=cache_mode),
                 models_dir=models_dir,
             )
             self._store.save(s)
@@ -413,6 +431,9 @@ class SettingsPage(QWidget):
         self.context_spin.setValue(s.load.context_length)
         self.threads_spin.setValue(s.load.threads)
         self.parallel_spin.setValue(s.load.parallel)
+        self.prompt_cache_combo.setCurrentIndex(
+            max(0, self.prompt_cache_combo.findData(s.prompt_cache.mode))
+        )
         self.budget_spin.setValue(s.load.memory_budget_bytes / GIB)
         self._shown_budget = (self.budget_spin.value(), s.load.memory_budget_bytes)
         self.jit_ttl_spin.setValue(round(s.load.jit_ttl_s / 60))

@@ -1,0 +1,102 @@
+"""Correctness under batching on the default load (four sequences over one shared cache): each
+sequence keeps its own stop strings, grammar, logprobs and cancellation, and its answer is the
+one a solo run gives (greedy text equal, logprobs within the reuse tolerance)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from app.core.library import ModelLibrary
+from app.core.service import Hearth
+from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
+from app.runtimes.llama_cpp import LlamaCppRuntime
+from tests.conftest import transcript
+from tests.service_calls import chat
+
+pytestmark = pytest.mark.model
+
+GREEDY = SamplingParams(temperature=0)
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+# (messages, request options) of the four sequences that run together
+JOBS: list[tuple[str, dict[str, object]]] = [
+    ("Count from one to twenty in words, separated by commas.", {"stop": ["5", "five", "Five"]}),
+    ("Describe a person as JSON.", {"constraint": Constraint("json_schema", json.dumps(SCHEMA))}),
+    ("Write a short poem about the sea.", {"logprobs": 2}),
+    ("Write a long story about a dragon.", {}),  # the one cancelled mid-stream
+]
+TOLERANCE = 0.15  # as tests/runtimes/test_llama_cpp.py REUSE_LOGPROB_TOLERANCE
+
+
+def hearth(tmp_path: Path, **options: object) -> Hearth:
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    opts = LoadOptions(context_length=2048, **options)  # type: ignore[arg-type]
+    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+
+
+async def run(h: Hearth, model_id: str, i: int, cancel: bool = False) -> tuple:
+    """Job ``i``: (text, logprobs, final delta). With ``cancel``, job 3 is cancelled after its
+    fifth piece: the others, decoded in the same steps, are still running then."""
+    prompt, kw = JOBS[i]
+    gen = await chat(
+        h, model_id, [ChatMessage("user", prompt)], sampling=GREEDY, max_tokens=48, **kw
+    )
+    if i != 3 or not cancel:
+        return await transcript(gen)
+    pieces = 0
+    async for d in gen:
+        pieces += bool(d.text)
+        if pieces == 5:
+            gen.cancel()
+            break
+    return "", [], None
+
+
+async def test_per_sequence_features_hold_under_batching(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
+    model, _ = solo_h.import_model(smollm2_path)
+    try:
+        solo = [await run(solo_h, model.id, i) for i in range(3)]
+    finally:
+        await solo_h.close()
+    h = hearth(tmp_path / "batched")
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        results = await asyncio.gather(*(run(h, model.id, i, cancel=True) for i in range(4)))
+        assert engine.peak_batch >= 3, "the sequences were decoded in one batch"
+        for i in range(3):
+            (a_text, a_lps, a_final), (b_text, b_lps, b_final) = solo[i], results[i]
+            assert a_text == b_text, f"job {i}: the text changed under batching"
+            assert a_final.finish_reason == b_final.finish_reason
+            assert len(a_lps) == len(b_lps)
+            for x, y in zip(a_lps, b_lps, strict=True):
+                assert x[0] == y[0] and abs(x[1] - y[1]) <= TOLERANCE
+        stopped = results[0]
+        assert stopped[2].finish_reason == "stop" and stopped[2].stop_string in (
+            "5",
+            "five",
+            "Five",
+        )
+        assert not any(x in stopped[0] for x in ("5", "five", "Five"))
+        person = json.loads(results[1][0])
+        assert set(person) == {"name", "age"} and isinstance(person["age"], int)
+        assert results[2][1] and all(len(x[2]) == 2 for x in results[2][1]), "top 2 each"
+        assert not results[0][1] and not results[1][1], "logprobs only where asked"
+        # the cancelled sequence left the batch; its slot serves the next request at once
+        assert lm.pending == 0
+        again = await run(h, model.id, 0)
+        assert again[0] == solo[0][0]
+    finally:
+        await h.close()
