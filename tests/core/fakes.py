@@ -174,6 +174,7 @@ class FakeRuntime:
 
     name = "fake"
     formats: Seq[ModelFormat] = ("gguf",)
+    engine_type: type[ScriptEngine] = ScriptEngine  # a subclass scripts more of the engine
 
     def __init__(
         self,
@@ -220,7 +221,7 @@ class FakeRuntime:
             model.id,
             ctx,
             model.chat_template,
-            ScriptEngine(self.pieces, hold_at=self.hold_at),
+            self.engine_type(self.pieces, hold_at=self.hold_at),
             queue_size=self.queue_size,
             add_bos=self.add_bos,
         )

@@ -179,6 +179,17 @@ def test_the_speed_chart_plots_each_generation_as_measured(
     assert row(page.request_model, 0)["Tokens"] == (
         f"{second['prompt_tokens']:,} in ({cached:,} cached) / {second['completion_tokens']:,} out"
     )
+    # the cache chart shows the same requests' hit rates and batch sizes
+    cache = page.cache_chart.points
+    assert [p.hit_rate for p in cache] == pytest.approx(
+        [0.0, 100 * cached / second["prompt_tokens"]]
+    )
+    for point, answer in zip(cache, answers, strict=True):
+        batch = answer["timings"]["batch_size"]  # 1.0: each was decoded alone
+        assert point.batch_size == (pytest.approx(batch, abs=0.01) if batch > 0 else None)
+    assert page.cache_chart.hits_text().startswith(
+        f"latest {100 * cached / second['prompt_tokens']:.0f}%"
+    )
 
     # the Ollama API logs the same measurements
     ollama_body = {

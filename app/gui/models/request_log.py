@@ -12,8 +12,12 @@ from app.gui.models.base import RowTableModel
 
 Index = QModelIndex | QPersistentModelIndex
 
-COLUMNS: tuple[str, ...] = ("Time", "Method", "Path", "Status", "Model", "Tokens", "tok/s")
+COLUMNS: tuple[str, ...] = (
+    "Time", "Method", "Path", "Status", "Model", "Tokens", "tok/s", "Note",
+)  # fmt: skip
 DEFAULT_CAP = 500
+CPU_BUSY_NOTE = "CPU busy"
+CPU_BUSY_TIP = "slower: the CPU is busy with other programs, so fewer decode threads were used"
 _NUMERIC = {COLUMNS.index(c) for c in ("Status", "Tokens", "tok/s")}
 
 
@@ -53,6 +57,10 @@ class RequestLogModel(RowTableModel):
             tip = f"{e.method} {e.path} -> {e.status} in {e.seconds:.3f}s"
             if e.prompt_tokens_per_second > 0:
                 tip += f"; prompt {e.prompt_tokens_per_second:,.1f} tok/s"
+            if e.batch_size > 0:
+                tip += f"; batch {e.batch_size:.1f}"
+            if e.cpu_busy:
+                tip += f"; {CPU_BUSY_TIP}"
             return tip
         if role == Qt.ItemDataRole.TextAlignmentRole and col in _NUMERIC:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
@@ -68,6 +76,7 @@ class RequestLogModel(RowTableModel):
             e.model or "",
             tokens_text(e),
             f"{e.tokens_per_second:.1f}" if e.tokens_per_second > 0 else "",
+            CPU_BUSY_NOTE if e.cpu_busy else "",
         )
         return values[col]
 

@@ -33,6 +33,9 @@ from app.gui.views.common import PAGE_MARGINS, page_title
 log = logging.getLogger(__name__)
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+CPU_BUSY_NOTICE = (
+    "Slower than usual: the CPU is busy with other programs, so Hearth decodes with fewer threads."
+)
 _ROLE_COLORS = {"user": "#0b57d0", "assistant": "#1a7f37", "error": "#b3261e", "meta": "#6b6b6b"}
 
 
@@ -74,10 +77,12 @@ async def stream_answer(
     sampling: SamplingParams,
     max_tokens: int | None,
     emit_reasoning: Callable[[str], None] | None = None,
+    on_cpu_busy: Callable[[], None] | None = None,
 ) -> Delta:
     """Load the model if needed and stream the answer's text to ``emit`` (and the model's
     reasoning, ``<think>`` or harmony analysis, to ``emit_reasoning``); return the final delta
-    (finish reason, usage, timings)."""
+    (finish reason, usage, timings). ``on_cpu_busy`` is called once, at the first delta decoded
+    with fewer threads because other programs keep the CPU busy."""
     if not service.is_routable(model_id):  # a remote model (PREFIX/id) is not loaded here
         await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
     if turn.cancelled:
@@ -88,8 +93,12 @@ async def stream_answer(
     if turn.cancelled:
         gen.cancel()
     final: Delta | None = None
+    busy_said = False
     try:
         async for d in gen:
+            if d.cpu_busy and not busy_said and on_cpu_busy is not None:
+                busy_said = True
+                on_cpu_busy()
             if d.reasoning and emit_reasoning is not None:
                 emit_reasoning(d.reasoning)
             if d.text:
@@ -129,6 +138,7 @@ class ChatPage(QWidget):
     # emitted on the loop thread, delivered queued (in order) to the GUI thread
     _text_streamed = Signal(object, str)  # turn, text
     _reasoning_streamed = Signal(object, str)  # turn, reasoning text
+    _cpu_busy_streamed = Signal(object)  # turn
     reasoning_received = Signal(str)
 
     def __init__(self, service: Hearth, bridge: Bridge, parent: QWidget | None = None) -> None:
@@ -139,6 +149,7 @@ class ChatPage(QWidget):
         self._turn: AnswerTurn | None = None
         self._answer_parts: list[str] = []
         self._thinking = False  # the reasoning of the answer in flight is being shown
+        self._answer_start = 0  # where the answer in flight begins in the transcript
 
         self.model_combo = QComboBox()
         self.model_combo.setMinimumContentsLength(28)
@@ -205,6 +216,7 @@ class ChatPage(QWidget):
 
         self._text_streamed.connect(self._on_self_text_streamed)
         self._reasoning_streamed.connect(self._on_self_reasoning_streamed)
+        self._cpu_busy_streamed.connect(self._on_self_cpu_busy_streamed)
         self.send_button.clicked.connect(self._on_send_button_clicked)
         self.prompt_edit.submitted.connect(self._on_send_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
@@ -268,6 +280,7 @@ class ChatPage(QWidget):
         self._append_header("You", "user")
         self._append_text(text)
         self._append_header(f"Assistant · {model_id}", "assistant")
+        self._answer_start = self._cursor_at_end().position()
         self._answer_parts = []
         self._thinking = False
         self.stats_label.setText("Thinking…")
@@ -286,6 +299,7 @@ class ChatPage(QWidget):
                 sampling,
                 max_tokens,
                 partial(self._reasoning_streamed.emit, turn),
+                partial(self._cpu_busy_streamed.emit, turn),
             ),
             on_done=partial(self._on_turn_done, turn),
             on_error=partial(self._on_turn_failed, turn),
@@ -353,6 +367,24 @@ class ChatPage(QWidget):
             self._cursor_at_end().insertBlock()
         self._append_text(text, "reasoning")
         self.reasoning_received.emit(text)
+
+    def _on_self_cpu_busy_streamed(self, turn: AnswerTurn) -> None:
+        """Say why this answer is slow, once, above it (under its header): put in the stream's
+        own place it would split the answer's text in two."""
+        if turn is not self._turn:
+            return
+        bar = self.transcript.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 4
+        cur = QTextCursor(self.transcript.document())
+        cur.setPosition(self._answer_start)
+        fmt = QTextCharFormat()
+        fmt.setForeground(QColor(_ROLE_COLORS["meta"]))
+        fmt.setFontItalic(True)
+        cur.insertText(CPU_BUSY_NOTICE, fmt)
+        cur.insertBlock()
+        cur.setCharFormat(QTextCharFormat())
+        if follow:
+            bar.setValue(bar.maximum())
 
     def _on_self_text_streamed(self, turn: AnswerTurn, text: str) -> None:
         if turn is not self._turn:
@@ -460,6 +492,8 @@ def _stats_text(final: Delta) -> str:
         parts.append(f"{final.usage.cached_tokens} prompt tokens from cache")
     if t is not None and t.predicted_per_second > 0:
         parts.append(f"{t.predicted_per_second:.1f} tok/s")
+    if t is not None and t.cpu_busy:
+        parts.append("CPU busy")
     reason = final.finish_reason or "stop"
     if reason == "length":
         parts.append("stopped at the token limit")

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from app.core.events import RequestFinished
 from app.gui.bridge import Bridge, error_text, log_failure
 from app.gui.models.request_log import COLUMNS, RequestLogModel
+from app.gui.views.cache_chart import CacheChart
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.speed_chart import SpeedChart
 from app.server.runner import ServerController
@@ -38,11 +39,13 @@ _COLUMN_SAMPLES = (
     "smollm2-135m-instruct.q4_1",
     "12,345 in (12,288 cached) / 1,234 out",
     "tok/s 00",
+    "CPU busy",
 )
 
 
 class ServerPage(QWidget):
-    """Start/Stop, address fields, the base URL to copy, tok/s charts and the live request log."""
+    """Start/Stop, address fields, the base URL to copy, the tok/s and cache/batch charts and the
+    live request log."""
 
     state_changed = Signal(bool)  # running
 
@@ -57,6 +60,7 @@ class ServerPage(QWidget):
         self._stop_after_start = False
         self.request_model = RequestLogModel(parent=self)
         self.speed_chart = SpeedChart()
+        self.cache_chart = CacheChart()
 
         self.host_edit = QLineEdit("127.0.0.1")
         self.host_edit.setToolTip(
@@ -126,6 +130,8 @@ class ServerPage(QWidget):
         layout.addWidget(hint)
         layout.addWidget(QLabel("Speed of recent generations"))
         layout.addWidget(self.speed_chart)
+        layout.addWidget(QLabel("Prompt cache and batching of recent generations"))
+        layout.addWidget(self.cache_chart)
         layout.addWidget(QLabel("Recent requests"))
         layout.addWidget(self.request_table, 1)
 
@@ -227,6 +233,7 @@ class ServerPage(QWidget):
     def _on_bridge_request_finished(self, event: RequestFinished) -> None:
         self.request_model.add(event)
         self.speed_chart.add(event)
+        self.cache_chart.add(event)
 
     # -- helpers -------------------------------------------------------------------------------------
     def _show_state(self) -> None:

@@ -2,26 +2,24 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
-from PySide6.QtGui import (
-    QColor,
-    QFont,
-    QPainter,
-    QPaintEvent,
-    QPalette,
-    QPen,
-    QPixmap,
-    QPolygonF,
-    QResizeEvent,
-)
+from PySide6.QtCore import QEvent, QSize
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPixmap, QResizeEvent
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from app.core.events import RequestFinished
+from app.gui.views.chart_paint import (
+    begin_picture,
+    is_dark,
+    paint_empty,
+    paint_series,
+    two_areas,
+)
+from app.gui.views.chart_paint import nice_ceiling as nice_ceiling  # where tests and callers look
 
 EMPTY_TEXT = "No generations yet"
 EMPTY_HINT = "The decode and prompt speed of each completed generation will appear here."
@@ -45,10 +43,12 @@ class SeriesSummary:
     latest: float | None
     median: float | None
 
-    def text(self) -> str:
+    def text(self, fmt: Callable[[float], str] | None = None, unit: str = " tok/s") -> str:
+        """``"latest 45.0 · median 42.1 tok/s"``; ``fmt`` formats a value (tok/s by default)."""
         if self.latest is None or self.median is None:
             return "not measured"
-        return f"latest {format_speed(self.latest)} · median {format_speed(self.median)} tok/s"
+        f = fmt or format_speed
+        return f"latest {f(self.latest)} · median {f(self.median)}{unit}"
 
 
 def format_speed(v: float) -> str:
@@ -58,21 +58,6 @@ def format_speed(v: float) -> str:
 def is_generation(event: RequestFinished) -> bool:
     """A request that generated tokens and whose decode speed the runtime measured."""
     return event.status < 400 and event.completion_tokens > 0 and event.tokens_per_second > 0
-
-
-def nice_ceiling(value: float) -> float:
-    """The axis top: ``value`` rounded up to 1, 2, 2.5 or 5 times a power of ten."""
-    if value <= 0:
-        return 1.0
-    base = 10 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        if value <= step * base:
-            return step * base
-    return 10 * base  # unreachable
-
-
-def _fmt_axis(v: float) -> str:
-    return f"{v / 1000:g}k" if v >= 10_000 else f"{v:g}"
 
 
 class SpeedChart(QWidget):
@@ -129,8 +114,8 @@ class SpeedChart(QWidget):
         return self._prompt
 
     def _summarize(self) -> None:
-        self._decode = _summary([p.decode_tps for p in self._points])
-        self._prompt = _summary([p.prompt_tps for p in self._points if p.prompt_tps > 0])
+        self._decode = summarize([p.decode_tps for p in self._points])
+        self._prompt = summarize([p.prompt_tps for p in self._points if p.prompt_tps > 0])
         self._update_text()
 
     def _update_text(self) -> None:
@@ -170,156 +155,44 @@ class SpeedChart(QWidget):
         self.update()
 
     def _render(self) -> QPixmap:
-        dpr = self.devicePixelRatioF()
-        picture = QPixmap(self.size() * dpr)
-        picture.setDevicePixelRatio(dpr)
-        picture.fill(Qt.GlobalColor.transparent)
-        pal = self.palette()
-        p = QPainter(picture)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        frame = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
-        p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
-        p.setBrush(pal.color(QPalette.ColorRole.Base))
-        p.drawRoundedRect(frame, 4, 4)
+        picture, p, frame = begin_picture(self)
         if self.is_empty:
-            self._paint_empty(p, frame)
+            paint_empty(self, p, frame, EMPTY_TEXT, EMPTY_HINT)
         else:
-            inner = frame.adjusted(10, 8, -12, -6)
-            gap = 24.0
-            w = (inner.width() - gap) / 2
-            left = QRectF(inner.left(), inner.top(), w, inner.height())
-            right = QRectF(inner.left() + w + gap, inner.top(), w, inner.height())
-            dark = pal.color(QPalette.ColorRole.Base).lightness() < 128
-            self._paint_series(
-                p,
-                left,
-                "Generation (decode)",
-                [pt.decode_tps for pt in self._points],
-                self._decode,
-                pal.color(QPalette.ColorRole.Highlight),
-            )
-            self._paint_series(
-                p,
-                right,
-                "Prompt processing",
-                [pt.prompt_tps for pt in self._points],
-                self._prompt,
-                _PROMPT_DARK if dark else _PROMPT_LIGHT,
-            )
+            left, right = two_areas(frame)
+            for area, title, values, summary, color in (
+                (
+                    left,
+                    "Generation (decode)",
+                    [pt.decode_tps for pt in self._points],
+                    self._decode,
+                    self.palette().color(QPalette.ColorRole.Highlight),
+                ),
+                (
+                    right,
+                    "Prompt processing",
+                    [pt.prompt_tps for pt in self._points],
+                    self._prompt,
+                    _PROMPT_DARK if is_dark(self) else _PROMPT_LIGHT,
+                ),
+            ):
+                paint_series(
+                    self,
+                    p,
+                    area,
+                    title=title,
+                    values=[v if v > 0 else None for v in values],  # 0: not measured
+                    summary=summary.text(),
+                    median=summary.median,
+                    color=color,
+                    unit="tok/s",
+                )
         p.end()
         return picture
 
-    def _paint_empty(self, p: QPainter, frame: QRectF) -> None:
-        pal = self.palette()
-        font = QFont(self.font())
-        font.setBold(True)
-        p.setFont(font)
-        p.setPen(pal.color(QPalette.ColorRole.PlaceholderText))
-        h = p.fontMetrics().height()
-        mid = frame.center().y()
-        p.drawText(
-            QRectF(frame.left(), mid - h, frame.width(), h),
-            Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignBottom,
-            EMPTY_TEXT,
-        )
-        p.setFont(self.font())
-        p.drawText(
-            QRectF(frame.left(), mid + 2, frame.width(), h),
-            Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop,
-            EMPTY_HINT,
-        )
 
-    def _paint_series(
-        self,
-        p: QPainter,
-        area: QRectF,
-        title: str,
-        values: list[float],
-        summary: SeriesSummary,
-        color: QColor,
-    ) -> None:
-        pal = self.palette()
-        text = pal.color(QPalette.ColorRole.Text)
-        muted = pal.color(QPalette.ColorRole.PlaceholderText)
-        fm = p.fontMetrics()
-        line_h = fm.height()
-
-        # header: the series' name in its colour, then latest and median
-        bold = QFont(self.font())
-        bold.setBold(True)
-        p.setFont(bold)
-        p.setPen(color)
-        p.drawText(QRectF(area.left(), area.top(), area.width(), line_h), title)
-        title_w = p.fontMetrics().horizontalAdvance(title)
-        p.setFont(self.font())
-        p.setPen(text)
-        p.drawText(
-            QRectF(area.left() + title_w + 10, area.top(), area.width() - title_w - 10, line_h),
-            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-            fm.elidedText(summary.text(), Qt.TextElideMode.ElideRight, int(area.width() - title_w)),
-        )
-
-        # plot: y axis in tok/s on the left, x axis is the generations, oldest to latest
-        measured = [v for v in values if v > 0]
-        top = nice_ceiling(max(measured) * 1.1) if measured else 1.0
-        axis_w = max(fm.horizontalAdvance(_fmt_axis(top)), fm.horizontalAdvance("tok/s")) + 6
-        plot = QRectF(
-            area.left() + axis_w,
-            area.top() + line_h + 6,
-            area.width() - axis_w,
-            area.height() - 2 * line_h - 10,
-        )
-        grid = QColor(pal.color(QPalette.ColorRole.Mid))
-        grid.setAlpha(110)
-        for frac in (0.0, 0.5, 1.0):
-            y = plot.bottom() - frac * plot.height()
-            p.setPen(QPen(grid, 1))
-            p.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
-            p.setPen(muted)
-            p.drawText(
-                QRectF(area.left(), y - line_h / 2, axis_w - 6, line_h),
-                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-                _fmt_axis(top * frac),
-            )
-        below = QRectF(area.left(), plot.bottom() + 3, area.width(), line_h)
-        p.drawText(below, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, "tok/s")
-        n = len(values)
-        p.drawText(
-            below.adjusted(axis_w, 0, 0, 0),
-            Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop,
-            f"last {n} generation{'s' if n != 1 else ''}",
-        )
-        p.drawText(below, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop, "latest")
-        if not measured:
-            p.drawText(plot, Qt.AlignmentFlag.AlignCenter, "not measured")
-            return
-
-        def at(i: int, v: float) -> QPointF:
-            x = plot.right() if n == 1 else plot.left() + i * plot.width() / (n - 1)
-            return QPointF(x, plot.bottom() - v / top * plot.height())
-
-        if summary.median is not None:
-            faint = QColor(color)
-            faint.setAlpha(120)
-            pen = QPen(faint, 1, Qt.PenStyle.DashLine)
-            p.setPen(pen)
-            y = at(0, summary.median).y()
-            p.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y))
-        pts = [at(i, v) for i, v in enumerate(values) if v > 0]
-        p.setPen(QPen(color, 1.6))
-        if len(pts) > 1:
-            p.drawPolyline(QPolygonF(pts))
-        # dots are round-capped points: one call for all of them
-        dot = QPen(color, 4.0 if len(pts) > 20 else 5.2)
-        dot.setCapStyle(Qt.PenCapStyle.RoundCap)
-        p.setPen(dot)
-        p.drawPoints(QPolygonF(pts))
-        dot.setWidthF(7.2)  # the latest stands out
-        p.setPen(dot)
-        p.drawPoint(pts[-1])
-
-
-def _summary(values: list[float]) -> SeriesSummary:
+def summarize(values: list[float]) -> SeriesSummary:
+    """The latest and median of ``values`` (oldest first)."""
     if not values:
         return SeriesSummary(None, None)
     return SeriesSummary(values[-1], statistics.median(values))
