@@ -73,27 +73,64 @@ def _settle(
         pass
 
 
-class DeltaStream:
-    """An async iterator of deltas fed from the worker thread; ``cancel()`` is thread-safe."""
+class Outbox:
+    """Deltas the worker thread produced during one step, handed to each event loop in one
+    call: a step of eight sequences wakes the loop once, not eight times (on a machine whose
+    cores all decode, every wakeup and syscall of the loop slows the step)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._queue: asyncio.Queue[object] = asyncio.Queue()
+    def __init__(self) -> None:
+        self._items: list[tuple[DeltaStream, object]] = []
+
+    def add(self, stream: DeltaStream, item: object) -> None:
+        self._items.append((stream, item))
+
+    def flush(self) -> None:
+        if not self._items:
+            return
+        items, self._items = self._items, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[DeltaStream, object]]] = {}
+        for stream, item in items:
+            by_loop.setdefault(stream.loop, []).append((stream, item))
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_deliver, batch)
+            except RuntimeError:  # loop closed: nobody is listening any more
+                for stream, _ in batch:
+                    stream.cancelled.set()
+
+
+def _deliver(batch: list[tuple[DeltaStream, object]]) -> None:
+    for stream, item in batch:
+        stream.queue.put_nowait(item)
+
+
+class DeltaStream:
+    """An async iterator of deltas fed from the worker thread; ``cancel()`` is thread-safe.
+
+    With an ``outbox``, the worker's pushes wait in it until the worker flushes it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, outbox: Outbox | None = None) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
         self.cancelled = threading.Event()
+        self._outbox = outbox
         self._done = False
 
     # worker side ------------------------------------------------------------------------
     def push(self, delta: Delta) -> None:
-        try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, delta)
-        except RuntimeError:  # loop closed: nobody is listening any more
-            self.cancelled.set()
+        self._send(delta)
 
     def close(self) -> None:
+        self._send(_END)
+
+    def _send(self, item: object) -> None:
+        if self._outbox is not None:
+            self._outbox.add(self, item)
+            return
         try:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, _END)
-        except RuntimeError:
-            pass
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        except RuntimeError:  # loop closed: nobody is listening any more
+            self.cancelled.set()
 
     # consumer side ----------------------------------------------------------------------
     def cancel(self) -> None:
@@ -105,7 +142,7 @@ class DeltaStream:
     async def _iterate(self) -> AsyncIterator[Delta]:
         try:
             while not self._done:
-                item = await self._queue.get()
+                item = await self.queue.get()
                 if item is _END:
                     self._done = True
                     return
@@ -269,6 +306,7 @@ class Worker:
         ] = collections.deque()
         self._job_cancel: threading.Event | None = None  # the running job's
         self._active: list[Sequence] = []
+        self._outbox = Outbox()  # only the worker thread adds to it and flushes it
         self._cv = threading.Condition()
         self._stopping = False
         self._thread = start_thread(self._run, name=f"hearth-worker-{name}")
@@ -280,7 +318,7 @@ class Worker:
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
         """Queue a request (call on the event loop). Raises QueueFull when the queue is full."""
-        stream = DeltaStream(asyncio.get_running_loop())
+        stream = DeltaStream(asyncio.get_running_loop(), self._outbox)
         with self._cv:
             if self._stopping:
                 raise ModelUnloaded("the model is unloading; retry to load it again", raced=True)
@@ -379,7 +417,9 @@ class Worker:
                 self._run_jobs()
                 for seq in fresh:
                     self._begin(seq)
+                    self._outbox.flush()  # a long prompt's first token goes out at once
                 self._step()
+                self._outbox.flush()
         finally:
             with self._cv:
                 leftovers = list(self._waiting) + self._active
@@ -389,6 +429,7 @@ class Worker:
                 s.unloaded = True
                 s.finish("cancelled")
                 s.close()
+            self._outbox.flush()
             try:
                 self.engine.shutdown()
             except Exception:

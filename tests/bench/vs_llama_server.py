@@ -43,6 +43,7 @@ from tests.e2e.engines import (  # noqa: E402
 )
 from tests.e2e.serveproc import start_serve  # noqa: E402
 
+VERBOSE = False  # --verbose: each stream's prompt, cached tokens and TTFT on stderr
 TOPICS = ("a cat", "a lighthouse", "a dragon", "a robot", "the sea", "a city", "a forest", "rain")
 FILLER = "The committee reviewed the quarterly figures, the hiring plan and the office move. "
 
@@ -63,7 +64,7 @@ def stream(
     u = urlsplit(root)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=600)
     body = {"model": model, "messages": messages, "max_tokens": tokens, "temperature": 0,
-            "stream": True}  # fmt: skip
+            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
     t0 = time.perf_counter()
     first, n, text = 0.0, 0, []
     try:
@@ -81,6 +82,10 @@ def stream(
                 if not line.startswith(b"data: {"):
                     continue
                 obj = json.loads(line[6:])
+                if obj.get("usage") and VERBOSE:
+                    cached = (obj["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
+                    print(f"  prompt {obj['usage'].get('prompt_tokens')} cached {cached} "
+                          f"ttft {first:.3f}s", file=sys.stderr)  # fmt: skip
                 piece = obj["choices"][0]["delta"].get("content") if obj.get("choices") else None
                 if piece:
                     if not n:
@@ -113,7 +118,9 @@ def followup_ratio(root: str, model: str, conversations: int, history_tokens: in
     plus the first answer and one more question), turns interleaved across conversations."""
     convs = []
     for c in range(conversations):
-        words = (f"Meeting {c}. " + FILLER * (history_tokens // 16))[: history_tokens * 4]
+        # a label no earlier measurement used: each first turn is an uncached prompt
+        label = f"Meeting {conversations}-{c}. "
+        words = (label + FILLER * (history_tokens // 16))[: history_tokens * 4]
         convs.append([{"role": "user", "content": words + " Summarise this."}])
     firsts, answers = [], []
     for msgs in convs:
@@ -174,7 +181,11 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--model", type=Path, default=None)
     ap.add_argument("--skip-parallel", action="store_true", help="no `--parallel 8` Hearth run")
+    ap.add_argument("--verbose", action="store_true", help="each stream's usage on stderr")
+    ap.add_argument("--only-hearth", action="store_true", help="skip llama-server (diagnosis)")
     a = ap.parse_args()
+    global VERBOSE
+    VERBOSE = a.verbose
     exe = (
         Path(os.environ["LLAMA_SERVER"])
         if os.environ.get("LLAMA_SERVER")
@@ -185,16 +196,17 @@ def main() -> int:
     model = a.model or default_model()
     t = physical_cores()
     cols: dict[str, dict[str, float]] = {}
-    p, root = llama_server(exe, model, 8, 16384, t)
-    try:
-        cols["llama-server -np 8"] = measure(root, "m", a.tokens, ttft=False)
-    finally:
-        p.kill()
-    p, root = llama_server(exe, model, 1, 4096, t)
-    try:
-        cols["llama-server -np 8"]["tiny prompt TTFT ms"] = tiny_ttft(root, "m") * 1000  # -np 1
-    finally:
-        p.kill()
+    if not a.only_hearth:
+        p, root = llama_server(exe, model, 8, 16384, t)
+        try:
+            cols["llama-server -np 8"] = measure(root, "m", a.tokens, ttft=False)
+        finally:
+            p.kill()
+        p, root = llama_server(exe, model, 1, 4096, t)
+        try:  # -np 1
+            cols["llama-server -np 8"]["tiny prompt TTFT ms"] = tiny_ttft(root, "m") * 1000
+        finally:
+            p.kill()
     runs = [("Hearth default", ())] + (
         [] if a.skip_parallel else [("Hearth --parallel 8", ("--parallel", "8"))]
     )
@@ -215,10 +227,10 @@ def main() -> int:
     print(f"{model.name}, {t} physical cores, {a.tokens}-token greedy chat streams")
     print("| | " + " | ".join(cols) + " | Hearth default / llama-server |")
     print("|---" * (len(cols) + 2) + "|")
-    base = cols["llama-server -np 8"]
+    base = cols.get("llama-server -np 8", {})
     for r in rows:
         vals = " | ".join(f"{c[r]:.3g}" for c in cols.values())
-        ratio = cols["Hearth default"][r] / base[r] if base[r] else float("nan")
+        ratio = cols["Hearth default"][r] / base[r] if base.get(r) else float("nan")
         print(f"| {r} | {vals} | {ratio:.2f} |")
     return 0
 

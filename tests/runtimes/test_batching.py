@@ -14,7 +14,7 @@ from app.core.library import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama_cpp import LlamaCppRuntime
-from tests.conftest import transcript
+from tests.conftest import assert_greedy_close, transcript
 from tests.service_calls import chat
 
 pytestmark = pytest.mark.model
@@ -27,12 +27,17 @@ SCHEMA = {
 }
 # (messages, request options) of the four sequences that run together
 JOBS: list[tuple[str, dict[str, object]]] = [
-    ("Count from one to twenty in words, separated by commas.", {"stop": ["5", "five", "Five"]}),
-    ("Describe a person as JSON.", {"constraint": Constraint("json_schema", json.dumps(SCHEMA))}),
-    ("Write a short poem about the sea.", {"logprobs": 2}),
+    (
+        "Count from one to twenty in words, separated by commas.",
+        {"stop": ["5", "five", "Five"], "logprobs": 2},
+    ),
+    (
+        "Describe a person as JSON.",
+        {"constraint": Constraint("json_schema", json.dumps(SCHEMA)), "logprobs": 2},
+    ),
+    ("Write a short poem about the sea.", {"logprobs": 3}),
     ("Write a long story about a dragon.", {}),  # the one cancelled mid-stream
 ]
-TOLERANCE = 0.15  # as tests/runtimes/test_llama_cpp.py REUSE_LOGPROB_TOLERANCE
 
 
 def hearth(tmp_path: Path, **options: object) -> Hearth:
@@ -78,11 +83,9 @@ async def test_per_sequence_features_hold_under_batching(
         assert engine.peak_batch >= 3, "the sequences were decoded in one batch"
         for i in range(3):
             (a_text, a_lps, a_final), (b_text, b_lps, b_final) = solo[i], results[i]
-            assert a_text == b_text, f"job {i}: the text changed under batching"
-            assert a_final.finish_reason == b_final.finish_reason
-            assert len(a_lps) == len(b_lps)
-            for x, y in zip(a_lps, b_lps, strict=True):
-                assert x[0] == y[0] and abs(x[1] - y[1]) <= TOLERANCE
+            if not assert_greedy_close(a_lps, b_lps, f"job {i}"):  # no near-tie between them
+                assert a_text == b_text, f"job {i}: the text changed under batching"
+                assert a_final.finish_reason == b_final.finish_reason
         stopped = results[0]
         assert stopped[2].finish_reason == "stop" and stopped[2].stop_string in (
             "5",
@@ -92,11 +95,11 @@ async def test_per_sequence_features_hold_under_batching(
         assert not any(x in stopped[0] for x in ("5", "five", "Five"))
         person = json.loads(results[1][0])
         assert set(person) == {"name", "age"} and isinstance(person["age"], int)
-        assert results[2][1] and all(len(x[2]) == 2 for x in results[2][1]), "top 2 each"
-        assert not results[0][1] and not results[1][1], "logprobs only where asked"
+        for i, top in ((0, 2), (1, 2), (2, 3)):  # each sequence's own number of alternatives
+            assert results[i][1] and all(len(x[2]) == top for x in results[i][1])
         # the cancelled sequence left the batch; its slot serves the next request at once
         assert lm.pending == 0
         again = await run(h, model.id, 0)
-        assert again[0] == solo[0][0]
+        assert_greedy_close(solo[0][1], again[1], "after the cancel")
     finally:
         await h.close()

@@ -18,7 +18,7 @@ from app.runtimes import llama_probe
 from app.runtimes.llama_backend import build_info, physical_cores
 from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.runtimes.llama_probe_child import GATE_ENV
-from tests.conftest import transcript
+from tests.conftest import assert_greedy_close, transcript
 from tests.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
@@ -31,18 +31,11 @@ def make_hearth(tmp_path: Path, queue_size: int = 16, **options: object) -> Hear
     return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
-# greedy logprobs of one answer in "reuse" mode (shared cache) vs an uncached solo run: the
-# cells a prompt continues from lie elsewhere in the shared cache, and batched sequences'
-# cells interleave, so attention's sums run in other orders and splits (measured on SmolLM2:
-# up to ~0.1)
-REUSE_LOGPROB_TOLERANCE = 0.15
-
-
-def assert_close(a: list, b: list, what: str) -> None:
-    """Two transcripts' logprobs (token, logprob, top) agree within REUSE_LOGPROB_TOLERANCE."""
-    assert [x[0] for x in a] == [x[0] for x in b], f"{what}: the tokens changed"
-    worst = max((abs(x[1] - y[1]) for x, y in zip(a, b, strict=True)), default=0.0)
-    assert worst <= REUSE_LOGPROB_TOLERANCE, f"{what}: a logprob moved by {worst:.4f}"
+def assert_close(a: tuple, b: tuple, what: str) -> None:
+    """Two greedy (text, logprobs) answers agree as the reuse mode promises: the same text and
+    logprobs within the tolerance, unless they part at a near-tie (tests/conftest.py)."""
+    if not assert_greedy_close(a[1], b[1], what):
+        assert a[0] == b[0], f"{what}: the text changed"
 
 
 def test_probe_verdict_is_remembered_and_true_to_the_machine(
@@ -318,8 +311,9 @@ async def test_reuse_mode_continues_from_the_whole_prompt_and_answer(
         before = reused[turn - 1][2] + len(reused[turn - 1][1])
         assert reused[turn][3] >= before - 1, f"turn {turn} reused {reused[turn][3]} of {before}"
     for turn, (a, b) in enumerate(zip(plain, reused, strict=True)):
-        assert a[0] == b[0] and a[2] == b[2], f"turn {turn}: the text changed"
-        assert_close(a[1], b[1], f"turn {turn}")
+        if a[2] != b[2]:
+            break  # an earlier answer parted at a near-tie: the conversations differ from here
+        assert_close(a, b, f"turn {turn}")
 
 
 async def test_interleaved_conversations_keep_their_caches(
@@ -423,7 +417,7 @@ async def test_shared_cache_batches_and_matches_solo_within_tolerance(
 
     async def one(h: Hearth, model_id: str, p: str) -> tuple[str, list]:
         gen = await chat(
-            h, model_id, [ChatMessage("user", p)], sampling=g, max_tokens=40, logprobs=1
+            h, model_id, [ChatMessage("user", p)], sampling=g, max_tokens=40, logprobs=2
         )
         text, lps, final = await transcript(gen)
         assert final.timings is not None
@@ -445,9 +439,8 @@ async def test_shared_cache_batches_and_matches_solo_within_tolerance(
         assert (engine.max_sequences, engine.cache_tokens, lm.context_length) == (4, 1024, 1024)
         together = await asyncio.gather(*(one(h, model.id, p) for p in prompts))
         assert engine.peak_batch == 4, "the four requests were decoded in one batch"
-        for i, ((a_text, a_lps), (b_text, b_lps)) in enumerate(zip(solo, together, strict=True)):
-            assert a_text == b_text, f"request {i}: the text changed under batching"
-            assert_close(a_lps, b_lps, f"request {i}")
+        for i, (a, b) in enumerate(zip(solo, together, strict=True)):
+            assert_close(a, b, f"request {i}")
         # four prompts of ~600 tokens cannot all be in a 1,024-token cache: they take turns
         long = "The sea. " * 200
         gens = await asyncio.gather(
