@@ -60,10 +60,8 @@ class LoadedInfo:
     pinned: bool
     options: LoadOptions
     reload_pending: bool = False  # a reload waits for its running requests to finish
-    # the KV cache's total tokens (a shared cache: all sequences together) and the requests
-    # decoded together; context_length is the most one request may use
-    cache_tokens: int = 0
-    parallel: int = 1
+    cache_tokens: int = 0  # the KV cache's cells, all sequences together (context: one's most)
+    parallel: int = 1  # requests decoded together
 
 
 @dataclass(frozen=True, slots=True)

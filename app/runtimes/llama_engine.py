@@ -21,8 +21,9 @@ from app.runtimes.llama_backend import (
     release_free_memory,
 )
 from app.runtimes.llama_grammar import grammar_for
+from app.runtimes.llama_slots import Slots
 from app.runtimes.threads import ThreadTuner
-from app.runtimes.worker import NativeLifetime, Sequence, common_prefix
+from app.runtimes.worker import NativeLifetime, Sequence
 
 log = logging.getLogger(__name__)
 
@@ -105,21 +106,17 @@ class LlamaEngine:
         self._aborting: Sequence | None = None
         self._abort_cb = L.ggml_abort_callback(self._should_abort)
         self._no_abort = L.ggml_abort_callback()
-        self._free_slots = list(range(n_seq))
-        self._last_used = [0.0] * n_seq
         self._room_freed = False  # cells were freed since a sequence was parked
-        # Prompt-prefix reuse. Each slot remembers the tokens its cache holds (prompt and
-        # generated answer). "reuse" continues from the whole common prefix. "exact" also
-        # counts how many were computed as whole micro-batches aligned at multiples of
-        # n_ubatch, the way a fresh run computes a prompt, and reuses only those: the rest is
-        # computed in the same batches as a fresh run would, so the output is bit-identical to
-        # an uncached run (greedy answers and seeds stay reproducible).
         n_ubatch = int(L.llama_n_ubatch(self.ctx))
-        self._align = n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch)
-        self._kv: list[list[int]] = [[] for _ in range(n_seq)]
-        self._exact = [0] * n_seq
-        self.n_swa = int(L.llama_model_n_swa(self.model))
         self.prompt_cache = self.cache_mode != "off"
+        self.slots = Slots(
+            self.mem,
+            n_seq,
+            mode=self.cache_mode,
+            shared=self.unified,
+            align=n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch),
+            n_swa=int(L.llama_model_n_swa(self.model)),
+        )
         # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
         self.lifetime = NativeLifetime()
         self.max_token_bytes = max(
@@ -244,74 +241,11 @@ class LlamaEngine:
             b.logits[n - 1] = 1
         b.n_tokens = n
 
-    def _take_slot(self, tokens: list[int]) -> int:
-        """A free slot for ``tokens``: the one whose cache shares the longest prefix with them.
-        In a shared cache, when that cache also holds more (another conversation's turn), the
-        common prefix is shared into an empty or the least recently used slot instead (the
-        cells are shared, not copied), so the other conversation keeps its cache."""
-        free = self._free_slots
-        best = max(free, key=lambda sl: (common_prefix(self._kv[sl], tokens), -len(self._kv[sl])))
-        slot = best
-        if self.unified and self.prompt_cache and len(free) > 1:
-            shared = min(common_prefix(self._kv[best], tokens), len(tokens) - 1)
-            if shared < len(self._kv[best]):
-                slot = min(
-                    (sl for sl in free if sl != best),
-                    key=lambda sl: (bool(self._kv[sl]), self._last_used[sl]),
-                )
-                self._forget(slot)
-                if shared > 0 and not self._sharing_breaks_swa(best, shared):
-                    L.llama_memory_seq_cp(self.mem, best, slot, 0, shared)
-                    self._kv[slot] = self._kv[best][:shared]
-        free.remove(slot)
-        return slot
-
-    def _sharing_breaks_swa(self, slot: int, keep: int) -> bool:
-        """Sliding-window layers forget old positions: continuing at ``keep`` needs the last
-        n_swa of them (llama-server's rule)."""
-        return self.n_swa > 0 and L.llama_memory_seq_pos_min(self.mem, slot) > max(
-            0, keep - self.n_swa
-        )
-
-    def _reuse(self, slot: int, tokens: list[int]) -> int:
-        """Keep the slot's cache for the prefix it shares with ``tokens`` (never the last token:
-        its logits are needed; in exact mode only whole aligned micro-batches); drop the rest.
-        Returns the kept length."""
-        kv = self._kv[slot]
-        keep = 0
-        if self.prompt_cache:
-            keep = min(common_prefix(kv, tokens), len(tokens) - 1)
-            if self.cache_mode == "exact":
-                keep = min(keep, self._exact[slot])
-                keep -= keep % self._align
-        if keep > 0 and self._sharing_breaks_swa(slot, keep):
-            keep = 0
-        if keep > 0 and not L.llama_memory_seq_rm(self.mem, slot, keep, -1):
-            keep = 0  # this memory cannot drop a tail (recurrent models): start over
-        if keep == 0:
-            L.llama_memory_seq_rm(self.mem, slot, -1, -1)
-        del kv[keep:]
-        self._exact[slot] = keep
-        return keep
-
-    def _forget(self, slot: int) -> None:
-        L.llama_memory_seq_rm(self.mem, slot, -1, -1)
-        self._kv[slot].clear()
-        self._exact[slot] = 0
-
-    def _evict_idle(self) -> bool:
-        """Free the least recently used idle cache of a shared cache; False when none is left."""
-        idle = [sl for sl in self._free_slots if self._kv[sl]]
-        if not idle:
-            return False
-        self._forget(min(idle, key=lambda sl: self._last_used[sl]))
-        return True
-
     def _decode(self) -> int:
         """llama_decode the batch; when a shared cache has no room, idle caches go first."""
         while True:
             rc = L.llama_decode(self.ctx, self.batch)
-            if rc != 1 or not self.unified or not self._evict_idle():
+            if rc != 1 or not self.unified or not self.slots.evict_idle():
                 return rc
 
     def _park(self, st: _SeqState) -> None:
@@ -319,8 +253,8 @@ class LlamaEngine:
         tokens again when room is freed. A generating sequence's pending token is the last of
         them, so its next token comes from the same place."""
         if st.ready:
-            st.prompt = list(self._kv[st.slot])
-        self._forget(st.slot)
+            st.prompt = list(self.slots.kv[st.slot])
+        self.slots.forget(st.slot)
         st.done_upto = 0
         st.ready = False
         st.parked = True
@@ -331,15 +265,15 @@ class LlamaEngine:
         tokens = list(req.prompt_tokens)
         if len(tokens) >= self.n_ctx:
             raise ValueError("prompt does not fit the context")
-        slot = self._take_slot(tokens)
+        slot = self.slots.take(tokens)
         try:
             sampler = self._sampler(req.sampling, grammar_for(req.constraint), req.prompt_tokens)
         except (ValueError, InvalidRequest):
-            self._free_slots.append(slot)
+            self.slots.free.append(slot)
             raise
         state = _SeqState(slot, sampler)
         seq.engine_state = state
-        cached = self._reuse(slot, tokens)
+        cached = self.slots.reuse(slot, tokens)
         seq.cached = cached
         state.prompt, state.done_upto = tokens, cached
         # alone, the whole prompt now; with others generating, one chunk per step, so their
@@ -350,12 +284,12 @@ class LlamaEngine:
         return self._busy() <= 1
 
     def _busy(self) -> int:
-        return len(self._kv) - len(self._free_slots)
+        return self.slots.busy()
 
     def _prefill(self, seq: Sequence, st: _SeqState, *, whole: bool) -> None:
         """Process the prompt from ``st.done_upto``: all of it, or one chunk. The chunks start
         where a fresh run's do, so the numbers are the same however the prompt is split."""
-        tokens, slot, kv = st.prompt, st.slot, self._kv[st.slot]
+        tokens, slot, kv = st.prompt, st.slot, self.slots.kv[st.slot]
         # abort callback only while processing the prompt: checking it per graph node during
         # single-token decode would cost a GIL round trip per node
         self._aborting = seq
@@ -372,11 +306,11 @@ class LlamaEngine:
                     self._park(st)
                     return
                 if rc == 2 or seq.cancelled:  # aborted: what this chunk wrote is unknown
-                    self._forget(slot)
+                    self.slots.forget(slot)
                     st.failed = True
                     return
                 if rc != 0:
-                    self._forget(slot)
+                    self.slots.forget(slot)
                     st.failed = True
                     raise RuntimeError(f"llama_decode failed on the prompt (code {rc})")
                 kv.extend(chunk)
@@ -384,7 +318,7 @@ class LlamaEngine:
                 if not whole and st.done_upto < len(tokens):
                     return  # the rest in the next steps
             # whole micro-batches of the prompt: what a later prompt may reuse exactly
-            self._exact[slot] = len(tokens) - len(tokens) % self._align
+            self.slots.computed_whole(slot, len(tokens))
         finally:
             L.llama_set_abort_callback(self.ctx, self._no_abort, None)
             self._aborting = None
@@ -432,7 +366,7 @@ class LlamaEngine:
             if st.pos + 1 >= self.n_ctx:
                 seq.finish("length")
                 continue
-            self._kv[st.slot].append(tok)
+            self.slots.kv[st.slot].append(tok)
             decoded.append((seq, st))
         while decoded:
             rc = self._decode_step(decoded)
@@ -448,7 +382,7 @@ class LlamaEngine:
                 continue
             for seq in seqs:
                 if isinstance(seq.engine_state, _SeqState):
-                    self._forget(seq.engine_state.slot)
+                    self.slots.forget(seq.engine_state.slot)
             raise RuntimeError(f"llama_decode failed (code {rc})")
         n = len(decoded)
         busy = self.tuner is not None and self.threads < self.tuner.max_threads
@@ -469,7 +403,7 @@ class LlamaEngine:
         """One decode of each sequence's last token; returns llama_decode's code."""
         b = self.batch
         for i, (_, st) in enumerate(decoded):
-            b.token[i] = self._kv[st.slot][-1]
+            b.token[i] = self.slots.kv[st.slot][-1]
             b.pos[i] = st.pos
             b.n_seq_id[i] = 1
             b.seq_id[i][0] = st.slot
@@ -500,7 +434,7 @@ class LlamaEngine:
     def _decode_whole(self, tokens: list[int]) -> None:
         """Decode one input as sequence 0 with every position's output kept (what pooling
         reads), after forgetting whatever sequence 0 held."""
-        self._forget(0)
+        self.slots.forget(0)
         self._fill(tokens, 0, 0, logits_last=False)
         for i in range(len(tokens)):
             self.batch.logits[i] = 1
@@ -585,10 +519,7 @@ class LlamaEngine:
         st = seq.engine_state
         if isinstance(st, _SeqState):
             L.llama_sampler_free(st.sampler)
-            if not self.prompt_cache or st.parked:
-                self._forget(st.slot)
-            self._free_slots.append(st.slot)  # its cache stays, for the next prompt
-            self._last_used[st.slot] = time.monotonic()
+            self.slots.release(st.slot, keep=self.prompt_cache and not st.parked)
             self._room_freed = True
             seq.engine_state = None
 

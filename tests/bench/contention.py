@@ -36,9 +36,12 @@ def default_model() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def speeds(model: Path, threads: int, tokens: int, runs: int, busy: bool) -> list[float]:
+def speeds(
+    model: Path, threads: int, tokens: int, runs: int, busy: bool, wait: str = "default"
+) -> list[float]:
     home = Path(tempfile.mkdtemp(prefix="hearth-contention-"))
-    s = start_serve(home, model, settings={"load": {"threads": threads}})
+    env = {} if wait == "default" else {"OMP_WAIT_POLICY": wait}
+    s = start_serve(home, model, settings={"load": {"threads": threads}}, env_extra=env)
     hog = None
     try:
         mid = next(iter(s.models.values()))
@@ -67,18 +70,26 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--model", type=Path, default=None)
+    ap.add_argument(
+        "--omp-wait",
+        default="default",
+        help="comma-separated OpenMP wait policies to compare (default, passive, active): how "
+        "llama.cpp's idle worker threads wait between steps (spin, or sleep at once)",
+    )
     a = ap.parse_args()
     if shutil.which("taskset") is None:
         sys.exit("needs taskset (util-linux)")
     model = a.model or default_model()
     cores = physical_cores()
     print(f"{model.name}, {cores} physical cores, {a.tokens} tokens per run, {a.runs} runs")
-    for label, threads in (("auto", 0), (f"fixed {cores}", cores)):
-        quiet = speeds(model, threads, a.tokens, a.runs, busy=False)
-        busy = speeds(model, threads, a.tokens, a.runs, busy=True)
-        ratio = statistics.median(busy) / statistics.median(quiet)
-        print(f"{label:>9}: quiet {' '.join(f'{x:6.1f}' for x in quiet)} tok/s | "
-              f"busy core 0 {' '.join(f'{x:6.1f}' for x in busy)} tok/s | ratio {ratio:.2f}")  # fmt: skip
+    for wait in a.omp_wait.split(","):
+        for label, threads in (("auto", 0), (f"fixed {cores}", cores)):
+            quiet = speeds(model, threads, a.tokens, a.runs, busy=False, wait=wait)
+            busy = speeds(model, threads, a.tokens, a.runs, busy=True, wait=wait)
+            ratio = statistics.median(busy) / statistics.median(quiet)
+            label = f"{label} ({wait} wait)"
+            print(f"{label:>24}: quiet {' '.join(f'{x:6.1f}' for x in quiet)} tok/s | "
+                  f"busy core 0 {' '.join(f'{x:6.1f}' for x in busy)} tok/s | ratio {ratio:.2f}")  # fmt: skip
     return 0
 
 

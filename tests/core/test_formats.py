@@ -318,9 +318,10 @@ def test_estimate_model_asks_the_model_s_format(tmp_path: Path) -> None:
         context_length=256,
         kv_type=opts.kv_type,
         batch_size=opts.ubatch_size or opts.batch_size,
-        flash_attention=opts.flash_attention == "on",
+        flash_attention=True,  # "auto" with the shared (reuse) prompt cache
         embedding=False,
         parallel=opts.parallel,
+        prompt_cache="reuse",
     )
     assert estimate_model(local(folder, "mlx"), opts) == fit.estimate_mlx(
         str(folder), context_length=256

@@ -93,6 +93,35 @@ async def test_single_call_choice_ends_after_the_call(pieces: list[str]) -> None
     assert sum(d.finish_reason is not None for d in deltas) == 1
 
 
+class Racing(Recorded):
+    """A runtime that makes one more token before it sees the cancel (its decode step was
+    already running), and counts it in its final usage, as the worker does."""
+
+    async def _run(self) -> AsyncIterator[Delta]:
+        late = 0
+        for p in self.pieces:
+            if self.cancelled:
+                if late:
+                    break
+                late = 1
+            self.sent += 1
+            yield Delta(text=p, token_count=1)
+        yield Delta(finish_reason="cancelled", usage=Usage(PROMPT_TOKENS, self.sent, 2))
+
+
+async def test_a_token_made_after_the_call_closed_is_not_counted() -> None:
+    """The usage of a call choice counts the tokens up to the call's close, whether or not the
+    runtime made one more before it saw the cancel (every protocol then reports the same)."""
+    counts = []
+    for stream in (Recorded(SMOL_NAMED), Racing(SMOL_NAMED)):
+        gen = Generation("m", PROMPT_TOKENS, stream, tools=ToolCallParser("hermes", max_calls=1))
+        deltas, _ = await run(gen)
+        counts.append((deltas[-1].usage.completion_tokens, stream.sent))
+    (plain, plain_sent), (raced, raced_sent) = counts
+    assert raced_sent == plain_sent + 1, "the racing runtime did make one more"
+    assert raced == plain == plain_sent
+
+
 @pytest.mark.parametrize("pieces", splits(SMOL_NAMED))
 async def test_auto_drops_text_after_calls(pieces: list[str]) -> None:
     """No limit on calls: both whole blocks are calls, what lies between and after is not

@@ -319,8 +319,9 @@ def test_mlx_model_dialog_shows_only_what_mlx_reads(
         assert not form.isRowVisible(hidden)
     assert not form.isRowVisible(dialog.advanced_button)  # threads, batch, mmap, RoPE: llama.cpp
     assert dialog.context_spin.isVisible() and dialog.seed_spin.isVisible()
+    assert dialog.prompt_cache_combo.isVisible()  # MLX reuses prompts too
     assert dialog.ttl_check.isVisible() and dialog.pin_check.isVisible()
-    assert set(dialog.options()) == {"context_length", "seed"}
+    assert set(dialog.options()) == {"context_length", "seed", "prompt_cache"}
     dialog.context_spin.setValue(256)
     dialog.seed_spin.setValue(7)
     wait_estimate(qtbot, dialog, context_length=256)

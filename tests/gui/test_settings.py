@@ -219,3 +219,18 @@ def test_a_mismatched_https_key_is_reported_inline(
     qtbot.waitUntil(lambda: page.banner.kind == "error", timeout=SLOW)
     assert "does not match the certificate" in page.banner.text()
     assert page.status_label.text() == "Stopped"
+
+
+def test_prompt_cache_mode_is_saved_and_becomes_the_load_default(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
+) -> None:
+    """The Settings page's prompt cache choice is saved as `prompt_cache.mode` in
+    settings.json."""
+    page = window.settings_page
+    window.show_page("Settings")
+    assert page.prompt_cache_combo.currentData() == "reuse"  # the default
+    page.prompt_cache_combo.setCurrentIndex(page.prompt_cache_combo.findData("exact"))
+    with qtbot.waitSignal(page.settings_saved, timeout=10_000):
+        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+    assert gui_ctx.settings_store.load().prompt_cache.mode == "exact"
+    # (tests/core/test_settings.py shows the app's loads taking it as their default)

@@ -1,0 +1,113 @@
+"""Which tokens each sequence slot of a llama.cpp context holds in its KV cache, and how a new
+prompt reuses them (the prompt cache). Worker thread only.
+
+A slot is a llama.cpp sequence id. Each remembers the tokens its cells hold (prompt and
+generated answer). "reuse" continues a prompt from the whole prefix it shares with a slot; in a
+shared (unified) cache a common prefix can also be shared into another slot, the cells counted
+once, so several conversations keep their caches. "exact" also counts how many tokens were
+computed as whole micro-batches aligned at multiples of n_ubatch, the way a fresh run computes a
+prompt, and reuses only those: the rest is computed in the same batches as a fresh run would, so
+the output is bit-identical to an uncached run. "off" keeps nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from app.runtimes.llama_backend import L
+from app.runtimes.worker import common_prefix
+
+
+class Slots:
+    def __init__(
+        self, mem: Any, n_slots: int, *, mode: str, shared: bool, align: int, n_swa: int
+    ) -> None:
+        self.mem = mem
+        self.mode = mode
+        self.shared = shared  # one unified cache: cells can be shared between slots
+        self.align = align
+        self.n_swa = n_swa
+        self.kv: list[list[int]] = [[] for _ in range(n_slots)]
+        self.free = list(range(n_slots))
+        self._exact = [0] * n_slots
+        self._last_used = [0.0] * n_slots
+
+    def busy(self) -> int:
+        """Slots taken by running (or parked) sequences."""
+        return len(self.kv) - len(self.free)
+
+    def take(self, tokens: list[int]) -> int:
+        """A free slot for ``tokens``: the one whose cache shares the longest prefix with them.
+        In a shared cache, when that cache also holds more (another conversation's turn), the
+        common prefix is shared into an empty or the least recently used slot instead, so the
+        other conversation keeps its cache."""
+        free, kv = self.free, self.kv
+        best = max(free, key=lambda sl: (common_prefix(kv[sl], tokens), -len(kv[sl])))
+        slot = best
+        if self.shared and self.mode != "off" and len(free) > 1:
+            shared = min(common_prefix(kv[best], tokens), len(tokens) - 1)
+            if shared < len(kv[best]):
+                slot = min(
+                    (sl for sl in free if sl != best),
+                    key=lambda sl: (bool(kv[sl]), self._last_used[sl]),
+                )
+                self.forget(slot)
+                if shared > 0 and not self._breaks_swa(best, shared):
+                    L.llama_memory_seq_cp(self.mem, best, slot, 0, shared)
+                    kv[slot] = kv[best][:shared]
+        free.remove(slot)
+        return slot
+
+    def _breaks_swa(self, slot: int, keep: int) -> bool:
+        """Sliding-window layers forget old positions: continuing at ``keep`` needs the last
+        n_swa of them (llama-server's rule)."""
+        return self.n_swa > 0 and L.llama_memory_seq_pos_min(self.mem, slot) > max(
+            0, keep - self.n_swa
+        )
+
+    def reuse(self, slot: int, tokens: list[int]) -> int:
+        """Keep the slot's cache for the prefix it shares with ``tokens`` (never the last token:
+        its logits are needed; in exact mode only whole aligned micro-batches); drop the rest.
+        Returns the kept length."""
+        kv = self.kv[slot]
+        keep = 0
+        if self.mode != "off":
+            keep = min(common_prefix(kv, tokens), len(tokens) - 1)
+            if self.mode == "exact":
+                keep = min(keep, self._exact[slot])
+                keep -= keep % self.align
+        if keep > 0 and self._breaks_swa(slot, keep):
+            keep = 0
+        if keep > 0 and not L.llama_memory_seq_rm(self.mem, slot, keep, -1):
+            keep = 0  # this memory cannot drop a tail (recurrent models): start over
+        if keep == 0:
+            L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+        del kv[keep:]
+        self._exact[slot] = keep
+        return keep
+
+    def computed_whole(self, slot: int, n_tokens: int) -> None:
+        """A prompt of ``n_tokens`` was read from the start of a micro-batch: its whole
+        micro-batches are what a later prompt may reuse in exact mode."""
+        self._exact[slot] = n_tokens - n_tokens % self.align
+
+    def forget(self, slot: int) -> None:
+        L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+        self.kv[slot].clear()
+        self._exact[slot] = 0
+
+    def release(self, slot: int, *, keep: bool) -> None:
+        """A sequence ended: its slot is free, its cache kept for a later prompt if ``keep``."""
+        if not keep:
+            self.forget(slot)
+        self.free.append(slot)
+        self._last_used[slot] = time.monotonic()
+
+    def evict_idle(self) -> bool:
+        """Free the least recently used idle cache of a shared cache; False when none is left."""
+        idle = [sl for sl in self.free if self.kv[sl]]
+        if not idle:
+            return False
+        self.forget(min(idle, key=lambda sl: self._last_used[sl]))
+        return True
