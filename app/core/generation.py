@@ -101,13 +101,13 @@ class Generation:
                     end = await _drain(deltas)
                     # the answer's tokens are those up to the call's close: the runtime may have
                     # made another before it saw the cancel (a race, not part of the answer)
-                    usage = Usage(self.prompt_tokens, completion_tokens)
+                    counted = Usage(self.prompt_tokens, completion_tokens)
                     if end is not None and end.usage is not None:
-                        usage = replace(end.usage, completion_tokens=completion_tokens)
+                        counted = replace(end.usage, completion_tokens=completion_tokens)
                     d = replace(
                         d,
                         finish_reason="tool_calls",
-                        usage=usage,
+                        usage=counted,
                         timings=end.timings if end is not None else None,
                     )
                     final = True
