@@ -413,12 +413,13 @@ class LlamaEngine:
         t0 = time.perf_counter()
         rc = self._decode()
         if rc == 0 and self.tuner is not None:
-            self._tune(self.tuner, time.perf_counter() - t0, n)
+            context = max(st.pos for _, st in decoded)
+            self._tune(self.tuner, time.perf_counter() - t0, n, context)
         return rc
 
-    def _tune(self, tuner: ThreadTuner, seconds: float, batch: int) -> None:
+    def _tune(self, tuner: ThreadTuner, seconds: float, batch: int, context: int) -> None:
         """Feed one decode step's time to the tuner; apply the thread count it picks."""
-        threads = tuner.observe(seconds, batch)
+        threads = tuner.observe(seconds, batch, context)
         if threads is not None and threads != self.threads:
             L.llama_set_n_threads(self.ctx, threads, threads)
             log.info(

@@ -11,8 +11,9 @@ that prints. Engines run one at a time, never together:
 Each is measured with the same client: 128-token greedy chat streams from 1, 4 and 8 clients at
 once (aggregate tok/s = all tokens / wall time of the round), the time to first token of a tiny
 prompt (median of 9), and the follow-up turn's TTFT over the first turn's on a ~1.5k-token
-conversation (one conversation; then 4 interleaved ~800-token ones). Prints one table and the
-ratios Hearth / llama-server from this one run.
+conversation (one conversation; then 4 interleaved ~800-token ones). Prints one table: each
+cell the median of --rounds rounds (default 3) that interleave the engines, and the ratios
+Hearth / llama-server (the median of the rounds' ratios), all from this one run.
 """
 
 from __future__ import annotations
@@ -183,6 +184,7 @@ def main() -> int:
     ap.add_argument("--skip-parallel", action="store_true", help="no `--parallel 8` Hearth run")
     ap.add_argument("--verbose", action="store_true", help="each stream's usage on stderr")
     ap.add_argument("--only-hearth", action="store_true", help="skip llama-server (diagnosis)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
     a = ap.parse_args()
     global VERBOSE
     VERBOSE = a.verbose
@@ -195,43 +197,60 @@ def main() -> int:
         sys.exit(LLAMA_SERVER_HOWTO)
     model = a.model or default_model()
     t = physical_cores()
-    cols: dict[str, dict[str, float]] = {}
-    if not a.only_hearth:
-        p, root = llama_server(exe, model, 8, 16384, t)
-        try:
-            cols["llama-server -np 8"] = measure(root, "m", a.tokens, ttft=False)
-        finally:
-            p.kill()
-        p, root = llama_server(exe, model, 1, 4096, t)
-        try:  # -np 1
-            cols["llama-server -np 8"]["tiny prompt TTFT ms"] = tiny_ttft(root, "m") * 1000
-        finally:
-            p.kill()
-    runs = [("Hearth default", ())] + (
-        [] if a.skip_parallel else [("Hearth --parallel 8", ("--parallel", "8"))]
-    )
-    for label, extra in runs:
-        home = Path(tempfile.mkdtemp(prefix="hearth-vs-"))
-        s = start_serve(home, model, settings={"load": {"context_length": 4096}})
-        try:
-            mid = next(iter(s.models.values()))
-            if extra:
-                st, b = s.post("/api/v1/models/load", {"model": mid, "options": {"parallel": 8}})
-                if st != 200:
-                    sys.exit(f"load failed: {st} {b}")
-            cols[label] = measure(s.root, mid, a.tokens)
-        finally:
-            s.stop()
-            shutil.rmtree(home, ignore_errors=True)
+    # rounds interleave the engines, so a slow spell of a shared machine hits them alike; each
+    # cell is the median of its rounds, each ratio the median of the rounds' ratios
+    rounds: list[dict[str, dict[str, float]]] = []
+    for _ in range(a.rounds):
+        cols: dict[str, dict[str, float]] = {}
+        if not a.only_hearth:
+            p, root = llama_server(exe, model, 8, 16384, t)
+            try:
+                cols["llama-server -np 8"] = measure(root, "m", a.tokens, ttft=False)
+            finally:
+                p.kill()
+            p, root = llama_server(exe, model, 1, 4096, t)
+            try:  # -np 1
+                cols["llama-server -np 8"]["tiny prompt TTFT ms"] = tiny_ttft(root, "m") * 1000
+            finally:
+                p.kill()
+        runs = [("Hearth default", ())] + (
+            [] if a.skip_parallel else [("Hearth --parallel 8", ("--parallel", "8"))]
+        )
+        for label, extra in runs:
+            home = Path(tempfile.mkdtemp(prefix="hearth-vs-"))
+            s = start_serve(home, model, settings={"load": {"context_length": 4096}})
+            try:
+                mid = next(iter(s.models.values()))
+                if extra:
+                    opts = {"model": mid, "options": {"parallel": 8}}
+                    st, b = s.post("/api/v1/models/load", opts)
+                    if st != 200:
+                        sys.exit(f"load failed: {st} {b}")
+                cols[label] = measure(s.root, mid, a.tokens)
+            finally:
+                s.stop()
+                shutil.rmtree(home, ignore_errors=True)
+        rounds.append(cols)
+    cols = {
+        label: {r: statistics.median(x[label][r] for x in rounds) for r in rounds[0][label]}
+        for label in rounds[0]
+    }
+    ratios: dict[str, float] = {}
+    if "llama-server -np 8" in cols:
+        for r in cols["Hearth default"]:
+            ratios[r] = statistics.median(
+                x["Hearth default"][r] / x["llama-server -np 8"][r] for x in rounds
+            )
     rows = list(next(iter(cols.values())))
-    print(f"{model.name}, {t} physical cores, {a.tokens}-token greedy chat streams")
+    print(
+        f"{model.name}, {t} physical cores, {a.tokens}-token greedy chat streams, "
+        f"medians of {a.rounds} interleaved rounds"
+    )
     print("| | " + " | ".join(cols) + " | Hearth default / llama-server |")
     print("|---" * (len(cols) + 2) + "|")
-    base = cols.get("llama-server -np 8", {})
     for r in rows:
         vals = " | ".join(f"{c[r]:.3g}" for c in cols.values())
-        ratio = cols["Hearth default"][r] / base[r] if base.get(r) else float("nan")
-        print(f"| {r} | {vals} | {ratio:.2f} |")
+        print(f"| {r} | {vals} | {ratios.get(r, float('nan')):.2f} |")
     return 0
 
 

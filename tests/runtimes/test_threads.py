@@ -54,6 +54,18 @@ def test_batch_sizes_are_measured_apart() -> None:
     assert t.current == 2 and t.changes == 0
 
 
+def test_a_longer_context_is_not_read_as_contention() -> None:
+    """A step at a 1,100-token context attends over more cells and is slower on a quiet
+    machine too (measured: a follow-up turn after short chats was moved to one thread and
+    reported "CPU busy"): contexts in other buckets are timed apart."""
+    t = ThreadTuner(2)
+    for n in range(WINDOW * 6):  # short chats
+        t.observe(QUIET[t.current], 1, context=40 + n % 128)
+    for n in range(WINDOW * 6):  # a long conversation's turn: twice as slow per step
+        t.observe(QUIET[t.current] * 2, 1, context=1100 + n)
+    assert t.current == 2 and t.changes == 0
+
+
 def test_one_thread_never_goes_lower() -> None:
     t = ThreadTuner(1)
     run(t, BUSY.__getitem__, WINDOW * 50)
