@@ -578,7 +578,7 @@ async def test_a_busy_cpu_is_said_in_the_deltas_and_the_timings(
     from app.runtimes.threads import ThreadTuner
 
     class BusyMachine(ThreadTuner):  # the tuner's verdict, as on a machine under load
-        def observe(self, seconds: float, batch: int) -> int | None:
+        def observe(self, seconds: float, batch: int, context: int = 0) -> int | None:
             self.current = 1
             return 1
 
