@@ -5,12 +5,18 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QSize
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPixmap, QResizeEvent
-from PySide6.QtWidgets import QSizePolicy, QWidget
+from PySide6.QtGui import QColor, QPixmap
+from PySide6.QtWidgets import QWidget
 
 from app.core.events import RequestFinished
-from app.gui.views.chart_paint import begin_picture, is_dark, paint_empty, paint_series, two_areas
+from app.gui.views.chart_paint import (
+    PixmapChart,
+    begin_picture,
+    is_dark,
+    paint_empty,
+    paint_series,
+    two_areas,
+)
 from app.gui.views.speed_chart import DEFAULT_CAP, SeriesSummary, summarize
 
 EMPTY_TEXT = "No generations yet"
@@ -54,7 +60,7 @@ def cache_point(event: RequestFinished) -> CachePoint | None:
     return CachePoint(event.at, hits, batch)
 
 
-class CacheChart(QWidget):
+class CacheChart(PixmapChart):
     """Two small line charts over the last ``cap`` generations: the prompt-cache hit rate (%)
     and the batch size, painted like the SpeedChart (cached pixmap, palette-aware)."""
 
@@ -64,9 +70,6 @@ class CacheChart(QWidget):
         self._points: deque[CachePoint] = deque(maxlen=cap)
         self._hits = SeriesSummary(None, None)
         self._batch = SeriesSummary(None, None)
-        self._picture: QPixmap | None = None
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setMinimumHeight(130)
         self._update_text()
 
     # -- data -------------------------------------------------------------------------------------
@@ -128,29 +131,6 @@ class CacheChart(QWidget):
         self.setAccessibleDescription(text)
 
     # -- Qt -------------------------------------------------------------------------------------
-    def sizeHint(self) -> QSize:
-        return QSize(520, 140)
-
-    def changeEvent(self, event: QEvent) -> None:
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
-            self._invalidate()
-        super().changeEvent(event)
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        self._picture = None
-        super().resizeEvent(event)
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        if self._picture is None:
-            self._picture = self._render()
-        p = QPainter(self)
-        p.drawPixmap(0, 0, self._picture)
-        p.end()
-
-    def _invalidate(self) -> None:
-        self._picture = None
-        self.update()
-
     def _render(self) -> QPixmap:
         picture, p, frame = begin_picture(self)
         if self.is_empty:

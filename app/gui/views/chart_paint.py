@@ -6,9 +6,56 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QPainter, QPalette, QPen, QPixmap, QPolygonF
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QPixmap,
+    QPolygonF,
+    QResizeEvent,
+)
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+
+class PixmapChart(QWidget):
+    """A chart painted once into a pixmap (``_render``), again only after a resize, a palette
+    or font change, or ``_invalidate()`` (new data)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._picture: QPixmap | None = None
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMinimumHeight(130)
+
+    def _render(self) -> QPixmap:
+        raise NotImplementedError
+
+    def sizeHint(self) -> QSize:
+        return QSize(520, 140)
+
+    def changeEvent(self, event: QEvent) -> None:
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
+            self._invalidate()
+        super().changeEvent(event)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self._picture = None
+        super().resizeEvent(event)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        if self._picture is None:
+            self._picture = self._render()
+        p = QPainter(self)
+        p.drawPixmap(0, 0, self._picture)
+        p.end()
+
+    def _invalidate(self) -> None:
+        self._picture = None
+        self.update()
 
 
 def nice_ceiling(value: float) -> float:

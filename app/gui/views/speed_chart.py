@@ -7,12 +7,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from PySide6.QtCore import QEvent, QSize
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPixmap, QResizeEvent
-from PySide6.QtWidgets import QSizePolicy, QWidget
+from PySide6.QtGui import QColor, QPalette, QPixmap
+from PySide6.QtWidgets import QWidget
 
 from app.core.events import RequestFinished
 from app.gui.views.chart_paint import (
+    PixmapChart,
     begin_picture,
     is_dark,
     paint_empty,
@@ -60,7 +60,7 @@ def is_generation(event: RequestFinished) -> bool:
     return event.status < 400 and event.completion_tokens > 0 and event.tokens_per_second > 0
 
 
-class SpeedChart(QWidget):
+class SpeedChart(PixmapChart):
     """Two small line charts over the last ``cap`` generations: decode and prompt tok/s.
 
     Points come from ``RequestFinished`` events (``add``); the summaries are computed once per
@@ -74,9 +74,6 @@ class SpeedChart(QWidget):
         self._points: deque[SpeedPoint] = deque(maxlen=cap)
         self._decode = SeriesSummary(None, None)
         self._prompt = SeriesSummary(None, None)
-        self._picture: QPixmap | None = None
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setMinimumHeight(130)
         self._update_text()
 
     # -- data -------------------------------------------------------------------------------------
@@ -131,29 +128,6 @@ class SpeedChart(QWidget):
         self.setAccessibleDescription(text)
 
     # -- Qt -------------------------------------------------------------------------------------
-    def sizeHint(self) -> QSize:
-        return QSize(520, 140)
-
-    def changeEvent(self, event: QEvent) -> None:
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.FontChange):
-            self._invalidate()
-        super().changeEvent(event)
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        self._picture = None
-        super().resizeEvent(event)
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        if self._picture is None:
-            self._picture = self._render()
-        p = QPainter(self)
-        p.drawPixmap(0, 0, self._picture)
-        p.end()
-
-    def _invalidate(self) -> None:
-        self._picture = None
-        self.update()
-
     def _render(self) -> QPixmap:
         picture, p, frame = begin_picture(self)
         if self.is_empty:
