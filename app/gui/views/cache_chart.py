@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 from PySide6.QtGui import QColor, QPixmap
@@ -60,42 +59,18 @@ def cache_point(event: RequestFinished) -> CachePoint | None:
     return CachePoint(event.at, hits, batch)
 
 
-class CacheChart(PixmapChart):
+class CacheChart(PixmapChart[CachePoint]):
     """Two small line charts over the last ``cap`` generations: the prompt-cache hit rate (%)
     and the batch size, painted like the SpeedChart (cached pixmap, palette-aware)."""
 
     def __init__(self, cap: int = DEFAULT_CAP, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.cap = cap
-        self._points: deque[CachePoint] = deque(maxlen=cap)
+        super().__init__(cap, parent)
         self._hits = SeriesSummary(None, None)
         self._batch = SeriesSummary(None, None)
         self._update_text()
 
-    # -- data -------------------------------------------------------------------------------------
-    def add(self, event: RequestFinished) -> bool:
-        """Add a point for ``event`` if it was a completed generation; True when added."""
-        point = cache_point(event)
-        if point is None:
-            return False
-        self._points.append(point)
-        self._summarize()
-        self._invalidate()
-        return True
-
-    def clear(self) -> None:
-        self._points.clear()
-        self._summarize()
-        self._invalidate()
-
-    @property
-    def points(self) -> tuple[CachePoint, ...]:
-        """Oldest first."""
-        return tuple(self._points)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self._points
+    def _point_of(self, event: RequestFinished) -> CachePoint | None:
+        return cache_point(event)
 
     @property
     def hits_summary(self) -> SeriesSummary:

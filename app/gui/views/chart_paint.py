@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import (
@@ -20,19 +22,59 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
+from app.core.events import RequestFinished
 
-class PixmapChart(QWidget):
-    """A chart painted once into a pixmap (``_render``), again only after a resize, a palette
-    or font change, or ``_invalidate()`` (new data)."""
+P = TypeVar("P")
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+
+class PixmapChart(QWidget, Generic[P]):
+    """The last ``cap`` points made from ``RequestFinished`` events (``_point_of``), summarized
+    once per point (``_summarize``) and painted once into a pixmap (``_render``): again only
+    after a new point, a resize, or a palette or font change."""
+
+    def __init__(self, cap: int, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.cap = cap
+        self._points: deque[P] = deque(maxlen=cap)
         self._picture: QPixmap | None = None
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMinimumHeight(130)
 
+    def _point_of(self, event: RequestFinished) -> P | None:
+        raise NotImplementedError
+
+    def _summarize(self) -> None:
+        raise NotImplementedError
+
     def _render(self) -> QPixmap:
         raise NotImplementedError
+
+    # -- data -----------------------------------------------------------------------------------
+    def add(self, event: RequestFinished) -> bool:
+        """Add a point for ``event`` if it was a completed generation; True when added."""
+        point = self._point_of(event)
+        if point is None:
+            return False
+        self._points.append(point)
+        self._summarize()
+        self._invalidate()
+        return True
+
+    def clear(self) -> None:
+        self._points.clear()
+        self._summarize()
+        self._invalidate()
+
+    @property
+    def points(self) -> tuple[P, ...]:
+        """Oldest first."""
+        return tuple(self._points)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self._points
+
+    # -- Qt -------------------------------------------------------------------------------------
 
     def sizeHint(self) -> QSize:
         return QSize(520, 140)

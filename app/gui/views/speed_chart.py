@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,7 +59,7 @@ def is_generation(event: RequestFinished) -> bool:
     return event.status < 400 and event.completion_tokens > 0 and event.tokens_per_second > 0
 
 
-class SpeedChart(PixmapChart):
+class SpeedChart(PixmapChart[SpeedPoint]):
     """Two small line charts over the last ``cap`` generations: decode and prompt tok/s.
 
     Points come from ``RequestFinished`` events (``add``); the summaries are computed once per
@@ -69,38 +68,17 @@ class SpeedChart(PixmapChart):
     """
 
     def __init__(self, cap: int = DEFAULT_CAP, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.cap = cap
-        self._points: deque[SpeedPoint] = deque(maxlen=cap)
+        super().__init__(cap, parent)
         self._decode = SeriesSummary(None, None)
         self._prompt = SeriesSummary(None, None)
         self._update_text()
 
-    # -- data -------------------------------------------------------------------------------------
-    def add(self, event: RequestFinished) -> bool:
-        """Add a point for ``event`` if it was a completed generation; True when added."""
+    def _point_of(self, event: RequestFinished) -> SpeedPoint | None:
         if not is_generation(event):
-            return False
-        self._points.append(
-            SpeedPoint(event.at, event.tokens_per_second, max(event.prompt_tokens_per_second, 0.0))
+            return None
+        return SpeedPoint(
+            event.at, event.tokens_per_second, max(event.prompt_tokens_per_second, 0.0)
         )
-        self._summarize()
-        self._invalidate()
-        return True
-
-    def clear(self) -> None:
-        self._points.clear()
-        self._summarize()
-        self._invalidate()
-
-    @property
-    def points(self) -> tuple[SpeedPoint, ...]:
-        """Oldest first."""
-        return tuple(self._points)
-
-    @property
-    def is_empty(self) -> bool:
-        return not self._points
 
     @property
     def decode_summary(self) -> SeriesSummary:
