@@ -40,14 +40,11 @@ class PixmapChart(QWidget, Generic[P]):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setMinimumHeight(130)
 
-    def _point_of(self, event: RequestFinished) -> P | None:
-        raise NotImplementedError
-
-    def _summarize(self) -> None:
-        raise NotImplementedError
-
-    def _render(self) -> QPixmap:
-        raise NotImplementedError
+    # what each chart defines: the point an event makes (None: not one of its points), the
+    # summaries of its points, and its picture
+    _point_of: Callable[[RequestFinished], P | None]
+    _summarize: Callable[[], None]
+    _render: Callable[[], QPixmap]
 
     # -- data -----------------------------------------------------------------------------------
     def add(self, event: RequestFinished) -> bool:
