@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core import filecache
+from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
 from app.core.filecache import FileCache
 from app.core.fsutil import (
     atomic_write_bytes,
@@ -78,7 +79,10 @@ class ServerSettings:
 
 @dataclass(frozen=True, slots=True)
 class LoadDefaults:
-    context_length: int = 4096
+    # 0 = "auto" in settings.json (issue #13): the largest context that fits the budget free
+    # at load time, up to the model's trained length and max_auto_context
+    context_length: int = 0
+    max_auto_context: int = DEFAULT_MAX_AUTO_CONTEXT
     threads: int = 0  # 0 = auto: the physical cores, fewer while other programs keep them busy
     batch_size: int = 512
     # requests one GGUF model decodes together; they share one cache of context_length tokens
@@ -137,6 +141,8 @@ class Settings:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["routing"] = {"auto": rules_to_json(self.routing.auto)}
+        if not self.load.context_length:
+            d["load"]["context_length"] = "auto"
         return d
 
 
@@ -182,7 +188,12 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     for name in ("max_incomplete_connections", "max_incomplete_per_client"):
         if getattr(server, name) < 1:
             raise ConfigError(f"settings: server.{name} must be at least 1")
-    load = _coerce(LoadDefaults, raw.get("load", {}), "load")
+    load_raw = raw.get("load", {})
+    if isinstance(load_raw, dict) and load_raw.get("context_length") == "auto":
+        load_raw = {**load_raw, "context_length": 0}
+    load = _coerce(LoadDefaults, load_raw, "load")
+    if load.max_auto_context < 256:
+        raise ConfigError("settings: load.max_auto_context must be at least 256")
     for name in LOAD_DEFAULT_OPTIONS:  # the load options a default exists for: the table's ranges
         spec = SPECS[name]
         try:

@@ -16,8 +16,8 @@ from app.settings import Settings, SettingsStore
 
 def build_service(paths: AppPaths, settings: Settings) -> Hearth:
     """Wire the core to the runtimes available on this machine."""
+    from app.core.fit import default_budget
     from app.core.presets import PresetStore
-    from app.core.scheduler import default_budget
     from app.runtimes.llama_cpp import LlamaCppRuntime
     from app.runtimes.mlx import MlxRuntime
 
@@ -59,6 +59,7 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
         presets=PresetStore(paths.config / "presets.json"),
         budget_bytes=budget,
         default_ttl=jit_ttl,
+        auto_context_cap=lambda: store.load().load.max_auto_context,
         calibration_file=paths.cache / "memory-calibration.json",
         aliases=AliasStore(paths.aliases_file),
         routing=lambda: store.load().routing_config(),

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
+from app.core.fsutil import read_json
 from app.core.gguf import GGUFHeader
 
 KV_BYTES = {
@@ -161,6 +163,13 @@ def probe_memory() -> DeviceMemory:
     return DeviceMemory(total, avail)
 
 
+def default_budget() -> int:
+    """80% of the machine's RAM, or of the largest GPU's VRAM when a GPU is reported."""
+    mem = probe_memory()
+    gpu = max((free for _, free in mem.gpus), default=0)
+    return int(0.8 * max(mem.ram_total, gpu)) or 8 * 1024**3
+
+
 def verdict(estimate: int, memory: DeviceMemory) -> Fit:
     """fits-gpu when a GPU has room for all of it, fits-ram when RAM does, else too-large."""
     if any(free >= estimate for _, free in memory.gpus):
@@ -213,3 +222,14 @@ def current_rss() -> int:
         return int(ru if os.uname().sysname == "Darwin" else ru * 1024)
     except (ImportError, OSError, ValueError):
         return 0
+
+
+def read_calibration(path: Path) -> dict[str, int]:
+    """The measured footprints remembered by earlier loads (key -> bytes)."""
+    try:
+        data = read_json(path, {})
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int) and v > 0}

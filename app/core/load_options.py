@@ -30,7 +30,7 @@ class OptionSpec:
         minimum, maximum: the inclusive range of an int or float.
         choices: the allowed strings of a choice.
         nullable: None is allowed too (seed: None = random).
-        special: what the minimum means, shown instead of the number (e.g. 0 = "Model default").
+        special: what the minimum means, shown instead of the number (e.g. 0 = "Auto (fits memory)").
         step: the dialog's spin step.
         mlx: the MLX runtime reads it (the others are llama.cpp's alone).
         advanced: the dialog keeps it under "Advanced options".
@@ -109,8 +109,9 @@ PROMPT_CACHE = ("reuse", "exact", "off")
 _TABLE = (
     OptionSpec(
         "context_length", "int", "Context length",
-        "context length to allocate per request, in tokens (0 = the model's default)",
-        "--ctx", 0, 1 << 22, special="Model default", step=512, mlx=True,
+        "context length to allocate, in tokens (0 = auto: the largest that fits the memory "
+        "budget, up to the model's trained length and the cap in Settings)",
+        "--ctx", 0, 1 << 22, special="Auto (fits memory)", step=512, mlx=True,
     ),
     OptionSpec(
         "gpu_layers", "int", "GPU offload",

@@ -21,12 +21,14 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from app.core import fit, formats
+from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT, ContextChoice, choose_context
 from app.core.events import EventHub, ModelLoaded, ModelLoadFailed, ModelLoading, ModelUnloaded
 from app.core.keep_alive import parse_keep_alive as parse_keep_alive  # re-exported
 from app.core.library import ModelLibrary
+from app.core.loaded import LoadedInfo, LoadResult
 from app.core.presets import PresetStore, apply_options
 from app.core.types import LoadedModel, LoadOptions, LocalModel, Runtime
 from app.errors import (
@@ -41,41 +43,8 @@ from app.errors import ModelLoadFailed as LoadFailedError
 log = logging.getLogger(__name__)
 
 UNSET: Any = object()
-LoadAction = Literal["loaded", "reloaded", "unchanged"]
 # how often a reload that waits for running requests looks again (they end on the worker thread)
 BUSY_POLL_S = 0.05
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedInfo:
-    model_id: str
-    runtime: str
-    context_length: int
-    loaded_at: float
-    last_used: float
-    pending: int
-    memory_bytes: int
-    ttl: float | None
-    expires_at: float | None  # when an idle model will unload; None = never / busy
-    pinned: bool
-    options: LoadOptions
-    reload_pending: bool = False  # a reload waits for its running requests to finish
-    cache_tokens: int = 0  # the KV cache's cells, all sequences together (context: one's most)
-    parallel: int = 1  # requests decoded together
-
-
-@dataclass(frozen=True, slots=True)
-class LoadResult:
-    """What an explicit load did: ``loaded`` (it was not loaded), ``reloaded`` (it was, with
-    other options) or ``unchanged`` (it already was, with these options)."""
-
-    model: LoadedModel
-    action: LoadAction
-    options: LoadOptions
-
-    @property
-    def context_length(self) -> int:
-        return self.model.context_length
 
 
 @dataclass
@@ -108,6 +77,7 @@ class ModelScheduler:
         presets: PresetStore | None = None,
         budget_bytes: Callable[[], int] | None = None,
         default_ttl: Callable[[], float | None] = lambda: None,
+        auto_context_cap: Callable[[], int] = lambda: DEFAULT_MAX_AUTO_CONTEXT,
         sweep_interval: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -116,8 +86,9 @@ class ModelScheduler:
         self._events = events
         self._load_defaults = load_defaults
         self._presets = presets
-        self._budget = budget_bytes or default_budget
+        self._budget = budget_bytes or fit.default_budget
         self._default_ttl = default_ttl
+        self._auto_cap = auto_context_cap
         self._sweep_interval = sweep_interval
         self._clock = clock
         self._slots: dict[str, _Slot] = {}
@@ -200,6 +171,24 @@ class ModelScheduler:
         """(the estimate, the figure the budget uses: calibrated from a past load when known)."""
         est = formats.estimate_model(model, options)
         return est, max(est.total, self._calibrated.get(_calib_key(model, options), 0))
+
+    def fit_context(
+        self, model: LocalModel, options: LoadOptions, *, replacing: str | None = None
+    ) -> ContextChoice:
+        """Context 0 (auto) -> the largest that fits the budget free now (app/core/autofit),
+        counting idle models as free (a load evicts them) but not busy or pinned ones.
+        ``replacing``: a loaded model this load replaces (its memory counts as free)."""
+        old = self._slots.get(replacing) if replacing is not None else None
+        idle = sum(
+            s.memory for s in self._slots.values() if s is old or not s.busy() and not s.pinned
+        )
+        free = self._budget() - self.used() + idle
+
+        def need(o: LoadOptions) -> tuple[int, int]:
+            est, figure = self.estimate(model, o)
+            return est.context_length, figure
+
+        return choose_context(options, estimate=need, free_bytes=free, cap=self._auto_cap())
 
     # -- leases: a model in use by a request being prepared is never unloaded -------------------
     async def acquire(self, model_id: str, *, load: bool = True, ttl: Any = UNSET) -> LoadedModel:
@@ -321,9 +310,10 @@ class ModelScheduler:
             if ttl is not None and ttl < 0:
                 ttl = None
         pinned = bool(extra.get("pinned", False)) if pin is None else pin
-        _, memory = self.estimate(model, opts)
+        run = self.fit_context(model, opts).options
+        _, memory = self.estimate(model, run)
         await self._make_room(model, memory, force)
-        fut = self._start_load(model, runtime, opts, memory, ttl, pinned)
+        fut = self._start_load(model, runtime, run, memory, ttl, pinned, requested=opts)
         return LoadResult(await asyncio.shield(fut), "loaded", opts)
 
     def _resolve(self, model_id: str, options: dict[str, Any] | LoadOptions | None) -> LoadOptions:
@@ -339,12 +329,18 @@ class ModelScheduler:
         memory: int,
         ttl: float | None,
         pinned: bool,
+        *,
+        requested: LoadOptions,
     ) -> asyncio.Future[LoadedModel]:
+        """``opts``: what the runtime loads with (auto context resolved); ``requested``: the
+        options asked for, which the model keeps (a later load compares with them)."""
         fut: asyncio.Future[LoadedModel] = asyncio.get_running_loop().create_future()
         self._loading[model.id] = fut
         self._loading_memory[model.id] = memory
         self._ensure_sweeper()
-        asyncio.ensure_future(self._do_load(model, runtime, opts, memory, ttl, pinned, fut))
+        asyncio.ensure_future(
+            self._do_load(model, runtime, opts, memory, ttl, pinned, fut, requested)
+        )
         return fut
 
     async def _reload(
@@ -374,7 +370,8 @@ class ModelScheduler:
         try:
             while s.busy():  # new requests wait at the gate, so only the running ones remain
                 await asyncio.sleep(BUSY_POLL_S)
-            _, memory = self.estimate(model, opts)
+            run = self.fit_context(model, opts, replacing=model_id).options
+            _, memory = self.estimate(model, run)
             # refused before the old copy goes, whose memory counts as free for the new one
             await self._make_room(model, memory, force, replacing=model_id)
         except BaseException:
@@ -385,7 +382,7 @@ class ModelScheduler:
         log.info("reloading %s with new options", model_id)
         # unload and load in a task of their own: a caller that goes away cannot stop it halfway
         task = asyncio.ensure_future(
-            self._swap(model, runtime, opts, memory, keep_ttl, pinned, gate)
+            self._swap(model, runtime, (run, opts), memory, keep_ttl, pinned, gate)
         )
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         return await asyncio.shield(task)
@@ -394,15 +391,16 @@ class ModelScheduler:
         self,
         model: LocalModel,
         runtime: Runtime,
-        opts: LoadOptions,
+        run_opts: tuple[LoadOptions, LoadOptions],  # (what the runtime loads with, requested)
         memory: int,
         ttl: float | None,
         pinned: bool,
         gate: asyncio.Future[None],
     ) -> LoadResult:
+        run, opts = run_opts
         try:
             was_loaded = await self.unload(model.id)
-            fut = self._start_load(model, runtime, opts, memory, ttl, pinned)
+            fut = self._start_load(model, runtime, run, memory, ttl, pinned, requested=opts)
         finally:
             self._open_gate(model.id, gate)  # requests now join the load in progress
         return LoadResult(await asyncio.shield(fut), "reloaded" if was_loaded else "loaded", opts)
@@ -457,6 +455,7 @@ class ModelScheduler:
         ttl: float | None,
         pinned: bool,
         fut: asyncio.Future[LoadedModel],
+        requested: LoadOptions,
     ) -> None:
         self._events.publish(ModelLoading(model.id))
         if self._load_lock is None:
@@ -488,7 +487,7 @@ class ModelScheduler:
             )
             memory = measured
         now = self._clock()
-        self._slots[model.id] = _Slot(lm, runtime.name, options, memory, now, now, ttl, pinned)
+        self._slots[model.id] = _Slot(lm, runtime.name, requested, memory, now, now, ttl, pinned)
         self._loading.pop(model.id, None)
         self._loading_memory.pop(model.id, None)
         secs = time.perf_counter() - t0
@@ -587,13 +586,6 @@ def _calib_key(model: LocalModel, options: LoadOptions) -> str:
         f"{model.id}|{model.size_bytes}|{options.context_length}|{options.kv_type}|"
         f"{options.ubatch_size or options.batch_size}|{options.use_mmap}"
     )
-
-
-def default_budget() -> int:
-    """80% of the machine's RAM, or of the largest GPU's VRAM when a GPU is reported."""
-    mem = fit.probe_memory()
-    gpu = max((free for _, free in mem.gpus), default=0)
-    return int(0.8 * max(mem.ram_total, gpu)) or 8 * 1024**3
 
 
 def _gib(n: int) -> str:

@@ -11,11 +11,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from app.core import fit
 from app.core import prompt as prompting
 from app.core import rerank as ranking
+from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
 from app.core.downloads import DownloadManager
 from app.core.events import EventHub, LibraryChanged, ModelLoaded, ProvidersChanged
-from app.core.fsutil import atomic_write_json, read_json
+from app.core.fsutil import atomic_write_json
 from app.core.gateway import AliasStore, Gateway, RequestFacts, Routing
 from app.core.gateway.facts import chat_facts, completion_facts, embed_facts
 from app.core.generation import Choices, Generation
@@ -84,6 +86,7 @@ class Hearth:
         presets: PresetStore | None = None,
         budget_bytes: Callable[[], int] | None = None,
         default_ttl: Callable[[], float | None] = lambda: None,
+        auto_context_cap: Callable[[], int] = lambda: DEFAULT_MAX_AUTO_CONTEXT,
         calibration_file: Path | None = None,
         downloads: DownloadManager | None = None,
         foreign: ForeignLocations | None = None,
@@ -106,6 +109,7 @@ class Hearth:
             presets=presets,
             budget_bytes=budget_bytes,
             default_ttl=default_ttl,
+            auto_context_cap=auto_context_cap,
         )
         self._jit_enabled = jit_enabled
         # issue #11: what a request's model names (aliases, auto, default_model), and fallback
@@ -115,7 +119,7 @@ class Hearth:
         self.gateway = Gateway(aliases, routing, self._is_target, self._is_loaded)
         self._calibration_file = calibration_file
         if calibration_file is not None:
-            self.scheduler.set_calibration(_read_calibration(calibration_file))
+            self.scheduler.set_calibration(fit.read_calibration(calibration_file))
             self.events.subscribe(self._on_event)
 
     def _on_event(self, event: object) -> None:
@@ -325,9 +329,10 @@ class Hearth:
     def estimate(self, model_id: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The memory a load would take with these options, against the budget."""
         model = self.library.get(model_id)
-        opts = self.scheduler.effective_options(model_id, options)
-        est, figure = self.scheduler.estimate(model, opts)
         loaded = self.scheduler.loaded_model(model_id) is not None
+        opts = self.scheduler.effective_options(model_id, options)
+        choice = self.scheduler.fit_context(model, opts, replacing=model_id if loaded else None)
+        est, figure = self.scheduler.estimate(model, choice.options)
         used = self.scheduler.used()
         budget = self.scheduler.budget()
         return {
@@ -336,6 +341,7 @@ class Hearth:
             "budget": budget,
             "used": used,
             "fits": loaded or used + figure <= budget,
+            "context_reason": choice.reason,  # auto-fit's choice, or "set explicitly"
         }
 
     async def unload(self, model_id: str) -> bool:
@@ -586,13 +592,3 @@ class Hearth:
         if self.downloads is not None:
             await self.downloads.close()  # partial downloads stay on disk, resumable
         await self.scheduler.close()
-
-
-def _read_calibration(path: Path) -> dict[str, int]:
-    try:
-        data = read_json(path, {})
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, int) and v > 0}

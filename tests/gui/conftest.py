@@ -22,7 +22,7 @@ from app.core.hub import HubClient
 from app.core.library import ModelLibrary
 from app.core.loop import LoopThread
 from app.core.presets import PresetStore
-from app.core.scheduler import default_budget
+from app.core.fit import default_budget
 from app.core.service import Hearth
 from app.core.types import LoadOptions, Runtime
 from app.gui.bridge import Bridge

@@ -27,7 +27,7 @@ def test_editors_take_range_help_and_choices_from_the_table(qtbot: QtBot) -> Non
     assert isinstance(ctx, QSpinBox)
     # the model's trained context narrows the table's maximum; 0 shows the table's special text
     assert (ctx.minimum(), ctx.maximum(), ctx.singleStep()) == (0, 8192, 512)
-    assert ctx.specialValueText() == "Model default"
+    assert ctx.specialValueText() == "Auto (fits memory)"
     kv = e["kv_type"]
     assert isinstance(kv, QComboBox)
     assert [kv.itemData(i) for i in range(kv.count())] == list(SPECS["kv_type"].choices)

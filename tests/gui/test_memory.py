@@ -331,3 +331,17 @@ def test_mlx_model_dialog_shows_only_what_mlx_reads(
     assert window.memory_page.cell(mid, "Runtime") == "mlx"
     assert window.memory_page.cell(mid, "Context") == "256"
     assert gui_ctx.service.scheduler.loaded()[0].options.seed == 7
+
+
+def test_load_dialog_says_why_the_context_is_what_it_is(
+    window: MainWindow, qtbot: QtBot, imported: str
+) -> None:
+    dialog = open_dialog(window, qtbot, imported)
+    assert dialog.context_reason_label.text() == "2,048 tokens: set explicitly (2,048)"
+    dialog.context_spin.setValue(0)  # auto: SmolLM2's trained length fits this machine's budget
+    assert dialog.context_spin.text() == "Auto (fits memory)"
+    wait_estimate(qtbot, dialog, context_length=8192)
+    assert dialog.context_reason_label.text() == (
+        "8,192 tokens: auto: the model's trained length (8,192)"
+    )
+    assert "(8,192 tokens, f16)" in dialog.kv_label.text()

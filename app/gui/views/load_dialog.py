@@ -168,6 +168,10 @@ class LoadDialog(QDialog):
         self.fit_label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         estimate_box = QGroupBox("Memory estimate")
         ef = QFormLayout(estimate_box)
+        # why the context is what it is (auto-fit's choice: trained length, cap or budget)
+        self.context_reason_label = QLabel("")
+        self.context_reason_label.setWordWrap(True)
+        ef.addRow("Context", self.context_reason_label)
         ef.addRow("Weights", self.weights_label)
         ef.addRow("KV cache", self.kv_label)
         ef.addRow("Compute buffers", self.compute_label)
@@ -365,6 +369,10 @@ class LoadDialog(QDialog):
         per = f"{grouped(est['context_length'])} tokens"
         per = f"{streams} × {per}" if streams > 1 else per
         self.kv_label.setText(f"{human_bytes(est['kv_cache'])}  ({per}, {kv_type})")
+        reason = str(est.get("context_reason", ""))
+        self.context_reason_label.setText(
+            f"{grouped(est['context_length'])} tokens: {reason}" if reason else ""
+        )
         self.compute_label.setText(human_bytes(est["compute"]))
         self.overhead_label.setText(human_bytes(est["overhead"]))
         total = human_bytes(est["calibrated_total"])

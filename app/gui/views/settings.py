@@ -98,7 +98,16 @@ class SettingsPage(QWidget):
         self.context_spin = QSpinBox()
         _table_range(self.context_spin, "context_length")
         self.context_spin.setSingleStep(1024)
-        self.context_spin.setSpecialValueText("Model default")
+        self.context_spin.setSpecialValueText("Auto (fits memory)")
+        self.context_spin.setToolTip(
+            "Auto: the model's trained length, or the most that fits the memory budget free at "
+            "load time, up to the cap below. A number is used as it is."
+        )
+        self.max_auto_context_spin = QSpinBox()
+        self.max_auto_context_spin.setRange(256, 1 << 22)
+        self.max_auto_context_spin.setSingleStep(4096)
+        self.max_auto_context_spin.setSuffix(" tokens")
+        self.max_auto_context_spin.setToolTip("The largest context an auto load picks")
         self.threads_spin = QSpinBox()
         _table_range(self.threads_spin, "threads")
         self.threads_spin.setSpecialValueText("Auto (follows the load)")
@@ -133,6 +142,7 @@ class SettingsPage(QWidget):
         for w in (
             self.port_spin,
             self.context_spin,
+            self.max_auto_context_spin,
             self.threads_spin,
             self.parallel_spin,
             self.prompt_cache_combo,
@@ -195,6 +205,7 @@ class SettingsPage(QWidget):
         folder_row.addWidget(self.browse_button)
         mf.addRow("Models folder", folder_row)
         mf.addRow("Default context length", self.context_spin)
+        mf.addRow("Auto context at most", self.max_auto_context_spin)
         mf.addRow("Threads", self.threads_spin)
         mf.addRow("Parallel requests", self.parallel_spin)
         mf.addRow("Prompt cache", self.prompt_cache_combo)
@@ -281,6 +292,7 @@ class SettingsPage(QWidget):
         start = self.start_at_launch_check.isChecked()
         models_dir = self.models_dir_edit.text().strip()
         context, threads = self.context_spin.value(), self.threads_spin.value()
+        max_auto = self.max_auto_context_spin.value()
         parallel = self.parallel_spin.value()
         cache_mode = str(self.prompt_cache_combo.currentData())
         budget = self._budget_bytes()
@@ -303,6 +315,7 @@ class SettingsPage(QWidget):
                 load=replace(
                     s.load,
                     context_length=context,
+                    max_auto_context=max_auto,
                     threads=threads,
                     parallel=parallel,
                     memory_budget_bytes=budget,
@@ -429,6 +442,7 @@ class SettingsPage(QWidget):
         self.tls_key_edit.setText(s.server.tls_key)
         self.models_dir_edit.setText(s.models_dir)
         self.context_spin.setValue(s.load.context_length)
+        self.max_auto_context_spin.setValue(s.load.max_auto_context)
         self.threads_spin.setValue(s.load.threads)
         self.parallel_spin.setValue(s.load.parallel)
         self.prompt_cache_combo.setCurrentIndex(
