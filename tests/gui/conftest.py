@@ -16,13 +16,12 @@ from pytestqt.qtbot import QtBot
 
 from app.cli.compose import provider_pool
 from app.core.downloads import DownloadManager
-from app.core.fit import DeviceMemory
+from app.core.fit import DeviceMemory, default_budget
 from app.core.gateway import AliasStore
 from app.core.hub import HubClient
 from app.core.library import ModelLibrary
 from app.core.loop import LoopThread
 from app.core.presets import PresetStore
-from app.core.fit import default_budget
 from app.core.service import Hearth
 from app.core.types import LoadOptions, Runtime
 from app.gui.bridge import Bridge
