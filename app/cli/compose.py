@@ -18,16 +18,10 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
     """Wire the core to the runtimes available on this machine."""
     from app.core.fit import default_budget
     from app.core.presets import PresetStore
-    from app.runtimes.llama_cpp import LlamaCppRuntime
-    from app.runtimes.mlx import MlxRuntime
 
     models_dir = Path(settings.models_dir) if settings.models_dir else paths.models
     library = ModelLibrary(paths.library_file, models_dir)
-    runtimes: dict[str, Any] = {
-        "gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size),
-        # MLX models are listed everywhere; loading one where mlx is missing is a clear 501
-        "mlx": MlxRuntime(queue_size=settings.server.queue_size),
-    }
+    runtimes = build_runtimes(paths, settings)
     store = SettingsStore(paths.settings_file)
 
     def load_defaults() -> LoadOptions:
@@ -65,6 +59,18 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
         routing=lambda: store.load().routing_config(),
         providers=provider_pool(paths),
     )
+
+
+def build_runtimes(paths: AppPaths, settings: Settings) -> dict[str, Any]:
+    """The in-process runtimes, by model format."""
+    from app.runtimes.llama_cpp import LlamaCppRuntime
+    from app.runtimes.mlx import MlxRuntime
+
+    return {
+        "gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size),
+        # MLX models are listed everywhere; loading one where mlx is missing is a clear 501
+        "mlx": MlxRuntime(queue_size=settings.server.queue_size),
+    }
 
 
 def provider_store(paths: AppPaths) -> Any:

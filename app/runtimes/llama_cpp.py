@@ -146,6 +146,12 @@ class LlamaCppRuntime:
     def available(self) -> bool:
         return L is not None
 
+    def system_report(self) -> dict[str, Any]:
+        """llama.cpp's build, backends and devices, and the AMX probe's verdict (the doctor)."""
+        from app.runtimes.llama_system import amx_report, llama_report
+
+        return {"llama_cpp": llama_report(), "amx_probe": amx_report(self.probe_file)}
+
     def load(self, model: LocalModel, options: LoadOptions) -> LlamaCppModel:
         if L is None:
             raise RuntimeUnavailable("llama-cpp-python is not installed")

@@ -372,6 +372,16 @@ class MlxRuntime:
             return False
         return True
 
+    def system_report(self) -> dict[str, Any]:
+        """Whether MLX can load models here, and why not (the doctor)."""
+        try:
+            _import_mlx()
+        except RuntimeUnavailable as e:
+            return {"mlx": {"available": False, "reason": e.message}}
+        except Exception as e:  # mlx installed but broken (a missing native library)
+            return {"mlx": {"available": False, "reason": f"mlx failed to import: {e}"}}
+        return {"mlx": {"available": True, "reason": ""}}
+
     def load(self, model: LocalModel, options: LoadOptions) -> MlxModel:
         engine = MlxEngine(model, options)
         threading.Thread(target=engine.guide.warm, name="mlx-guide-warm", daemon=True).start()

@@ -1,0 +1,50 @@
+"""``hearth doctor [--json]``: the runtimes, GPUs, paths and server of this install (issue #13).
+
+Exit 0 (with or without warnings); 1 when no runtime can load a model here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from app import __version__
+from app.cli.common import EXIT_FAIL, EXIT_OK, context, find_server
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from app.cli.compose import build_runtimes
+    from app.core import doctor
+    from app.core.fit import default_budget
+
+    paths, store = context()
+    settings = store.load()
+    running = find_server(paths, None)
+    s = settings.server
+    configured = f"{'https' if s.tls_cert else 'http'}://{s.host}:{s.port}"
+    report = doctor.collect(
+        build_runtimes(paths, settings),
+        version=__version__,
+        paths=paths,
+        models_dir=settings.models_dir,
+        budget_bytes=settings.load.memory_budget_bytes or default_budget(),
+        server={"url": str(running) if running else configured, "running": bool(running)},
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print("\n".join(doctor.text(report)))
+    return EXIT_OK if doctor.runtime_ok(report) else EXIT_FAIL
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="what this install can run: llama.cpp build, GPUs, MLX, paths, server",
+        description="Report the llama.cpp build and its backends, GPUs, MLX, the AMX probe, the "
+        "memory budget, data paths and the server, with warnings (e.g. a GPU the build cannot "
+        "use, and how to fix it). Exit 0 with or without warnings, 1 when no runtime can load.",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_doctor)
