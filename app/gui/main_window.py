@@ -36,6 +36,7 @@ from app.gui.views.memory import TITLE as MEMORY_PAGE
 from app.gui.views.memory import MemoryPage
 from app.gui.views.providers import TITLE as PROVIDERS_PAGE
 from app.gui.views.providers import ProvidersPage
+from app.gui.views.runtime_info import report_source
 from app.gui.views.server import ServerPage
 from app.gui.views.settings import SettingsPage
 from app.settings import Settings, TokenStore
@@ -94,7 +95,10 @@ class MainWindow(QMainWindow):
         self.server_page = ServerPage(ctx.server, bridge)
         self.providers_page = ProvidersPage(ctx.service, bridge)
         self.settings_page = SettingsPage(
-            ctx.settings_store, bridge, tokens=TokenStore(ctx.paths.hf_token_file)
+            ctx.settings_store,
+            bridge,
+            tokens=TokenStore(ctx.paths.hf_token_file),
+            runtime_report=report_source(ctx),
         )
 
         self.nav = QListWidget()

@@ -146,6 +146,11 @@ class LlamaCppRuntime:
     def available(self) -> bool:
         return L is not None
 
+    @property
+    def gpu_offload(self) -> bool:
+        """Whether this llama.cpp build can offload layers to a GPU (the Load dialog says so)."""
+        return L is not None and bool(L.llama_supports_gpu_offload())
+
     def system_report(self) -> dict[str, Any]:
         """llama.cpp's build, backends and devices, and the AMX probe's verdict (the doctor)."""
         from app.runtimes.llama_system import amx_report, llama_report

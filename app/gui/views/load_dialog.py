@@ -124,8 +124,11 @@ class LoadDialog(QDialog):
         self.setModal(True)
 
         # -- options (built from the load option table) ------------------------------------------
+        gguf = service.runtimes.get("gguf")
         self.option_form = LoadOptionsForm(
-            trained_context=model.context_length or 0, mlx=self.is_mlx
+            trained_context=model.context_length or 0,
+            mlx=self.is_mlx,
+            gpu_offload=bool(getattr(gguf, "gpu_offload", True)),
         )
         self.options_form = self.option_form.form
         self.editors = self.option_form.editors

@@ -72,13 +72,29 @@ def editor_for(spec: OptionSpec, *, maximum: float | None = None) -> QWidget:
     return w
 
 
+NO_GPU_TEXT = "Auto: no GPU (runs on the CPU)"
+NO_GPU_TIP = (
+    "This llama.cpp build has no GPU backend, so models run on the CPU whatever this says. "
+    "Settings › Runtime shows whether this machine has a GPU and how to use it."
+)
+
+
 class LoadOptionsForm(QGroupBox):
     """ "Load options": the main rows, then "Advanced options" (hidden until asked for). For an
     MLX model only the options MLX reads are shown."""
 
     changed = Signal()
 
-    def __init__(self, *, trained_context: int, mlx: bool, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        trained_context: int,
+        mlx: bool,
+        gpu_offload: bool = True,
+        parent: QWidget | None = None,
+    ) -> None:
+        """``gpu_offload``: the llama.cpp build can offload to a GPU (else "GPU offload" says
+        that it runs on the CPU)."""
         super().__init__("Load options", parent)
         self.mlx = mlx
         self.specs = specs()
@@ -104,6 +120,9 @@ class LoadOptionsForm(QGroupBox):
             cap = (trained_context or None) if spec.name == "context_length" else None
             w = editor_for(spec, maximum=cap)
             self.editors[spec.name] = w
+            if spec.name == "gpu_layers" and not gpu_offload and isinstance(w, QSpinBox):
+                w.setSpecialValueText(NO_GPU_TEXT)
+                w.setToolTip(NO_GPU_TIP)
             target = advanced if spec.advanced else self.form
             label = "" if spec.kind == "bool" else spec.label
             if spec.name == "context_length":

@@ -4,7 +4,9 @@ defaults, memory budget and how long on-demand loads stay."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
@@ -27,6 +29,7 @@ from PySide6.QtWidgets import (
 from app.core.load_options import SPECS
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.runtime_info import RuntimeBox
 from app.settings import Settings, SettingsStore, TokenStore, generate_key, hash_key
 
 log = logging.getLogger(__name__)
@@ -54,6 +57,7 @@ class SettingsPage(QWidget):
         parent: QWidget | None = None,
         *,
         tokens: TokenStore | None = None,
+        runtime_report: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         super().__init__(parent)
         self._store = store
@@ -254,6 +258,11 @@ class SettingsPage(QWidget):
         layout.addWidget(models_box)
         layout.addWidget(memory_box)
         layout.addWidget(hub_box)
+        # the doctor's report (issue #13); absent where the page is built without a service
+        self.runtime_box = RuntimeBox(bridge, runtime_report) if runtime_report else None
+        if self.runtime_box is not None:
+            layout.addWidget(self.runtime_box)
+            self.runtime_box.refresh()
         layout.addStretch(1)
         layout.addLayout(footer)
 
