@@ -224,7 +224,9 @@ async def test_options_reach_the_runtime(runtime: FakeRuntime, sched: ModelSched
     assert runtime.options[-1].threads == 3
     await sched.unload("alpha")
     await sched.load("alpha")  # defaults from the load_defaults callable
-    assert runtime.options[-1] == LoadOptions()
+    # context 0 is auto: the runtime gets the model's trained length; the model keeps "auto"
+    assert runtime.options[-1] == LoadOptions(context_length=2048)
+    assert sched.loaded()[0].options == LoadOptions()
 
 
 async def test_no_runtime_for_the_format(lib: ModelLibrary) -> None:
