@@ -310,7 +310,10 @@ class ModelScheduler:
             if ttl is not None and ttl < 0:
                 ttl = None
         pinned = bool(extra.get("pinned", False)) if pin is None else pin
-        run = self.fit_context(model, opts).options
+        choice = self.fit_context(model, opts)
+        if choice.auto:
+            log.info("%s: context %d, %s", model_id, choice.options.context_length, choice.reason)
+        run = choice.options
         _, memory = self.estimate(model, run)
         await self._make_room(model, memory, force)
         fut = self._start_load(model, runtime, run, memory, ttl, pinned, requested=opts)
