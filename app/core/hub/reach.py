@@ -105,7 +105,7 @@ class Reachability:
                 break
             try:
                 _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(addr[0], addr[1], family=family), left
+                    asyncio.open_connection(str(addr[0]), int(addr[1]), family=family), left
                 )
             except (OSError, TimeoutError) as e:
                 last = e

@@ -123,8 +123,8 @@ class DiscoverPage(QWidget):
         self.busy.setMaximumWidth(90)
         self.busy.setTextVisible(False)
         self.busy_label = QLabel("Searching the Hub…")
-        for w in (self.busy, self.busy_label):
-            w.hide()
+        self.busy.hide()
+        self.busy_label.hide()
         self.open_edit = QLineEdit()
         self.open_edit.setPlaceholderText("owner/name or a huggingface.co URL")
         self.open_button = QPushButton("Open")
