@@ -43,7 +43,7 @@ def network_reason(exc: BaseException) -> str:
     text = str(exc)
     if "Name or service not known" in text or "nodename nor servname" in text:
         return "its name does not resolve"
-    return "the connection failed"
+    return f"the connection failed ({type(exc).__name__})"
 
 
 def offline_error(host: str, reason: str) -> HubOffline:
