@@ -95,6 +95,8 @@ def test_featured_models_from_an_earlier_listing_show_offline_marked_cached(
     search_timed(qtbot, page)
     assert page.results_model.ids() == [HUB_REPO, GATED_REPO] and not page.showing_cached
     assert page.banner.text() == ""
+    qtbot.waitUntil(lambda: page.size_text(HUB_REPO) not in ("", "—"), timeout=DEADLINE_MS)
+    size = page.size_text(HUB_REPO)  # read after the listing: kept with it
 
     # later, offline: a new session of the app (a new client) over the same data folder
     monkeypatch.setenv("HF_ENDPOINT", "http://hearth-offline.invalid")
@@ -106,7 +108,7 @@ def test_featured_models_from_an_earlier_listing_show_offline_marked_cached(
     page.results_model.set_results([])
     search_timed(qtbot, page)
     assert page.results_model.ids() == [HUB_REPO, GATED_REPO]
-    assert page.showing_cached
+    assert page.showing_cached and page.size_text(HUB_REPO) == size
     text = html.unescape(page.banner.text())  # as the rich-text banner shows it
     assert "You're offline" in text and "(cached)" in text and "featured models as of" in text
     assert page.banner.kind == "info"

@@ -234,6 +234,8 @@ class HubClient:
             limit = self._size_limits[loop] = asyncio.Semaphore(SIZE_CONCURRENCY)
         async with limit:
             info = await self.repo(repo_id, with_fit=False)
+        if self.listings is not None:  # so a kept featured listing shows sizes offline
+            await asyncio.to_thread(self.listings.set_size, info.id, info.size_range)
         return info.size_range
 
     async def with_sizes(self, results: Sequence[ModelSummary]) -> list[ModelSummary]:

@@ -88,6 +88,30 @@ class ListingCache:
         except OSError as e:  # a cache: the listing itself already came back
             log.warning("cannot write the hub listing cache %s: %s", self.path, e)
 
+    def set_size(self, repo_id: str, size_range: tuple[int, int] | None) -> None:
+        """Record a repo's size range (found after the listing came back) in every kept listing
+        that has the repo, so the sizes show offline too."""
+        if size_range is None:
+            return
+        try:
+            with file_lock(self.path):
+                data = self._read()
+                hits = [
+                    d
+                    for entry in data.values()
+                    if isinstance(entry, dict)
+                    for d in entry.get("results") or ()
+                    if isinstance(d, dict) and d.get("id") == repo_id
+                ]
+                if not hits or all(d.get("size_range") == list(size_range) for d in hits):
+                    return
+                for d in hits:
+                    d["size_range"] = list(size_range)
+                atomic_write_json(self.path, data)
+                self._cache.put(data)
+        except OSError as e:
+            log.warning("cannot write the hub listing cache %s: %s", self.path, e)
+
     def load(self, key: str) -> Listing | None:
         entry = self._cache.get(self._read).get(key)
         if not isinstance(entry, dict):
