@@ -275,6 +275,11 @@ class HubUnavailable(HearthError):
     code = "hub_unavailable"
 
 
+class HubOffline(HubUnavailable):
+    """The Hub cannot be reached at all (offline, a name that does not resolve, nothing listening):
+    found out in seconds, before any request is retried."""
+
+
 class ChecksumMismatch(DownloadFailed):
     code = "checksum_mismatch"
 

@@ -111,4 +111,8 @@ def hub_client(paths: AppPaths, settings: Settings) -> Any:
 
     # the token file is read on every request, so a token set in the app applies at once
     tokens = TokenStore(paths.hf_token_file)
-    return HubClient(token=tokens.load, context_length=settings.load.context_length)
+    return HubClient(
+        token=tokens.load,
+        context_length=settings.load.context_length,
+        listing_cache=paths.cache / "hub-listings.json",  # Discover's featured models, offline
+    )

@@ -99,6 +99,7 @@ class MainWindow(QMainWindow):
             bridge,
             tokens=TokenStore(ctx.paths.hf_token_file),
             runtime_report=report_source(ctx),
+            default_models_dir=ctx.paths.models,
         )
 
         self.nav = QListWidget()
@@ -168,7 +169,8 @@ class MainWindow(QMainWindow):
             self._on_providers_page_remote_models_changed
         )
         self.settings_page.settings_loaded.connect(self._on_settings_page_settings_loaded)
-        self.settings_page.settings_saved.connect(self._on_settings_page_settings_saved)
+        self.settings_page.server_page_requested.connect(self._on_settings_page_server_requested)
+        self.server_page.address_saved.connect(self.settings_page.show_address)
         self._on_server_page_state_changed(self.server_page.running)
 
     # -- navigation ----------------------------------------------------------------------------------
@@ -297,8 +299,9 @@ class MainWindow(QMainWindow):
                 log.info("starting the server at launch (settings)")
                 self.server_page.start_server()
 
-    def _on_settings_page_settings_saved(self, s: Settings) -> None:
-        self.server_page.apply_settings(s.server)
+    def _on_settings_page_server_requested(self) -> None:
+        self.show_page("Server")
+        self.server_page.host_edit.setFocus()
 
     def _on_providers_page_remote_models_changed(self) -> None:
         self.chat_page.refresh_models()  # a provider came up or went down: its models too

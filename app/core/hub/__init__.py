@@ -30,6 +30,8 @@ from app.core.hub.client import (
     SIZE_CONCURRENCY,
     HubClient,
 )
+from app.core.hub.listing import Listing, ListingCache
+from app.core.hub.reach import Reachability
 from app.core.hub.refs import (
     HUB_HOSTS,
     REPO_ID_RE,
@@ -55,9 +57,12 @@ __all__ = [
     "HubClient",
     "HubFormat",
     "HubRef",
+    "Listing",
+    "ListingCache",
     "ModelOption",
     "ModelSummary",
     "RepoFile",
+    "Reachability",
     "RepoInfo",
     "Sort",
     "assess",

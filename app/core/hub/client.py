@@ -16,6 +16,7 @@ import re
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -42,6 +43,8 @@ from app.core.hub.catalog import (
     canonical_id,
     license_of,
 )
+from app.core.hub.listing import Listing, ListingCache
+from app.core.hub.reach import CONNECT_TIMEOUT_S, Reachability, network_reason
 from app.core.hub.refs import check_repo_id, check_repo_path
 from app.errors import (
     AccessDenied,
@@ -68,6 +71,9 @@ class HubClient:
             None = huggingface_hub's own (``HF_TOKEN``, ``hf auth login``).
         memory_probe: what this machine can hold, for fit verdicts (tests pass a fake machine).
         context_length: the context a fit verdict assumes.
+        connect_timeout: how long finding out that the Hub cannot be reached may take (per step).
+        listing_cache: where the last featured listing is kept for when the Hub cannot be
+            reached (None: not kept).
     """
 
     def __init__(
@@ -78,6 +84,8 @@ class HubClient:
         memory_probe: Callable[[], fitlib.DeviceMemory] = fitlib.probe_memory,
         context_length: int = 4096,
         timeout: float = 30.0,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        listing_cache: Path | None = None,
     ) -> None:
         self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip(
             "/"
@@ -86,6 +94,8 @@ class HubClient:
         self.memory_probe = memory_probe
         self.context_length = context_length
         self.timeout = timeout
+        self.reach = Reachability(self.endpoint, timeout=connect_timeout)
+        self.listings = ListingCache(listing_cache) if listing_cache is not None else None
         # one limit per event loop on concurrent repo lookups for search-result sizes
         self._size_limits: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, asyncio.Semaphore
@@ -147,7 +157,7 @@ class HubClient:
             return HubUnavailable(f"the Hub answered HTTP {status} for {repo_id}")
         if isinstance(e, OfflineModeIsEnabled):
             return HubUnavailable("HF_HUB_OFFLINE is set: the Hub is not contacted")
-        return HubUnavailable(f"cannot reach {self.endpoint}: {e}")
+        return HubUnavailable(f"Can't reach the Hub at {self.endpoint}: {network_reason(e)}.")
 
     # -- search ----------------------------------------------------------------------------
     async def search(
@@ -168,6 +178,7 @@ class HubClient:
         if sort not in SORT_PARAMS:
             raise RepoRefused(f"unknown sort '{sort}' (use {', '.join(SORT_PARAMS)})")
         limit = max(1, min(int(limit), 500))
+        await self.reach.check()  # offline: say so now, not after huggingface_hub's retries
 
         def run() -> list[ModelSummary]:
             items = self.api().list_models(
@@ -185,6 +196,30 @@ class HubClient:
         except (HfHubHTTPError, httpx2.HTTPError, OSError, OfflineModeIsEnabled) as e:
             raise self._map_error(query or "search", e) from e
 
+    async def featured(
+        self, *, format: HubFormat | None = "gguf", sort: Sort = "downloads", limit: int = 30
+    ) -> Listing:
+        """The featured models (an empty search); when the Hub cannot be reached, the last such
+        listing that came back (``cached_at`` set) if one was kept.
+
+        Raises:
+            HubUnavailable (HubOffline when offline): unreachable and nothing cached.
+        """
+        key = f"{format or 'any'}:{sort}:{limit}"
+        try:
+            results = await self.search("", format=format, sort=sort, limit=limit)
+        except HubUnavailable as e:
+            cached = self.listings.load(key) if self.listings is not None else None
+            if cached is None:
+                raise
+            log.info(
+                "the Hub cannot be reached (%s): featured models as of %s", e, cached.cached_at
+            )
+            return replace(cached, unreachable=e.message)
+        if self.listings is not None:
+            await asyncio.to_thread(self.listings.save, key, results)
+        return Listing(tuple(results))
+
     async def repo_size_range(self, repo_id: str) -> tuple[int, int] | None:
         """A search result's size range, from the repo's file list (one ``model_info`` call with
         file metadata; the search answer cannot carry sizes). At most ``SIZE_CONCURRENCY`` of
@@ -199,6 +234,8 @@ class HubClient:
             limit = self._size_limits[loop] = asyncio.Semaphore(SIZE_CONCURRENCY)
         async with limit:
             info = await self.repo(repo_id, with_fit=False)
+        if self.listings is not None:  # so a kept featured listing shows sizes offline
+            await asyncio.to_thread(self.listings.set_size, info.id, info.size_range)
         return info.size_range
 
     async def with_sizes(self, results: Sequence[ModelSummary]) -> list[ModelSummary]:
@@ -246,6 +283,7 @@ class HubClient:
             RepoNotFound, AccessDenied, HubUnavailable.
         """
         check_repo_id(repo_id)
+        await self.reach.check()
 
         def run() -> Any:
             return self.api().model_info(repo_id, revision=revision, files_metadata=True)

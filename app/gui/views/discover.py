@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QProgressBar,
     QPushButton,
     QSplitter,
     QTableView,
@@ -36,6 +37,7 @@ from app.core.formats import GGUF, format_named
 from app.core.hub import (
     HubClient,
     HubFormat,
+    Listing,
     ModelOption,
     ModelSummary,
     RepoInfo,
@@ -102,6 +104,7 @@ class DiscoverPage(QWidget):
         self._sizes: dict[str, SizeRange] = {}  # repo id -> size range, once its files are read
         self._size_lookups: list[concurrent.futures.Future[SizeRange]] = []
         self.formats_known = False  # True once MLX is known to run here or not
+        self.showing_cached = False  # the results are the last featured listing kept on disk
         self.repo: RepoInfo | None = None
         self.results_model = SearchResultsTableModel(self)
 
@@ -114,6 +117,14 @@ class DiscoverPage(QWidget):
         for label, key in SORTS:
             self.sort_combo.addItem(label, key)
         self.search_button = QPushButton("Search")
+        # a search can take seconds on a slow network: say that it is under way
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)  # indeterminate
+        self.busy.setMaximumWidth(90)
+        self.busy.setTextVisible(False)
+        self.busy_label = QLabel("Searching the Hub…")
+        self.busy.hide()
+        self.busy_label.hide()
         self.open_edit = QLineEdit()
         self.open_edit.setPlaceholderText("owner/name or a huggingface.co URL")
         self.open_button = QPushButton("Open")
@@ -121,6 +132,8 @@ class DiscoverPage(QWidget):
         header = QHBoxLayout()
         header.addWidget(page_title(TITLE))
         header.addStretch(1)
+        header.addWidget(self.busy_label)
+        header.addWidget(self.busy)
         search_row = QHBoxLayout()
         search_row.addWidget(self.search_edit, 1)
         search_row.addWidget(self.format_combo)
@@ -252,10 +265,31 @@ class DiscoverPage(QWidget):
         self._search_serial += 1
         serial = self._search_serial
         self.banner.clear_message()
+        self._set_busy(True)
+        query = self.search_edit.text().strip()
+
+        def listed(listing: Listing) -> None:
+            if serial != self._search_serial:
+                return
+            if listing.cached_at is None:
+                done(list(listing.results))
+                return
+            self._set_busy(False)
+            self.showing_cached = True
+            self.results_model.set_results(list(listing.results))
+            when = listing.cached_at.astimezone().strftime("%Y-%m-%d %H:%M")
+            self.banner.show_message(
+                html.escape(
+                    f"{listing.unreachable} Showing the featured models as of {when} (cached)."
+                )
+            )
+            self.searched.emit()  # no size lookups: the Hub cannot be reached
 
         def done(results: list[ModelSummary]) -> None:
             if serial != self._search_serial:
                 return
+            self._set_busy(False)
+            self.showing_cached = False
             known = [
                 replace(r, size_range=self._sizes[r.id]) if r.id in self._sizes else r
                 for r in results
@@ -268,15 +302,15 @@ class DiscoverPage(QWidget):
 
         def failed(exc: BaseException) -> None:
             if serial == self._search_serial:
+                self._set_busy(False)
                 self._show_error("search", exc)
                 self.searched.emit()
 
         self._cancel_size_lookups()
-        self._bridge.run(
-            hub.search(self.search_edit.text().strip(), format=self.format, sort=self.sort),
-            done,
-            failed,
-        )
+        if query:
+            self._bridge.run(hub.search(query, format=self.format, sort=self.sort), done, failed)
+        else:  # the featured models: kept, so they can be shown when the Hub cannot be reached
+            self._bridge.run(hub.featured(format=self.format, sort=self.sort), listed, failed)
 
     def open_repo(self, text: str) -> None:
         """Show a repo from an id or a Hub URL (a named quantization is selected when given)."""
@@ -400,6 +434,10 @@ class DiscoverPage(QWidget):
         self.download_button.setEnabled(self.selected_option() is not None)
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _set_busy(self, busy: bool) -> None:
+        self.busy.setVisible(busy)
+        self.busy_label.setVisible(busy)
+
     def _update_placeholder(self) -> None:
         self.search_edit.setPlaceholderText(
             f"Search {self.format_combo.currentText()} models on Hugging Face…"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QGuiApplication
@@ -27,7 +28,7 @@ from app.gui.views.cache_chart import CacheChart
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.speed_chart import SpeedChart
 from app.server.runner import ServerController
-from app.settings import ServerSettings
+from app.settings import ServerSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ class ServerPage(QWidget):
     live request log."""
 
     state_changed = Signal(bool)  # running
+    address_saved = Signal(object)  # ServerSettings: the address a start used, now the saved one
 
     def __init__(
         self, server: ServerController, bridge: Bridge, parent: QWidget | None = None
@@ -58,6 +60,7 @@ class ServerPage(QWidget):
         self._busy = False
         self._starting = False  # busy starting (not stopping)
         self._stop_after_start = False
+        self._starting_on: tuple[str, int] | None = None  # the address of the start under way
         self.request_model = RequestLogModel(parent=self)
         self.speed_chart = SpeedChart()
         self.cache_chart = CacheChart()
@@ -165,6 +168,7 @@ class ServerPage(QWidget):
         host = self.host_edit.text().strip() or "127.0.0.1"
         self._busy = True
         self._starting = True
+        self._starting_on = (host, self.port_spin.value())
         self.banner.clear_message()
         self.status_label.setText(f"Starting on {host}:{self.port_spin.value() or 'any port'}…")
         self._update_buttons()
@@ -205,6 +209,8 @@ class ServerPage(QWidget):
     def _on_start_done(self, _url: str) -> None:
         self._busy = self._starting = False
         self._show_state()
+        if self._starting_on is not None:
+            self._save_address(*self._starting_on)
         if self._stop_after_start:
             self._stop_after_start = False
             self.stop_server()
@@ -236,6 +242,26 @@ class ServerPage(QWidget):
         self.cache_chart.add(event)
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _save_address(self, host: str, port: int) -> None:
+        """This page is where the address is edited: the one a start used is the one the next
+        start (at launch, ``hearth serve``) uses."""
+        store = self._server.settings_store
+
+        def write() -> Settings:
+            s = store.load()
+            if (s.server.host, s.server.port) != (host, port):
+                s = replace(s, server=replace(s.server, host=host, port=port))
+                store.save(s)
+            return s
+
+        self._bridge.call(
+            write,
+            on_done=lambda s: self.address_saved.emit(s.server),
+            on_error=lambda exc: self.banner.show_message(
+                log_failure(log, "saving the server address", exc), "error"
+            ),
+        )
+
     def _show_state(self) -> None:
         url = self.base_url if self.running else None
         if not self._busy:

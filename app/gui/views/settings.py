@@ -1,15 +1,17 @@
-"""The Settings page: server address, API key, HTTPS files, start at launch, models folder, load
-defaults, memory budget and how long on-demand loads stay."""
+"""The Settings page: server address (shown; edited on the Server page), API key, HTTPS files,
+start at launch, models folder, load defaults, memory budget, on-demand loading and how long
+on-demand loads stay."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -26,11 +28,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core import fit
+from app.core.fit import default_budget
 from app.core.load_options import SPECS
 from app.gui.bridge import Bridge, log_failure
+from app.gui.units import human_bytes
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.runtime_info import RuntimeBox
-from app.settings import Settings, SettingsStore, TokenStore, generate_key, hash_key
+from app.settings import (
+    ServerSettings,
+    Settings,
+    SettingsStore,
+    TokenStore,
+    generate_key,
+    hash_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +61,8 @@ class SettingsPage(QWidget):
     settings_saved = Signal(object)  # Settings, as written
 
     token_changed = Signal(bool)  # a Hugging Face token is set
+    server_page_requested = Signal()  # "Change on the Server page": the address is edited there
+    auto_budget_shown = Signal(str)  # the Auto memory budget's text, with this machine's figure
 
     def __init__(
         self,
@@ -58,9 +72,13 @@ class SettingsPage(QWidget):
         *,
         tokens: TokenStore | None = None,
         runtime_report: Callable[[], dict[str, Any]] | None = None,
+        default_models_dir: Path | None = None,
+        auto_budget: Callable[[], str] | None = None,
     ) -> None:
         super().__init__(parent)
         self._store = store
+        # the folder an empty ``models_dir`` means, shown as itself rather than a placeholder
+        self._default_models_dir = default_models_dir
         self._tokens = tokens
         self._bridge = bridge
         self.token_set: bool | None = None  # None until the token file has been read
@@ -70,9 +88,10 @@ class SettingsPage(QWidget):
         self._shown_ttl = (0, 0)  # (spin value, seconds on disk)
 
         self.banner = MessageBanner()
-        self.host_edit = QLineEdit()
-        self.port_spin = QSpinBox()
-        self.port_spin.setRange(1, 65535)
+        # host/port are edited in one place, the Server page; here they are only shown
+        self.address_label = QLabel("…")
+        self.address_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.change_address_button = QPushButton("Change on the Server page")
         self.start_at_launch_check = QCheckBox("Start the server when Hearth starts")
 
         self.key_status_label = QLabel()
@@ -97,8 +116,9 @@ class SettingsPage(QWidget):
         self.tls_key_button = QPushButton("Browse…")
 
         self.models_dir_edit = QLineEdit()
-        self.models_dir_edit.setPlaceholderText("Default models folder")
-        self.browse_button = QPushButton("Browse…")
+        self.browse_button = QPushButton("Change…")
+        self.open_models_button = QPushButton("Open")
+        self.open_models_button.setToolTip("Show the models folder in the file manager")
         self.context_spin = QSpinBox()
         _table_range(self.context_spin, "context_length")
         self.context_spin.setSingleStep(1024)
@@ -143,8 +163,13 @@ class SettingsPage(QWidget):
         self.jit_ttl_spin.setSuffix(" min idle")
         self.jit_ttl_spin.setSpecialValueText("As soon as idle")
         self.jit_forever_check = QCheckBox("Keep on-demand models loaded forever")
+        self.jit_loading_check = QCheckBox(
+            "Load a model on demand when a request names one that is not loaded"
+        )
+        self.jit_loading_check.setToolTip(
+            "Off: requests for a model that is not loaded are refused (404) until you load it."
+        )
         for w in (
-            self.port_spin,
             self.context_spin,
             self.max_auto_context_spin,
             self.threads_spin,
@@ -155,7 +180,6 @@ class SettingsPage(QWidget):
         ):
             w.setMinimumWidth(200)
             w.setMaximumWidth(260)
-        self.host_edit.setMaximumWidth(320)
         self.save_button = QPushButton("Save")
         self.save_button.setDefault(True)
 
@@ -170,8 +194,10 @@ class SettingsPage(QWidget):
 
         server_box = QGroupBox("Server")
         sf = QFormLayout(server_box)
-        sf.addRow("Host", self.host_edit)
-        sf.addRow("Port", self.port_spin)
+        address_row = QHBoxLayout()
+        address_row.addWidget(self.address_label, 1)
+        address_row.addWidget(self.change_address_button)
+        sf.addRow("Address", address_row)
         sf.addRow("", self.start_at_launch_check)
         key_buttons = QHBoxLayout()
         key_buttons.addWidget(self.key_status_label, 1)
@@ -196,9 +222,7 @@ class SettingsPage(QWidget):
             tls_row.addWidget(edit, 1)
             tls_row.addWidget(button)
             sf.addRow(label, tls_row)
-        server_note = QLabel(
-            "Address, key and HTTPS changes apply the next time the server starts."
-        )
+        server_note = QLabel("Key and HTTPS changes apply the next time the server starts.")
         server_note.setStyleSheet("color:#6b6b6b")
         sf.addRow("", server_note)
 
@@ -206,6 +230,7 @@ class SettingsPage(QWidget):
         mf = QFormLayout(models_box)
         folder_row = QHBoxLayout()
         folder_row.addWidget(self.models_dir_edit, 1)
+        folder_row.addWidget(self.open_models_button)
         folder_row.addWidget(self.browse_button)
         mf.addRow("Models folder", folder_row)
         mf.addRow("Default context length", self.context_spin)
@@ -220,10 +245,12 @@ class SettingsPage(QWidget):
         memory_box = QGroupBox("Memory")
         yf = QFormLayout(memory_box)
         yf.addRow("Memory budget", self.budget_spin)
+        yf.addRow("On-demand loading", self.jit_loading_check)
         yf.addRow("Unload on-demand models after", self.jit_ttl_spin)
         yf.addRow("", self.jit_forever_check)
         memory_note = QLabel(
-            "On-demand: loaded by an API request. Models you load follow their Load dialog."
+            "On-demand: loaded by an API request (switching it applies to the running server at "
+            "once). Models you load follow their Load dialog."
         )
         memory_note.setStyleSheet("color:#6b6b6b")
         yf.addRow("", memory_note)
@@ -271,6 +298,8 @@ class SettingsPage(QWidget):
         self.clear_key_button.clicked.connect(self._on_clear_key_button_clicked)
         self.copy_key_button.clicked.connect(self._on_copy_key_button_clicked)
         self.browse_button.clicked.connect(self._on_browse_button_clicked)
+        self.open_models_button.clicked.connect(self._on_open_models_button_clicked)
+        self.change_address_button.clicked.connect(self.server_page_requested)
         self.tls_cert_button.clicked.connect(self._on_tls_cert_button_clicked)
         self.tls_key_button.clicked.connect(self._on_tls_key_button_clicked)
         self.jit_forever_check.toggled.connect(self._on_jit_forever_check_toggled)
@@ -280,6 +309,8 @@ class SettingsPage(QWidget):
         self.setEnabled(False)  # until the file has been read
         self.reload()
         self.reload_token()
+        # this machine's figure for "Auto" (reads /proc/meminfo: on the loop thread)
+        self._bridge.call(auto_budget or auto_budget_text, on_done=self._show_auto_budget)
 
     # -- actions -------------------------------------------------------------------------------------
     def reload(self) -> None:
@@ -289,17 +320,15 @@ class SettingsPage(QWidget):
 
     def save(self) -> None:
         """Write the form through the store; fields this page does not show are kept as on disk."""
-        if not self.host_edit.text().strip():
-            self.banner.show_message("The server host cannot be empty.", "error")
-            return
-        host = self.host_edit.text().strip()
-        port = self.port_spin.value()
         tls_cert, tls_key = self.tls_cert_edit.text().strip(), self.tls_key_edit.text().strip()
         if bool(tls_cert) != bool(tls_key):
             self.banner.show_message("HTTPS needs both a certificate and a key file.", "error")
             return
         start = self.start_at_launch_check.isChecked()
         models_dir = self.models_dir_edit.text().strip()
+        if self._default_models_dir is not None and models_dir == str(self._default_models_dir):
+            models_dir = ""  # the default stays "the default", wherever HEARTH_HOME moves it
+        jit_loading = self.jit_loading_check.isChecked()
         context, threads = self.context_spin.value(), self.threads_spin.value()
         max_auto = self.max_auto_context_spin.value()
         parallel = self.parallel_spin.value()
@@ -315,9 +344,8 @@ class SettingsPage(QWidget):
                 s,
                 server=replace(
                     s.server,
-                    host=host,
-                    port=port,
                     start_at_launch=start,
+                    jit_loading=jit_loading,
                     tls_cert=tls_cert,
                     tls_key=tls_key,
                 ),
@@ -419,6 +447,25 @@ class SettingsPage(QWidget):
             QGuiApplication.clipboard().setText(self.new_key_edit.text())
             self.banner.show_message("Copied the API key to the clipboard.")
 
+    def _on_open_models_button_clicked(self) -> None:
+        folder = Path(self.models_dir_edit.text().strip() or self._default_models_dir or "")
+        if not str(folder) or str(folder) == ".":
+            return
+
+        def opened(ok: bool) -> None:
+            if not ok:
+                self.banner.show_message(f"Could not open {folder}.", "error")
+
+        def make() -> Path:
+            folder.mkdir(parents=True, exist_ok=True)  # a fresh install has none yet
+            return folder
+
+        self._bridge.call(
+            make,
+            on_done=lambda p: opened(QDesktopServices.openUrl(QUrl.fromLocalFile(str(p)))),
+            on_error=self._show_error,
+        )
+
     def _on_browse_button_clicked(self) -> None:
         folder = QFileDialog.getExistingDirectory(
             self, "Models folder", self.models_dir_edit.text()
@@ -444,12 +491,12 @@ class SettingsPage(QWidget):
 
     def _on_store_loaded(self, s: Settings) -> None:
         self.settings = s
-        self.host_edit.setText(s.server.host)
-        self.port_spin.setValue(s.server.port)
+        self.show_address(s.server)
         self.start_at_launch_check.setChecked(s.server.start_at_launch)
         self.tls_cert_edit.setText(s.server.tls_cert)
         self.tls_key_edit.setText(s.server.tls_key)
-        self.models_dir_edit.setText(s.models_dir)
+        self.models_dir_edit.setText(s.models_dir or str(self._default_models_dir or ""))
+        self.jit_loading_check.setChecked(s.server.jit_loading)
         self.context_spin.setValue(s.load.context_length)
         self.max_auto_context_spin.setValue(s.load.max_auto_context)
         self.threads_spin.setValue(s.load.threads)
@@ -471,6 +518,19 @@ class SettingsPage(QWidget):
         self.settings = s
         self.banner.show_message("Settings saved.")
         self.settings_saved.emit(s)
+
+    def show_address(self, server: ServerSettings) -> None:
+        """The address the server starts on (set on the Server page)."""
+        port = str(server.port) if server.port else "any free port"
+        self.address_label.setText(f"{server.host}, port {port}")
+
+    def _show_auto_budget(self, text: str) -> None:
+        self.budget_spin.setSpecialValueText(text)
+        self.budget_spin.setToolTip(
+            f"{text}. Loaded models share this much memory: loading past it unloads idle "
+            "models first"
+        )
+        self.auto_budget_shown.emit(text)
 
     def _budget_bytes(self) -> int:
         shown, on_disk = self._shown_budget
@@ -503,3 +563,11 @@ def _table_range(spin: QSpinBox, option: str) -> None:
     """The load option table's range (the settings file is validated against the same)."""
     spec = SPECS[option]
     spin.setRange(int(spec.minimum or 0), int(min(spec.maximum or 2**31 - 1, 2**31 - 1)))
+
+
+def auto_budget_text() -> str:
+    """What the Auto memory budget is on this machine, e.g. "Auto — 80% of RAM, 12.5 GiB"."""
+    mem = fit.probe_memory()
+    gpu = max((free for _, free in mem.gpus), default=0)
+    where = "VRAM" if gpu > mem.ram_total else "RAM"
+    return f"Auto — 80% of {where}, {human_bytes(default_budget())}"
