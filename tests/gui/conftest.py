@@ -97,6 +97,13 @@ def window(qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge) -> MainWindow:
     qtbot.waitExposed(w)
     # the pages fill themselves from the loop thread; wait until they have
     qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
+    # and until the threads that import mlx at start (Discover's format check, the Runtime
+    # report) are done: one still importing when the test's loop closes can crash the process
+    box = w.settings_page.runtime_box
+    qtbot.waitUntil(
+        lambda: w.discover_page.formats_known and (box is None or box.report is not None),
+        timeout=60_000,
+    )
     return w
 
 
@@ -183,4 +190,11 @@ def hub_window(qtbot: QtBot, hub_ctx: GuiContext, bridge: Bridge) -> MainWindow:
     w.show()
     qtbot.waitExposed(w)
     qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
+    # and until the threads that import mlx at start (Discover's format check, the Runtime
+    # report) are done: one still importing when the test's loop closes can crash the process
+    box = w.settings_page.runtime_box
+    qtbot.waitUntil(
+        lambda: w.discover_page.formats_known and (box is None or box.report is not None),
+        timeout=60_000,
+    )
     return w
