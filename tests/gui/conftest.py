@@ -101,7 +101,10 @@ def window(qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge) -> MainWindow:
     # report) are done: one still importing when the test's loop closes can crash the process
     box = w.settings_page.runtime_box
     qtbot.waitUntil(
-        lambda: w.discover_page.formats_known and (box is None or box.report is not None),
+        lambda: (
+            (w.discover_page.formats_known or w.discover_page.manager is None)
+            and (box is None or box.report is not None)
+        ),
         timeout=60_000,
     )
     return w
@@ -194,7 +197,10 @@ def hub_window(qtbot: QtBot, hub_ctx: GuiContext, bridge: Bridge) -> MainWindow:
     # report) are done: one still importing when the test's loop closes can crash the process
     box = w.settings_page.runtime_box
     qtbot.waitUntil(
-        lambda: w.discover_page.formats_known and (box is None or box.report is not None),
+        lambda: (
+            (w.discover_page.formats_known or w.discover_page.manager is None)
+            and (box is None or box.report is not None)
+        ),
         timeout=60_000,
     )
     return w
