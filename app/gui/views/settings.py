@@ -24,9 +24,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.autostart import Autostart
 from app.core.load_options import SPECS
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.welcome import StartAtLoginCheck
 from app.settings import Settings, SettingsStore, TokenStore, generate_key, hash_key
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ class SettingsPage(QWidget):
         parent: QWidget | None = None,
         *,
         tokens: TokenStore | None = None,
+        autostart: Autostart | None = None,
     ) -> None:
         super().__init__(parent)
         self._store = store
@@ -70,6 +73,10 @@ class SettingsPage(QWidget):
         self.port_spin = QSpinBox()
         self.port_spin.setRange(1, 65535)
         self.start_at_launch_check = QCheckBox("Start the server when Hearth starts")
+        # issue #13: the OS autostart, applied at once (not by Save); None: not offered
+        self.start_at_login_check = (
+            StartAtLoginCheck(autostart, store, bridge) if autostart is not None else None
+        )
 
         self.key_status_label = QLabel()
         self.generate_key_button = QPushButton("Generate new key")
@@ -159,6 +166,9 @@ class SettingsPage(QWidget):
         sf.addRow("Host", self.host_edit)
         sf.addRow("Port", self.port_spin)
         sf.addRow("", self.start_at_launch_check)
+        if self.start_at_login_check is not None:
+            sf.addRow("", self.start_at_login_check)
+            self.start_at_login_check.failed.connect(self._on_start_at_login_failed)
         key_buttons = QHBoxLayout()
         key_buttons.addWidget(self.key_status_label, 1)
         key_buttons.addWidget(self.generate_key_button)
@@ -416,6 +426,9 @@ class SettingsPage(QWidget):
         )
         if path:
             edit.setText(path)
+
+    def _on_start_at_login_failed(self, text: str) -> None:
+        self.banner.show_message(text, "error")
 
     def _on_jit_forever_check_toggled(self, forever: bool) -> None:
         self.jit_ttl_spin.setEnabled(not forever)
