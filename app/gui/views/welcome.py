@@ -157,6 +157,9 @@ class WelcomeView(QWidget):
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setHorizontalSpacing(16)
         self.grid.setColumnStretch(0, 1)
+        self.more_label = QLabel()
+        self.more_label.setWordWrap(True)
+        self.more_label.hide()
 
         self.discover_button = QPushButton("Discover more models…")
         self.import_button: QPushButton | None = None  # the Library page's (place_import)
@@ -181,6 +184,7 @@ class WelcomeView(QWidget):
         status_row.addWidget(self.retry_button)
         col.addLayout(status_row)
         col.addWidget(self._grid_host)
+        col.addWidget(self.more_label)
         self._buttons = QHBoxLayout()
         self._buttons.addWidget(self.discover_button)
         self._buttons.addStretch(1)
@@ -310,13 +314,12 @@ class WelcomeView(QWidget):
         for i, s in enumerate(shown):
             self._add_row(i, s)
         if too_large and shown:
-            self.grid.addWidget(
-                QLabel(f"<span>{too_large} more suggested model(s) need more memory.</span>"),
-                len(shown),
-                0,
-                1,
-                4,
+            what = "model needs" if too_large == 1 else "models need"
+            self.more_label.setText(
+                f"{too_large} more suggested {what} more memory than this machine's budget "
+                f"({human_bytes(budget)}); Discover lists every size."
             )
+        self.more_label.setVisible(bool(too_large and shown))
         self.suggestions_shown.emit()
 
     def _on_suggest_failed(self, exc: BaseException) -> None:
