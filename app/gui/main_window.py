@@ -330,12 +330,14 @@ class MainWindow(QMainWindow):
         server = self._ctx.server
         return server.base_url if server.running else None
 
-    def _welcome_server_url(self) -> str:
-        """The API's address: where it runs, else where it will (the saved host and port)."""
+    def _welcome_server_url(self) -> tuple[str, bool]:
+        """The API's address and whether it runs: where it runs, else where it will (the saved
+        host and port)."""
         if url := self._server_url():
-            return url
+            return url, True
         s = self.settings_page.settings or Settings()
-        return base_url(s.server.host, s.server.port, "https" if s.server.tls_cert else "http")
+        scheme = "https" if s.server.tls_cert else "http"
+        return base_url(s.server.host, s.server.port, scheme), False
 
     def _show_tray_hint_once(self) -> None:
         if self._tray_hint_pending:

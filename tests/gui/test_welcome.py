@@ -77,6 +77,7 @@ def test_an_empty_library_opens_on_the_welcome_with_fitting_suggestions(
     text = welcome.server_label.text()
     for words in ("OpenAI", "Anthropic", "Ollama", "http://127.0.0.1:8421/v1", "editor"):
         assert words in text
+    assert "Start the server on the Server page" in text  # it is not running yet
 
     wait_suggestions(qtbot, w)
     large = STARTERS[2].repo_id
@@ -189,6 +190,9 @@ def test_keep_running_in_the_tray_off_makes_close_quit_while_serving(
     window.server_page.port_spin.setValue(free_port())
     window.server_page.start_server()
     qtbot.waitUntil(lambda: window._ctx.server.running, timeout=SLOW)
+    url = window._ctx.server.base_url
+    qtbot.waitUntil(lambda: f"<code>{url}</code>" in window.welcome.server_label.text())
+    assert "Start the server" not in window.welcome.server_label.text()
     with qtbot.waitSignal(window.shutdown_finished, timeout=TIMEOUT):
         window.close()  # serving, but the user chose not to keep Hearth in the tray
     assert not window._ctx.server.running

@@ -44,6 +44,9 @@ SERVER_TEXT = (
     "Hearth serves the models you load on an OpenAI-, Anthropic- and Ollama-compatible API at "
     "<code>{url}</code>, for your editor, agents and other tools."
 )
+SERVER_STOPPED_TEXT = (
+    " Start the server on the Server page (or have it start with Hearth in Settings)."
+)
 LOOKING_TEXT = "Looking up small models that fit this machine…"
 OFFLINE_TEXT = (
     "You're offline: the Hugging Face Hub ({host}) can't be reached, so Hearth cannot suggest "
@@ -130,7 +133,7 @@ class WelcomeView(QWidget):
         bridge: Bridge,
         store: SettingsStore,
         autostart: Autostart,
-        server_url: Callable[[], str],
+        server_url: Callable[[], tuple[str, bool]],
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
@@ -156,6 +159,7 @@ class WelcomeView(QWidget):
         self.grid = QGridLayout(self._grid_host)
         self.grid.setContentsMargins(0, 0, 0, 0)
         self.grid.setHorizontalSpacing(16)
+        self.grid.setVerticalSpacing(10)
         self.grid.setColumnStretch(0, 1)
         self.more_label = QLabel()
         self.more_label.setWordWrap(True)
@@ -227,7 +231,9 @@ class WelcomeView(QWidget):
         self._col.insertWidget(self._import_hint_at, hint)
 
     def update_server_text(self) -> None:
-        self.server_label.setText(SERVER_TEXT.format(url=html.escape(self._server_url())))
+        url, running = self._server_url()
+        text = SERVER_TEXT.format(url=html.escape(url))
+        self.server_label.setText(text if running else text + SERVER_STOPPED_TEXT)
 
     def load_suggestions(self) -> None:
         """Ask the Hub for the starters (once; again after a failure)."""
