@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -201,9 +202,13 @@ def test_keep_running_in_the_tray_off_makes_close_quit_while_serving(
 def test_background_start_hides_the_window_only_where_a_tray_exists(
     qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge
 ) -> None:
+    # the user chose to have the server start with Hearth: a background start serves too
+    store = gui_ctx.settings_store
+    store.update(server=replace(store.load().server, start_at_launch=True, port=free_port()))
     w = MainWindow(gui_ctx, bridge)
     qtbot.addWidget(w)
     assert show_at_start(w, background=True, tray_available=lambda: True) is False
+    qtbot.waitUntil(lambda: gui_ctx.server.running, timeout=SLOW)
     assert not w.isVisible()
     # offscreen has no tray (the real check): the window shows, or it could never be reached
     assert not w.tray.available()

@@ -2,13 +2,14 @@
 
 The real window on an empty temporary HEARTH_HOME, its Hub the fake one (tests/fakehub.py)
 serving the curated starter repos as small files, so it runs without internet (sizes are the
-fake files' sizes). Use ``xvfb-run -a`` for a real X server, else it renders offscreen.
+fake files' sizes); ``--offline`` points it at a closed port instead. Use ``xvfb-run -a`` for a real X server, else it renders offscreen.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +21,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 from tests.gui.screenshots import settle, wait_until  # noqa: E402
 
 
-def main(out: Path) -> int:
+def main(out: Path, *, offline: bool = False) -> int:
     logging.basicConfig(level=logging.INFO)
     tmp = Path(tempfile.mkdtemp(prefix="hearth-welcome-"))
     os.environ["HEARTH_HOME"] = str(tmp / "home")
@@ -31,6 +32,10 @@ def main(out: Path) -> int:
     hub = FakeHub().start()
     add_starters(hub, tmp / "hub")
     os.environ["HF_ENDPOINT"] = hub.endpoint
+    if offline:  # a loopback port nobody listens on: the Hub cannot be reached
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{s.getsockname()[1]}"
 
     from app.cli import build_service
     from app.core.loop import LoopThread
@@ -68,4 +73,5 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "welcome.png")))
+    args = [a for a in sys.argv[1:] if a != "--offline"]
+    sys.exit(main(Path(args[0] if args else "welcome.png"), offline="--offline" in sys.argv))
