@@ -62,6 +62,11 @@ def wait_suggestions(qtbot: QtBot, w: MainWindow) -> None:
         ),
         timeout=TIMEOUT,
     )
+    # a layout shows the widgets it was given on the next event-loop turn, not at once
+    qtbot.waitUntil(
+        lambda: all(r.download_button.isVisible() for r in welcome.rows.values()),
+        timeout=TIMEOUT,
+    )
 
 
 def test_an_empty_library_opens_on_the_welcome_with_fitting_suggestions(
