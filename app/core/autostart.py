@@ -37,13 +37,20 @@ BACKGROUND_FLAG = "--background"
 ICON = Path(__file__).resolve().parent.parent / "assets" / "hearth.png"
 
 
-def launch_command(*, frozen: bool | None = None, executable: str | None = None) -> tuple[str, ...]:
-    """What autostart runs: the frozen bundle's executable (PyInstaller sets ``sys.frozen``),
+def launch_command(
+    *,
+    frozen: bool | None = None,
+    executable: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[str, ...]:
+    """What autostart runs: the frozen bundle's executable (PyInstaller sets ``sys.frozen``;
+    inside an AppImage, the AppImage file itself, since its mount point changes every run),
     else this interpreter with ``-m app``; both with ``--background``."""
     frozen = bool(getattr(sys, "frozen", False)) if frozen is None else frozen
+    env = os.environ if env is None else env
     exe = executable or sys.executable
     if frozen:
-        return (exe, BACKGROUND_FLAG)
+        return (env.get("APPIMAGE") or exe, BACKGROUND_FLAG)
     return (exe, "-m", "app", BACKGROUND_FLAG)
 
 

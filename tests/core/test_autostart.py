@@ -80,6 +80,13 @@ def test_the_command_is_this_interpreter_with_m_app_or_the_frozen_bundle() -> No
         "/opt/Hearth/hearth",
         "--background",
     )
+    # an AppImage runs from a new mount point each time: autostart names the AppImage file
+    appimage = {"APPIMAGE": "/home/me/Apps/Hearth-x86_64.AppImage"}
+    assert launch_command(frozen=True, executable="/tmp/.mount_X/hearth", env=appimage) == (
+        "/home/me/Apps/Hearth-x86_64.AppImage",
+        "--background",
+    )
+    assert launch_command(frozen=False, executable="/py", env=appimage)[0] == "/py"
     # here (not frozen): the running interpreter
     assert launch_command() == (sys.executable, "-m", "app", "--background")
 
