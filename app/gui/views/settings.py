@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
 from app.core.autostart import Autostart
 from app.core.load_options import SPECS
 from app.gui.bridge import Bridge, log_failure
+from app.gui.views.autostart_check import StartAtLoginCheck
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
-from app.gui.views.welcome import StartAtLoginCheck
 from app.settings import Settings, SettingsStore, TokenStore, generate_key, hash_key
 
 log = logging.getLogger(__name__)

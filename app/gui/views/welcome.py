@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QFrame,
@@ -35,6 +34,7 @@ from app.errors import HubUnavailable
 from app.gui.bridge import Bridge, log_failure
 from app.gui.models.hub import fit_text
 from app.gui.units import human_bytes
+from app.gui.views.autostart_check import StartAtLoginCheck
 from app.gui.views.common import MessageBanner
 from app.settings import Settings, SettingsStore
 
@@ -54,58 +54,6 @@ OFFLINE_TEXT = (
 )
 NO_HUB_TEXT = "Downloading from the Hugging Face Hub is not available in this session."
 NONE_FIT_TEXT = "None of the suggested models fits this machine's memory budget ({budget})."
-
-
-class StartAtLoginCheck(QCheckBox):
-    """ "Start at login": writes or removes the OS autostart entry and records the choice in the
-    settings (on the loop thread); shows the entry's real state each time it is shown."""
-
-    changed = Signal(bool)  # the entry was written (True) or removed (False)
-    failed = Signal(str)
-
-    def __init__(
-        self,
-        autostart: Autostart,
-        store: SettingsStore,
-        bridge: Bridge,
-        parent: QWidget | None = None,
-    ) -> None:
-        super().__init__("Start Hearth when I log in", parent)
-        self._autostart = autostart
-        self._store = store
-        self._bridge = bridge
-        self.setToolTip(
-            f"Starts Hearth in the background at login ({autostart.location}); the server "
-            "starts too if “Start the server when Hearth starts” is on"
-        )
-        self.sync()
-        self.toggled.connect(self._on_toggled)
-
-    def sync(self) -> None:
-        """Show whether the entry exists now (another page or the user may have changed it)."""
-        self.blockSignals(True)
-        try:
-            self.setChecked(self._autostart.enabled())
-        finally:
-            self.blockSignals(False)
-
-    def showEvent(self, e: QShowEvent) -> None:  # noqa: N802 - Qt override
-        self.sync()
-        super().showEvent(e)
-
-    def _on_toggled(self, on: bool) -> None:
-        autostart, store = self._autostart, self._store
-
-        def write() -> bool:
-            autostart.set_enabled(on)
-            store.update(start_at_login=on)
-            return on
-
-        def failed(exc: BaseException) -> None:
-            self.sync()
-            self.failed.emit(log_failure(log, "start at login", exc))
-
-        self._bridge.call(write, on_done=self.changed.emit, on_error=failed)
 
 
 @dataclass
