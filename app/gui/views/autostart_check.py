@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 class StartAtLoginCheck(QCheckBox):
-    """ "Start at login": writes or removes the OS autostart entry and records the choice in the
+    """The "Start at login" switch: writes or removes the OS autostart entry and records the choice in the
     settings (on the loop thread); shows the entry's real state each time it is shown."""
 
     changed = Signal(bool)  # the entry was written (True) or removed (False)
