@@ -16,8 +16,8 @@ log = logging.getLogger(__name__)
 
 
 class StartAtLoginCheck(QCheckBox):
-    """The "Start at login" switch: writes or removes the OS autostart entry and records the choice in the
-    settings (on the loop thread); shows the entry's real state each time it is shown."""
+    """The "Start at login" switch: writes or removes the OS autostart entry and records the
+    choice in the settings (on the loop thread); shows the entry's real state when shown."""
 
     changed = Signal(bool)  # the entry was written (True) or removed (False)
     failed = Signal(str)
