@@ -93,6 +93,9 @@ class LoadDefaults:
     memory_budget_bytes: int = 0  # 0 = 80% of RAM (or of the largest GPU)
 
 
+# top-level Settings fields of the first run (issue #13)
+FIRST_RUN_KEYS = ("start_at_login", "keep_in_tray")
+
 # LoadDefaults fields that are load options (validated with the option table)
 LOAD_DEFAULT_OPTIONS = ("context_length", "threads", "batch_size", "parallel")
 
@@ -134,6 +137,10 @@ class Settings:
     # issue #11: the model (id or alias) a request that names none gets; empty = a 400
     default_model: str = ""
     routing: RoutingSettings = field(default_factory=lambda: RoutingSettings())
+    # issue #13 first run: the OS autostart (its entry is the truth; this is what the user chose)
+    # and whether closing the window keeps Hearth (and a running server) in the tray
+    start_at_login: bool = False
+    keep_in_tray: bool = True
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -210,7 +217,10 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         raise ConfigError(
             "settings: prompt_cache.mode must be " + SPECS["prompt_cache"].describe_range()
         ) from None
-    top = {k: raw[k] for k in ("models_dir", "tray_hint_shown", "default_model") if k in raw}
+    top: dict[str, Any] = {
+        k: raw[k] for k in ("models_dir", "tray_hint_shown", "default_model") if k in raw
+    }
+    top.update({k: raw[k] for k in FIRST_RUN_KEYS if k in raw})
     base = _coerce(Settings, top, "settings")
     routing_raw = raw.get("routing", {})
     if not isinstance(routing_raw, dict):

@@ -646,3 +646,29 @@ def serve() -> Iterator[FakeHub]:
         yield hub
     finally:
         hub.stop()
+
+
+def add_starters(
+    hub: FakeHub, tmp: Path, *, large: tuple[str, ...] = (), large_elems: int = 5_000_000
+) -> dict[str, str]:
+    """Serve the first-run starter repos (app/core/hub/starters.py) as small GGUF repos: each
+    has its starter's quantization and a Q8_0, named as their real repos name files. Repos in
+    ``large`` get ``large_elems`` weights (to not fit a small budget). Returns repo -> the
+    starter's file name."""
+    from app.core.hub.starters import STARTERS
+
+    files: dict[str, str] = {}
+    for s in STARTERS:
+        stem = s.repo_id.split("/")[1].lower().removesuffix("-gguf")
+        name = f"{stem}-{s.quant.lower()}.gguf"
+        elems = large_elems if s.repo_id in large else 1024
+        hub.add_repo(
+            s.repo_id,
+            {
+                name: gguf_bytes(tmp, name=stem, elems=elems),
+                f"{stem}-q8_0.gguf": gguf_bytes(tmp, name=stem, file_type=7, elems=elems),
+            },
+            tags=["gguf", "license:apache-2.0"],
+        )
+        files[s.repo_id] = name
+    return files

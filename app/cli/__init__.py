@@ -27,6 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv for debug)"
     )
+    p.add_argument(
+        "--background",
+        action="store_true",
+        help="open the desktop app hidden in the tray (what start at login runs)",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     serve.add_parsers(sub)
     models.add_parsers(sub)

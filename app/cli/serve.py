@@ -69,7 +69,7 @@ def cmd_gui(args: argparse.Namespace) -> int:
     server.set_api_key(os.environ.get("HEARTH_API_KEY") or None)
     ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
     try:
-        return run_gui(ctx)
+        return run_gui(ctx, background=getattr(args, "background", False))
     finally:
         try:
             loop.call(server.stop("quit"), timeout=15)

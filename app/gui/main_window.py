@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 import app as app_package
+from app.core.autostart import Autostart
 from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
 from app.gui.instance import SingleInstance, instance_name
@@ -39,6 +41,8 @@ from app.gui.views.providers import ProvidersPage
 from app.gui.views.runtime_info import report_source
 from app.gui.views.server import ServerPage
 from app.gui.views.settings import SettingsPage
+from app.gui.views.welcome import WelcomeView
+from app.server.runner import base_url
 from app.settings import Settings, TokenStore
 
 log = logging.getLogger(__name__)
@@ -94,13 +98,20 @@ class MainWindow(QMainWindow):
         self.chat_page = ChatPage(ctx.service, bridge)
         self.server_page = ServerPage(ctx.server, bridge)
         self.providers_page = ProvidersPage(ctx.service, bridge)
+        self.autostart = Autostart()  # issue #13: start at login, this platform's way
         self.settings_page = SettingsPage(
             ctx.settings_store,
             bridge,
             tokens=TokenStore(ctx.paths.hf_token_file),
             runtime_report=report_source(ctx),
             default_models_dir=ctx.paths.models,
+            autostart=self.autostart,
         )
+        self.welcome = WelcomeView(
+            ctx.service, bridge, ctx.settings_store, self.autostart, self._welcome_server_url
+        )
+        self.library_page.use_welcome(self.welcome)
+        self.welcome.discover_requested.connect(self._on_welcome_discover_requested)
 
         self.nav = QListWidget()
         self.nav.setFixedWidth(168)
@@ -171,6 +182,7 @@ class MainWindow(QMainWindow):
         self.settings_page.settings_loaded.connect(self._on_settings_page_settings_loaded)
         self.settings_page.server_page_requested.connect(self._on_settings_page_server_requested)
         self.server_page.address_saved.connect(self.settings_page.show_address)
+        self.server_page.address_saved.connect(lambda _s: self.welcome.update_server_text())
         self._on_server_page_state_changed(self.server_page.running)
 
     # -- navigation ----------------------------------------------------------------------------------
@@ -209,7 +221,7 @@ class MainWindow(QMainWindow):
         if self._quitting:
             e.accept()
             return
-        if not self._ctx.server.running:
+        if not self._ctx.server.running or not self._ctx.settings_store.load().keep_in_tray:
             e.accept()
             self.quit_app()
             return
@@ -245,6 +257,9 @@ class MainWindow(QMainWindow):
         self.library_page.import_files(paths)
 
     # -- slots ---------------------------------------------------------------------------------------
+    def _on_welcome_discover_requested(self) -> None:
+        self.show_page(DISCOVER_PAGE)
+
     def _on_tray_start_requested(self) -> None:
         self.server_page.start_server()
 
@@ -289,10 +304,12 @@ class MainWindow(QMainWindow):
     def _on_server_page_state_changed(self, running: bool) -> None:
         url = self._server_url()
         self.server_status.setText(f"Server: {url}" if url else "Server: stopped")
+        self.welcome.update_server_text()
         self.tray.rebuild_menu()
 
     def _on_settings_page_settings_loaded(self, s: Settings) -> None:
         self.server_page.apply_settings(s.server)
+        self.welcome.update_server_text()
         if not self._launch_checked:
             self._launch_checked = True
             if s.server.start_at_launch:
@@ -318,6 +335,15 @@ class MainWindow(QMainWindow):
         server = self._ctx.server
         return server.base_url if server.running else None
 
+    def _welcome_server_url(self) -> tuple[str, bool]:
+        """The API's address and whether it runs: where it runs, else where it will (the saved
+        host and port)."""
+        if url := self._server_url():
+            return url, True
+        s = self.settings_page.settings or Settings()
+        scheme = "https" if s.server.tls_cert else "http"
+        return base_url(s.server.host, s.server.port, scheme), False
+
     def _show_tray_hint_once(self) -> None:
         if self._tray_hint_pending:
             return
@@ -339,8 +365,23 @@ class MainWindow(QMainWindow):
         self._bridge.call(mark_shown, on_done=done)
 
 
-def run_gui(ctx: GuiContext, argv: list[str] | None = None) -> int:
+def show_at_start(
+    window: MainWindow, *, background: bool, tray_available: Callable[[], bool] | None = None
+) -> bool:
+    """Show the window unless ``background`` (``hearth --background``, what start at login
+    runs) and a tray exists to reopen it from. Returns whether the window is shown."""
+    available = tray_available or window.tray.available
+    if background and available():
+        log.info("started in the background: Hearth is in the tray")
+        return False
+    window.show()
+    return True
+
+
+def run_gui(ctx: GuiContext, argv: list[str] | None = None, *, background: bool = False) -> int:
     """Run the desktop app until Quit. Returns the process exit code.
+
+    ``background``: start hidden in the tray where there is one (the window shows otherwise).
 
     A second launch for the same data folder focuses the first window and returns 0 at once.
     The caller owns ``ctx`` and closes the service and loop afterwards.
@@ -362,7 +403,7 @@ def run_gui(ctx: GuiContext, argv: list[str] | None = None) -> int:
     window = MainWindow(ctx, bridge)
     instance.activation_requested.connect(window.bring_to_front)
     window.shutdown_finished.connect(qapp.quit)
-    window.show()
+    show_at_start(window, background=background)
     window.tray.show()
     try:
         return qapp.exec()

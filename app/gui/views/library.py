@@ -29,6 +29,7 @@ from app.gui.models.library import LibraryTableModel
 from app.gui.units import grouped
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.load_dialog import LoadDialog
+from app.gui.views.welcome import WelcomeView
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,12 @@ EMPTY_TEXT = (
     "<p>Import a <b>.gguf</b> file (button below, or drop it on this window),<br>"
     "or run <code>hearth import PATH</code> in a terminal.</p>"
     "<p style='color:#666'>GGUF files copied into<br><code>{folder}</code><br>show up here too.</p>"
+)
+
+IMPORT_HINT = (
+    "Or import a <b>.gguf</b> file you have (the button above, or drop it on this window), or run "
+    "<code>hearth import PATH</code> in a terminal. GGUF files copied into <code>{folder}</code> "
+    "show up here too."
 )
 
 
@@ -62,6 +69,8 @@ class LibraryPage(QWidget):
         self._service = service
         self._bridge = bridge
         self._select_after_refresh: str | None = None
+        self._welcome: WelcomeView | None = None
+        self._listed = False  # the library has been read at least once
         self.load_dialog: LoadDialog | None = None  # the open Load dialog, if any
         self.table_model = LibraryTableModel(self)
 
@@ -106,7 +115,7 @@ class LibraryPage(QWidget):
         self.empty_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.empty_import_button = QPushButton("Import a GGUF file…")
         empty = QWidget()
-        ev = QVBoxLayout(empty)
+        self._empty_layout = ev = QVBoxLayout(empty)
         ev.addStretch(1)
         ev.addWidget(self.empty_label)
         ev.addWidget(self.empty_import_button, 0, Qt.AlignmentFlag.AlignHCenter)
@@ -142,6 +151,20 @@ class LibraryPage(QWidget):
     @property
     def showing_empty_message(self) -> bool:
         return self.content.currentIndex() == 0
+
+    def use_welcome(self, welcome: WelcomeView) -> None:
+        """Show the first-run welcome while the library is empty, with this page's import hint
+        and button in it; it looks up its suggestions once the library is known to be empty."""
+        layout = self._empty_layout
+        while layout.takeAt(0) is not None:  # the plain text, its button and stretches
+            pass
+        self.empty_label.setText(IMPORT_HINT.format(folder=self._service.library.models_dir))
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignLeft)
+        welcome.place_import(self.empty_label, self.empty_import_button)
+        layout.addWidget(welcome)
+        self._welcome = welcome
+        if self._listed and not self.table_model.rowCount():
+            welcome.load_suggestions()
 
     def selected_id(self) -> str | None:
         rows = self.table.selectionModel().selectedRows()
@@ -305,6 +328,9 @@ class LibraryPage(QWidget):
         self._select_after_refresh = None
         self.table_model.set_statuses(statuses)
         self.content.setCurrentIndex(1 if statuses else 0)
+        self._listed = True
+        if self._welcome is not None and not statuses:
+            self._welcome.load_suggestions()
         if keep:
             self.select(keep)
         self._update_buttons()

@@ -29,10 +29,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import fit
+from app.core.autostart import Autostart
 from app.core.fit import default_budget
 from app.core.load_options import SPECS
 from app.gui.bridge import Bridge, log_failure
 from app.gui.units import human_bytes
+from app.gui.views.autostart_check import StartAtLoginCheck
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.runtime_info import RuntimeBox
 from app.settings import (
@@ -74,6 +76,7 @@ class SettingsPage(QWidget):
         runtime_report: Callable[[], dict[str, Any]] | None = None,
         default_models_dir: Path | None = None,
         auto_budget: Callable[[], str] | None = None,
+        autostart: Autostart | None = None,
     ) -> None:
         super().__init__(parent)
         self._store = store
@@ -93,6 +96,10 @@ class SettingsPage(QWidget):
         self.address_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.change_address_button = QPushButton("Change on the Server page")
         self.start_at_launch_check = QCheckBox("Start the server when Hearth starts")
+        # issue #13: the OS autostart, applied at once (not by Save); None: not offered
+        self.start_at_login_check = (
+            StartAtLoginCheck(autostart, store, bridge) if autostart is not None else None
+        )
 
         self.key_status_label = QLabel()
         self.generate_key_button = QPushButton("Generate new key")
@@ -199,6 +206,9 @@ class SettingsPage(QWidget):
         address_row.addWidget(self.change_address_button)
         sf.addRow("Address", address_row)
         sf.addRow("", self.start_at_launch_check)
+        if self.start_at_login_check is not None:
+            sf.addRow("", self.start_at_login_check)
+            self.start_at_login_check.failed.connect(self._on_start_at_login_failed)
         key_buttons = QHBoxLayout()
         key_buttons.addWidget(self.key_status_label, 1)
         key_buttons.addWidget(self.generate_key_button)
@@ -485,6 +495,9 @@ class SettingsPage(QWidget):
         )
         if path:
             edit.setText(path)
+
+    def _on_start_at_login_failed(self, text: str) -> None:
+        self.banner.show_message(text, "error")
 
     def _on_jit_forever_check_toggled(self, forever: bool) -> None:
         self.jit_ttl_spin.setEnabled(not forever)
