@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QIcon
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDragMoveEvent,
+    QDropEvent,
+    QGuiApplication,
+    QIcon,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -24,6 +34,7 @@ from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
 from app.gui.instance import SingleInstance, instance_name
 from app.gui.models.memory import MemoryMonitor, MemorySnapshot
+from app.gui.theme import apply_theme
 from app.gui.tray import Tray
 from app.gui.units import human_bytes
 from app.gui.views.chat import ChatPage
@@ -38,7 +49,8 @@ from app.gui.views.providers import TITLE as PROVIDERS_PAGE
 from app.gui.views.providers import ProvidersPage
 from app.gui.views.server import ServerPage
 from app.gui.views.settings import SettingsPage
-from app.settings import Settings, TokenStore
+from app.gui.window_state import DEFAULT_SIZE, MINIMUM_SIZE, CloseDialog, restored_geometry
+from app.settings import Settings, TokenStore, WindowState
 
 log = logging.getLogger(__name__)
 
@@ -68,21 +80,34 @@ def app_icon() -> QIcon:
 
 class MainWindow(QMainWindow):
     """Navigation list on the left, one page per entry. Closing while the server runs keeps
-    Hearth in the tray; closing while it is stopped quits."""
+    Hearth in the tray; with no tray it asks (keep serving in the background, or quit) unless
+    ``ui.close_action`` says; closing while it is stopped quits. File > Quit, the tray's Quit and
+    Ctrl+Q quit. ``tray_available`` decides whether the desktop has a tray (a seam for tests)."""
 
     shutdown_finished = Signal()  # the server is stopped; the application may exit
     hidden_to_tray = Signal()
+    kept_in_background = Signal()  # closed with no tray; the server keeps serving
 
-    def __init__(self, ctx: GuiContext, bridge: Bridge, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        ctx: GuiContext,
+        bridge: Bridge,
+        parent: QWidget | None = None,
+        *,
+        tray_available: Callable[[], bool] | None = None,
+    ) -> None:
         super().__init__(parent)
         self._ctx = ctx
         self._bridge = bridge
         self._quitting = False
         self._launch_checked = False
         self._tray_hint_pending = False
+        self._tray_available = tray_available or (lambda: Tray.available())
+        self.close_dialog: CloseDialog | None = None
         self.setWindowTitle("Hearth")
         self.setWindowIcon(app_icon())
-        self.resize(1180, 740)
+        self.setMinimumSize(MINIMUM_SIZE)
+        self.resize(DEFAULT_SIZE)
         self.setAcceptDrops(True)
 
         self.memory = MemoryMonitor(ctx.service, bridge, self)
@@ -100,9 +125,13 @@ class MainWindow(QMainWindow):
         self.nav = QListWidget()
         self.nav.setFixedWidth(168)
         self.nav.setIconSize(QSize(20, 20))
+        # outline 0 drops the dotted focus rectangle; the item border is the focus outline
         self.nav.setStyleSheet(
             "QListWidget { border: none; outline: 0; background: palette(alternate-base); padding-top: 8px; }"
-            "QListWidget::item { padding: 10px 14px; }"
+            "QListWidget::item { padding: 8px 12px; border: 2px solid transparent; }"
+            "QListWidget::item:selected { background: palette(highlight);"
+            " color: palette(highlighted-text); }"
+            "QListWidget::item:focus { border: 2px solid palette(text); }"
         )
         font = self.nav.font()
         font.setPointSizeF(font.pointSizeF() * 1.15)
@@ -122,7 +151,8 @@ class MainWindow(QMainWindow):
             ),
             strict=True,
         ):
-            QListWidgetItem(name, self.nav)
+            item = QListWidgetItem(name, self.nav)
+            item.setToolTip(f"{name} ({_page_key(self.stack.count()).toString(_NATIVE)})")
             self.stack.addWidget(page)
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
         self.nav.setCurrentRow(0)
@@ -165,7 +195,33 @@ class MainWindow(QMainWindow):
         )
         self.settings_page.settings_loaded.connect(self._on_settings_page_settings_loaded)
         self.settings_page.settings_saved.connect(self._on_settings_page_settings_saved)
+        self.settings_page.theme_chosen.connect(apply_theme)
         self._on_server_page_state_changed(self.server_page.running)
+        self._build_menus()
+        self.restore_window_state(ctx.settings_store.load().ui.window)
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.new_chat_action = QAction("New chat", self)
+        self.new_chat_action.setShortcut(QKeySequence.StandardKey.New)
+        self.new_chat_action.triggered.connect(self._on_new_chat_action_triggered)
+        self.quit_action = QAction("Quit Hearth", self)
+        self.quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        self.quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+        self.quit_action.triggered.connect(self._on_quit_action_triggered)
+        file_menu.addAction(self.new_chat_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+        if self.quit_action.shortcut().isEmpty():  # no platform Quit key (some X11 themes)
+            self.quit_action.setShortcut(QKeySequence("Ctrl+Q"))
+        go_menu = self.menuBar().addMenu("&Go")
+        self.page_actions: list[QAction] = []
+        for i, name in enumerate(PAGES):
+            action = QAction(name, self)
+            action.setShortcut(_page_key(i))
+            action.triggered.connect(lambda _c=False, n=name: self.show_page(n))
+            go_menu.addAction(action)
+            self.page_actions.append(action)
 
     # -- navigation ----------------------------------------------------------------------------------
     def show_page(self, name: str) -> None:
@@ -188,6 +244,8 @@ class MainWindow(QMainWindow):
         if self._quitting:
             return
         self._quitting = True
+        if self.isVisible():
+            self.save_window_state()
         self.hide()
         self.tray.hide()
         if self._ctx.server.running:
@@ -209,12 +267,74 @@ class MainWindow(QMainWindow):
             return
         # the server keeps running: clients may depend on it
         e.ignore()
-        if self.tray.available():
+        if self._tray_available():
+            self.save_window_state()
             self.hide()
             self._show_tray_hint_once()
-        else:  # nowhere to hide to; keep a taskbar entry instead of vanishing
-            self.showMinimized()
-        self.hidden_to_tray.emit()
+            self.hidden_to_tray.emit()
+            return
+        action = self._ctx.settings_store.load().ui.close_action  # from memory, no file read
+        if action == "quit":
+            self.quit_app()
+        elif action == "background":
+            self.keep_serving_in_background()
+        else:
+            self.ask_how_to_close()
+
+    def ask_how_to_close(self) -> None:
+        """No tray to hide to: ask whether to keep serving in the background or to quit."""
+        if self.close_dialog is not None:
+            self.close_dialog.raise_()
+            return
+        dialog = CloseDialog(self._server_url() or "", self)
+        dialog.finished.connect(self._on_close_dialog_finished)
+        self.close_dialog = dialog
+        dialog.open()
+
+    def keep_serving_in_background(self) -> None:
+        """Hide with no tray: a second ``hearth`` launch brings the window back (instance.py)."""
+        self.save_window_state()
+        self.hide()
+        log.info(
+            "window closed; still serving at %s (run hearth again to reopen)", self._server_url()
+        )
+        self.kept_in_background.emit()
+
+    def restore_window_state(self, saved: WindowState) -> None:
+        """Reopen where the window was (on a screen that is still there) and on its last page."""
+        screens = [s.availableGeometry() for s in QGuiApplication.screens()]
+        rect = restored_geometry(saved, screens, self.minimumSize())
+        if rect is not None:
+            self.resize(rect.size())
+            self.move(rect.topLeft())
+        if saved.maximized:
+            self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
+        if saved.page in PAGES:
+            self.show_page(saved.page)
+
+    def window_state(self) -> WindowState:
+        normal = self.normalGeometry() if self.isMaximized() else self.geometry()
+        if not normal.isValid():
+            normal = self.geometry()
+        return WindowState(
+            x=normal.x(),
+            y=normal.y(),
+            width=normal.width(),
+            height=normal.height(),
+            maximized=self.isMaximized(),
+            page=self.current_page,
+        )
+
+    def save_window_state(self) -> None:
+        """Remember size, position, maximized and page in ``ui.window``. On the GUI thread: it
+        runs as the app quits, when the loop may already be stopping; one small write."""
+        state = self.window_state()
+        store = self._ctx.settings_store
+        try:
+            if store.load().ui.window != state:
+                store.update_ui(window=state)
+        except OSError as exc:
+            log.warning("could not save the window's place: %s", exc)
 
     def dragEnterEvent(self, e: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
         self._accept_gguf_drag(e)
@@ -250,6 +370,30 @@ class MainWindow(QMainWindow):
 
     def _on_tray_quit_requested(self) -> None:
         self.quit_app()
+
+    def _on_quit_action_triggered(self) -> None:
+        self.quit_app()
+
+    def _on_new_chat_action_triggered(self) -> None:
+        self.show_page("Chat")
+        self.chat_page.new_chat()
+
+    def _on_close_dialog_finished(self, _result: int) -> None:
+        dialog = self.close_dialog
+        self.close_dialog = None
+        if dialog is None:
+            return
+        choice = dialog.choice()
+        dialog.deleteLater()
+        if choice and dialog.remember_check.isChecked():
+            store = self._ctx.settings_store
+            self._bridge.call(lambda: store.update_ui(close_action=choice))
+            combo = self.settings_page.close_action_combo
+            combo.setCurrentIndex(max(0, combo.findData(choice)))
+        if choice == "quit":
+            self.quit_app()
+        elif choice == "background":
+            self.keep_serving_in_background()
 
     def _on_tray_unload_requested(self, model_id: str) -> None:
         self.memory_page.unload_model(model_id)
@@ -332,6 +476,14 @@ class MainWindow(QMainWindow):
         self._bridge.call(mark_shown, on_done=done)
 
 
+_NATIVE = QKeySequence.SequenceFormat.NativeText
+
+
+def _page_key(index: int) -> QKeySequence:
+    """Ctrl+1 … Ctrl+8 for the sidebar's pages, in order."""
+    return QKeySequence(f"Ctrl+{index + 1}")
+
+
 def run_gui(ctx: GuiContext, argv: list[str] | None = None) -> int:
     """Run the desktop app until Quit. Returns the process exit code.
 
@@ -351,6 +503,7 @@ def run_gui(ctx: GuiContext, argv: list[str] | None = None) -> int:
         return 0
     instance.listen()
 
+    apply_theme(ctx.settings_store.load().ui.theme)  # before the first paint: no flash
     bridge = Bridge(ctx.loop, ctx.service.events)
     window = MainWindow(ctx, bridge)
     instance.activation_requested.connect(window.bring_to_front)

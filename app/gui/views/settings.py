@@ -32,6 +32,12 @@ from app.settings import Settings, SettingsStore, TokenStore, generate_key, hash
 log = logging.getLogger(__name__)
 
 GIB = 1024**3
+THEME_CHOICES = (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark"))
+CLOSE_CHOICES = (
+    ("ask", "Ask"),
+    ("background", "Keep serving in the background"),
+    ("quit", "Quit"),
+)
 PROMPT_CACHE_CHOICES = (
     ("reuse", "Reuse the longest cached prefix"),
     ("exact", "Exact (bit-identical answers)"),
@@ -46,6 +52,7 @@ class SettingsPage(QWidget):
     settings_saved = Signal(object)  # Settings, as written
 
     token_changed = Signal(bool)  # a Hugging Face token is set
+    theme_chosen = Signal(str)  # ui.theme picked in the combo: apply it at once
 
     def __init__(
         self,
@@ -231,6 +238,8 @@ class SettingsPage(QWidget):
         hf.addRow("", token_note)
         hub_box.setVisible(tokens is not None)
 
+        window_box = self._window_box()
+
         footer = QHBoxLayout()
         footer.addStretch(1)
         footer.addWidget(self.save_button)
@@ -243,6 +252,7 @@ class SettingsPage(QWidget):
         layout.addWidget(models_box)
         layout.addWidget(memory_box)
         layout.addWidget(hub_box)
+        layout.addWidget(window_box)
         layout.addStretch(1)
         layout.addLayout(footer)
 
@@ -260,6 +270,45 @@ class SettingsPage(QWidget):
         self.setEnabled(False)  # until the file has been read
         self.reload()
         self.reload_token()
+
+    def _window_box(self) -> QGroupBox:
+        """Theme and what closing the window does: each applied and written at once."""
+        self.theme_combo = QComboBox()
+        for value, label in THEME_CHOICES:
+            self.theme_combo.addItem(label, value)
+        self.close_action_combo = QComboBox()
+        for value, label in CLOSE_CHOICES:
+            self.close_action_combo.addItem(label, value)
+        self.close_action_combo.setToolTip(
+            "On desktops without a tray icon, while the server runs. With a tray, closing the "
+            "window keeps Hearth in the tray."
+        )
+        box = QGroupBox("Window")
+        wf = QFormLayout(box)
+        wf.addRow("Theme", self.theme_combo)
+        wf.addRow("Closing the window while serving", self.close_action_combo)
+        self.theme_combo.activated.connect(self._on_theme_combo_activated)
+        self.close_action_combo.activated.connect(self._on_close_action_combo_activated)
+        return box
+
+    def set_ui(self, **changes: str) -> None:
+        """Write ``ui`` fields (theme, close_action) now, keeping the rest as on disk."""
+
+        def write() -> Settings:
+            return self._store.update_ui(**changes)
+
+        def done(s: Settings) -> None:
+            self.settings = s
+
+        self._bridge.call(write, on_done=done, on_error=self._show_error)
+
+    def _on_theme_combo_activated(self, _index: int) -> None:
+        theme = str(self.theme_combo.currentData())
+        self.theme_chosen.emit(theme)
+        self.set_ui(theme=theme)
+
+    def _on_close_action_combo_activated(self, _index: int) -> None:
+        self.set_ui(close_action=str(self.close_action_combo.currentData()))
 
     # -- actions -------------------------------------------------------------------------------------
     def reload(self) -> None:
@@ -441,6 +490,10 @@ class SettingsPage(QWidget):
         self.jit_forever_check.setChecked(s.load.jit_keep_forever)
         self.jit_ttl_spin.setEnabled(not s.load.jit_keep_forever)
         self._show_key_status(s)
+        self.theme_combo.setCurrentIndex(max(0, self.theme_combo.findData(s.ui.theme)))
+        self.close_action_combo.setCurrentIndex(
+            max(0, self.close_action_combo.findData(s.ui.close_action))
+        )
         self.setEnabled(True)
         self.settings_loaded.emit(s)
 
