@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QScrollArea,
     QStackedWidget,
     QWidget,
 )
@@ -137,23 +138,20 @@ class MainWindow(QMainWindow):
         font.setPointSizeF(font.pointSizeF() * 1.15)
         self.nav.setFont(font)
         self.stack = QStackedWidget()
-        for name, page in zip(
-            PAGES,
-            (
-                self.library_page,
-                self.discover_page,
-                self.downloads_page,
-                self.memory_page,
-                self.chat_page,
-                self.server_page,
-                self.providers_page,
-                self.settings_page,
-            ),
-            strict=True,
-        ):
+        self.pages: tuple[QWidget, ...] = (
+            self.library_page,
+            self.discover_page,
+            self.downloads_page,
+            self.memory_page,
+            self.chat_page,
+            self.server_page,
+            self.providers_page,
+            self.settings_page,
+        )
+        for name, page in zip(PAGES, self.pages, strict=True):
             item = QListWidgetItem(name, self.nav)
             item.setToolTip(f"{name} ({_page_key(self.stack.count()).toString(_NATIVE)})")
-            self.stack.addWidget(page)
+            self.stack.addWidget(_scrolling(page))
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
         self.nav.setCurrentRow(0)
 
@@ -477,6 +475,17 @@ class MainWindow(QMainWindow):
 
 
 _NATIVE = QKeySequence.SequenceFormat.NativeText
+
+
+def _scrolling(page: QWidget) -> QScrollArea:
+    """The page in a scroll area: a window smaller than a page's minimum (the window's own
+    minimum is small, for small screens) scrolls the page instead of squeezing its widgets
+    over each other. At any larger size the page fills the area as before."""
+    area = QScrollArea()
+    area.setWidget(page)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QScrollArea.Shape.NoFrame)
+    return area
 
 
 def _page_key(index: int) -> QKeySequence:
