@@ -13,7 +13,7 @@ from app.settings import WindowState
 
 log = logging.getLogger(__name__)
 
-MINIMUM_SIZE = QSize(720, 500)
+MINIMUM_SIZE = QSize(820, 540)  # fits a 1024x600 screen; the Library and Server pages fit it
 DEFAULT_SIZE = QSize(1180, 740)
 # this much of the title bar on a screen counts as reachable (the mouse can drag it back)
 _VISIBLE_WIDTH = 120

@@ -208,7 +208,7 @@ def test_at_the_minimum_size_no_page_draws_widgets_over_each_other(
     minimum = window.minimumSize()
     # small enough for a 1024x600 netbook or a half-screen tile, big enough to work in
     assert QSize(640, 420).boundedTo(minimum) == QSize(640, 420)
-    assert minimum.width() <= 800 and minimum.height() <= 560
+    assert minimum.width() <= 900 and minimum.height() <= 580
     window.resize(minimum)
     qtbot.waitUntil(lambda: window.size() == minimum, timeout=5_000)
     # the window's own parts fit in it: nothing is laid out past its edge and clipped
@@ -226,7 +226,7 @@ def test_at_the_minimum_size_no_page_draws_widgets_over_each_other(
 
 def test_restored_geometry_keeps_a_saved_place_on_a_screen_and_recentres_a_lost_one() -> None:
     screens = [QRect(0, 0, 1920, 1080), QRect(1920, 0, 1280, 1024)]
-    minimum = QSize(720, 500)
+    minimum = QSize(820, 540)
     assert restored_geometry(WindowState(), screens, minimum) is None  # never saved
     on_second = WindowState(x=2000, y=50, width=1000, height=700)
     assert restored_geometry(on_second, screens, minimum) == QRect(2000, 50, 1000, 700)
@@ -248,20 +248,26 @@ def test_size_position_maximized_and_page_are_remembered(
 ) -> None:
     w = make_window(qtbot, gui_ctx, bridge, tray=False)
     screen = QGuiApplication.primaryScreen().availableGeometry()
-    w.resize(760, 540)
+    w.resize(860, 560)
     w.move(screen.left() + 13, screen.top() + 17)
     w.show_page("Server")
-    qtbot.waitUntil(lambda: w.size() == QSize(760, 540))
+    qtbot.waitUntil(lambda: w.size() == QSize(860, 560))
     with qtbot.waitSignal(w.shutdown_finished, timeout=5_000):
         w.close()  # server stopped: quits, saving the window's place
     saved = gui_ctx.settings_store.load().ui.window
-    assert (saved.width, saved.height, saved.page, saved.maximized) == (760, 540, "Server", False)
+    assert (saved.width, saved.height, saved.page, saved.maximized) == (860, 560, "Server", False)
 
     again = MainWindow(gui_ctx, bridge, tray_available=lambda: False)
     qtbot.addWidget(again)
     assert again.current_page == "Server"
-    assert again.size() == QSize(760, 540)
-    assert (again.pos().x(), again.pos().y()) == (saved.x, saved.y)
+    # as saved, but no wider or taller than the screen (the offscreen one is 800x600) and
+    # moved only as far as keeps it on the screen
+    fit = QSize(min(860, screen.width()), min(560, screen.height())).expandedTo(w.minimumSize())
+    assert again.size() == fit
+    expected = restored_geometry(saved, [screen], again.minimumSize())
+    assert expected is not None and again.pos() == expected.topLeft()
+    assert abs(again.pos().x() - saved.x) <= max(0, fit.width() - screen.width())
+    assert again.pos().y() == saved.y
 
     # a place on a monitor that is gone, maximized: back on a screen, maximized
     store = gui_ctx.settings_store

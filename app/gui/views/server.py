@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -122,7 +122,8 @@ class ServerPage(QWidget):
             "Point any OpenAI client at the base URL, e.g. "
             '<code>OpenAI(base_url=URL, api_key="hearth")</code>.'
         )
-        hint.setStyleSheet("color:#6b6b6b")
+        hint.setWordWrap(True)  # so the page fits the window's minimum width
+        hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # muted, on any theme
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
