@@ -25,7 +25,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
-    QScrollArea,
     QStackedWidget,
     QWidget,
 )
@@ -35,7 +34,7 @@ from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
 from app.gui.instance import SingleInstance, instance_name
 from app.gui.models.memory import MemoryMonitor, MemorySnapshot
-from app.gui.theme import apply_theme
+from app.gui.theme import apply_theme, theme_signals
 from app.gui.tray import Tray
 from app.gui.units import human_bytes
 from app.gui.views.chat import ChatPage
@@ -50,7 +49,13 @@ from app.gui.views.providers import TITLE as PROVIDERS_PAGE
 from app.gui.views.providers import ProvidersPage
 from app.gui.views.server import ServerPage
 from app.gui.views.settings import SettingsPage
-from app.gui.window_state import DEFAULT_SIZE, MINIMUM_SIZE, CloseDialog, restored_geometry
+from app.gui.window_state import (
+    DEFAULT_SIZE,
+    MINIMUM_SIZE,
+    CloseDialog,
+    PageScroller,
+    restored_geometry,
+)
 from app.settings import Settings, TokenStore, WindowState
 
 log = logging.getLogger(__name__)
@@ -126,14 +131,8 @@ class MainWindow(QMainWindow):
         self.nav = QListWidget()
         self.nav.setFixedWidth(168)
         self.nav.setIconSize(QSize(20, 20))
-        # outline 0 drops the dotted focus rectangle; the item border is the focus outline
-        self.nav.setStyleSheet(
-            "QListWidget { border: none; outline: 0; background: palette(alternate-base); padding-top: 8px; }"
-            "QListWidget::item { padding: 8px 12px; border: 2px solid transparent; }"
-            "QListWidget::item:selected { background: palette(highlight);"
-            " color: palette(highlighted-text); }"
-            "QListWidget::item:focus { border: 2px solid palette(text); }"
-        )
+        self._style_nav()
+        theme_signals().changed.connect(self._style_nav)
         font = self.nav.font()
         font.setPointSizeF(font.pointSizeF() * 1.15)
         self.nav.setFont(font)
@@ -151,7 +150,7 @@ class MainWindow(QMainWindow):
         for name, page in zip(PAGES, self.pages, strict=True):
             item = QListWidgetItem(name, self.nav)
             item.setToolTip(f"{name} ({_page_key(self.stack.count()).toString(_NATIVE)})")
-            self.stack.addWidget(_scrolling(page))
+            self.stack.addWidget(PageScroller(page))
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
         self.nav.setCurrentRow(0)
 
@@ -220,6 +219,12 @@ class MainWindow(QMainWindow):
             action.triggered.connect(lambda _c=False, n=name: self.show_page(n))
             go_menu.addAction(action)
             self.page_actions.append(action)
+
+    def _style_nav(self) -> None:
+        # outline 0 drops the dotted focus rectangle; the item border is the focus outline.
+        # Re-set on a theme change: a style sheet's palette() colours are read when it is set
+        self.nav.setStyleSheet("")
+        self.nav.setStyleSheet(_NAV_STYLE)
 
     # -- navigation ----------------------------------------------------------------------------------
     def show_page(self, name: str) -> None:
@@ -475,17 +480,14 @@ class MainWindow(QMainWindow):
 
 
 _NATIVE = QKeySequence.SequenceFormat.NativeText
-
-
-def _scrolling(page: QWidget) -> QScrollArea:
-    """The page in a scroll area: a window smaller than a page's minimum (the window's own
-    minimum is small, for small screens) scrolls the page instead of squeezing its widgets
-    over each other. At any larger size the page fills the area as before."""
-    area = QScrollArea()
-    area.setWidget(page)
-    area.setWidgetResizable(True)
-    area.setFrameShape(QScrollArea.Shape.NoFrame)
-    return area
+_NAV_STYLE = (
+    "QListWidget { border: none; outline: 0; background: palette(alternate-base);"
+    " padding-top: 8px; }"
+    "QListWidget::item { padding: 8px 12px; border: 2px solid transparent; }"
+    "QListWidget::item:selected { background: palette(highlight);"
+    " color: palette(highlighted-text); }"
+    "QListWidget::item:focus { border: 2px solid palette(text); }"
+)
 
 
 def _page_key(index: int) -> QKeySequence:

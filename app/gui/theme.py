@@ -5,12 +5,29 @@ from __future__ import annotations
 
 import logging
 
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
 log = logging.getLogger(__name__)
 
 _state: dict[str, QPalette] = {}  # "system": the palette the desktop gave us, before any theme
+
+
+class ThemeSignals(QObject):
+    """``changed`` after ``apply_theme``: widgets with colours of their own re-pick them (Qt
+    does not tell a widget whose style sheet set its colours that the app palette changed)."""
+
+    changed = Signal()
+
+
+_signals: list[ThemeSignals] = []
+
+
+def theme_signals() -> ThemeSignals:
+    if not _signals:
+        _signals.append(ThemeSignals())
+    return _signals[0]
 
 
 def is_dark(palette: QPalette | None = None) -> bool:
@@ -72,3 +89,4 @@ def apply_theme(theme: str) -> None:
         pal = system
     log.debug("theme %s", theme)
     qapp.setPalette(pal)
+    theme_signals().changed.emit()

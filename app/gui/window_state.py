@@ -6,8 +6,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from PySide6.QtCore import QPoint, QRect, QSize
-from PySide6.QtWidgets import QAbstractButton, QCheckBox, QMessageBox, QWidget
+from PySide6.QtCore import QEvent, QObject, QPoint, QRect, QSize
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QCheckBox,
+    QMessageBox,
+    QScrollArea,
+    QStyle,
+    QWidget,
+)
 
 from app.settings import WindowState
 
@@ -55,6 +63,44 @@ def restored_geometry(saved: WindowState, screens: Sequence[QRect], minimum: QSi
     out.moveLeft(max(screen.left(), min(out.left(), screen.right() + 1 - out.width())))
     out.moveTop(max(screen.top(), min(out.top(), screen.bottom() + 1 - out.height())))
     return out
+
+
+class PageScroller(QScrollArea):
+    """Holds one page: the page fills the area, and only a window smaller than the page's
+    minimum scrolls it (instead of squeezing its widgets over each other).
+
+    Not ``widgetResizable``: that sizes a page with height-for-width content (a word-wrapped
+    banner) to its preferred height, so a short window would scroll the whole page rather than
+    let its splitters and tables shrink."""
+
+    def __init__(self, page: QWidget, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.setWidget(page)
+        page.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, e: QEvent) -> bool:  # noqa: N802 - Qt override
+        if watched is self.widget() and e.type() == QEvent.Type.LayoutRequest:
+            self.fit_page()  # its minimum may have changed (a banner appeared)
+        return False
+
+    def resizeEvent(self, e: QResizeEvent) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(e)
+        self.fit_page()
+
+    def fit_page(self) -> None:
+        page = self.widget()
+        if page is None:
+            return
+        least = page.minimumSizeHint().expandedTo(page.minimumSize())
+        bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
+        w, h = self.width(), self.height()
+        for _ in range(2):  # a scroll bar in one direction can make the other one needed
+            need_v = least.height() > h
+            need_h = least.width() > w
+            w = self.width() - (bar if need_v else 0)
+            h = self.height() - (bar if need_h else 0)
+        page.resize(QSize(w, h).expandedTo(least))
 
 
 class CloseDialog(QMessageBox):

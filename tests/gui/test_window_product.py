@@ -404,13 +404,17 @@ def test_dark_theme_banners_memory_bar_and_you_label_follow_the_palette(
     from app.gui.views.chat import role_color
 
     assert _contrast(role_color("user"), base) >= 4.5  # the "You" header is readable
-    apply_theme("light")
     window.show_page("Server")
+    QApplication.processEvents()
+    nav = window.nav.viewport()
+    assert nav.grab().toImage().pixelColor(4, nav.height() - 4).lightness() < 100  # the sidebar
+    apply_theme("light")  # while the banner is on screen
     light_base = QGuiApplication.palette().color(QPalette.ColorRole.Base)
     assert _contrast(role_color("user"), light_base) >= 4.5
     QApplication.processEvents()
     img = banner.grab().toImage()
     assert img.pixelColor(img.width() // 2, 3).lightness() > 180  # re-tinted for light
+    assert nav.grab().toImage().pixelColor(4, nav.height() - 4).lightness() > 180
 
 
 def test_the_theme_setting_applies_at_once_and_is_saved(

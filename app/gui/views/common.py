@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QLabel, QStyle, QToolButton, QWidget
 
-from app.gui.theme import is_dark
+from app.gui.theme import is_dark, theme_signals
 
 PAGE_MARGINS = (20, 14, 20, 12)
 # (light palette, dark palette) per kind: tinted like the message, readable on either
@@ -48,6 +47,7 @@ class MessageBanner(QLabel):
         self.close_button.setToolTip("Dismiss")
         self.close_button.clicked.connect(self._on_close_button_clicked)
         self._styled_dark: bool | None = None
+        theme_signals().changed.connect(self._on_theme_changed)
         self.hide()
 
     def show_message(self, text: str, kind: str = "info") -> None:
@@ -68,15 +68,13 @@ class MessageBanner(QLabel):
 
     def changeEvent(self, e: QEvent) -> None:  # noqa: N802 - Qt override
         super().changeEvent(e)
-        # the theme changed: re-tint (only when light/dark flipped, so restyling cannot loop)
         if e.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            if self.kind and self._styled_dark is not None and self._styled_dark != is_dark():
-                self._restyle()
+            self._on_theme_changed()  # the desktop switched light/dark ("system" theme)
 
-    def showEvent(self, e: QShowEvent) -> None:  # noqa: N802 - Qt override
-        super().showEvent(e)
+    def _on_theme_changed(self) -> None:
+        # only when light/dark flipped, so restyling (itself a palette change) cannot loop
         if self.kind and self._styled_dark is not None and self._styled_dark != is_dark():
-            self._restyle()  # the theme changed while this page was hidden
+            self._restyle()
 
     def resizeEvent(self, e: object) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(e)  # type: ignore[arg-type]

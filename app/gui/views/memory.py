@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QEvent, QItemSelectionModel, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QShowEvent
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -30,7 +30,7 @@ from app.gui.models.memory import (
     MemorySnapshot,
     ttl_text,
 )
-from app.gui.theme import is_dark, pick
+from app.gui.theme import is_dark, pick, theme_signals
 from app.gui.units import human_bytes
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 
@@ -95,6 +95,7 @@ class MemoryPage(QWidget):
         self._monitor = monitor
         self.table_model = LoadedModelsTableModel(self)
         self._bar_dark: bool | None = None  # the bar's colours were picked for a dark palette
+        theme_signals().changed.connect(self._on_theme_changed)
 
         self.keep_alive_button = QToolButton()
         self.keep_alive_button.setText("Unload after")
@@ -271,13 +272,11 @@ class MemoryPage(QWidget):
         super().changeEvent(e)
         # the theme flipped between light and dark: recolour the bar
         if e.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            if self._bar_dark is not None and self._bar_dark != is_dark():
-                self._show_memory(self._monitor.snapshot)
+            self._on_theme_changed()
 
-    def showEvent(self, e: QShowEvent) -> None:  # noqa: N802 - Qt override
-        super().showEvent(e)
+    def _on_theme_changed(self) -> None:
         if self._bar_dark is not None and self._bar_dark != is_dark():
-            self._show_memory(self._monitor.snapshot)  # the theme changed while hidden
+            self._show_memory(self._monitor.snapshot)  # recolour the bar
 
     def _show_error(self, error: BaseException) -> None:
         self.banner.show_message(log_failure(log, "memory page action failed", error), "error")

@@ -119,10 +119,11 @@ class ServerPage(QWidget):
         hh.setSectionResizeMode(COLUMNS.index("Path"), QHeaderView.ResizeMode.Stretch)
 
         hint = QLabel(
-            "Point any OpenAI client at the base URL, e.g. "
+            "Point any OpenAI client at the base URL, e.g.<br>"
             '<code>OpenAI(base_url=URL, api_key="hearth")</code>.'
         )
-        hint.setWordWrap(True)  # so the page fits the window's minimum width
+        # two lines, not word wrap: narrow enough for the window's minimum width, and no
+        # height-for-width, which would make the page's scroll area take its full height
         hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # muted, on any theme
 
         layout = QVBoxLayout(self)
