@@ -72,6 +72,7 @@ def test_close_without_a_tray_asks_and_keeps_serving_until_hearth_runs_again(
         dialog.background_button.click()
     assert not w.isVisible() and gui_ctx.server.running and finished == []
     qtbot.waitUntil(lambda: gui_ctx.settings_store.load().ui.close_action == "background")
+    assert w.settings_page.close_action_combo.currentData() == "background"  # and shown there
 
     # a second `hearth` launch (the single-instance socket, wired as in run_gui) brings it back
     first = SingleInstance("hearth-test-window-product")
@@ -146,9 +147,7 @@ def test_quit_is_in_the_file_menu_the_tray_and_ctrl_q(
     w = no_tray
     menu_actions = [a for m in w.menuBar().actions() for a in m.menu().actions()]
     assert w.quit_action in menu_actions
-    assert w.quit_action.shortcut().matches(QKeySequence("Ctrl+Q")) == (
-        QKeySequence.SequenceMatch.ExactMatch
-    ) or w.quit_action.shortcut() == QKeySequence(QKeySequence.StandardKey.Quit)
+    assert w.quit_action.shortcut() == QKeySequence("Ctrl+Q")  # Cmd+Q on macOS
     assert w.tray.quit_action in w.tray.menu.actions()
     start_server(w, qtbot, gui_ctx)
     w.show_page("Chat")
@@ -429,6 +428,10 @@ def test_the_theme_setting_applies_at_once_and_is_saved(
         page.theme_combo.setCurrentIndex(page.theme_combo.findData("system"))
         page.theme_combo.activated.emit(page.theme_combo.currentIndex())
         qtbot.waitUntil(lambda: gui_ctx.settings_store.load().ui.theme == "system")
+        combo = page.close_action_combo  # "don't ask again", undone or chosen here
+        combo.setCurrentIndex(combo.findData("quit"))
+        combo.activated.emit(combo.currentIndex())
+        qtbot.waitUntil(lambda: gui_ctx.settings_store.load().ui.close_action == "quit")
     finally:
         apply_theme("system")
     assert QGuiApplication.palette().color(QPalette.ColorRole.Window).lightness() > 128
