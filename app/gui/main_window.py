@@ -316,14 +316,18 @@ class MainWindow(QMainWindow):
             self.show_page(saved.page)
 
     def window_state(self) -> WindowState:
-        normal = self.normalGeometry() if self.isMaximized() else self.geometry()
-        if not normal.isValid():
-            normal = self.geometry()
+        """The place to save: the frame's position (what ``move`` takes, so a restart does not
+        drift by the title bar's height) and the client size; the normal ones when maximized."""
+        x, y, size = self.x(), self.y(), self.size()
+        normal = self.normalGeometry()
+        if self.isMaximized() and normal.isValid():
+            frame = self.geometry().topLeft() - self.pos()
+            x, y, size = normal.x() - frame.x(), normal.y() - frame.y(), normal.size()
         return WindowState(
-            x=normal.x(),
-            y=normal.y(),
-            width=normal.width(),
-            height=normal.height(),
+            x=x,
+            y=y,
+            width=size.width(),
+            height=size.height(),
             maximized=self.isMaximized(),
             page=self.current_page,
         )

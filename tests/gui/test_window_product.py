@@ -278,6 +278,14 @@ def test_size_position_maximized_and_page_are_remembered(
     assert third.windowState() & Qt.WindowState.WindowMaximized
     assert third.current_page == "Chat"
 
+    # maximized, it saves the size it goes back to, and that it was maximized
+    third.show()
+    qtbot.waitExposed(third)
+    normal = third.normalGeometry().size()
+    third.quit_app()
+    saved = store.load().ui.window
+    assert saved.maximized and (saved.width, saved.height) == (normal.width(), normal.height())
+
 
 def test_bad_ui_settings_are_refused_like_the_others() -> None:
     from app.errors import ConfigError
