@@ -126,6 +126,32 @@ class RoutingSettings:
     auto: tuple[AutoRule, ...] = ()
 
 
+CLOSE_ACTIONS = ("ask", "background", "quit")  # closing the window while the server runs
+THEMES = ("system", "light", "dark")
+
+
+@dataclass(frozen=True, slots=True)
+class WindowState:
+    """``ui.window``: where the main window was (the normal geometry when it was maximized) and
+    its last page; width 0 = never saved."""
+
+    x: int = 0
+    y: int = 0
+    width: int = 0
+    height: int = 0
+    maximized: bool = False
+    page: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UiSettings:
+    """``ui`` in settings.json: the desktop window's choices."""
+
+    close_action: str = "ask"  # with no tray: ask, keep serving in the background, or quit
+    theme: str = "system"
+    window: WindowState = field(default_factory=WindowState)
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -141,6 +167,7 @@ class Settings:
     # and whether closing the window keeps Hearth (and a running server) in the tray
     start_at_login: bool = False
     keep_in_tray: bool = True
+    ui: UiSettings = field(default_factory=UiSettings)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -227,8 +254,36 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         raise ConfigError("settings: routing must be an object")
     routing = RoutingSettings(parse_rules(routing_raw.get("auto")))
     return replace(
-        base, server=server, load=load, prompt_cache=cache, downloads=downloads, routing=routing
+        base,
+        server=server,
+        load=load,
+        prompt_cache=cache,
+        downloads=downloads,
+        routing=routing,
+        ui=_ui_from_dict(raw.get("ui", {})),
     )
+
+
+def _ui_from_dict(raw: Any) -> UiSettings:
+    if not isinstance(raw, dict):
+        raise ConfigError("settings: ui must be an object")
+    ui = _coerce(UiSettings, {k: v for k, v in raw.items() if k != "window"}, "ui")
+    if ui.close_action not in CLOSE_ACTIONS:
+        raise ConfigError("settings: ui.close_action must be one of " + ", ".join(CLOSE_ACTIONS))
+    if ui.theme not in THEMES:
+        raise ConfigError("settings: ui.theme must be one of " + ", ".join(THEMES))
+    win = raw.get("window", {})
+    if not isinstance(win, dict):
+        raise ConfigError("settings: ui.window must be an object")
+    # x and y may be negative (a screen left of or above the primary one): not _coerce's rule
+    for name in ("x", "y", "width", "height"):
+        v = win.get(name, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or abs(v) > 1_000_000:
+            raise ConfigError(f"settings: ui.window.{name} must be an integer")
+    window = _coerce(
+        WindowState, {k: v for k, v in win.items() if k not in ("x", "y")}, "ui.window"
+    )
+    return replace(ui, window=replace(window, x=win.get("x", 0), y=win.get("y", 0)))
 
 
 class SettingsStore:
@@ -269,6 +324,15 @@ class SettingsStore:
     def update(self, **changes: Any) -> Settings:
         with file_lock(self.path):
             s = replace(self._read(), **changes)  # the file as it is now, not as cached
+            self._write(s)
+        return s
+
+    def update_ui(self, **changes: Any) -> Settings:
+        """Change ``ui`` fields, the rest of ``ui`` as in the file now (the window's place and
+        a close choice may be written from two threads at once)."""
+        with file_lock(self.path):
+            s = self._read()
+            s = replace(s, ui=replace(s.ui, **changes))
             self._write(s)
         return s
 

@@ -8,7 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QIcon
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QDragEnterEvent,
+    QDragMoveEvent,
+    QDropEvent,
+    QGuiApplication,
+    QIcon,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QHBoxLayout,
@@ -26,6 +35,7 @@ from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
 from app.gui.instance import SingleInstance, instance_name
 from app.gui.models.memory import MemoryMonitor, MemorySnapshot
+from app.gui.theme import apply_theme, theme_signals
 from app.gui.tray import Tray
 from app.gui.units import human_bytes
 from app.gui.views.chat import ChatPage
@@ -42,8 +52,15 @@ from app.gui.views.runtime_info import report_source
 from app.gui.views.server import ServerPage
 from app.gui.views.settings import SettingsPage
 from app.gui.views.welcome import WelcomeView
+from app.gui.window_state import (
+    DEFAULT_SIZE,
+    MINIMUM_SIZE,
+    CloseDialog,
+    PageScroller,
+    restored_geometry,
+)
 from app.server.runner import base_url
-from app.settings import Settings, TokenStore
+from app.settings import Settings, TokenStore, WindowState
 
 log = logging.getLogger(__name__)
 
@@ -73,21 +90,34 @@ def app_icon() -> QIcon:
 
 class MainWindow(QMainWindow):
     """Navigation list on the left, one page per entry. Closing while the server runs keeps
-    Hearth in the tray; closing while it is stopped quits."""
+    Hearth in the tray; with no tray it asks (keep serving in the background, or quit) unless
+    ``ui.close_action`` says; closing while it is stopped quits. File > Quit, the tray's Quit and
+    Ctrl+Q quit. ``tray_available`` decides whether the desktop has a tray (a seam for tests)."""
 
     shutdown_finished = Signal()  # the server is stopped; the application may exit
     hidden_to_tray = Signal()
+    kept_in_background = Signal()  # closed with no tray; the server keeps serving
 
-    def __init__(self, ctx: GuiContext, bridge: Bridge, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        ctx: GuiContext,
+        bridge: Bridge,
+        parent: QWidget | None = None,
+        *,
+        tray_available: Callable[[], bool] | None = None,
+    ) -> None:
         super().__init__(parent)
         self._ctx = ctx
         self._bridge = bridge
         self._quitting = False
         self._launch_checked = False
         self._tray_hint_pending = False
+        self._tray_available = tray_available or (lambda: Tray.available())
+        self.close_dialog: CloseDialog | None = None
         self.setWindowTitle("Hearth")
         self.setWindowIcon(app_icon())
-        self.resize(1180, 740)
+        self.setMinimumSize(MINIMUM_SIZE)
+        self.resize(DEFAULT_SIZE)
         self.setAcceptDrops(True)
 
         self.memory = MemoryMonitor(ctx.service, bridge, self)
@@ -116,30 +146,26 @@ class MainWindow(QMainWindow):
         self.nav = QListWidget()
         self.nav.setFixedWidth(168)
         self.nav.setIconSize(QSize(20, 20))
-        self.nav.setStyleSheet(
-            "QListWidget { border: none; outline: 0; background: palette(alternate-base); padding-top: 8px; }"
-            "QListWidget::item { padding: 10px 14px; }"
-        )
+        self._style_nav()
+        theme_signals().changed.connect(self._style_nav)
         font = self.nav.font()
         font.setPointSizeF(font.pointSizeF() * 1.15)
         self.nav.setFont(font)
         self.stack = QStackedWidget()
-        for name, page in zip(
-            PAGES,
-            (
-                self.library_page,
-                self.discover_page,
-                self.downloads_page,
-                self.memory_page,
-                self.chat_page,
-                self.server_page,
-                self.providers_page,
-                self.settings_page,
-            ),
-            strict=True,
-        ):
-            QListWidgetItem(name, self.nav)
-            self.stack.addWidget(page)
+        self.pages: tuple[QWidget, ...] = (
+            self.library_page,
+            self.discover_page,
+            self.downloads_page,
+            self.memory_page,
+            self.chat_page,
+            self.server_page,
+            self.providers_page,
+            self.settings_page,
+        )
+        for name, page in zip(PAGES, self.pages, strict=True):
+            item = QListWidgetItem(name, self.nav)
+            item.setToolTip(f"{name} ({_page_key(self.stack.count()).toString(_NATIVE)})")
+            self.stack.addWidget(PageScroller(page))
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
         self.nav.setCurrentRow(0)
 
@@ -183,7 +209,39 @@ class MainWindow(QMainWindow):
         self.settings_page.server_page_requested.connect(self._on_settings_page_server_requested)
         self.server_page.address_saved.connect(self.settings_page.show_address)
         self.server_page.address_saved.connect(lambda _s: self.welcome.update_server_text())
+        self.settings_page.theme_chosen.connect(apply_theme)
         self._on_server_page_state_changed(self.server_page.running)
+        self._build_menus()
+        self.restore_window_state(ctx.settings_store.load().ui.window)
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.new_chat_action = QAction("New chat", self)
+        self.new_chat_action.setShortcut(QKeySequence.StandardKey.New)
+        self.new_chat_action.triggered.connect(self._on_new_chat_action_triggered)
+        self.quit_action = QAction("Quit Hearth", self)
+        self.quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        self.quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+        self.quit_action.triggered.connect(self._on_quit_action_triggered)
+        file_menu.addAction(self.new_chat_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+        if self.quit_action.shortcut().isEmpty():  # no platform Quit key (some X11 themes)
+            self.quit_action.setShortcut(QKeySequence("Ctrl+Q"))
+        go_menu = self.menuBar().addMenu("&Go")
+        self.page_actions: list[QAction] = []
+        for i, name in enumerate(PAGES):
+            action = QAction(name, self)
+            action.setShortcut(_page_key(i))
+            action.triggered.connect(lambda _c=False, n=name: self.show_page(n))
+            go_menu.addAction(action)
+            self.page_actions.append(action)
+
+    def _style_nav(self) -> None:
+        # outline 0 drops the dotted focus rectangle; the item border is the focus outline.
+        # Re-set on a theme change: a style sheet's palette() colours are read when it is set
+        self.nav.setStyleSheet("")
+        self.nav.setStyleSheet(_NAV_STYLE)
 
     # -- navigation ----------------------------------------------------------------------------------
     def show_page(self, name: str) -> None:
@@ -206,6 +264,8 @@ class MainWindow(QMainWindow):
         if self._quitting:
             return
         self._quitting = True
+        if self.isVisible():
+            self.save_window_state()
         self.hide()
         self.tray.hide()
         if self._ctx.server.running:
@@ -227,12 +287,78 @@ class MainWindow(QMainWindow):
             return
         # the server keeps running: clients may depend on it
         e.ignore()
-        if self.tray.available():
+        if self._tray_available():
+            self.save_window_state()
             self.hide()
             self._show_tray_hint_once()
-        else:  # nowhere to hide to; keep a taskbar entry instead of vanishing
-            self.showMinimized()
-        self.hidden_to_tray.emit()
+            self.hidden_to_tray.emit()
+            return
+        action = self._ctx.settings_store.load().ui.close_action  # from memory, no file read
+        if action == "quit":
+            self.quit_app()
+        elif action == "background":
+            self.keep_serving_in_background()
+        else:
+            self.ask_how_to_close()
+
+    def ask_how_to_close(self) -> None:
+        """No tray to hide to: ask whether to keep serving in the background or to quit."""
+        if self.close_dialog is not None:
+            self.close_dialog.raise_()
+            return
+        dialog = CloseDialog(self._server_url() or "", self)
+        dialog.finished.connect(self._on_close_dialog_finished)
+        self.close_dialog = dialog
+        dialog.open()
+
+    def keep_serving_in_background(self) -> None:
+        """Hide with no tray: a second ``hearth`` launch brings the window back (instance.py)."""
+        self.save_window_state()
+        self.hide()
+        log.info(
+            "window closed; still serving at %s (run hearth again to reopen)", self._server_url()
+        )
+        self.kept_in_background.emit()
+
+    def restore_window_state(self, saved: WindowState) -> None:
+        """Reopen where the window was (on a screen that is still there) and on its last page."""
+        screens = [s.availableGeometry() for s in QGuiApplication.screens()]
+        rect = restored_geometry(saved, screens, self.minimumSize())
+        if rect is not None:
+            self.resize(rect.size())
+            self.move(rect.topLeft())
+        if saved.maximized:
+            self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
+        if saved.page in PAGES:
+            self.show_page(saved.page)
+
+    def window_state(self) -> WindowState:
+        """The place to save: the frame's position (what ``move`` takes, so a restart does not
+        drift by the title bar's height) and the client size; the normal ones when maximized."""
+        x, y, size = self.x(), self.y(), self.size()
+        normal = self.normalGeometry()
+        if self.isMaximized() and normal.isValid():
+            frame = self.geometry().topLeft() - self.pos()
+            x, y, size = normal.x() - frame.x(), normal.y() - frame.y(), normal.size()
+        return WindowState(
+            x=x,
+            y=y,
+            width=size.width(),
+            height=size.height(),
+            maximized=self.isMaximized(),
+            page=self.current_page,
+        )
+
+    def save_window_state(self) -> None:
+        """Remember size, position, maximized and page in ``ui.window``. On the GUI thread: it
+        runs as the app quits, when the loop may already be stopping; one small write."""
+        state = self.window_state()
+        store = self._ctx.settings_store
+        try:
+            if store.load().ui.window != state:
+                store.update_ui(window=state)
+        except OSError as exc:
+            log.warning("could not save the window's place: %s", exc)
 
     def dragEnterEvent(self, e: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
         self._accept_gguf_drag(e)
@@ -271,6 +397,30 @@ class MainWindow(QMainWindow):
 
     def _on_tray_quit_requested(self) -> None:
         self.quit_app()
+
+    def _on_quit_action_triggered(self) -> None:
+        self.quit_app()
+
+    def _on_new_chat_action_triggered(self) -> None:
+        self.show_page("Chat")
+        self.chat_page.new_chat()
+
+    def _on_close_dialog_finished(self, _result: int) -> None:
+        dialog = self.close_dialog
+        self.close_dialog = None
+        if dialog is None:
+            return
+        choice = dialog.choice()
+        dialog.deleteLater()
+        if choice and dialog.remember_check.isChecked():
+            store = self._ctx.settings_store
+            self._bridge.call(lambda: store.update_ui(close_action=choice))
+            combo = self.settings_page.close_action_combo
+            combo.setCurrentIndex(max(0, combo.findData(choice)))
+        if choice == "quit":
+            self.quit_app()
+        elif choice == "background":
+            self.keep_serving_in_background()
 
     def _on_tray_unload_requested(self, model_id: str) -> None:
         self.memory_page.unload_model(model_id)
@@ -378,6 +528,22 @@ def show_at_start(
     return True
 
 
+_NATIVE = QKeySequence.SequenceFormat.NativeText
+_NAV_STYLE = (
+    "QListWidget { border: none; outline: 0; background: palette(alternate-base);"
+    " padding-top: 8px; }"
+    "QListWidget::item { padding: 8px 12px; border: 2px solid transparent; }"
+    "QListWidget::item:selected { background: palette(highlight);"
+    " color: palette(highlighted-text); }"
+    "QListWidget::item:focus { border: 2px solid palette(text); }"
+)
+
+
+def _page_key(index: int) -> QKeySequence:
+    """Ctrl+1 … Ctrl+8 for the sidebar's pages, in order."""
+    return QKeySequence(f"Ctrl+{index + 1}")
+
+
 def run_gui(ctx: GuiContext, argv: list[str] | None = None, *, background: bool = False) -> int:
     """Run the desktop app until Quit. Returns the process exit code.
 
@@ -399,6 +565,7 @@ def run_gui(ctx: GuiContext, argv: list[str] | None = None, *, background: bool 
         return 0
     instance.listen()
 
+    apply_theme(ctx.settings_store.load().ui.theme)  # before the first paint: no flash
     bridge = Bridge(ctx.loop, ctx.service.events)
     window = MainWindow(ctx, bridge)
     instance.activation_requested.connect(window.bring_to_front)

@@ -171,6 +171,8 @@ def test_a_thinking_model_shows_its_reasoning_apart_from_the_answer(
     page.max_tokens_spin.setValue(16)
     thoughts: list[str] = []
     page.reasoning_received.connect(thoughts.append)
+    statuses: list[str] = []  # the status line as each piece of reasoning arrives
+    page.reasoning_received.connect(lambda _t: statuses.append(page.stats_label.text()))
     page.prompt_edit.setPlainText("What is 2+2?")
     with qtbot.waitSignal(page.answer_finished, timeout=SLOW):
         qtbot.mouseClick(page.send_button, Qt.MouseButton.LeftButton)
@@ -184,4 +186,5 @@ def test_a_thinking_model_shows_its_reasoning_apart_from_the_answer(
     cursor.setPosition(at)
     assert cursor.charFormat().fontItalic()
     assert "thinking" in page.stats_label.text()
+    assert statuses and all(s == "Thinking…" for s in statuses)  # said while it reasons
     assert all(m.role == "user" or reasoning not in m.content for m in page.history)

@@ -119,14 +119,15 @@ def test_close_with_the_server_running_hides_to_the_tray_and_says_so_once(
     assert finished == []
 
 
-def test_close_without_a_tray_minimizes_and_keeps_serving(
+def test_close_without_a_tray_asks_and_keeps_serving(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(Tray, "available", staticmethod(lambda: False))
     start_via_tray(window, qtbot)
-    window.close()
-    assert window.isVisible() and window.isMinimized()
+    window.close()  # no tray to hide into: ask (tests/gui/test_window_product.py for the rest)
+    assert window.isVisible() and window.close_dialog is not None
     assert gui_ctx.server.running
+    window.close_dialog.cancel_button.click()
 
 
 def test_close_with_the_server_stopped_quits(

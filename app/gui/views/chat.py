@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from functools import partial
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont, QKeyEvent, QTextCharFormat, QTextCursor
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QKeyEvent,
+    QKeySequence,
+    QPalette,
+    QShortcut,
+    QTextCharFormat,
+    QTextCursor,
+)
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -28,6 +37,7 @@ from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
+from app.gui.theme import is_dark
 from app.gui.views.common import PAGE_MARGINS, page_title
 
 log = logging.getLogger(__name__)
@@ -37,6 +47,18 @@ CPU_BUSY_NOTICE = (
     "Slower than usual: the CPU is busy with other programs, so Hearth decodes with fewer threads."
 )
 _ROLE_COLORS = {"user": "#0b57d0", "assistant": "#1a7f37", "error": "#b3261e", "meta": "#6b6b6b"}
+# on a dark palette: the same hues, light enough to read on a dark background
+_ROLE_COLORS_DARK = {
+    "user": "#8ab4f8",
+    "assistant": "#6fdd8b",
+    "error": "#f28b82",
+    "meta": "#a8a8a8",
+}
+
+
+def role_color(kind: str) -> QColor:
+    """The transcript colour of ``kind`` for the palette in use (light or dark)."""
+    return QColor((_ROLE_COLORS_DARK if is_dark() else _ROLE_COLORS)[kind])
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +137,11 @@ async def stream_answer(
 
 
 class PromptEdit(QPlainTextEdit):
-    """Enter sends; Shift+Enter starts a new line."""
+    """Enter sends; Shift+Enter starts a new line; Tab moves the focus on (no tab characters)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
 
     submitted = Signal()
 
@@ -204,7 +230,13 @@ class ChatPage(QWidget):
         bottom.addLayout(buttons)
 
         self.stats_label = QLabel("")
-        self.stats_label.setStyleSheet("color:#6b6b6b")
+        self.stats_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # muted, any theme
+        self.stop_button.setToolTip("Stop the answer (Esc)")
+        # Esc anywhere on the page stops the answer in flight
+        self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        self.stop_shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        self.stop_shortcut.activated.connect(self._on_stop_shortcut_activated)
+        self.clear_button.setToolTip("Start a new chat (Ctrl+N)")
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
@@ -283,7 +315,7 @@ class ChatPage(QWidget):
         self._answer_start = self._cursor_at_end().position()
         self._answer_parts = []
         self._thinking = False
-        self.stats_label.setText("Thinking…")
+        self.stats_label.setText("Waiting for the model…")
 
         turn = AnswerTurn()
         self._turn = turn
@@ -314,6 +346,11 @@ class ChatPage(QWidget):
             self.stats_label.setText("Stopping…")
             self._bridge.call(self._turn.cancel)
 
+    def new_chat(self) -> None:
+        """Ctrl+N: a fresh conversation (stopping an answer in flight), ready to type."""
+        self.clear()
+        self.prompt_edit.setFocus()
+
     def clear(self) -> None:
         self.stop()
         self._finish_turn()
@@ -330,6 +367,9 @@ class ChatPage(QWidget):
     def _on_stop_button_clicked(self) -> None:
         self.stop()
 
+    def _on_stop_shortcut_activated(self) -> None:
+        self.stop()
+
     def _on_clear_button_clicked(self) -> None:
         self.clear()
 
@@ -337,7 +377,7 @@ class ChatPage(QWidget):
         self.refresh_models()
 
     def _on_bridge_model_loading(self, model_id: str) -> None:
-        if self.streaming and model_id == self.current_model_id():
+        if self.streaming and model_id == self.current_model_id() and not self._answer_parts:
             self.stats_label.setText(f"Loading {model_id}…")
 
     def _on_models_listed(self, models: list[ChatModel]) -> None:
@@ -363,6 +403,7 @@ class ChatPage(QWidget):
             return
         if not self._thinking:
             self._thinking = True
+            self.stats_label.setText("Thinking…")  # only now: this model reasons
             self._append_notice("Thinking", "meta")
             self._cursor_at_end().insertBlock()
         self._append_text(text, "reasoning")
@@ -378,7 +419,7 @@ class ChatPage(QWidget):
         cur = QTextCursor(self.transcript.document())
         cur.setPosition(self._answer_start)
         fmt = QTextCharFormat()
-        fmt.setForeground(QColor(_ROLE_COLORS["meta"]))
+        fmt.setForeground(role_color("meta"))
         fmt.setFontItalic(True)
         cur.insertText(CPU_BUSY_NOTICE, fmt)
         cur.insertBlock()
@@ -395,6 +436,8 @@ class ChatPage(QWidget):
             cur.insertBlock()
             cur.insertBlock()
             text = text.lstrip("\n") if not self._answer_parts else text
+        if not self._answer_parts:  # the first token: no longer loading or thinking
+            self.stats_label.setText("Answering…")
         self._answer_parts.append(text)
         self._append_text(text)
         self.chunk_received.emit(text)
@@ -454,7 +497,7 @@ class ChatPage(QWidget):
             cur.insertBlock()
         fmt = QTextCharFormat()
         fmt.setFontWeight(QFont.Weight.Bold)
-        fmt.setForeground(QColor(_ROLE_COLORS[kind]))
+        fmt.setForeground(role_color(kind))
         cur.insertText(text, fmt)
         cur.insertBlock()
         cur.setCharFormat(QTextCharFormat())
@@ -465,7 +508,7 @@ class ChatPage(QWidget):
         follow = bar.value() >= bar.maximum() - 4  # keep following unless the user scrolled up
         fmt = QTextCharFormat()
         if kind == "reasoning":
-            fmt.setForeground(QColor(_ROLE_COLORS["meta"]))
+            fmt.setForeground(role_color("meta"))
             fmt.setFontItalic(True)
         self._cursor_at_end().insertText(text, fmt)
         if follow:
@@ -475,7 +518,7 @@ class ChatPage(QWidget):
         cur = self._cursor_at_end()
         cur.insertBlock()
         fmt = QTextCharFormat()
-        fmt.setForeground(QColor(_ROLE_COLORS[kind]))
+        fmt.setForeground(role_color(kind))
         fmt.setFontItalic(kind == "meta")
         cur.insertText(text, fmt)
         self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())

@@ -211,7 +211,7 @@ class DiscoverPage(QWidget):
         self.download_button.clicked.connect(self._on_download_button_clicked)
 
         if self.manager is None:
-            self.banner.show_message(UNAVAILABLE_TEXT)
+            self.banner.show_message(UNAVAILABLE_TEXT, "notice")
             for w in (
                 self.search_button,
                 self.open_button,
@@ -296,7 +296,7 @@ class DiscoverPage(QWidget):
             ]
             self.results_model.set_results(known)
             if not results:
-                self.banner.show_message("No models match that search.")
+                self.banner.show_message("No models match that search.", "notice")
             self.searched.emit()
             self._look_up_sizes([r.id for r in results if r.id not in self._sizes])
 
@@ -502,7 +502,7 @@ class DiscoverPage(QWidget):
                 html.escape(f"Hearth will not download this: {info.refused}"), "error"
             )
         elif not info.options:
-            self.banner.show_message("This repo has no GGUF or MLX files Hearth can use.")
+            self.banner.show_message("This repo has no GGUF or MLX files Hearth can use.", "notice")
         if select:
             self.select_option(select)
         elif (first := self.options.topLevelItem(0)) is not None:

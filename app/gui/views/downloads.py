@@ -132,7 +132,7 @@ class DownloadsPage(QWidget):
         bridge.download_changed.connect(self._on_bridge_download_changed)
 
         if self.manager is None:
-            self.banner.show_message(UNAVAILABLE_TEXT)
+            self.banner.show_message(UNAVAILABLE_TEXT, "notice")
         self._update_buttons()
         self.refresh()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, Qt, QTimer, Signal
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -30,6 +30,7 @@ from app.gui.models.memory import (
     MemorySnapshot,
     ttl_text,
 )
+from app.gui.theme import is_dark, pick, theme_signals
 from app.gui.units import human_bytes
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 
@@ -54,9 +55,17 @@ KEEP_ALIVE_CHOICES: tuple[tuple[str, float | None], ...] = (
     ("1 hour idle", 3600.0),
 )
 _BAR_STYLE = (
-    "QProgressBar {{ border:1px solid #c8c8c8; border-radius:3px; background:#f3f3f3; }}"
+    "QProgressBar {{ border:1px solid {border}; border-radius:3px; background:{groove}; }}"
     "QProgressBar::chunk {{ background:{color}; border-radius:2px; }}"
 )
+# (light, dark) colours of the bar: the groove, its border, and the fill by how full it is
+_BAR_GROOVE = ("#f3f3f3", "#1f1f1f")
+_BAR_BORDER = ("#c8c8c8", "#5a5a5a")
+_BAR_FILL = {
+    "ok": ("#1a7f37", "#3fb56a"),
+    "high": ("#b26a00", "#e0a030"),
+    "over": ("#b3261e", "#f0766b"),
+}
 
 
 def memory_summary(snapshot: MemorySnapshot) -> str:
@@ -85,6 +94,8 @@ class MemoryPage(QWidget):
         self._bridge = bridge
         self._monitor = monitor
         self.table_model = LoadedModelsTableModel(self)
+        self._bar_dark: bool | None = None  # the bar's colours were picked for a dark palette
+        theme_signals().changed.connect(self._on_theme_changed)
 
         self.keep_alive_button = QToolButton()
         self.keep_alive_button.setText("Unload after")
@@ -114,7 +125,7 @@ class MemoryPage(QWidget):
         self.memory_bar.setRange(0, 1000)
         self.memory_bar.setTextVisible(False)
         self.memory_bar.setFixedHeight(14)
-        self.memory_bar.setMinimumWidth(260)
+        self.memory_bar.setMinimumWidth(100)  # the window's minimum width fits it and its text
         self.memory_label = QLabel()
         self.loading_label = QLabel()
         self.loading_label.setStyleSheet("color:#7a4b00")
@@ -257,6 +268,16 @@ class MemoryPage(QWidget):
         self._update_buttons()
         self.refreshed.emit()
 
+    def changeEvent(self, e: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(e)
+        # the theme flipped between light and dark: recolour the bar
+        if e.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            self._on_theme_changed()
+
+    def _on_theme_changed(self) -> None:
+        if self._bar_dark is not None and self._bar_dark != is_dark():
+            self._show_memory(self._monitor.snapshot)  # recolour the bar
+
     def _show_error(self, error: BaseException) -> None:
         self.banner.show_message(log_failure(log, "memory page action failed", error), "error")
         self._monitor.refresh()
@@ -265,11 +286,16 @@ class MemoryPage(QWidget):
     def _show_memory(self, snapshot: MemorySnapshot) -> None:
         ratio = snapshot.used / snapshot.budget if snapshot.budget else 0.0
         self.memory_bar.setValue(min(1000, round(ratio * 1000)))
-        color = "#1a7f37" if ratio <= 0.8 else ("#b26a00" if ratio <= 1.0 else "#b3261e")
-        self.memory_bar.setStyleSheet(_BAR_STYLE.format(color=color))
+        fill = _BAR_FILL["ok" if ratio <= 0.8 else ("high" if ratio <= 1.0 else "over")]
+        self._bar_dark = is_dark()
+        self.memory_bar.setStyleSheet(
+            _BAR_STYLE.format(
+                color=pick(*fill), groove=pick(*_BAR_GROOVE), border=pick(*_BAR_BORDER)
+            )
+        )
         self.memory_label.setText(memory_summary(snapshot))
         over = ratio > 1.0
-        self.memory_label.setStyleSheet("color:#b3261e" if over else "")
+        self.memory_label.setStyleSheet(f"color:{pick(*_BAR_FILL['over'])}" if over else "")
         self.memory_bar.setToolTip(
             "Over the budget: a model was loaded anyway" if over else memory_summary(snapshot)
         )

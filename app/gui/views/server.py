@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from PySide6.QtCore import Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -15,7 +15,9 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
+    QSplitter,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -120,10 +122,12 @@ class ServerPage(QWidget):
         hh.setSectionResizeMode(COLUMNS.index("Path"), QHeaderView.ResizeMode.Stretch)
 
         hint = QLabel(
-            "Point any OpenAI client at the base URL, e.g. "
+            "Point any OpenAI client at the base URL, e.g.<br>"
             '<code>OpenAI(base_url=URL, api_key="hearth")</code>.'
         )
-        hint.setStyleSheet("color:#6b6b6b")
+        # two lines, not word wrap: narrow enough for the window's minimum width, and no
+        # height-for-width, which would make the page's scroll area take its full height
+        hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # muted, on any theme
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
@@ -131,12 +135,7 @@ class ServerPage(QWidget):
         layout.addWidget(self.banner)
         layout.addLayout(form)
         layout.addWidget(hint)
-        layout.addWidget(QLabel("Speed of recent generations"))
-        layout.addWidget(self.speed_chart)
-        layout.addWidget(QLabel("Prompt cache and batching of recent generations"))
-        layout.addWidget(self.cache_chart)
-        layout.addWidget(QLabel("Recent requests"))
-        layout.addWidget(self.request_table, 1)
+        layout.addWidget(self._charts_and_requests(), 1)
 
         self.start_button.clicked.connect(self._on_start_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
@@ -145,6 +144,35 @@ class ServerPage(QWidget):
         bridge.server_stopped.connect(self._on_bridge_server_stopped)
         bridge.request_finished.connect(self._on_bridge_request_finished)
         self._show_state()
+
+    def _charts_and_requests(self) -> QSplitter:
+        """The charts (scrolling when the window is short) over the request log, split so
+        neither is drawn over the other at any window size; the log takes the spare height."""
+        charts = QWidget()
+        cl = QVBoxLayout(charts)
+        cl.setContentsMargins(0, 0, 0, 0)
+        cl.addWidget(QLabel("Speed of recent generations"))
+        cl.addWidget(self.speed_chart)
+        cl.addWidget(QLabel("Prompt cache and batching of recent generations"))
+        cl.addWidget(self.cache_chart)
+        cl.addStretch(1)
+        self.charts_area = QScrollArea()
+        self.charts_area.setWidget(charts)
+        self.charts_area.setWidgetResizable(True)
+        self.charts_area.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.charts_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        requests = QWidget()
+        rl = QVBoxLayout(requests)
+        rl.setContentsMargins(0, 0, 0, 0)
+        rl.addWidget(QLabel("Recent requests"))
+        rl.addWidget(self.request_table, 1)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(self.charts_area)
+        self.splitter.addWidget(requests)
+        self.splitter.setChildrenCollapsible(False)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        return self.splitter
 
     # -- state -------------------------------------------------------------------------------------
     @property

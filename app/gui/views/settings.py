@@ -37,6 +37,7 @@ from app.gui.units import human_bytes
 from app.gui.views.autostart_check import StartAtLoginCheck
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.runtime_info import RuntimeBox
+from app.gui.views.window_settings import WindowBox
 from app.settings import (
     ServerSettings,
     Settings,
@@ -283,6 +284,13 @@ class SettingsPage(QWidget):
         hf.addRow("", token_note)
         hub_box.setVisible(tokens is not None)
 
+        # theme and what closing does, each written at once (app/gui/views/window_settings.py)
+        window_box = WindowBox(store, bridge, self._show_error)
+        window_box.saved.connect(self._on_window_box_saved)
+        self.window_box = window_box
+        self.theme_combo, self.close_action_combo = window_box.theme_combo, window_box.close_combo
+        self.theme_chosen = window_box.theme_chosen
+
         footer = QHBoxLayout()
         footer.addStretch(1)
         footer.addWidget(self.save_button)
@@ -295,6 +303,7 @@ class SettingsPage(QWidget):
         layout.addWidget(models_box)
         layout.addWidget(memory_box)
         layout.addWidget(hub_box)
+        layout.addWidget(window_box)
         # the doctor's report (issue #13); absent where the page is built without a service
         self.runtime_box = RuntimeBox(bridge, runtime_report) if runtime_report else None
         if self.runtime_box is not None:
@@ -321,6 +330,9 @@ class SettingsPage(QWidget):
         self.reload_token()
         # this machine's figure for "Auto" (reads /proc/meminfo: on the loop thread)
         self._bridge.call(auto_budget or auto_budget_text, on_done=self._show_auto_budget)
+
+    def _on_window_box_saved(self, s: Settings) -> None:
+        self.settings = s
 
     # -- actions -------------------------------------------------------------------------------------
     def reload(self) -> None:
@@ -524,6 +536,7 @@ class SettingsPage(QWidget):
         self.jit_forever_check.setChecked(s.load.jit_keep_forever)
         self.jit_ttl_spin.setEnabled(not s.load.jit_keep_forever)
         self._show_key_status(s)
+        self.window_box.show_settings(s)
         self.setEnabled(True)
         self.settings_loaded.emit(s)
 
