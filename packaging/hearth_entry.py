@@ -1,0 +1,42 @@
+"""The frozen app's entry point: ``hearth`` is ``app.cli:main``, as the console script is.
+
+A frozen executable has no interpreter to run ``python -m MODULE``, yet Hearth starts its
+llama.cpp check child as ``[sys.executable, "-m", "app.runtimes.llama_probe_child", SPEC]``;
+in the bundle ``sys.executable`` is this program, so ``hearth -m app.X ARGS`` runs that module
+the way the interpreter would. Only Hearth's own modules are runnable this way.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def _run_module(name: str, args: list[str]) -> int:
+    import runpy
+
+    if name != "app" and not name.startswith("app."):
+        sys.stderr.write(f"hearth: -m runs only Hearth's own modules, not {name!r}\n")
+        return 2
+    sys.argv = [name, *args]
+    try:
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+    except SystemExit as e:  # the module's own sys.exit(code)
+        code = e.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        sys.stderr.write(f"{code}\n")
+        return 1
+    return 0
+
+
+def _main() -> int:
+    argv = sys.argv
+    if len(argv) >= 3 and argv[1] == "-m":
+        return _run_module(argv[2], argv[3:])
+    from app.cli import main
+
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
