@@ -36,10 +36,9 @@ sed -e '/^Exec=/d' -e 's|@ICON@|hearth|' "$SRC/hearth.desktop.in" > "$APPS/heart
 printf 'Exec="%s"\n' "$exec_path" >> "$APPS/hearth.desktop"
 chmod 644 "$APPS/hearth.desktop"
 
-# refresh the menu and icon caches where the desktop keeps them (harmless when absent)
+# refresh the menu's cache where the desktop keeps one (harmless when absent); no icon cache is
+# written: a per-user hicolor folder has none, and one made here would go stale
 command -v update-desktop-database >/dev/null 2>&1 && update-desktop-database -q "$APPS" || true
-command -v gtk-update-icon-cache >/dev/null 2>&1 \
-    && gtk-update-icon-cache -q -t "$DATA/icons/hicolor" 2>/dev/null || true
 
 echo "Hearth installed in $DEST"
 echo "  command: $BIN/hearth    menu: Hearth ($APPS/hearth.desktop)"

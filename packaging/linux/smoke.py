@@ -51,8 +51,12 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     return {"HOME": str(home), "PATH": CLEAN_PATH, "LANG": "C.UTF-8", **extra}
 
 
-def wait_for(cond: Callable[[], bool], what: str, proc: subprocess.Popen[bytes] | None = None,
-             timeout: float = DEADLINE_S) -> None:
+def wait_for(
+    cond: Callable[[], bool],
+    what: str,
+    proc: subprocess.Popen[bytes] | None = None,
+    timeout: float = DEADLINE_S,
+) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if proc is not None and proc.poll() is not None:
@@ -120,10 +124,14 @@ def read_xwd(path: Path) -> tuple[int, int, list[bytes]]:
 
 def write_png(path: Path, width: int, height: int, rows: list[bytes]) -> None:
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
     raw = b"".join(b"\x00" + r for r in rows)
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+    png = b"\x89PNG\r\n\x1a\n" + chunk(
+        b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    )
     png += chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
     path.write_bytes(png)
 
@@ -144,9 +152,23 @@ def start_xvfb(fbdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     xvfb = shutil.which("Xvfb") or "/usr/bin/Xvfb"
     r, w = os.pipe()
     proc = subprocess.Popen(
-        [xvfb, "-displayfd", str(w), "-screen", "0", f"{SCREEN[0]}x{SCREEN[1]}x24",
-         "-fbdir", str(fbdir), "-nolisten", "tcp", "-br", "-noreset"],
-        pass_fds=(w,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            xvfb,
+            "-displayfd",
+            str(w),
+            "-screen",
+            "0",
+            f"{SCREEN[0]}x{SCREEN[1]}x24",
+            "-fbdir",
+            str(fbdir),
+            "-nolisten",
+            "tcp",
+            "-br",
+            "-noreset",
+        ],
+        pass_fds=(w,),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     os.close(w)
     with os.fdopen(r) as f:
@@ -202,14 +224,16 @@ def check_serve(bundle: Path, home: Path, model: Path, out: Path) -> dict[str, o
     with err_path.open("wb") as err:
         proc = subprocess.Popen(
             [str(bundle / "hearth"), "serve", "--model", str(model), "--port", "0"],
-            env=env, stdout=subprocess.PIPE, stderr=err,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
         )
         try:
-            url = proc.stdout.readline().decode().strip() if proc.stdout else ""
+            url = proc.stdout.readline().decode().strip() if proc.stdout else ""  # .../v1
             if not url.startswith("http"):
                 raise SmokeFailure(f"hearth serve printed {url!r}, not its URL: {err_path}")
             wait_for(lambda: b" ready (context" in err_path.read_bytes(), "model loaded", proc)
-            with urllib.request.urlopen(f"{url}/v1/models", timeout=60) as r:
+            with urllib.request.urlopen(f"{url}/models", timeout=60) as r:
                 ids = [m["id"] for m in json.load(r)["data"]]
             body = {
                 "model": ids[0],
@@ -218,7 +242,8 @@ def check_serve(bundle: Path, home: Path, model: Path, out: Path) -> dict[str, o
                 "temperature": 0,
             }
             req = urllib.request.Request(
-                f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
+                f"{url}/chat/completions",
+                data=json.dumps(body).encode(),
                 headers={"Content-Type": "application/json"},
             )
             with urllib.request.urlopen(req, timeout=120) as r:
@@ -228,9 +253,11 @@ def check_serve(bundle: Path, home: Path, model: Path, out: Path) -> dict[str, o
                 raise SmokeFailure(f"an empty answer: {answer}")
             # the load went through the llama.cpp check child (hearth -m ...): its verdict is kept
             probe = home / ".cache" / "Hearth" / "runtime-probe.json"
-            if not probe.is_file():
-                raise SmokeFailure(f"no check-child verdict at {probe}")
-            return {"url": url, "model": ids[0], "answer": text, "probe_file": str(probe)}
+            verdicts = json.loads(probe.read_text()) if probe.is_file() else {}
+            files = [v for k, v in verdicts.items() if k.startswith("file:")]
+            if not files or files[0].get("ok") is not True:
+                raise SmokeFailure(f"no check-child verdict on the model in {probe}: {verdicts}")
+            return {"url": url, "model": ids[0], "answer": text, "probe_verdict": files[0]}
         finally:
             stop(proc)
 
@@ -244,8 +271,18 @@ def reexec_offline(argv: list[str]) -> None:
         subprocess.run(["ip", "link", "set", "lo", "up"], check=False, capture_output=True)
         return
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
+    if (
+        not os.path.exists(unshare)
+        or subprocess.run([unshare, "-rn", "true"], capture_output=True).returncode != 0
+    ):
+        print("SMOKE note: unshare -rn is not permitted here; the checks use the host network")
+        return
     cmd = [unshare, "-rn", sys.executable, __file__, *argv]
-    env = {**os.environ, "HEARTH_SMOKE_NETNS": "1", "PATH": os.environ.get("PATH", CLEAN_PATH) + ":/usr/sbin:/sbin"}
+    env = {
+        **os.environ,
+        "HEARTH_SMOKE_NETNS": "1",
+        "PATH": os.environ.get("PATH", CLEAN_PATH) + ":/usr/sbin:/sbin",
+    }
     sys.exit(subprocess.run(cmd, env=env).returncode)
 
 
@@ -253,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--offline", action="store_true", help="no network: unshare -rn, loopback only")
-    p.add_argument("--out", type=Path, default=None, help="screenshot and logs (default: a temp dir)")
+    p.add_argument(
+        "--out", type=Path, default=None, help="screenshot and logs (default: a temp dir)"
+    )
     p.add_argument("--version", default=None, help="the version --version must print")
     p.add_argument("bundle", type=Path)
     p.add_argument("model", type=Path)

@@ -11,12 +11,10 @@
 # network). The screenshot and logs go to HEARTH_SMOKE_OUT (default: a temp dir).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-# shellcheck source=../gpu.sh
-. "$ROOT/packaging/gpu.sh"
 
 BUNDLE="${1:-${HEARTH_BUNDLE:-}}"
 if [ -z "$BUNDLE" ]; then
-    version="$(hearth_version "$ROOT" /usr/bin/python3)"
+    version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml" | head -1)"
     BUNDLE="$ROOT/dist/hearth-$version-linux-x86_64/hearth"
 fi
 [ -x "$BUNDLE/hearth" ] || { echo "no bundle at $BUNDLE (run packaging/linux/build.sh)" >&2; exit 1; }

@@ -15,14 +15,13 @@ import shutil
 import struct
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "packaging" / "linux" / "smoke.py"
-VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+VERSION = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]  # type: ignore[index]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 pytestmark = [
@@ -111,5 +110,34 @@ def test_window_appears_under_xvfb(bundle: Path, smollm2_path: Path, tmp_path: P
 def test_serve_answers_a_chat_completion(bundle: Path, smollm2_path: Path, tmp_path: Path) -> None:
     result = smoke(bundle, smollm2_path, tmp_path, "serve")
     assert str(result["answer"]).strip()
-    # the load ran llama.cpp's check child as `hearth -m app.runtimes.llama_probe_child`
-    assert Path(str(result["probe_file"])).name == "runtime-probe.json"
+    # the load ran llama.cpp's check child as `hearth -m app.runtimes.llama_probe_child` and
+    # the child passed the file (a child that cannot start leaves a crash verdict, or none)
+    verdict = result["probe_verdict"]
+    assert isinstance(verdict, dict) and verdict["ok"] is True
+
+
+def test_install_and_uninstall_per_user(bundle: Path, tmp_path: Path) -> None:
+    """install.sh puts the app, a `hearth` link, a menu entry and the icon under the user's
+    folders (XDG_DATA_HOME honoured, spaces in it too); uninstall.sh takes them away again."""
+    install = bundle.parent / "install.sh"
+    if not install.is_file():
+        pytest.skip(f"{bundle} is not an unpacked hearth-VERSION-linux-x86_64 folder")
+    home, data = tmp_path / "home", tmp_path / "my data"
+    home.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "XDG_DATA_HOME": str(data)}
+    subprocess.run(["/bin/sh", str(install)], env=env, check=True, capture_output=True)
+    app = data / "hearth" / "hearth"
+    link = home / ".local" / "bin" / "hearth"
+    desktop = data / "applications" / "hearth.desktop"
+    icon = data / "icons" / "hicolor" / "256x256" / "apps" / "hearth.png"
+    assert link.resolve() == app.resolve()
+    assert f'Exec="{app}"' in desktop.read_text().splitlines()
+    assert "Icon=hearth" in desktop.read_text().splitlines()
+    assert icon.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    got = subprocess.run([str(link), "--version"], env=env, capture_output=True, text=True)
+    assert got.stdout.strip() == f"hearth {VERSION}"
+
+    subprocess.run(
+        ["/bin/sh", str(data / "hearth" / "uninstall.sh")], env=env, check=True, capture_output=True
+    )
+    assert not any(p.exists() or p.is_symlink() for p in (app.parent, link, desktop, icon))
