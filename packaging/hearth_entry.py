@@ -8,7 +8,23 @@ the way the interpreter would. Only Hearth's own modules are runnable this way.
 
 from __future__ import annotations
 
+import os
 import sys
+
+
+def _restore_child_environment() -> None:
+    """Give the programs Hearth starts (xdg-open and the browser behind a clicked link, ...)
+    the library path the user had, not the bundle's: PyInstaller's bootloader points
+    LD_LIBRARY_PATH at _internal/, and a system program loading the bundle's libstdc++ or glib
+    can fail. This process is unaffected (the loader read the variable at start), and Hearth's
+    own children are the bundle again, whose bootloader sets it anew."""
+    if not getattr(sys, "frozen", False) or not sys.platform.startswith("linux"):
+        return
+    orig = os.environ.pop("LD_LIBRARY_PATH_ORIG", None)
+    if orig is None:
+        os.environ.pop("LD_LIBRARY_PATH", None)
+    else:
+        os.environ["LD_LIBRARY_PATH"] = orig
 
 
 def _run_module(name: str, args: list[str]) -> int:
@@ -30,6 +46,7 @@ def _run_module(name: str, args: list[str]) -> int:
 
 
 def _main() -> int:
+    _restore_child_environment()
     argv = sys.argv
     if len(argv) >= 3 and argv[1] == "-m":
         return _run_module(argv[2], argv[3:])

@@ -74,14 +74,16 @@ sed -e "s|@EXEC@|/opt/hearth/hearth|" -e "s|@ICON@|hearth|" "$STAGE/hearth.deskt
     > "$DEB/usr/share/applications/hearth.desktop"
 cp "$ROOT/assets/hearth.png" "$DEB/usr/share/icons/hicolor/256x256/apps/hearth.png"
 size_kb="$(du -sk "$DEB/opt" | cut -f1)"
+# the bundle needs the glibc it was built against, or newer (PyInstaller does not bundle libc)
+glibc="$(getconf GNU_LIBC_VERSION | cut -d' ' -f2)"
 cat > "$DEB/DEBIAN/control" <<CONTROL
 Package: hearth
 Version: $VERSION
 Architecture: amd64
 Maintainer: Hearth developers <hearth@localhost>
 Installed-Size: $size_kb
-Depends: libc6 (>= 2.36), libegl1, libgl1, libfontconfig1, libxkbcommon0, libdbus-1-3
-Recommends: libxkbcommon-x11-0, libxcb-cursor0
+Depends: libc6 (>= $glibc), libegl1, libgl1, libxcb1
+Recommends: libwayland-client0, libwayland-cursor0, libwayland-egl1
 Section: utils
 Priority: optional
 Description: Run open LLMs locally and serve them over OpenAI-compatible APIs
