@@ -42,6 +42,7 @@ PYTHONPATH="$ROOT" HEARTH_VERSION="$VERSION" "$PY" -m PyInstaller --noconfirm --
     --log-level WARN --distpath "$DIST/pyinstaller" --workpath "$WORK/pyinstaller" \
     "$ROOT/packaging/hearth.spec"
 BUNDLE="$DIST/pyinstaller/hearth"
+echo "== PyInstaller took $(($(date +%s) - t0)) s"
 
 # the bundle must hold this checkout's app package, not another copy the interpreter can see
 toc="$WORK/pyinstaller/hearth/Analysis-00.toc"
@@ -91,7 +92,7 @@ Description: Run open LLMs locally and serve them over OpenAI-compatible APIs
  llama.cpp ($BACKEND build) and serve them on localhost through OpenAI, Anthropic and
  Ollama wire APIs.
 CONTROL
-# xz makes the smallest package (82 MB against the tarball's 113) but takes minutes on 2 cores;
+# xz makes the smallest package (76 MB against the tarball's 105) but takes minutes on 2 cores;
 # HEARTH_DEB_COMPRESS=gzip for quick local builds
 dpkg-deb --root-owner-group "-Z${HEARTH_DEB_COMPRESS:-xz}" --build "$DEB" "$DIST/hearth_${VERSION}_amd64.deb" >/dev/null
 
