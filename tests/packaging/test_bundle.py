@@ -134,6 +134,10 @@ def test_install_and_uninstall_per_user(bundle: Path, tmp_path: Path) -> None:
     assert f'Exec="{app}"' in desktop.read_text().splitlines()
     assert "Icon=hearth" in desktop.read_text().splitlines()
     assert icon.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    validate = shutil.which("desktop-file-validate")  # desktop-file-utils, where installed
+    if validate:
+        checked = subprocess.run([validate, str(desktop)], capture_output=True, text=True)
+        assert checked.returncode == 0 and not checked.stdout.strip(), checked.stdout
     got = subprocess.run([str(link), "--version"], env=env, capture_output=True, text=True)
     assert got.stdout.strip() == f"hearth {VERSION}"
 
