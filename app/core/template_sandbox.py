@@ -42,7 +42,9 @@ MAX_ITEMS = 100_000  # items in any one list a template builds (Jinja's own rang
 MAX_RENDER_BUILD = 64 * 1024 * 1024  # characters (items count 8) built in one render
 MAX_JSON_INDENT = 64
 _BIG_NUMBER = re.compile(r"\d{7,}")  # a width or precision of a million or more in a format
-_JINJA_DIR = os.path.dirname(jinja2.__file__)
+# where Jinja's code objects say they live (the compile deadline traces those frames): taken
+# from a code object, not jinja2.__file__, as a PyInstaller bundle compiles them as "jinja2/..."
+_JINJA_DIR = os.path.dirname(nodes.Node.__init__.__code__.co_filename)
 
 
 class _Budget(threading.local):

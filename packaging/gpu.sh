@@ -1,0 +1,105 @@
+# Sourced by packaging/linux/build.sh and packaging/macos/build.sh: which llama.cpp backend to
+# build, its CMAKE_ARGS, and whether the installed llama-cpp-python already has it.
+#   HEARTH_GPU=metal|cuda|vulkan|cpu   overrides the detection below
+# Detection: Metal on Apple silicon; CUDA when nvcc or nvidia-smi is present; Vulkan when the
+# Vulkan SDK is (VULKAN_SDK set, or glslc on PATH); else CPU.
+
+hearth_gpu_detect() {
+    if [ -n "${HEARTH_GPU:-}" ]; then
+        case "$HEARTH_GPU" in
+            metal|cuda|vulkan|cpu) echo "$HEARTH_GPU"; return 0 ;;
+            *) echo "HEARTH_GPU must be metal, cuda, vulkan or cpu (got '$HEARTH_GPU')" >&2; return 2 ;;
+        esac
+    fi
+    if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" = arm64 ]; then echo metal; return 0; fi
+    if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] \
+        || command -v nvidia-smi >/dev/null 2>&1; then echo cuda; return 0; fi
+    if [ -n "${VULKAN_SDK:-}" ] || command -v glslc >/dev/null 2>&1; then echo vulkan; return 0; fi
+    echo cpu
+}
+
+# CMAKE_ARGS for pip's source build of llama-cpp-python. CPU builds for a package are not
+# -march=native (the build machine's CPU), or the bundle would die with SIGILL on older CPUs.
+hearth_cmake_args() {
+    case "$1" in
+        metal) echo "-DGGML_METAL=on" ;;
+        cuda) echo "-DGGML_CUDA=on ${HEARTH_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$HEARTH_CUDA_ARCHS}" ;;
+        vulkan) echo "-DGGML_VULKAN=on" ;;
+        cpu) echo "-DGGML_NATIVE=off" ;;
+    esac
+}
+
+# The ggml library a backend adds to llama_cpp/lib (Metal is built into libggml-metal on macOS).
+hearth_backend_lib() {
+    case "$1" in
+        metal) echo "libggml-metal" ;;
+        cuda) echo "libggml-cuda" ;;
+        vulkan) echo "libggml-vulkan" ;;
+        cpu) echo "libggml-cpu" ;;
+    esac
+}
+
+# 0 when the llama-cpp-python that $1 (a python) imports ships backend $2's library
+hearth_llama_has() {
+    "$1" - "$(hearth_backend_lib "$2")" <<'PY'
+import pathlib, sys
+import llama_cpp
+lib = pathlib.Path(llama_cpp.__file__).parent / "lib"
+sys.exit(0 if any(p.name.startswith(sys.argv[1]) for p in lib.iterdir()) else 1)
+PY
+}
+
+# Make $1's llama-cpp-python a build with backend $2 ($3: its version). Nothing when it already
+# is. Otherwise a source build with that backend's CMAKE_ARGS (minutes; CUDA needs nvcc, Vulkan
+# the SDK) when HEARTH_LLAMA_REBUILD=1 (the build scripts set it for the venv they make
+# themselves); else stop with the command to run, so a venv you passed in is never rebuilt.
+hearth_ensure_llama() {
+    local py="$1" backend="$2" version="$3" args
+    if hearth_llama_has "$py" "$backend"; then
+        echo "llama-cpp-python $version has the $backend backend"
+        return 0
+    fi
+    args="$(hearth_cmake_args "$backend")"
+    if [ "${HEARTH_LLAMA_REBUILD:-0}" != 1 ]; then
+        echo "the llama-cpp-python in $py lacks the $backend backend. Rebuild it:" >&2
+        echo "  CMAKE_ARGS=\"$args\" $py -m pip install --force-reinstall --no-cache-dir --no-deps llama-cpp-python==$version" >&2
+        echo "or set HEARTH_LLAMA_REBUILD=1, or HEARTH_GPU=<the backend it has>, or unset PYTHON" >&2
+        return 1
+    fi
+    echo "building llama-cpp-python $version with $backend: CMAKE_ARGS=\"$args\""
+    CMAKE_ARGS="$args" "$py" -m pip install --force-reinstall --no-cache-dir --no-deps \
+        "llama-cpp-python==$version"
+    hearth_llama_has "$py" "$backend"
+}
+
+# A build venv for backend $2 under $1/build (made once, reused): Hearth, its dependencies and
+# PyInstaller, with llama-cpp-python built for that backend. Prints the venv's python.
+hearth_build_venv() {
+    local root="$1" backend="$2" version="$3" venv="$1/build/venv-$2" base="${HEARTH_BASE_PYTHON:-python3}"
+    if [ ! -x "$venv/bin/python" ]; then
+        "$base" -m venv "$venv" >&2
+        "$venv/bin/python" -m pip install -q --upgrade pip >&2
+        CMAKE_ARGS="$(hearth_cmake_args "$backend")" "$venv/bin/python" -m pip install \
+            --no-cache-dir "$root" "pyinstaller>=6.10" >&2
+    fi
+    HEARTH_LLAMA_REBUILD=1 hearth_ensure_llama "$venv/bin/python" "$backend" "$version" >&2
+    echo "$venv/bin/python"
+}
+
+# The version in pyproject.toml ($1: the repository root), checked against app/__init__.py
+hearth_version() {
+    "$2" - "$1" <<'PY'
+import pathlib, re, sys, tomllib
+root = pathlib.Path(sys.argv[1])
+version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+m = re.search(r'^__version__ = "([^"]+)"', (root / "app" / "__init__.py").read_text(), re.M)
+if not m or m.group(1) != version:
+    sys.exit(f"pyproject.toml says {version} but app/__init__.py says {m and m.group(1)}")
+print(version)
+PY
+}
+
+# llama.cpp's pinned version in pyproject.toml (llama-cpp-python==X)
+hearth_llama_version() {
+    sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' "$1/pyproject.toml" | head -1
+}
