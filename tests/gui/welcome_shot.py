@@ -16,9 +16,8 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from tests.gui.screenshots import settle, wait_until  # noqa: E402
+from tests.gui.screenshots import ShotApp, settle, wait_until  # noqa: E402
 
 
 def main(out: Path, *, offline: bool = False) -> int:
@@ -37,27 +36,8 @@ def main(out: Path, *, offline: bool = False) -> int:
             s.bind(("127.0.0.1", 0))
             os.environ["HF_ENDPOINT"] = f"http://127.0.0.1:{s.getsockname()[1]}"
 
-    from app.cli import build_service
-    from app.core.loop import LoopThread
-    from app.gui.bridge import Bridge
-    from app.gui.context import GuiContext
-    from app.gui.main_window import MainWindow, app_icon
-    from app.paths import AppPaths
-    from app.server.runner import ServerController
-    from app.settings import SettingsStore
-
-    qapp = QApplication(sys.argv)
-    qapp.setWindowIcon(app_icon())
-    paths = AppPaths.default().ensure()
-    store = SettingsStore(paths.settings_file)
-    service = build_service(paths, store.load())
-    loop = LoopThread().start()
-    server = ServerController(service, store, paths)
-    ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
-    bridge = Bridge(loop, service.events)
-    w = MainWindow(ctx, bridge)
-    w.resize(1180, 740)
-    w.show()
+    shot = ShotApp(size=(1180, 740))
+    w = shot.window
     try:
         wait_until(lambda: w.welcome.loaded or w.welcome.retry_button.isVisible(), 120)
         settle(0.5)
@@ -65,9 +45,7 @@ def main(out: Path, *, offline: bool = False) -> int:
         w.grab().save(str(out))
         print(out)
     finally:
-        bridge.close()
-        loop.call(service.close(), timeout=30)
-        loop.stop()
+        shot.close()
         hub.stop()
     return 0
 
