@@ -31,6 +31,9 @@ PREFILL_STEP = 512  # prompt chunk: the granularity of cancelling during prompt 
 PENALTY_CONTEXT = 64  # tokens of history the repetition/presence/frequency penalties look at
 
 
+WARM_JOIN_S = 60.0  # closing waits this long for the grammar warm-up to end
+
+
 class _Cancelled(Exception):
     pass
 
@@ -301,6 +304,7 @@ class MlxModel:
         }
         self.worker = Worker(engine, name=model.id, queue_size=queue_size)
         self._good_constraints: set[tuple[str, str]] = set()
+        self.warm_thread: threading.Thread | None = None  # the grammar warm-up (see load)
 
     @property
     def chat_template(self) -> str | None:
@@ -354,6 +358,8 @@ class MlxModel:
 
     def close(self) -> None:
         self.worker.close()
+        if self.warm_thread is not None:
+            self.warm_thread.join(WARM_JOIN_S)
 
 
 class MlxRuntime:
@@ -384,9 +390,15 @@ class MlxRuntime:
 
     def load(self, model: LocalModel, options: LoadOptions) -> MlxModel:
         engine = MlxEngine(model, options)
-        threading.Thread(target=engine.guide.warm, name="mlx-guide-warm", daemon=True).start()
+        # not a daemon, and joined on close: a daemon thread still inside native code
+        # (llguidance, mlx) when the interpreter exits aborts the process ("terminate called
+        # without an active exception", seen in a child that exited right after a load)
+        warm = threading.Thread(target=engine.guide.warm, name="mlx-guide-warm")
+        warm.start()
         log.info("mlx: %s loaded (ctx %d)", model.id, engine.n_ctx)
-        return MlxModel(model, engine, queue_size=self.queue_size)
+        lm = MlxModel(model, engine, queue_size=self.queue_size)
+        lm.warm_thread = warm
+        return lm
 
 
 def _read_json(p: Path) -> dict[str, Any]:

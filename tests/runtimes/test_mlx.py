@@ -463,3 +463,20 @@ async def test_mlx_takes_the_default_parallel_and_decodes_one_at_a_time(
         assert [f.usage.completion_tokens for f in finals] == [5, 5, 5]
     finally:
         await h.close()
+
+
+def test_the_grammar_warm_up_ends_before_close_returns(tmp_path: Path, tiny_mlx: Path) -> None:
+    """A daemon warm-up thread still in native code at interpreter exit aborted a process
+    ("terminate called without an active exception"): the thread is a normal one, and
+    closing the model waits for it."""
+    from app.core.library import ModelLibrary
+    from app.core.types import LoadOptions
+    from app.runtimes.mlx import MlxRuntime
+
+    lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
+    m, _ = lib.import_path(tiny_mlx)
+    lm = MlxRuntime().load(m, LoadOptions())
+    warm = lm.warm_thread
+    assert warm is not None and not warm.daemon
+    lm.close()
+    assert not warm.is_alive()
