@@ -142,6 +142,6 @@ def test_an_answer_within_the_limit_is_untouched(roomy: Served) -> None:
     status, raw, _ = _post(
         roomy,
         "/v1/chat/completions",
-        {"model": limited.model_id, "messages": CATS, "max_tokens": 5, "temperature": 0},
+        {"model": roomy.model_id, "messages": CATS, "max_tokens": 5, "temperature": 0},
     )
     assert status == 200 and json.loads(raw)["choices"][0]["finish_reason"] == "length"
