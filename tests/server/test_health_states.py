@@ -52,6 +52,7 @@ def fake_served(tmp_path: Path, *, starting: bool = False, **runtime: Any) -> It
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     lib.import_path(write_model(tmp_path / "src" / "tiny.gguf"))
     (model,) = lib.list()
+    lib.import_path(write_model(tmp_path / "src" / "spare.gguf", name="Spare"))
     rt = FakeRuntime(delay=0.0, **runtime)
     service = Hearth(lib, {"gguf": rt}, load_defaults=LoadOptions)
     loop = LoopThread().start()
@@ -133,6 +134,12 @@ def test_busy_while_every_queue_is_full(tmp_path: Path) -> None:
         third: list[Any] = []
         chat(f.port, f.model_id, third)
         assert third[0][0] == 429
+        # every queue: a second model, loaded and idle, takes requests
+        spare = next(m.id for m in f.service.library.list() if m.id != f.model_id)
+        f.loop.call(f.service.load(spare), 30)
+        assert health(f.port)[1]["state"] == "ready"
+        f.loop.call(f.service.unload(spare), 30)
+        assert health(f.port)[1]["state"] == "busy"
         engine.gate.set()
         first.join(DEADLINE)
         second.join(DEADLINE)
