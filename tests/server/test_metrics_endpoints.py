@@ -10,11 +10,14 @@ import contextlib
 import json
 import random
 import string
+import time
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,6 +28,7 @@ from app.core.types import LoadOptions
 from app.server import metrics as server_metrics
 from app.server.app import create_app
 from app.settings import ServerSettings, hash_key
+from tests.conftest import Served
 from tests.core.fakes import FakeRuntime
 from tests.core.gguf_files import write_model
 
@@ -179,3 +183,40 @@ async def test_prometheus_labels_bounded_no_canary_behind_key(tmp_path: Path) ->
     assert tokens[(model, "in")] > 0 and tokens[(model, "out")] > 0
     states = {x.labels["state"]: x.value for x in families["hearth_health_state"].samples}
     assert states == {"starting": 0, "ready": 1, "busy": 0, "error": 0, "shutting_down": 0}
+
+
+@pytest.mark.model
+def test_real_model_ttft_is_within_what_the_client_saw(served: Served) -> None:
+    """SmolLM2 on the real server: the TTFT in both endpoints is positive and no later than the
+    first content chunk reached the client."""
+    import openai
+
+    client = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=120)
+    t0 = time.monotonic()
+    first: float | None = None
+    text = ""
+    stream = client.chat.completions.create(
+        model=served.model_id,
+        messages=[{"role": "user", "content": "Name a colour."}],
+        max_tokens=8,
+        temperature=0,
+        stream=True,
+    )
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.monotonic()
+            text += chunk.choices[0].delta.content
+    assert first is not None and text
+    seen_ms = (first - t0) * 1000.0
+    with urllib.request.urlopen(served.root + "/api/v1/metrics", timeout=30) as r:
+        mine = json.loads(r.read())["models"][served.model_id]
+    assert 0 < mine["ttft_ms"]["p50"] <= seen_ms
+    assert mine["tokens"]["out"] > 0 and mine["tokens_per_second"] > 0
+    with urllib.request.urlopen(served.root + "/metrics", timeout=30) as r:
+        families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    (count,) = [
+        x.value
+        for x in families["hearth_time_to_first_token_seconds"].samples
+        if x.name.endswith("_count") and x.labels["model"] == served.model_id
+    ]
+    assert count >= 1
