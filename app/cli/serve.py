@@ -34,7 +34,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
         try:
             url = await controller.start(
-                args.host, args.port, tls_cert=args.tls_cert, tls_key=args.tls_key
+                args.host,
+                args.port,
+                tls_cert=args.tls_cert,
+                tls_key=args.tls_key,
+                starting=bool(args.model),
             )
         except HearthError as e:
             return fail(e.message)
@@ -45,8 +49,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 model = await service.resolve_model(ref)
                 lm = await service.load(model.id, load_options_from_args(args) or None)
                 log.warning("model %s ready (context %d)", model.id, lm.context_length)
+            controller.startup_done()
             await stop.wait()
         except HearthError as e:
+            controller.startup_done(e.message)
             rc = fail(e.message)
         finally:
             await controller.stop("shutdown")

@@ -78,6 +78,8 @@ class RequestFinished(Event):
     cached_tokens: int = 0  # prompt tokens reused from the prompt cache
     batch_size: float = 0.0  # sequences decoded together per step, on average (0: unknown)
     cpu_busy: bool = False  # decoded with fewer threads: other programs kept the CPU busy
+    route: str = ""  # the matched route's pattern (``/v1/models/{model_id}``); "" for none
+    ttft_ms: float | None = None  # arrival to the first generated token; None: no generation
 
 
 # -- downloads (app.core.downloads.DownloadManager publishes these) ----------------------------

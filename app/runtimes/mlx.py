@@ -322,6 +322,10 @@ class MlxModel:
     def pending(self) -> int:
         return self.worker.pending
 
+    @property
+    def queue_full(self) -> bool:
+        return self.worker.queue_full
+
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]:
         return self.engine.tokenize(text, add_special=add_special, parse_special=parse_special)
 

@@ -316,6 +316,12 @@ class Worker:
         with self._cv:
             return len(self._waiting) + len(self._active)
 
+    @property
+    def queue_full(self) -> bool:
+        """Whether :meth:`submit` would refuse a request now (QueueFull): /health's ``busy``."""
+        with self._cv:
+            return len(self._waiting) >= self.queue_size
+
     def submit(self, request: GenerationRequest) -> DeltaStream:
         """Queue a request (call on the event loop). Raises QueueFull when the queue is full."""
         stream = DeltaStream(asyncio.get_running_loop(), self._outbox)

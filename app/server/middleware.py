@@ -160,6 +160,8 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         "prompt_tps": 0.0,
         "batch_size": 0.0,
         "cpu_busy": False,
+        "arrived": started,  # perf_counter: streaming.timed measures the TTFT from it
+        "ttft_ms": None,
     }
     cors: dict[str, str] = {}
     protocol = protocol_of(request)
@@ -267,6 +269,14 @@ async def _within_time_limit(request: web.Request, handler: Handler) -> web.Stre
         timer.cancel()
 
 
+def route_pattern(request: web.Request) -> str:
+    """The matched route's pattern, never the raw path: "" when no route matched (404, 405)."""
+    resource = request.match_info.route.resource
+    if resource is None or request.match_info.http_exception is not None:
+        return ""
+    return resource.canonical
+
+
 def _log_request(request: web.Request, resp: web.StreamResponse, started: float) -> None:
     info = request[REQUEST_LOG]
     secs = time.perf_counter() - started
@@ -283,6 +293,8 @@ def _log_request(request: web.Request, resp: web.StreamResponse, started: float)
         cached_tokens=info["cached_tokens"],
         batch_size=info["batch_size"],
         cpu_busy=info["cpu_busy"],
+        route=route_pattern(request),
+        ttft_ms=info["ttft_ms"],
     )
     note = " (slower: the CPU is busy with other programs)" if info["cpu_busy"] else ""
     log.info("%s %s %d %.3fs%s", request.method, request.path, resp.status, secs, note)

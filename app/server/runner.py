@@ -106,6 +106,7 @@ class ServerController:
         *,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        starting: bool = False,
     ) -> str:
         """Bind and serve. Returns the base URL (``https://`` with a certificate and key).
 
@@ -114,6 +115,8 @@ class ServerController:
 
         Args:
             tls_cert, tls_key: PEM files that override ``server.tls_cert``/``server.tls_key``.
+            starting: startup steps follow (preloads): /health says ``starting`` until
+                :meth:`startup_done`.
 
         Raises:
             ServerError: the port is busy, the address is invalid, an address other than
@@ -152,6 +155,7 @@ class ServerController:
             bound_host=host,
             bound_addresses=addresses,
         )
+        app[STATE].starting = starting
         # handler_cancellation: a client that disconnects cancels its handler, which cancels
         # the generation within one token
         # the connections themselves are GuardedSite's (edge.py: deadlines, caps)
@@ -178,6 +182,13 @@ class ServerController:
         log.info("serving on %s", url)
         self.service.events.publish(ServerStarted(self.host, self.port, url))
         return url
+
+    def startup_done(self, error: str | None = None) -> None:
+        """The startup steps are over: /health says ``ready``, or ``error`` (503) with the
+        message of the step that failed."""
+        if self._app is not None:
+            state = self._app[STATE]
+            state.starting, state.startup_error = False, error
 
     async def stop(self, reason: str = "stopped") -> None:
         """Close the listener first, end every stream with a final event, then clean up."""

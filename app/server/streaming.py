@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -66,8 +67,11 @@ async def timed(request: web.Request, gen: Generation) -> AsyncIterator[Delta]:
         gen.cancel()
 
     timer = loop.call_at(request_deadline(request), expire)
+    info = request.get(REQUEST_LOG)
     try:
         async for d in gen:
+            if info is not None and info.get("ttft_ms") is None and _has_payload(d):
+                info["ttft_ms"] = (time.perf_counter() - info["arrived"]) * 1000.0
             if d.finish_reason is not None and request.get(TIMED_OUT):
                 d = replace(d, finish_reason="error", error=_timeout_error(request).message)
             yield d

@@ -164,6 +164,10 @@ class FakeModel:
     def pending(self) -> int:
         return self.worker.pending
 
+    @property
+    def queue_full(self) -> bool:
+        return self.worker.queue_full
+
     def close(self) -> None:
         self.worker.close(timeout=WAIT_LIMIT)
         self.closed = True

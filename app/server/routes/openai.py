@@ -9,12 +9,12 @@ from typing import Any
 
 from aiohttp import web
 
-from app import __version__
 from app.core.generation import Choices, Completion
 from app.core.providers.pool import RemoteListing
 from app.core.service import Hearth, ModelStatus
 from app.errors import InvalidRequest
 from app.server.body import large_json_response, read_json_body
+from app.server.health import health_body
 from app.server.protocols import OPENAI
 from app.server.protocols import openai as wire
 from app.server.protocols import rerank as rerank_wire
@@ -50,16 +50,8 @@ def model_object(st: ModelStatus) -> dict[str, object]:
 
 @routes.get("/health")
 async def health(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    return web.json_response(
-        {
-            "status": "ok",
-            "version": __version__,
-            "loaded": [i.model_id for i in service.loaded()],
-            "loading": service.loading(),
-            "providers": service.providers.states() if service.providers is not None else [],
-        }
-    )
+    body, status = health_body(request.app)  # state: starting | ready | busy | error | ...
+    return web.json_response(body, status=status)
 
 
 @routes.get("/v1/models")
