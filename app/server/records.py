@@ -106,6 +106,13 @@ def note_delta(request: web.Request, d: Delta) -> None:
         info["response_chars"] += len(piece)
 
 
+def note_start(request: web.Request, model: str, stream: bool) -> None:
+    """A generation route is about to answer, with ``model`` (an alias's target, auto's pick)."""
+    info = request.get(REQUEST_LOG)
+    if info is not None and "answered_by" in info:
+        info["answered_by"], info["stream"] = model, stream
+
+
 def note_final(request: web.Request, model: str, final: Delta) -> None:
     """A generation ended: the model that answered, and its queue wait."""
     info = request.get(REQUEST_LOG)

@@ -174,8 +174,7 @@ async def respond(
     """
     # the gateway's route: the model ids tried for this answer, in order (the last answered)
     headers = {"x-hearth-model": model, "x-hearth-route": ",".join(choices.route or [model])}
-    if (info := request.get(REQUEST_LOG)) is not None:
-        info["stream"] = stream
+    records.note_start(request, model, stream)
     try:
         if not stream:
             results = list(await asyncio.gather(*(collect(request, g) for g in choices.started)))

@@ -173,3 +173,19 @@ def test_records_survive_a_restart_and_content_is_kept_only_when_turned_on(srv: 
         assert "request_text" not in rec.as_json() and "response_text" not in rec.as_json()
     finally:
         store.update(records=RecordSettings())
+
+
+def test_a_client_that_goes_away_mid_stream_is_recorded_as_cancelled(srv: Served) -> None:
+    count = len(read_records(db(srv), limit=None))
+    # greedy SmolLM2 repeats "cat," far past the moment the client leaves, on any machine
+    body = chat(srv, "The list: cat, cat, cat, cat, cat,", 1000, True)
+    conn = http.client.HTTPConnection("127.0.0.1", port(srv), timeout=DEADLINE)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), AUTH)
+    r = conn.getresponse()
+    assert r.status == 200 and r.read(1) == b"d"
+    conn.sock.close()  # type: ignore[union-attr]
+    conn.close()
+    rec = wait_rows(srv, count + 1)[0]
+    assert (rec.status, rec.error_code, rec.stream) == (499, "cancelled", True)
+    assert rec.ttft_ms is not None and rec.ttft_ms > 0
+    assert (rec.model, rec.answered_by) == (srv.model_id, srv.model_id)
