@@ -131,3 +131,11 @@ def test_records_settings_are_validated() -> None:
         settings_from_dict({"records": {"max_rows": 0}})
     with pytest.raises(ConfigError):
         settings_from_dict({"records": {"log_content": "yes"}})
+
+
+def test_a_database_that_cannot_be_opened_costs_no_request(tmp_path: Path) -> None:
+    """The path is a folder: records are dropped (and logged), adds still finish at once."""
+    store = RecordStore(tmp_path)
+    store.add(rec(0)).result(DEADLINE)
+    store.close()
+    assert store.add(rec(1)).done()  # closed: nothing queued, nothing waits
