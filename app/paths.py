@@ -58,6 +58,11 @@ class AppPaths:
         return self.config / "provider_keys.json"
 
     @property
+    def requests_db(self) -> Path:
+        """The request records (issue 14): SQLite, WAL mode."""
+        return self.data / "requests.sqlite"
+
+    @property
     def probe_file(self) -> Path:
         return self.cache / "runtime-probe.json"
 

@@ -126,6 +126,15 @@ class RoutingSettings:
     auto: tuple[AutoRule, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class RecordSettings:
+    """``records`` in settings.json (issue 14): the request records database (data folder)."""
+
+    max_rows: int = 100_000  # the oldest records are pruned past this many
+    log_content: bool = False  # also keep each request's body and answer text, capped
+    content_max_chars: int = 4096  # per record, for each of the two
+
+
 CLOSE_ACTIONS = ("ask", "background", "quit")  # closing the window while the server runs
 THEMES = ("system", "light", "dark")
 
@@ -168,6 +177,7 @@ class Settings:
     start_at_login: bool = False
     keep_in_tray: bool = True
     ui: UiSettings = field(default_factory=UiSettings)
+    records: RecordSettings = field(default_factory=RecordSettings)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -244,6 +254,9 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         raise ConfigError(
             "settings: prompt_cache.mode must be " + SPECS["prompt_cache"].describe_range()
         ) from None
+    records = _coerce(RecordSettings, raw.get("records", {}), "records")
+    if records.max_rows < 1:
+        raise ConfigError("settings: records.max_rows must be at least 1")
     top: dict[str, Any] = {
         k: raw[k] for k in ("models_dir", "tray_hint_shown", "default_model") if k in raw
     }
@@ -261,6 +274,7 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         downloads=downloads,
         routing=routing,
         ui=_ui_from_dict(raw.get("ui", {})),
+        records=records,
     )
 
 

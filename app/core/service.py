@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.core import fit
+from app.core import fit, request_timing
 from app.core import prompt as prompting
 from app.core import rerank as ranking
 from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
@@ -374,7 +374,8 @@ class Hearth:
     @contextlib.asynccontextmanager
     async def _model(self, model_id: str, ttl: Any = UNSET) -> AsyncIterator[LoadedModel]:
         """The model, JIT-loaded if allowed, held so keep-alive can't unload it mid-request."""
-        lm = await self.scheduler.acquire(model_id, load=self._jit_enabled(), ttl=ttl)
+        with request_timing.load_wait():  # the request record's load_ms
+            lm = await self.scheduler.acquire(model_id, load=self._jit_enabled(), ttl=ttl)
         try:
             yield lm
         finally:

@@ -14,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from app.errors import HearthError, InvalidRequest
+from app.server import records
 from app.server.protocols.common import parse_json
 from app.server.state import STATE
 
@@ -119,6 +120,10 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
     # any Content-Type is parsed as JSON (curl sends form-urlencoded by default); browsers'
     # no-preflight text/plain POSTs are stopped by the Origin check, not here
     raw = await read_body(request, request.app[STATE].settings.max_body_bytes)
+    records.note_body(request, raw)  # kept only with records.log_content
     if len(raw) > OFF_LOOP_BYTES:  # a 32 MiB body is a few hundred ms of parsing
-        return await asyncio.to_thread(parse_json, raw)
-    return parse_json(raw)
+        body = await asyncio.to_thread(parse_json, raw)
+    else:
+        body = parse_json(raw)
+    records.note_model(request, body)  # asked for, even if the request fails before naming it
+    return body

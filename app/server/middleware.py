@@ -13,7 +13,15 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from app.core.events import RequestFinished
-from app.errors import Forbidden, GenerationTimeout, HearthError, HTTPStatusError, Unauthorized
+from app.errors import (
+    Forbidden,
+    GenerationCancelled,
+    GenerationTimeout,
+    HearthError,
+    HTTPStatusError,
+    Unauthorized,
+)
+from app.server import records
 from app.server.body import too_large
 from app.server.protocols import OLLAMA, OPENAI
 from app.server.protocols.base import Protocol
@@ -163,6 +171,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         "arrived": started,  # perf_counter: streaming.timed measures the TTFT from it
         "ttft_ms": None,
     }
+    records.begin(request)
     cors: dict[str, str] = {}
     protocol = protocol_of(request)
     state.inflight += 1
@@ -207,25 +216,36 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 raise Unauthorized(
                     "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
                 )
+            request[REQUEST_LOG]["key"] = "default"  # named keys (issue 14) put the name here
         resp = await _within_time_limit(request, handler)
     except HearthError as e:
-        resp = json_error(e, protocol)
+        resp = _error(request, e, protocol)
     except web.HTTPRequestEntityTooLarge:
-        resp = json_error(too_large(state.settings.max_body_bytes), protocol)
+        resp = _error(request, too_large(state.settings.max_body_bytes), protocol)
     except web.HTTPException as e:
         if e.status < 400:
             raise
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
-        resp = json_error(HTTPStatusError(e.status, e.reason or "error", code), protocol)
+        resp = _error(request, HTTPStatusError(e.status, e.reason or "error", code), protocol)
+    except asyncio.CancelledError:  # the client went away (or the server is stopping)
+        records.note_error(request, GenerationCancelled("the client went away"))
+        records.submit(request, GenerationCancelled.status, started)
+        raise
     except Exception:  # our bug: log it, answer 500 in the same shape
         log.exception("unhandled error on %s %s", request.method, request.path)
-        resp = json_error(HearthError("internal server error (see the Hearth log)"), protocol)
+        resp = _error(request, HearthError("internal server error (see the Hearth log)"), protocol)
     finally:
         state.inflight -= 1
     if cors and not resp.prepared:
         resp.headers.update(cors)
     _log_request(request, resp, started)
+    await records.finish(request, resp.status, started)
     return resp
+
+
+def _error(request: web.Request, err: HearthError, protocol: Protocol) -> web.Response:
+    records.note_error(request, err)
+    return json_error(err, protocol)
 
 
 # long-running by nature: a download's progress stream may last hours

@@ -16,11 +16,13 @@ from aiohttp import web
 
 from app.core.events import ServerStarted, ServerStopped
 from app.core.fsutil import atomic_write_json, read_json
+from app.core.records import RecordStore
 from app.core.service import Hearth
 from app.errors import ServerError
 from app.paths import AppPaths
 from app.server.app import STATE, create_app
 from app.server.edge import EdgeLimits, GuardedSite, IncompleteConnections
+from app.server.records import RECORDER, Recorder
 from app.server.tls import TlsConfig, load_tls, tls_pair
 from app.settings import SettingsStore, hash_key
 
@@ -156,6 +158,7 @@ class ServerController:
             bound_addresses=addresses,
         )
         app[STATE].starting = starting
+        app[RECORDER] = recorder = self._recorder()
         # handler_cancellation: a client that disconnects cancels its handler, which cancels
         # the generation within one token
         # the connections themselves are GuardedSite's (edge.py: deadlines, caps)
@@ -168,6 +171,7 @@ class ServerController:
         except BaseException:
             sock.close()
             await runner.cleanup()
+            await asyncio.to_thread(recorder.store.close)
             raise
         self._runner, self._site, self._app = runner, site, app
         self.host, self.port, self.addresses = host, sock.getsockname()[1], addresses
@@ -190,6 +194,12 @@ class ServerController:
             state = self._app[STATE]
             state.starting, state.startup_error = False, error
 
+    def _recorder(self) -> Recorder:
+        """The request records' store (issue 14), with the ``records`` settings as of now."""
+        cfg = self.settings_store.load().records
+        store = RecordStore(self.paths.requests_db, max_rows=cfg.max_rows)
+        return Recorder(store, cfg.log_content, cfg.content_max_chars)
+
     async def stop(self, reason: str = "stopped") -> None:
         """Close the listener first, end every stream with a final event, then clean up."""
         runner, site, app = self._runner, self._site, self._app
@@ -210,6 +220,7 @@ class ServerController:
                 gen.cancel()
             await asyncio.sleep(0.02)
         await runner.cleanup()
+        await asyncio.to_thread(app[RECORDER].store.close)  # what is queued is written first
         with contextlib.suppress(OSError, ValueError):
             info = read_json(self.paths.server_file, {})
             if isinstance(info, dict) and info.get("pid") == os.getpid():

@@ -22,6 +22,7 @@ from aiohttp import web
 from app.core.generation import Choices, Completion, Generation
 from app.core.types import Delta
 from app.errors import GenerationTimeout, HearthError, ModelUnloaded
+from app.server import records
 from app.server.protocols.base import Frame, Framing, StreamRenderer
 from app.server.state import REQUEST_LOG, STATE
 
@@ -74,6 +75,7 @@ async def timed(request: web.Request, gen: Generation) -> AsyncIterator[Delta]:
                 info["ttft_ms"] = (time.perf_counter() - info["arrived"]) * 1000.0
             if d.finish_reason is not None and request.get(TIMED_OUT):
                 d = replace(d, finish_reason="error", error=_timeout_error(request).message)
+            records.note_delta(request, d)  # time to first token, the answer's text
             yield d
     finally:
         timer.cancel()
@@ -176,6 +178,7 @@ async def respond(
     """
     # the gateway's route: the model ids tried for this answer, in order (the last answered)
     headers = {"x-hearth-model": model, "x-hearth-route": ",".join(choices.route or [model])}
+    records.note_start(request, model, stream)
     try:
         if not stream:
             results = list(await asyncio.gather(*(collect(request, g) for g in choices.started)))
@@ -208,6 +211,7 @@ async def respond(
                 finals.append(last)
             await writer.write(r_.close(finals))
         except HearthError as e:
+            records.note_error(request, e)  # the record's error code: its status stays 200
             await writer.write(r_.error(e))
         return await writer.close()
     finally:
@@ -228,6 +232,7 @@ def note_generation(request: web.Request, model: str, final: Delta) -> None:
     info = request.get(REQUEST_LOG)
     if info is None:  # a route driven without the edge middleware (tests)
         return
+    records.note_final(request, model, final)
     info["model"] = model
     if final.usage:
         info["prompt_tokens"] += final.usage.prompt_tokens

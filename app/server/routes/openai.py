@@ -146,6 +146,7 @@ async def embeddings(request: web.Request) -> web.Response:
     request[REQUEST_LOG]["model"] = req.model
     result = await request.app[SERVICE].embed(req)
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
+    request[REQUEST_LOG]["answered_by"] = result.model
     # ~1 s for 2,048 vectors: built and encoded off the event loop
     body = await asyncio.to_thread(wire.embeddings_response, req, result, fmt, result.model)
     return await large_json_response(body, headers=_route_headers(result.model, result.route))
