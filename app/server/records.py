@@ -51,14 +51,13 @@ _TIMING = web.RequestKey("hearth_timing", RequestTiming)
 def begin(request: web.Request) -> None:
     """Start the request's record (the log entry exists already)."""
     request[REQUEST_LOG].update(
-        arrived=time.time(),
+        wall=time.time(),  # the record's time ("arrived" is the perf_counter TTFT starts from)
         requested_model=None,  # the model asked for, once a generation names the one that answered
         answered_by=None,
         key=None,  # the API key's name: "default" for the single --api-key / HEARTH_API_KEY
         stream=False,
         error_code=None,
         queue_ms=None,
-        first_token_at=None,
         cache=None,  # the response cache's result, once there is one
         trace_id=None,  # the OpenTelemetry trace id, once there is one
         request_text=None,
@@ -92,12 +91,11 @@ def note_model(request: web.Request, body: Any) -> None:
 
 
 def note_delta(request: web.Request, d: Delta) -> None:
-    """A generation's delta: the first token's time, and the answer's text when recorded."""
+    """A generation's delta: the answer's text, when content is recorded (the time to first
+    token is streaming.timed's ``ttft_ms``)."""
     info = request.get(REQUEST_LOG)
-    if info is None or "first_token_at" not in info:
+    if info is None or "response_chars" not in info:
         return
-    if info["first_token_at"] is None and (d.text or d.reasoning or d.tool_calls or d.logprobs):
-        info["first_token_at"] = time.perf_counter()
     cap = _content_cap(request)
     room = cap - info["response_chars"]
     if room > 0 and d.text:
@@ -167,12 +165,11 @@ def provider_of(service: Hearth, model_id: str | None) -> str | None:
 def record_of(request: web.Request, status: int, started: float) -> RequestRecord:
     """The record of a request that ended now with ``status``."""
     info: dict[str, Any] = request[REQUEST_LOG]
-    first = info["first_token_at"]
     tps = info["tps"]
     answered = info["answered_by"]
     timing = request.get(_TIMING)
     return RequestRecord(
-        time=info["arrived"],
+        time=info["wall"],
         route=route_of(request),
         protocol=protocol_of(request),
         model=info["requested_model"] or info["model"],
@@ -185,7 +182,7 @@ def record_of(request: web.Request, status: int, started: float) -> RequestRecor
         prompt_tokens=info["prompt_tokens"],
         cached_tokens=info["cached_tokens"],
         completion_tokens=info["completion_tokens"],
-        ttft_ms=(first - started) * 1000 if first is not None else None,
+        ttft_ms=info["ttft_ms"],  # measured by streaming.timed, from the request's arrival
         total_ms=(time.perf_counter() - started) * 1000,
         tokens_per_second=tps if tps > 0 else None,
         queue_ms=info["queue_ms"],
@@ -203,7 +200,7 @@ def submit(
 ) -> concurrent.futures.Future[None] | None:
     """Queue the request's record (no wait): the future is done once it is committed."""
     rec = request.app.get(RECORDER)
-    if rec is None or "arrived" not in request[REQUEST_LOG]:
+    if rec is None or "wall" not in request[REQUEST_LOG]:
         return None
     try:
         return rec.store.add(record_of(request, status, started))
