@@ -12,9 +12,11 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from app.core import access
 from app.core.events import RequestFinished
 from app.errors import Forbidden, GenerationTimeout, HearthError, HTTPStatusError, Unauthorized
 from app.server.body import too_large
+from app.server.keyguard import Admission
 from app.server.protocols import OLLAMA, OPENAI
 from app.server.protocols.base import Protocol
 from app.server.routes import owner
@@ -194,7 +196,10 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                     "Access-Control-Max-Age": "600",
                 },
             )
-        if state.api_key_hashes and request.path not in PUBLIC_PATHS:
+        admission: Admission | None = None
+        if state.guard is not None and request.path not in PUBLIC_PATHS:
+            admission = state.guard.enter(request)  # named keys, roles, rate limits (issue 14)
+        elif state.guard is None and state.api_key_hashes and request.path not in PUBLIC_PATHS:
             auth = request.headers.get("Authorization", "")
             token = (
                 auth[7:].strip()
@@ -205,9 +210,16 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 raise Unauthorized(
                     "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
                 )
-        resp = await _within_time_limit(request, handler)
+        with access.scoped(admission.caller.models if admission else None):
+            try:
+                resp = await _within_time_limit(request, handler)
+            finally:
+                if admission is not None and state.guard is not None:
+                    info = request[REQUEST_LOG]
+                    used = info["prompt_tokens"] + info["completion_tokens"]
+                    state.guard.settle(admission, used)
     except HearthError as e:
-        resp = json_error(e, protocol)
+        resp = json_error(e, protocol, getattr(e, "headers", None))
     except web.HTTPRequestEntityTooLarge:
         resp = json_error(too_large(state.settings.max_body_bytes), protocol)
     except web.HTTPException as e:

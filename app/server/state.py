@@ -10,6 +10,7 @@ from aiohttp import web
 
 from app.core.generation import Generation
 from app.core.service import Hearth
+from app.server.keyguard import KeyGuard
 from app.settings import ServerSettings
 
 
@@ -25,6 +26,7 @@ class ServerState:
     stopping: bool = False
     started_at: float = field(default_factory=time.time)
     bound_addresses: tuple[str, ...] = ()  # what the listening sockets are bound to
+    guard: KeyGuard | None = None  # named keys and rate limits (issue 14); None: hashes only
 
 
 SERVICE = web.AppKey("service", Hearth)
