@@ -1,7 +1,9 @@
 """Token buckets for requests and tokens per minute (issue 14).
 
-A bucket holds up to ``per_minute`` (the burst: a full minute's allowance at once, as
-OpenAI's limits behave) and refills at ``per_minute / 60`` a second. The clock is injected
+A bucket refills at ``per_minute / 60`` a second and holds at most ten seconds of that
+(``BURST_S``; at least 1): OpenAI documents its per-minute limits as "quantized", enforced
+over shorter periods, so a client that spends a minute's allowance at once is refused there
+too. At 6 rpm that is one request every 10 s, never six at once. The clock is injected
 (tests freeze it); every call happens on the server's loop, so admission is atomic."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 Clock = Callable[[], float]
+BURST_S = 10.0  # the burst: this many seconds' worth of the per-minute allowance
 
 
 def duration(seconds: float) -> str:
@@ -28,7 +31,8 @@ def duration(seconds: float) -> str:
 
 class TokenBucket:
     def __init__(self, per_minute: int, clock: Clock) -> None:
-        self.capacity = float(per_minute)
+        self.per_minute = per_minute
+        self.capacity = max(1.0, per_minute * BURST_S / 60.0)
         self.rate = per_minute / 60.0  # tokens a second
         self._clock = clock
         self._level = self.capacity
@@ -43,7 +47,7 @@ class TokenBucket:
     def wait_for(self, amount: float) -> float:
         """Seconds until ``amount`` (at most the capacity) is available; 0 when it is now."""
         need = min(amount, self.capacity) - self.level()
-        return 0.0 if need <= 0 else need / self.rate
+        return 0.0 if need <= 1e-9 else need / self.rate  # float dust at the boundary is none
 
     def take(self, amount: float) -> None:
         """Charge ``amount``; the level may go below zero (a debt later requests wait out)."""
@@ -108,7 +112,7 @@ class Limits:
         for kind, b in (("requests", self.requests), ("tokens", self.tokens)):
             if b is None:
                 continue
-            h[f"x-ratelimit-limit-{kind}"] = str(int(b.capacity))
+            h[f"x-ratelimit-limit-{kind}"] = str(b.per_minute)
             h[f"x-ratelimit-remaining-{kind}"] = str(max(0, math.floor(b.level())))
             h[f"x-ratelimit-reset-{kind}"] = duration(b.reset_in())
         return h
