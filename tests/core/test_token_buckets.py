@@ -84,3 +84,15 @@ def test_a_global_tier_refuses_even_when_the_key_has_room() -> None:
     assert key.requests is not None and key.requests.level() == pytest.approx(
         99
     )  # the refusal charged neither
+
+
+def test_global_limits_are_settings() -> None:
+    from app.errors import ConfigError
+    from app.settings import settings_from_dict
+
+    assert settings_from_dict({}).limits.rpm == 0  # off unless set
+    s = settings_from_dict({"limits": {"rpm": 120, "tpm": 50000}})
+    assert (s.limits.rpm, s.limits.tpm) == (120, 50000)
+    assert s.to_dict()["limits"] == {"rpm": 120, "tpm": 50000}
+    with pytest.raises(ConfigError):
+        settings_from_dict({"limits": {"rpm": -1}})
