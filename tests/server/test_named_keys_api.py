@@ -319,3 +319,44 @@ def test_cli_changes_take_effect_at_once_and_last_use_is_recorded(keyed: Keyed) 
     used = {k.name: k.last_used_at for k in KeyStore(home / "config" / "keys.json").all().values()}
     assert used["free"] is not None and used["six"] is not None
     assert _cli(home, "keys", "rm", "nobody").returncode == 1
+
+
+def test_a_named_key_is_enough_to_serve_the_lan(tmp_path: Path, smollm2_path: Path) -> None:
+    from app.errors import ServerError
+    from tests.conftest import start_served
+
+    s = start_served(tmp_path / "lan", smollm2_path)
+    try:
+        s.call(s.controller.stop())  # type: ignore[attr-defined]
+        store = KeyStore(s.home / "config" / "keys.json")
+        store.add("team", "k-team-0123456789")
+        s.call(s.controller.start("0.0.0.0", 0))  # type: ignore[attr-defined]
+        port = s.controller.port  # type: ignore[attr-defined]
+        url = f"http://127.0.0.1:{port}/v1/models"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers=auth("k-team-0123456789")).status_code == 200
+        s.call(s.controller.stop())  # type: ignore[attr-defined]
+        store.remove("team")
+        with pytest.raises(ServerError, match="API key"):
+            s.call(s.controller.start("0.0.0.0", 0))  # type: ignore[attr-defined]
+    finally:
+        stop_served(s)
+
+
+def test_a_limited_keys_streams_carry_the_headers(keyed: Keyed) -> None:
+    body = {
+        "model": keyed.s.model_id,
+        "messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 2,
+        "stream": True,
+    }
+    with httpx.stream(
+        "POST", keyed.url("/v1/chat/completions"), json=body, headers=auth(keyed.keys["sixty"])
+    ) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["x-ratelimit-limit-requests"] == "60"
+        assert r.headers["x-ratelimit-remaining-requests"] == "9"
+        assert r.headers["x-ratelimit-reset-requests"] == "1s"
+        text = "".join(r.iter_text())
+    assert text.rstrip().endswith("data: [DONE]")
