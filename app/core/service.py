@@ -330,6 +330,7 @@ class Hearth:
 
     def estimate(self, model_id: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The memory a load would take with these options, against the budget."""
+        access.check(model_id)
         model = self.library.get(model_id)
         loaded = self.scheduler.loaded_model(model_id) is not None
         opts = self.scheduler.effective_options(model_id, options)

@@ -184,6 +184,7 @@ def test_out_of_scope_models_answer_exactly_as_unknown_ones(keyed: Keyed) -> Non
         ("/api/embed", lambda m: {"model": m, "input": "hi"}),
         ("/api/show", lambda m: {"model": m}),
         ("/tokenize", lambda m: {"model": m, "content": "hi"}),
+        ("/api/v1/models/estimate", lambda m: {"model": m}),
     ]
     for path, body in cases:
         hidden = keyed.post(path, body(emb), key)
@@ -335,7 +336,9 @@ def test_a_named_key_is_enough_to_serve_the_lan(tmp_path: Path, smollm2_path: Pa
         url = f"http://127.0.0.1:{port}/v1/models"
         assert httpx.get(url).status_code == 401
         assert httpx.get(url, headers=auth("k-team-0123456789")).status_code == 200
+        assert store.all()["team"].last_used_at is None  # not written per request
         s.call(s.controller.stop())  # type: ignore[attr-defined]
+        assert store.all()["team"].last_used_at is not None  # written as the server stopped
         store.remove("team")
         with pytest.raises(ServerError, match="API key"):
             s.call(s.controller.start("0.0.0.0", 0))  # type: ignore[attr-defined]
