@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.core.keys import hash_secret
+from app.core.keys import KeyStore, hash_secret
 from app.gui.main_window import MainWindow
 from tests.gui.helpers import SLOW
 
@@ -41,13 +41,13 @@ def test_add_copy_use_and_remove_a_key(window: MainWindow, qtbot: QtBot) -> None
     window.show_page("Server")
     page = window.server_page
     keys = page.keys_section
-    assert keys.table.rowCount() == 0
     keys.name_edit.setText("alice")
     keys.rpm_spin.setValue(6)
     keys.tpm_spin.setValue(1000)
     keys.models_edit.setText("smol*, org/*")
     keys.admin_check.setChecked(True)
     qtbot.mouseClick(keys.add_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: keys.table.rowCount() == 1, timeout=SLOW)
     secret = keys.secret_edit.text()
     assert secret.startswith("hearth-")
     path = page._server.paths.keys_file
@@ -67,7 +67,8 @@ def test_add_copy_use_and_remove_a_key(window: MainWindow, qtbot: QtBot) -> None
 
     keys.name_edit.setText("alice")  # a second key of that name is refused, and said so
     qtbot.mouseClick(keys.add_button, Qt.MouseButton.LeftButton)
-    assert "exists" in keys.banner.text() and keys.table.rowCount() == 1
+    qtbot.waitUntil(lambda: "exists" in keys.banner.text(), timeout=SLOW)
+    assert keys.table.rowCount() == 1
 
     page.port_spin.setValue(0)
     page.start_server()
@@ -79,10 +80,14 @@ def test_add_copy_use_and_remove_a_key(window: MainWindow, qtbot: QtBot) -> None
 
     keys.table.selectRow(0)
     qtbot.mouseClick(keys.remove_button, Qt.MouseButton.LeftButton)
-    assert keys.table.rowCount() == 0
+    qtbot.waitUntil(lambda: keys.table.rowCount() == 0, timeout=SLOW)
     assert json.loads(path.read_text())["keys"] == []
     after = get_in_thread(url, None)  # no key left: open again (loopback), at once
     qtbot.waitUntil(lambda: "status" in after, timeout=SLOW)
     assert after["status"] == 200
+    KeyStore(path).add("bob", "k-bob-0123456789", tpm=50)  # as `hearth keys add` would
+    keys.refresh()
+    qtbot.waitUntil(lambda: keys.table.rowCount() == 1, timeout=SLOW)
+    assert [keys.table.item(0, c).text() for c in range(4)] == ["bob", "user", "no limit", "50"]
     page.stop_server()
     qtbot.waitUntil(lambda: page.status_label.text() == "Stopped", timeout=SLOW)

@@ -1,6 +1,7 @@
 """The Server page's API keys (issue 14): list the named keys, add one (limits, model patterns,
 admin role) and copy its secret the one time it is shown, remove one. It edits keys.json
-itself, as ``hearth keys`` does; a running server sees each change at its next request."""
+itself, as ``hearth keys`` does (on the loop thread, through the bridge: the GUI thread never
+touches files); a running server sees each change at its next request."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.keys import KeyStore
-from app.errors import HearthError
+from app.core.keys import ApiKey, KeyStore
+from app.gui.bridge import Bridge, error_text
 from app.gui.views.common import MessageBanner
 from app.settings import generate_key
 
@@ -38,9 +39,10 @@ def _when(ts: float | None) -> str:
 
 
 class KeysSection(QWidget):
-    def __init__(self, store: KeyStore, parent: QWidget | None = None) -> None:
+    def __init__(self, store: KeyStore, bridge: Bridge, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._store = store
+        self._bridge = bridge
         self.table = QTableWidget(0, len(KEY_COLUMNS))
         self.table.setHorizontalHeaderLabels(KEY_COLUMNS)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -97,11 +99,15 @@ class KeysSection(QWidget):
         self.refresh()
 
     def refresh(self) -> None:
-        try:
-            keys = [k for k in self._store.all().values() if k.name]
-        except OSError as e:
-            self.banner.show_message(f"Could not read the keys: {e}", "error")
-            return
+        self._bridge.call(self._read, on_done=self._show, on_error=self._failed)
+
+    def _read(self) -> list[ApiKey]:
+        return [k for k in self._store.all().values() if k.name]
+
+    def _failed(self, exc: BaseException) -> None:
+        self.banner.show_message(error_text(exc), "error")
+
+    def _show(self, keys: list[ApiKey]) -> None:
         self.table.setRowCount(len(keys))
         for r, k in enumerate(keys):
             cells = (
@@ -115,46 +121,45 @@ class KeysSection(QWidget):
             for c, text in enumerate(cells):
                 self.table.setItem(r, c, QTableWidgetItem(text))
 
-    def add_key(self) -> str | None:
-        """Create the key from the fields; the secret is shown (and returned) this once."""
+    def add_key(self) -> None:
+        """Create the key from the fields; its secret is shown this once."""
         secret = generate_key()
         models = [m.strip() for m in self.models_edit.text().split(",") if m.strip()]
-        try:
-            self._store.add(
-                self.name_edit.text().strip(),
-                secret,
-                rpm=self.rpm_spin.value(),
-                tpm=self.tpm_spin.value(),
-                models=models,
-                admin=self.admin_check.isChecked(),
-            )
-        except (HearthError, OSError) as e:
-            self.banner.show_message(str(e), "error")
-            return None
-        self.banner.clear_message()
-        self.secret_edit.setText(secret)
-        self.copy_button.setEnabled(True)
-        self.name_edit.clear()
-        self.models_edit.clear()
-        self.admin_check.setChecked(False)
-        self.refresh()
-        return secret
+        name, rpm, tpm = self.name_edit.text().strip(), self.rpm_spin.value(), self.tpm_spin.value()
+        admin = self.admin_check.isChecked()
+
+        def add() -> list[ApiKey]:
+            self._store.add(name, secret, rpm=rpm, tpm=tpm, models=models, admin=admin)
+            return self._read()
+
+        def added(keys: list[ApiKey]) -> None:
+            self.banner.clear_message()
+            self.secret_edit.setText(secret)
+            self.copy_button.setEnabled(True)
+            self.name_edit.clear()
+            self.models_edit.clear()
+            self.admin_check.setChecked(False)
+            self._show(keys)
+
+        self._bridge.call(add, on_done=added, on_error=self._failed)
 
     def remove_selected(self) -> None:
         rows = self.table.selectionModel().selectedRows()
-        if not rows:
+        item = self.table.item(rows[0].row(), 0) if rows else None
+        if item is None:
             self.banner.show_message("Select a key to remove.", "info")
             return
-        item = self.table.item(rows[0].row(), 0)
-        if item is None:
-            return
-        try:
-            self._store.remove(item.text())
-        except OSError as e:
-            self.banner.show_message(f"Could not remove the key: {e}", "error")
-            return
-        self.banner.clear_message()
-        self.refresh()
+        name = item.text()
+
+        def remove() -> list[ApiKey]:
+            self._store.remove(name)
+            return self._read()
+
+        def removed(keys: list[ApiKey]) -> None:
+            self.banner.clear_message()
+            self._show(keys)
+
+        self._bridge.call(remove, on_done=removed, on_error=self._failed)
 
     def copy_secret(self) -> None:
         """Copy the new key, then forget it: it is never shown again."""

@@ -171,7 +171,7 @@ class ServerPage(QWidget):
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.charts_area)
         self.splitter.addWidget(requests)
-        self.keys_section = KeysSection(KeyStore(self._server.paths.keys_file))
+        self.keys_section = KeysSection(KeyStore(self._server.paths.keys_file), self._bridge)
         self.splitter.addWidget(self.keys_section)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setStretchFactor(0, 0)
