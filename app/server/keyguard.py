@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 FLUSH_EVERY_S = 30.0  # last_used_at reaches the file at most this often (and at shutdown)
 RATE_HEADERS = web.RequestKey("hearth_rate_headers", dict)
+# the calling key's name once identified (also on requests then refused 403/429): for records
+KEY_NAME = web.RequestKey("hearth_key_name", str)
 
 # the management routes only admin keys may call: load, unload, pin, presets, pull, downloads,
 # keys, providers (and Ollama's pull/delete family, refused before they could exist)
@@ -122,6 +124,7 @@ class KeyGuard:
             Unauthorized (401), PermissionDenied (403), RateLimited (429, with the headers).
         """
         caller = self.identify(token_from(request))
+        request[KEY_NAME] = caller.name or ""
         if not caller.admin and is_management(request.path):
             raise PermissionDenied(
                 f"the key '{caller.name}' may not use management routes (it is not an admin key)"
