@@ -114,6 +114,26 @@ class Forbidden(HearthError):
     type = "invalid_request_error"
 
 
+class PermissionDenied(HearthError):
+    """A key without the admin role on a management route (issue 14)."""
+
+    status = 403
+    code = "permission_denied"
+    type = "invalid_request_error"
+
+
+class RateLimited(HearthError):
+    """A key's (or the server's) requests or tokens per minute are spent (issue 14)."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+    type = "rate_limit_error"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Unauthorized(HearthError):
     """A missing or wrong API key."""
 

@@ -63,6 +63,11 @@ class AppPaths:
         return self.data / "requests.sqlite"
 
     @property
+    def keys_file(self) -> Path:
+        """Named API keys (issue 14): hashes, limits, model patterns, roles (0600)."""
+        return self.config / "keys.json"
+
+    @property
     def probe_file(self) -> Path:
         return self.cache / "runtime-probe.json"
 

@@ -162,6 +162,14 @@ class UiSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitsSettings:
+    """The server-wide token buckets (issue 14): requests and tokens per minute; 0 = off."""
+
+    rpm: int = 0
+    tpm: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     load: LoadDefaults = field(default_factory=LoadDefaults)
@@ -178,6 +186,7 @@ class Settings:
     keep_in_tray: bool = True
     ui: UiSettings = field(default_factory=UiSettings)
     records: RecordSettings = field(default_factory=RecordSettings)
+    limits: LimitsSettings = field(default_factory=LimitsSettings)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -275,6 +284,7 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         routing=routing,
         ui=_ui_from_dict(raw.get("ui", {})),
         records=records,
+        limits=_coerce(LimitsSettings, raw.get("limits", {}), "limits"),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from app import __version__
-from app.cli import alias, doctor, hub, models, providers, requests, serve
+from app.cli import alias, doctor, hub, keys, models, providers, requests, serve
 from app.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail, setup_logging
 from app.cli.compose import build_service
 from app.errors import HearthError
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     hub.add_parsers(sub)
     alias.add_parsers(sub)
     providers.add_parsers(sub)
+    keys.add_parsers(sub)
     doctor.add_parsers(sub)
     requests.add_parsers(sub)
     return p

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.core import fit, request_timing
+from app.core import access, fit, request_timing
 from app.core import prompt as prompting
 from app.core import rerank as ranking
 from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
@@ -158,13 +158,13 @@ class Hearth:
             ProviderUnavailable (503) / ProviderError (401): its provider is not ready;
             ModelNotFound: the provider lists no such model.
         """
-        if self.providers is None or not self._remote(model_id):
+        if self.providers is None or not self._remote(model_id) or not access.allowed(model_id):
             return None
         return self.providers.listing(model_id)
 
     def remote_models(self) -> list[RemoteListing]:
         """The models of every ready provider (``PREFIX + remote id``)."""
-        return self.providers.listings() if self.providers is not None else []
+        return access.visible(self.providers.listings(), lambda r: r.id) if self.providers else []
 
     # -- providers and aliases, as the GUI edits them (the CLI edits the files directly) -----------
     def provider_statuses(self) -> list[ProviderStatus]:
@@ -202,7 +202,7 @@ class Hearth:
 
     def aliases(self) -> dict[str, tuple[str, ...]]:
         """Every alias and its targets (a fallback chain when more than one), in file order."""
-        return self.gateway.alias_map()
+        return self.gateway.visible_aliases()  # those a key's --models scope reaches
 
     def is_routable(self, name: str) -> bool:
         """True for a name the gateway answers besides a local model id (an alias, ``auto``,
@@ -213,7 +213,7 @@ class Hearth:
     def models(self) -> list[ModelStatus]:
         loaded = {i.model_id: i for i in self.scheduler.loaded()}
         out = []
-        for m in self.library.list():
+        for m in access.visible(self.library.list(), lambda m: m.id):
             info = loaded.get(m.id)
             out.append(
                 ModelStatus(
@@ -227,6 +227,7 @@ class Hearth:
         return out
 
     def model_status(self, model_id: str) -> ModelStatus:
+        access.check(model_id)  # out of a key's --models scope: as unknown
         m = self.library.get(model_id)
         info = next((i for i in self.scheduler.loaded() if i.model_id == model_id), None)
         return ModelStatus(
@@ -293,16 +294,17 @@ class Hearth:
         wait: bool = False,
     ) -> LoadResult:
         """Like :meth:`load`, saying whether it loaded, reloaded or left the model unchanged."""
+        access.check(model_id)
         return await self.scheduler.load_result(
             model_id, options, force=force, ttl=ttl, pin=pin, wait=wait
         )
 
     def loaded(self) -> list[LoadedInfo]:
         """The models in memory, with their options, TTL and pending requests."""
-        return self.scheduler.loaded()
+        return access.visible(self.scheduler.loaded(), lambda i: i.model_id)
 
     def loading(self) -> list[str]:
-        return self.scheduler.loading()
+        return [m for m in self.scheduler.loading() if access.allowed(m)]
 
     def memory(self) -> dict[str, int]:
         """The memory budget for models and what the loaded ones use."""
@@ -328,6 +330,7 @@ class Hearth:
 
     def estimate(self, model_id: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The memory a load would take with these options, against the budget."""
+        access.check(model_id)
         model = self.library.get(model_id)
         loaded = self.scheduler.loaded_model(model_id) is not None
         opts = self.scheduler.effective_options(model_id, options)
@@ -356,7 +359,7 @@ class Hearth:
     def resolve_local(self, name: str) -> str:
         """The local model id ``name`` stands for: itself, or an alias's (or ``auto``'s) first
         local target. Raises ModelNotFound, or NotSupported for a remote model."""
-        if self._is_local(name):
+        if self._is_local(name) and access.allowed(name):
             return name
         if self._remote(name):
             raise NotSupported(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from app.core.service import Hearth
 from app.server.body import large_json_response, read_json_body
+from app.server.keyguard import KeyGuard, add_rate_headers
 from app.server.middleware import edge_middleware, mark_prepared
 from app.server.state import REQUEST_LOG, SERVICE, STATE, ServerState
 from app.settings import ServerSettings
@@ -28,6 +31,7 @@ def create_app(
     api_key_hashes: tuple[str, ...] = (),
     bound_host: str = "127.0.0.1",
     bound_addresses: tuple[str, ...] = (),
+    guard: KeyGuard | None = None,
 ) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
     from app.server import downloads_api, metrics, native
@@ -35,13 +39,17 @@ def create_app(
 
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
     app.on_response_prepare.append(mark_prepared)
+    app.on_response_prepare.append(add_rate_headers)
     app[SERVICE] = service
     app[STATE] = ServerState(
         settings=settings,
         api_key_hashes=api_key_hashes,
         bound_host=bound_host,
         bound_addresses=bound_addresses,
+        guard=guard,
     )
+    if guard is not None:
+        app.on_cleanup.append(lambda _app: _flush(guard))
     app.router.add_routes(openai.routes)
     app.router.add_routes(native.routes)
     app.router.add_routes(ollama.routes)
@@ -51,6 +59,10 @@ def create_app(
     metrics.install(app)  # /metrics, /api/v1/metrics (issue 14)
     app.on_startup.append(_start_providers)
     return app
+
+
+async def _flush(guard: KeyGuard) -> None:
+    await asyncio.get_running_loop().run_in_executor(None, guard.flush)
 
 
 async def _start_providers(app: web.Application) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from app.core import access
 from app.core.events import RequestFinished
 from app.errors import (
     Forbidden,
@@ -23,6 +24,7 @@ from app.errors import (
 )
 from app.server import records
 from app.server.body import too_large
+from app.server.keyguard import KEY_NAME, Admission
 from app.server.protocols import OLLAMA, OPENAI
 from app.server.protocols.base import Protocol
 from app.server.routes import owner
@@ -205,7 +207,10 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                     "Access-Control-Max-Age": "600",
                 },
             )
-        if state.api_key_hashes and request.path not in PUBLIC_PATHS:
+        admission: Admission | None = None
+        if state.guard is not None and request.path not in PUBLIC_PATHS:
+            admission = state.guard.enter(request)  # named keys, roles, rate limits (issue 14)
+        elif state.guard is None and state.api_key_hashes and request.path not in PUBLIC_PATHS:
             auth = request.headers.get("Authorization", "")
             token = (
                 auth[7:].strip()
@@ -216,10 +221,21 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 raise Unauthorized(
                     "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
                 )
-            request[REQUEST_LOG]["key"] = "default"  # named keys (issue 14) put the name here
-        resp = await _within_time_limit(request, handler)
+            request[REQUEST_LOG]["key"] = "default"  # the single key's name (issue 14)
+        if admission is not None:
+            request[REQUEST_LOG]["key"] = request.get(KEY_NAME) or None
+        with access.scoped(admission.caller.models if admission else None):
+            try:
+                resp = await _within_time_limit(request, handler)
+            finally:
+                if admission is not None and state.guard is not None:
+                    info = request[REQUEST_LOG]
+                    used = info["prompt_tokens"] + info["completion_tokens"]
+                    state.guard.settle(admission, used)
     except HearthError as e:
-        resp = _error(request, e, protocol)
+        if request[REQUEST_LOG].get("key") is None and request.get(KEY_NAME):
+            request[REQUEST_LOG]["key"] = request[KEY_NAME]  # refused (403, 429): still named
+        resp = _error(request, e, protocol, getattr(e, "headers", None))
     except web.HTTPRequestEntityTooLarge:
         resp = _error(request, too_large(state.settings.max_body_bytes), protocol)
     except web.HTTPException as e:
@@ -243,9 +259,14 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return resp
 
 
-def _error(request: web.Request, err: HearthError, protocol: Protocol) -> web.Response:
+def _error(
+    request: web.Request,
+    err: HearthError,
+    protocol: Protocol,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
     records.note_error(request, err)
-    return json_error(err, protocol)
+    return json_error(err, protocol, headers)
 
 
 # long-running by nature: a download's progress stream may last hours

@@ -9,6 +9,7 @@ import ipaddress
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,12 +17,15 @@ from aiohttp import web
 
 from app.core.events import ServerStarted, ServerStopped
 from app.core.fsutil import atomic_write_json, read_json
+from app.core.keys import KeyStore
+from app.core.ratelimit import Clock
 from app.core.records import RecordStore
 from app.core.service import Hearth
 from app.errors import ServerError
 from app.paths import AppPaths
 from app.server.app import STATE, create_app
 from app.server.edge import EdgeLimits, GuardedSite, IncompleteConnections
+from app.server.keyguard import KeyGuard
 from app.server.records import RECORDER, Recorder
 from app.server.tls import TlsConfig, load_tls, tls_pair
 from app.settings import SettingsStore, hash_key
@@ -86,6 +90,7 @@ class ServerController:
         self.addresses: tuple[str, ...] = ()  # the addresses actually bound
         self.extra_key_hashes: tuple[str, ...] = ()
         self.tls: TlsConfig | None = None  # while serving HTTPS
+        self.clock: Clock = time.monotonic  # the rate limits' clock (a seam: tests freeze it)
 
     @property
     def running(self) -> bool:
@@ -130,6 +135,13 @@ class ServerController:
         host = host or settings.host
         port = settings.port if port is None else port
         keys = tuple(settings.api_key_hashes) + self.extra_key_hashes
+        store = self.settings_store
+
+        def limits() -> tuple[int, int]:
+            g = store.load().limits
+            return g.rpm, g.tpm
+
+        guard = KeyGuard(KeyStore(self.paths.keys_file), keys, limits, clock=self.clock)
         pair = tls_pair(tls_cert or settings.tls_cert, tls_key or settings.tls_key)
         tls = load_tls(*pair) if pair else None  # before binding: a bad pair never listens
         try:
@@ -138,7 +150,7 @@ class ServerController:
             raise _listen_error(e, host, port) from e
         addresses = (str(sock.getsockname()[0]),)
         exposed = [a for a in addresses if not is_loopback_address(a)]
-        if exposed and not keys:
+        if exposed and not guard.required():
             sock.close()  # never listened: nobody could connect meanwhile
             where = host if exposed[0] == host else f"{host} ({exposed[0]})"
             raise ServerError(
@@ -156,6 +168,7 @@ class ServerController:
             api_key_hashes=keys,
             bound_host=host,
             bound_addresses=addresses,
+            guard=guard,
         )
         app[STATE].starting = starting
         app[RECORDER] = recorder = self._recorder()

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from app.core.generation import Generation
 from app.core.service import Hearth
+from app.server.keyguard import KeyGuard
 from app.settings import ServerSettings
 
 
@@ -29,6 +30,7 @@ class ServerState:
     # preloads) run while ``starting``; the message of the one that failed
     starting: bool = False
     startup_error: str | None = None
+    guard: KeyGuard | None = None  # named keys and rate limits (issue 14); None: hashes only
 
 
 SERVICE = web.AppKey("service", Hearth)

@@ -7,10 +7,12 @@ target as it is)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from app.core import access
 from app.core.gateway.aliases import AliasStore, find_cycle
 from app.core.gateway.auto import AUTO, AutoRule, RequestFacts, pick
 from app.core.gateway.retry import is_retryable
@@ -65,6 +67,23 @@ class Gateway:
             model = pick(routing.auto, facts, self._loaded_target)
         out: list[str] = []
         self._expand(model, self.alias_map(), out)
+        out = [t for t in out if access.allowed(t)]  # a key's --models scope (issue 14)
+        if not out:  # the answer an unknown name gets: the key cannot learn the model exists
+            raise ModelNotFound(
+                f"model '{model}' not found (not a model id or an alias)", param="model"
+            )
+        return out
+
+    def visible_aliases(self) -> dict[str, tuple[str, ...]]:
+        """The aliases the request's scope reaches (every alias outside a scope)."""
+        aliases = self.alias_map()
+        if not access.active():
+            return aliases
+        out: dict[str, tuple[str, ...]] = {}
+        for name, targets in aliases.items():
+            with contextlib.suppress(HearthError):
+                self.targets(name, RequestFacts())  # raises when no target is in scope
+                out[name] = targets
         return out
 
     def _expand(self, name: str, aliases: dict[str, tuple[str, ...]], out: list[str]) -> None:

@@ -24,10 +24,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import RequestFinished
+from app.core.keys import KeyStore
 from app.gui.bridge import Bridge, error_text, log_failure
 from app.gui.models.request_log import COLUMNS, RequestLogModel
 from app.gui.views.cache_chart import CacheChart
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.keys_section import KeysSection
 from app.gui.views.speed_chart import SpeedChart
 from app.server.runner import ServerController
 from app.settings import ServerSettings, Settings
@@ -169,6 +171,8 @@ class ServerPage(QWidget):
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.charts_area)
         self.splitter.addWidget(requests)
+        self.keys_section = KeysSection(KeyStore(self._server.paths.keys_file), self._bridge)
+        self.splitter.addWidget(self.keys_section)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)

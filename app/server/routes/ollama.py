@@ -97,7 +97,7 @@ async def show(request: web.Request) -> web.Response:
 @routes.get("/api/ps")
 async def ps(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    return web.json_response(listing.ps(service.scheduler.loaded(), service.models()))
+    return web.json_response(listing.ps(service.loaded(), service.models()))
 
 
 async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -> Any:

@@ -1,0 +1,185 @@
+"""Named keys at the edge (issue 14): who is calling, whether their role allows the route, and
+their token buckets (plus the server-wide one). The middleware calls :meth:`KeyGuard.enter`
+before the body is read and :meth:`KeyGuard.settle` when the handler is done."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from app.core.keys import DEFAULT_NAME, ApiKey, KeyStore, hash_secret
+from app.core.ratelimit import Clock, Limits, admit
+from app.errors import PermissionDenied, RateLimited, Unauthorized
+
+log = logging.getLogger(__name__)
+
+FLUSH_EVERY_S = 30.0  # last_used_at reaches the file at most this often (and at shutdown)
+RATE_HEADERS = web.RequestKey("hearth_rate_headers", dict)
+# the calling key's name once identified (also on requests then refused 403/429): for records
+KEY_NAME = web.RequestKey("hearth_key_name", str)
+
+# the management routes only admin keys may call: load, unload, pin, presets, pull, downloads,
+# keys, providers (and Ollama's pull/delete family, refused before they could exist)
+_ADMIN_PATHS = frozenset(
+    {"/api/v1/models/load", "/api/v1/models/unload", "/api/v1/models/pin"}
+    | {"/api/pull", "/api/delete", "/api/push", "/api/copy", "/api/create"}
+)
+_ADMIN_PREFIXES = ("/api/v1/pull", "/api/v1/downloads", "/api/v1/keys", "/api/v1/providers")
+
+
+def is_management(path: str) -> bool:
+    return (
+        path in _ADMIN_PATHS
+        or path.startswith(_ADMIN_PREFIXES)
+        or (path.startswith("/api/v1/models/") and path.endswith("/preset"))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """The key a request came with (None name: no key needed, none given)."""
+
+    name: str | None
+    admin: bool
+    models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    caller: Caller
+    tiers: list[Limits]
+    charged: float  # tokens charged at admission (an estimate)
+
+
+def token_from(request: web.Request) -> str:
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-api-key", "")
+
+
+def estimate_tokens(request: web.Request) -> float:
+    """The prompt's tokens before the body is read: about 4 bytes a token (settled after)."""
+    return float((request.content_length or 0) // 4)
+
+
+class KeyGuard:
+    def __init__(
+        self,
+        store: KeyStore | None,
+        default_hashes: tuple[str, ...] = (),
+        global_limits: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        *,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.default_hashes = default_hashes
+        self._global_limits = global_limits
+        self.clock = clock
+        self._buckets: dict[str, Limits] = {}  # key name (or "" for global) -> its buckets
+        self._flushed_at = time.monotonic()
+        self._flushing = False
+
+    def keys(self) -> dict[str, ApiKey]:
+        return self.store.all() if self.store is not None else {}
+
+    def required(self) -> bool:
+        return bool(self.default_hashes or self.keys())
+
+    def _limits(self, name: str, rpm: int, tpm: int) -> Limits:
+        cur = self._buckets.get(name)
+        if cur is None or (cur.rpm, cur.tpm) != (rpm, tpm):  # new, or its limits changed
+            cur = self._buckets[name] = Limits(rpm, tpm, self.clock)
+        return cur
+
+    def identify(self, token: str) -> Caller:
+        """Raises Unauthorized: keys exist and ``token`` is none of them."""
+        keys = self.keys()
+        if not (self.default_hashes or keys):
+            return Caller(None, admin=True)
+        digest = hash_secret(token) if token else ""
+        ok_default = False
+        for h in self.default_hashes:  # every comparison made, each in constant time
+            ok_default |= hmac.compare_digest(digest, h)
+        named = self.store.match(digest) if token and self.store is not None else None
+        if ok_default:
+            return Caller(DEFAULT_NAME, admin=True)
+        if named is None:
+            raise Unauthorized(
+                "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
+            )
+        return Caller(named.name, named.admin, named.models)
+
+    def enter(self, request: web.Request) -> Admission:
+        """Who is calling, whether they may use this route, and their buckets' admission.
+
+        Raises:
+            Unauthorized (401), PermissionDenied (403), RateLimited (429, with the headers).
+        """
+        caller = self.identify(token_from(request))
+        request[KEY_NAME] = caller.name or ""
+        if not caller.admin and is_management(request.path):
+            raise PermissionDenied(
+                f"the key '{caller.name}' may not use management routes (it is not an admin key)"
+            )
+        tiers: list[Limits] = []
+        key = self.keys().get(caller.name or "") if caller.name != DEFAULT_NAME else None
+        if key is not None and (key.rpm or key.tpm):
+            tiers.append(self._limits("key:" + key.name, key.rpm, key.tpm))
+        g_rpm, g_tpm = self._global_limits()
+        if g_rpm or g_tpm:
+            tiers.append(self._limits("", g_rpm, g_tpm))
+        charged = estimate_tokens(request) if any(t.tokens for t in tiers) else 0.0
+        verdict = admit(tiers, charged)
+        if verdict.wait > 0:
+            err = RateLimited(
+                f"rate limit reached ({verdict.limit} per minute); retry in "
+                f"{math.ceil(verdict.wait)}s",
+                retry_after=max(1, math.ceil(verdict.wait)),
+            )
+            err.headers = verdict.headers  # type: ignore[attr-defined]
+            raise err
+        if verdict.headers:
+            request[RATE_HEADERS] = verdict.headers
+        if caller.name not in (None, DEFAULT_NAME) and self.store is not None:
+            self.store.note_use(caller.name or "")
+            self._maybe_flush()
+        return Admission(caller, tiers, charged)
+
+    def settle(self, admission: Admission, used_tokens: int) -> None:
+        """Charge the request's real tokens (prompt + completion) instead of the estimate."""
+        for t in admission.tiers:
+            t.settle(used_tokens - admission.charged)
+
+    def _maybe_flush(self) -> None:
+        now = time.monotonic()
+        if self._flushing or now - self._flushed_at < FLUSH_EVERY_S or self.store is None:
+            return
+        self._flushed_at, self._flushing = now, True
+        task = asyncio.get_running_loop().run_in_executor(None, self.store.flush_uses)
+        task.add_done_callback(self._flushed)
+
+    def _flushed(self, fut: asyncio.Future[int]) -> None:
+        self._flushing = False
+        if not fut.cancelled() and fut.exception() is not None:
+            log.warning("could not record the keys' last use: %s", fut.exception())
+
+    def flush(self) -> None:
+        if self.store is not None:
+            try:
+                self.store.flush_uses()
+            except OSError as e:
+                log.warning("could not record the keys' last use: %s", e)
+
+
+async def add_rate_headers(request: web.Request, resp: web.StreamResponse) -> None:
+    """on_response_prepare: a limited caller's buckets, on every response (streams too)."""
+    for k, v in request.get(RATE_HEADERS, {}).items():
+        resp.headers.setdefault(k, v)
