@@ -177,6 +177,8 @@ class RecordStore:
                     "DELETE FROM requests WHERE id <= (SELECT max(id) FROM requests) - ?",
                     (self.max_rows,),
                 )
+        except sqlite3.OperationalError as e:  # a full disk, I/O: the machine's state, not a bug
+            log.warning("could not write %d request records to %s: %s", len(records), self.path, e)
         except sqlite3.Error:
             log.exception("could not write %d request records to %s", len(records), self.path)
 
