@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.core import access, fit, request_timing
+from app.core import access, embed_input, fit, request_timing
 from app.core import prompt as prompting
 from app.core import rerank as ranking
 from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
@@ -47,7 +47,7 @@ from app.core.types import (
     Runtime,
     SamplingParams,
 )
-from app.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound, NotSupported
+from app.errors import InvalidRequest, ModelNotFound, NotSupported
 
 log = logging.getLogger(__name__)
 
@@ -533,25 +533,7 @@ class Hearth:
                     f"embedding model (e.g. a BERT or nomic-embed GGUF) for /v1/embeddings",
                     param="model",
                 )
-            token_lists: list[list[int]] = []
-            vocab = int(lm.special_tokens.get("n_vocab") or 0)
-            for i, item in enumerate(inputs):
-                if isinstance(item, str):
-                    toks = await prompting.tokenize(lm, item, f"input[{i}]", parse_special=False)
-                else:
-                    toks = list(item)
-                    if vocab and any(t < 0 or t >= vocab for t in toks):
-                        raise InvalidRequest(
-                            f"token ids must be in [0, {vocab})", param=f"input[{i}]"
-                        )
-                if not toks:
-                    raise InvalidRequest("an input is empty", param=f"input[{i}]")
-                if len(toks) > lm.context_length:
-                    raise ContextLengthExceeded(
-                        f"input {i} has {len(toks)} tokens; this model takes at most {lm.context_length}",
-                        param=f"input[{i}]",
-                    )
-                token_lists.append(toks)
+            token_lists = await embed_input.token_lists(lm, inputs)
             vectors = await lm.embed(token_lists)
         if req.dimensions is not None and vectors and req.dimensions != len(vectors[0]):
             # truncating a non-Matryoshka embedding silently degrades it: say so instead
