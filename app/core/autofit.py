@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from app.core.types import LoadOptions
+from app.core.units import human_bytes
 
 DEFAULT_MAX_AUTO_CONTEXT = 32768
 STEP = 1024  # auto contexts below the top are multiples of this
@@ -31,10 +32,6 @@ class ContextChoice:
 
 def _fmt(n: int) -> str:
     return f"{n:,}"
-
-
-def _gib(n: int) -> str:
-    return f"{n / 1024**3:.1f} GiB"
 
 
 def choose_context(
@@ -82,13 +79,13 @@ def choose_context(
     if best:
         return ContextChoice(
             replace(options, context_length=best),
-            f"auto: the most that fits the {_gib(free_bytes)} of the memory budget this load "
-            f"can use ({_fmt(top)}, {why_top.split(' (')[0]}, would need {_gib(top_need)})",
+            f"auto: the most that fits the {human_bytes(free_bytes)} of the memory budget this load "
+            f"can use ({_fmt(top)}, {why_top.split(' (')[0]}, would need {human_bytes(top_need)})",
             True,
         )
     return ContextChoice(
         replace(options, context_length=floor),
         f"auto: the smallest auto context ({_fmt(floor)}); even it needs more than the "
-        f"{_gib(free_bytes)} of the memory budget this load can use",
+        f"{human_bytes(free_bytes)} of the memory budget this load can use",
         True,
     )

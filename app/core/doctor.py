@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.core.hardware import HardwareGpu
+from app.core.units import human_bytes
 
 # how to get a llama.cpp build that drives each vendor's GPU (README "GPU builds")
 FIXES = {
@@ -31,10 +32,6 @@ FIXES = {
         "--force-reinstall --no-cache-dir llama-cpp-python"
     ),
 }
-
-
-def _gib(n: int) -> str:
-    return f"{n / 1024**3:.1f} GiB"
 
 
 def _self_report(runtime: Any) -> dict[str, Any]:
@@ -88,7 +85,7 @@ def build_report(
             gpus.append({"name": hw.name, "memory_bytes": hw.memory_bytes, "backend": None})
         built = ", ".join(llama.get("backends") or ()) or "none"
         warnings.append(
-            f"{hw.name} ({_gib(hw.memory_bytes)}) is present but this llama.cpp build cannot use "
+            f"{hw.name} ({human_bytes(hw.memory_bytes)}) is present but this llama.cpp build cannot use "
             f"it (its backends: {built}), so GGUF models run on the CPU. To fix it, "
             f"{FIXES.get(hw.vendor, 'install a llama-cpp-python build for this GPU')}."
         )
@@ -109,8 +106,8 @@ def build_report(
         )
     if ram_bytes and memory_budget_bytes > ram_bytes and not gpus:
         warnings.append(
-            f"The memory budget ({_gib(memory_budget_bytes)}) is larger than this machine's RAM "
-            f"({_gib(ram_bytes)}): loads that fit it may swap. Lower it in Settings."
+            f"The memory budget ({human_bytes(memory_budget_bytes)}) is larger than this machine's RAM "
+            f"({human_bytes(ram_bytes)}): loads that fit it may swap. Lower it in Settings."
         )
     return {
         "version": version,
@@ -147,7 +144,7 @@ def text(report: dict[str, Any]) -> list[str]:
     if report["gpus"]:
         for g in report["gpus"]:
             used = f"used by {g['backend']}" if g["backend"] else "NOT USED"
-            lines.append(f"GPU: {g['name']}, {_gib(g['memory_bytes'])} ({used})")
+            lines.append(f"GPU: {g['name']}, {human_bytes(g['memory_bytes'])} ({used})")
     else:
         lines.append("GPU: none found (models run on the CPU)")
     mlx = report["mlx"]
@@ -156,7 +153,7 @@ def text(report: dict[str, Any]) -> list[str]:
     lines.append(
         f"AMX probe: {amx['verdict']}" + (" (this CPU has AMX)" if amx.get("cpu_has_amx") else "")
     )
-    lines.append(f"Memory budget: {_gib(report['memory_budget_bytes'])}")
+    lines.append(f"Memory budget: {human_bytes(report['memory_budget_bytes'])}")
     for name, p in report["paths"].items():
         lines.append(f"{name.capitalize()} folder: {p}")
     srv = report["server"]

@@ -31,6 +31,7 @@ from app.core.library import ModelLibrary
 from app.core.loaded import LoadedInfo, LoadResult
 from app.core.presets import PresetStore, apply_options
 from app.core.types import LoadedModel, LoadOptions, LocalModel, Runtime
+from app.core.units import human_bytes
 from app.errors import (
     HearthError,
     InsufficientMemory,
@@ -436,8 +437,8 @@ class ModelScheduler:
         if used() - freed + needed > budget and not force:
             available = max(0, budget - (used() - freed))
             raise InsufficientMemory(
-                f"'{model.id}' needs about {_gib(needed)} but only {_gib(available)} of the "
-                f"{_gib(budget)} memory budget can be freed (loaded models that are busy or pinned "
+                f"'{model.id}' needs about {human_bytes(needed)} but only {human_bytes(available)} of the "
+                f"{human_bytes(budget)} memory budget can be freed (loaded models that are busy or pinned "
                 f"stay). Unload a model, raise the budget, lower the context, or load anyway (force).",
                 needed=needed,
                 available=available,
@@ -486,7 +487,10 @@ class ModelScheduler:
             # the real footprint is larger than the estimate: remember it for next time
             self._calibrated[key] = measured
             log.info(
-                "%s: measured %s after load, estimated %s", model.id, _gib(measured), _gib(memory)
+                "%s: measured %s after load, estimated %s",
+                model.id,
+                human_bytes(measured),
+                human_bytes(memory),
             )
             memory = measured
         now = self._clock()
@@ -589,7 +593,3 @@ def _calib_key(model: LocalModel, options: LoadOptions) -> str:
         f"{model.id}|{model.size_bytes}|{options.context_length}|{options.kv_type}|"
         f"{options.ubatch_size or options.batch_size}|{options.use_mmap}"
     )
-
-
-def _gib(n: int) -> str:
-    return f"{n / 1024**3:.2f} GiB" if n >= 1024**3 else f"{n / 1024**2:.0f} MiB"

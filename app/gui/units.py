@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
+from app.core.units import human_bytes
 
-def human_bytes(n: int | None) -> str:
-    """``98362432`` -> ``"93.8 MiB"``; binary units because that is what file managers show."""
-    if n is None or n < 0:
-        return ""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"  # unreachable; keeps type checkers calm
+__all__ = ["grouped", "human_byte_range", "human_bytes", "human_count"]
 
 
 def human_byte_range(lo: int, hi: int) -> str:
