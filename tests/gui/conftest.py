@@ -89,25 +89,29 @@ def bridge(qtbot: QtBot, gui_ctx: GuiContext) -> Iterator[Bridge]:
     b.close()
 
 
+def _wait_for_runtime_report(w: MainWindow, qtbot: QtBot) -> None:
+    """The Settings page's Runtime report, when a test showed it, is done (it imports mlx)."""
+    box = w.settings_page.runtime_box
+    if box is not None:
+        qtbot.waitUntil(lambda: not box.checking, timeout=60_000)
+
+
 @pytest.fixture
-def window(qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge) -> MainWindow:
+def window(qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge) -> Iterator[MainWindow]:
     w = MainWindow(gui_ctx, bridge)
     qtbot.addWidget(w)
     w.show()
     qtbot.waitExposed(w)
     # the pages fill themselves from the loop thread; wait until they have
     qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
-    # and until the threads that import mlx at start (Discover's format check, the Runtime
-    # report) are done: one still importing when the test's loop closes can crash the process
-    box = w.settings_page.runtime_box
+    # and until the threads that import mlx (Discover's format check at start, the Runtime
+    # report once Settings is shown) are done: one still importing when the test's loop closes
+    # can crash the process
     qtbot.waitUntil(
-        lambda: (
-            (w.discover_page.formats_known or w.discover_page.manager is None)
-            and (box is None or box.report is not None)
-        ),
-        timeout=60_000,
+        lambda: w.discover_page.formats_known or w.discover_page.manager is None, timeout=60_000
     )
-    return w
+    yield w
+    _wait_for_runtime_report(w, qtbot)
 
 
 @pytest.fixture
@@ -187,20 +191,17 @@ def hub_ctx(gui_ctx: GuiContext, hub: FakeHub) -> GuiContext:
 
 
 @pytest.fixture
-def hub_window(qtbot: QtBot, hub_ctx: GuiContext, bridge: Bridge) -> MainWindow:
+def hub_window(qtbot: QtBot, hub_ctx: GuiContext, bridge: Bridge) -> Iterator[MainWindow]:
     w = MainWindow(hub_ctx, bridge)
     qtbot.addWidget(w)
     w.show()
     qtbot.waitExposed(w)
     qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
-    # and until the threads that import mlx at start (Discover's format check, the Runtime
-    # report) are done: one still importing when the test's loop closes can crash the process
-    box = w.settings_page.runtime_box
+    # and until the threads that import mlx (Discover's format check at start, the Runtime
+    # report once Settings is shown) are done: one still importing when the test's loop closes
+    # can crash the process
     qtbot.waitUntil(
-        lambda: (
-            (w.discover_page.formats_known or w.discover_page.manager is None)
-            and (box is None or box.report is not None)
-        ),
-        timeout=60_000,
+        lambda: w.discover_page.formats_known or w.discover_page.manager is None, timeout=60_000
     )
-    return w
+    yield w
+    _wait_for_runtime_report(w, qtbot)

@@ -26,6 +26,16 @@ def _box(window: MainWindow, qtbot: QtBot):  # type: ignore[no-untyped-def]
     return box
 
 
+def test_the_report_waits_until_settings_is_shown(window: MainWindow, qtbot: QtBot) -> None:
+    """The report runs nvidia-smi and imports mlx: not while the window opens on another page."""
+    box = window.settings_page.runtime_box
+    assert box is not None and window.current_page != "Settings"
+    qtbot.wait(50)  # the window's start-up work (queued calls) has run
+    assert box.report is None and not box.checking
+    _box(window, qtbot)
+    assert box.report is not None
+
+
 def test_runtime_section_shows_this_build(window: MainWindow, qtbot: QtBot) -> None:
     box = _box(window, qtbot)
     text = box.details_label.text()

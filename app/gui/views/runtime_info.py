@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
@@ -57,6 +57,9 @@ class RuntimeBox(QGroupBox):
         self._bridge = bridge
         self._source = source
         self.report: dict[str, Any] | None = None
+        # the report runs nvidia-smi and imports mlx (seconds): only once the section is seen
+        self.checking = False
+        self._checked = False
         self.details_label = QLabel("Checking…")
         self.details_label.setWordWrap(True)
         self.details_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -78,7 +81,13 @@ class RuntimeBox(QGroupBox):
         self.refresh_button.clicked.connect(self.refresh)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
 
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt's name
+        super().showEvent(event)
+        if not self._checked:
+            self.refresh()
+
     def refresh(self) -> None:
+        self._checked = self.checking = True
         self.refresh_button.setEnabled(False)
 
         async def run() -> dict[str, Any]:
@@ -87,6 +96,7 @@ class RuntimeBox(QGroupBox):
         self._bridge.run(run(), on_done=self._on_report, on_error=self._on_failed)
 
     def _on_report(self, report: dict[str, Any]) -> None:
+        self.checking = False
         self.report = report
         self.refresh_button.setEnabled(True)
         self.copy_button.setEnabled(True)
@@ -97,6 +107,7 @@ class RuntimeBox(QGroupBox):
         self.warnings_label.setText("\n\n".join(f"⚠ {w}" for w in warnings))
 
     def _on_failed(self, exc: BaseException) -> None:
+        self.checking = False
         self.refresh_button.setEnabled(True)
         self.details_label.setText("Could not check: " + log_failure(log, "doctor failed", exc))
 

@@ -307,8 +307,7 @@ class SettingsPage(QWidget):
         # the doctor's report (issue #13); absent where the page is built without a service
         self.runtime_box = RuntimeBox(bridge, runtime_report) if runtime_report else None
         if self.runtime_box is not None:
-            layout.addWidget(self.runtime_box)
-            self.runtime_box.refresh()
+            layout.addWidget(self.runtime_box)  # it checks when first shown
         layout.addStretch(1)
         layout.addLayout(footer)
 
