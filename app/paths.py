@@ -63,6 +63,11 @@ class AppPaths:
         return self.data / "requests.sqlite"
 
     @property
+    def response_cache_db(self) -> Path:
+        """The response cache (issue 14): SQLite, WAL mode."""
+        return self.data / "response_cache.sqlite"
+
+    @property
     def keys_file(self) -> Path:
         """Named API keys (issue 14): hashes, limits, model patterns, roles (0600)."""
         return self.config / "keys.json"

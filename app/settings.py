@@ -14,6 +14,7 @@ from typing import Any
 
 from app.core import filecache
 from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
+from app.core.cache_store import CACHE_MODES, CacheConfig
 from app.core.filecache import FileCache
 from app.core.fsutil import (
     atomic_write_bytes,
@@ -187,6 +188,7 @@ class Settings:
     ui: UiSettings = field(default_factory=UiSettings)
     records: RecordSettings = field(default_factory=RecordSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
+    cache: CacheConfig = field(default_factory=CacheConfig)  # the response cache (issue 14)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -285,7 +287,19 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         ui=_ui_from_dict(raw.get("ui", {})),
         records=records,
         limits=_coerce(LimitsSettings, raw.get("limits", {}), "limits"),
+        cache=_cache_from_dict(raw.get("cache", {})),
     )
+
+
+def _cache_from_dict(raw: Any) -> CacheConfig:
+    cache = _coerce(CacheConfig, raw, "cache")
+    if cache.mode not in CACHE_MODES:
+        raise ConfigError("settings: cache.mode must be one of " + ", ".join(CACHE_MODES))
+    if cache.max_entries < 1:
+        raise ConfigError("settings: cache.max_entries must be at least 1")
+    if cache.semantic_threshold > 1:
+        raise ConfigError("settings: cache.semantic_threshold must be in (0, 1]")
+    return cache
 
 
 def _ui_from_dict(raw: Any) -> UiSettings:

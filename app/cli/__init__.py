@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from app import __version__
-from app.cli import alias, doctor, hub, keys, models, providers, requests, serve
+from app.cli import alias, cache, doctor, hub, keys, models, providers, requests, serve
 from app.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail, setup_logging
 from app.cli.compose import build_service
 from app.errors import HearthError
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_parsers(sub)
     doctor.add_parsers(sub)
     requests.add_parsers(sub)
+    cache.add_parsers(sub)
     return p
 
 

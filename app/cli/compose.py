@@ -43,7 +43,7 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
         return store.load().load.memory_budget_bytes or default_budget()
 
     events = EventHub()
-    return Hearth(
+    service = Hearth(
         library,
         runtimes,
         events=events,
@@ -58,6 +58,19 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
         aliases=AliasStore(paths.aliases_file),
         routing=lambda: store.load().routing_config(),
         providers=provider_pool(paths),
+    )
+    service.response_cache = response_cache(paths, store, service)
+    return service
+
+
+def response_cache(paths: AppPaths, store: SettingsStore, service: Hearth) -> Any:
+    """The response cache (issue 14): its SQLite file, the live ``cache`` settings, and the
+    service's own embed path for semantic mode."""
+    from app.core.cache_store import CacheStore
+    from app.core.response_cache import ResponseCache
+
+    return ResponseCache(
+        CacheStore(paths.response_cache_db), lambda: store.load().cache, embed=service.embed
     )
 
 

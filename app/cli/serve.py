@@ -21,6 +21,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = store.load()
     api_key = args.api_key or os.environ.get("HEARTH_API_KEY") or None
     service = build_service(paths, settings)
+    service.response_cache.mode_override = args.cache  # None: the settings' cache.mode
     controller = ServerController(service, store, paths)
     controller.set_api_key(api_key)
 
@@ -113,6 +114,12 @@ def add_parsers(sub: Any) -> None:
         default=None,
         metavar="FILE",
         help="the certificate's unencrypted PEM private key (default from settings: server.tls_key)",
+    )
+    s.add_argument(
+        "--cache",
+        choices=("off", "exact", "semantic"),
+        default=None,
+        help="the response cache for this run (default from settings: cache.mode, off)",
     )
     add_load_flags(s, title="load options (for the --model preloads)")
     s.set_defaults(func=cmd_serve)

@@ -181,6 +181,7 @@ class Choices:
         self.route: list[str] = [self.model] if self.model else []
         self.count = len(started) if count is None else count
         self._start = start
+        self.cache: str | None = None  # the response cache's result: hit|semantic|miss|bypass
 
     @property
     def first(self) -> Generation:

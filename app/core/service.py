@@ -36,6 +36,7 @@ from app.core.requests import (
     Reranking,
     RerankRequest,
 )
+from app.core.response_cache import ResponseCache
 from app.core.scheduler import UNSET, LoadedInfo, LoadResult, ModelScheduler
 from app.core.stores import ForeignLocations
 from app.core.tools import ToolSetup
@@ -117,6 +118,7 @@ class Hearth:
         if providers is not None:
             providers.set_on_change(lambda: self.events.publish(ProvidersChanged()))
         self.gateway = Gateway(aliases, routing, self._is_target, self._is_loaded)
+        self.response_cache = ResponseCache()  # off; the composition root wires the store
         self._calibration_file = calibration_file
         if calibration_file is not None:
             self.scheduler.set_calibration(fit.read_calibration(calibration_file))
@@ -388,11 +390,8 @@ class Hearth:
         """Start a chat request on the first target its model resolves to that starts (the
         gateway: a model id, an alias's fallback chain, ``auto``, the default model). The
         Choices say which model answered and the ids tried (``model``, ``route``)."""
-        choices, route = await self.gateway.run(
-            req.model, chat_facts(req), lambda m: self._chat(replace(req, model=m))
-        )
-        choices.model, choices.route = route[-1], route
-        return choices
+        # the response cache (issue 14) looks it up first, and runs it through the gateway
+        return await self.response_cache.serve(req, chat_facts(req), self.gateway, self._chat)
 
     async def _chat(self, req: ChatRequest) -> Choices:
         """Start a chat request's ``n`` generations (side by side). Everything that can fail
@@ -450,11 +449,9 @@ class Hearth:
 
     async def complete(self, req: CompletionRequest) -> Choices:
         """Start a completion request on the first target that starts (see :meth:`chat`)."""
-        choices, route = await self.gateway.run(
-            req.model, completion_facts(req), lambda m: self._complete(replace(req, model=m))
+        return await self.response_cache.serve(
+            req, completion_facts(req), self.gateway, self._complete
         )
-        choices.model, choices.route = route[-1], route
-        return choices
 
     async def _complete(self, req: CompletionRequest) -> Choices:
         """Start a completion request: each prompt ``n`` times, one after the other. The first
@@ -578,3 +575,4 @@ class Hearth:
         if self.downloads is not None:
             await self.downloads.close()  # partial downloads stay on disk, resumable
         await self.scheduler.close()
+        self.response_cache.close()

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from app.core import access
+from app.core import access, response_cache
 from app.core.events import RequestFinished
 from app.errors import (
     Forbidden,
@@ -224,7 +224,10 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             request[REQUEST_LOG]["key"] = "default"  # the single key's name (issue 14)
         if admission is not None:
             request[REQUEST_LOG]["key"] = request.get(KEY_NAME) or None
-        with access.scoped(admission.caller.models if admission else None):
+        with (
+            access.scoped(admission.caller.models if admission else None),
+            response_cache.requested(request.headers.get("x-hearth-cache")),  # issue 14
+        ):
             try:
                 resp = await _within_time_limit(request, handler)
             finally:

@@ -123,6 +123,13 @@ def note_final(request: web.Request, model: str, final: Delta) -> None:
         info["queue_ms"] = max(info["queue_ms"] or 0.0, final.timings.queue_ms)
 
 
+def note_cache(request: web.Request, result: str) -> None:
+    """The response cache's result: hit | semantic | miss | bypass."""
+    info = request.get(REQUEST_LOG)
+    if info is not None:
+        info["cache"] = result
+
+
 def note_error(request: web.Request, err: HearthError) -> None:
     info = request.get(REQUEST_LOG)
     if info is not None:

@@ -178,6 +178,9 @@ async def respond(
     """
     # the gateway's route: the model ids tried for this answer, in order (the last answered)
     headers = {"x-hearth-model": model, "x-hearth-route": ",".join(choices.route or [model])}
+    if choices.cache is not None:  # the response cache's result (issue 14), and the record's
+        headers["x-hearth-cache"] = choices.cache
+        records.note_cache(request, choices.cache)
     records.note_start(request, model, stream)
     try:
         if not stream:

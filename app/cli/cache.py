@@ -1,0 +1,63 @@
+"""``hearth cache stats|clear``: the response cache (issue 14), read and cleared in its SQLite
+file directly (no server needed; a running one sees a clear at its next request)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+from typing import Any
+
+from app.cli.common import EXIT_OK, context, fail
+from app.core.cache_store import CacheStore
+from app.core.response_cache import stats_object
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    paths, store = context()
+    cfg = store.load().cache
+    cache = CacheStore(paths.response_cache_db)
+    try:
+        counts = cache.stats()
+    except (sqlite3.Error, OSError) as e:
+        return fail(f"cannot read the response cache at {paths.response_cache_db}: {e}")
+    finally:
+        cache.close()
+    out = stats_object(cfg.mode, cfg, counts)
+    if args.json:
+        print(json.dumps(out))
+        return EXIT_OK
+    looked_up = out["hits"] + out["semantic_hits"] + out["misses"]
+    rate = (
+        f" ({(out['hits'] + out['semantic_hits']) / looked_up:.0%} hit rate)" if looked_up else ""
+    )
+    print(f"mode\t{out['mode']}")
+    print(f"entries\t{out['entries']} of {out['max_entries']} ({out['bytes']} bytes)")
+    print(f"ttl\t{out['ttl_s']:g}s")
+    print(f"hits\t{out['hits']} exact, {out['semantic_hits']} semantic{rate}")
+    print(f"misses\t{out['misses']}")
+    print(f"bypasses\t{out['bypasses']}")
+    return EXIT_OK
+
+
+def cmd_clear(args: argparse.Namespace) -> int:
+    paths, _ = context()
+    cache = CacheStore(paths.response_cache_db)
+    try:
+        n = cache.clear()
+    except (sqlite3.Error, OSError) as e:
+        return fail(f"cannot clear the response cache at {paths.response_cache_db}: {e}")
+    finally:
+        cache.close()
+    print(f"cleared {n} cached response{'' if n == 1 else 's'}")
+    return EXIT_OK
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("cache", help="the response cache: stats, clear")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION", required=True)
+    s = csub.add_parser("stats", help="entries, hits and misses")
+    s.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    s.set_defaults(func=cmd_stats)
+    c = csub.add_parser("clear", help="remove every cached response and reset the counts")
+    c.set_defaults(func=cmd_clear)
