@@ -28,6 +28,7 @@ from app.core.keys import KeyStore
 from app.gui.bridge import Bridge, error_text, log_failure
 from app.gui.models.request_log import COLUMNS, RequestLogModel
 from app.gui.views.cache_chart import CacheChart
+from app.gui.views.cache_section import CacheSection
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.keys_section import KeysSection
 from app.gui.views.speed_chart import SpeedChart
@@ -173,6 +174,11 @@ class ServerPage(QWidget):
         self.splitter.addWidget(requests)
         self.keys_section = KeysSection(KeyStore(self._server.paths.keys_file), self._bridge)
         self.splitter.addWidget(self.keys_section)
+        paths = self._server.paths  # the response cache's box (issue 14)
+        self.cache_section = CacheSection(
+            self._server.settings_store, paths.response_cache_db, self._bridge
+        )
+        self.splitter.addWidget(self.cache_section)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
