@@ -12,14 +12,24 @@ from typing import Any
 
 import pytest
 
-from app.core.cache_store import CacheConfig, CacheStore
+from app.core.cache_store import CacheConfig, CachedAnswer, CacheStore, decode, encode
 from app.core.gateway import AliasStore
 from app.core.generation import Choices
 from app.core.library import ModelLibrary
 from app.core.requests import ChatRequest, CompletionRequest
 from app.core.response_cache import ResponseCache, request_keys, requested
 from app.core.service import Hearth
-from app.core.types import ChatMessage, Constraint, Delta, LoadOptions, SamplingParams
+from app.core.types import (
+    ChatMessage,
+    Constraint,
+    Delta,
+    LoadOptions,
+    SamplingParams,
+    Timings,
+    TokenLogprob,
+    ToolCallDelta,
+    Usage,
+)
 from tests.core.fakes import FakeRuntime
 from tests.core.gguf_files import CHATML, write_model
 
@@ -310,3 +320,32 @@ async def test_a_clear_is_seen_at_once(tmp_path: Path) -> None:
         assert rig.submits == 2
     finally:
         await rig.service.close()
+
+
+def test_stored_deltas_come_back_whole() -> None:
+    """Every field a delta carries survives the store: text, think text, tool-call fragments,
+    logprobs with their alternatives, the final's usage, timings and stop string."""
+    deltas = (
+        Delta(text="Hi", token_count=1, reasoning="hm", logprobs=(
+            TokenLogprob("Hi", -0.5, (72, 105), (("Hi", -0.5, (72, 105)), ("Ho", -1.5, (72, 111)))),
+        )),
+        Delta(tool_calls=(ToolCallDelta(0, "call_1", "get"), ToolCallDelta(0, arguments='{"a":'))),
+        Delta(
+            finish_reason="tool_calls",
+            usage=Usage(7, 3, 2, 1),
+            timings=Timings(prompt_n=7, prompt_ms=1.5, predicted_n=3, cache_n=2, cpu_busy=True),
+            stop_string="</s>",
+        ),
+    )  # fmt: skip
+    answer = CachedAnswer("m", (deltas, deltas[-1:]))
+    assert decode(encode(answer)) == answer
+
+
+def test_an_unknown_directive_counts_as_none(tmp_path: Path) -> None:
+    from app.core import response_cache
+
+    with requested("sometimes"):
+        assert response_cache._DIRECTIVE.get() is None
+    with requested(" Force "):
+        assert response_cache._DIRECTIVE.get() == "force"
+    assert response_cache._DIRECTIVE.get() is None
