@@ -16,13 +16,15 @@ from app.core.response_cache import stats_object
 def cmd_stats(args: argparse.Namespace) -> int:
     paths, store = context()
     cfg = store.load().cache
-    cache = CacheStore(paths.response_cache_db)
-    try:
-        counts = cache.stats()
-    except (sqlite3.Error, OSError) as e:
-        return fail(f"cannot read the response cache at {paths.response_cache_db}: {e}")
-    finally:
-        cache.close()
+    counts: dict[str, int] = {}  # no file yet: an empty cache (nothing is created)
+    if paths.response_cache_db.exists():
+        cache = CacheStore(paths.response_cache_db)
+        try:
+            counts = cache.stats()
+        except (sqlite3.Error, OSError) as e:
+            return fail(f"cannot read the response cache at {paths.response_cache_db}: {e}")
+        finally:
+            cache.close()
     out = stats_object(cfg.mode, cfg, counts)
     if args.json:
         print(json.dumps(out))

@@ -6,6 +6,7 @@ never stored."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -349,3 +350,22 @@ def test_an_unknown_directive_counts_as_none(tmp_path: Path) -> None:
     with requested(" Force "):
         assert response_cache._DIRECTIVE.get() == "force"
     assert response_cache._DIRECTIVE.get() is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"mode": "sometimes"}, "cache.mode must be one of off, exact, semantic"),
+        ({"max_entries": 0}, "cache.max_entries must be at least 1"),
+        ({"ttl_s": 0}, "cache.ttl_s must be a positive number"),
+        ({"semantic_threshold": 1.5}, "cache.semantic_threshold must be in (0, 1]"),
+        ({"embedding_model": 3}, "cache.embedding_model must be a string"),
+    ],
+)
+def test_invalid_cache_settings_are_refused(raw: dict[str, Any], message: str) -> None:
+    from app.errors import ConfigError
+    from app.settings import settings_from_dict
+
+    assert settings_from_dict({}).cache == CacheConfig()  # off unless set
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        settings_from_dict({"cache": raw})

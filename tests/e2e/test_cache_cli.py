@@ -59,7 +59,8 @@ def test_serve_cache_flag_and_the_cli_on_a_running_server(
 
 def test_exit_codes(tmp_path: Path) -> None:
     home = tmp_path / "h"
-    assert stats(home)["entries"] == 0  # no file yet: an empty cache
+    assert stats(home)["entries"] == 0  # no file yet: an empty cache, and none is made
+    assert not (home / "data" / "response_cache.sqlite").exists()
     assert hearth(home, None, "cache").returncode == 2
     assert hearth(home, None, "serve", "--cache", "sometimes").returncode == 2
     (home / "data" / "response_cache.sqlite").write_bytes(b"not a database" * 100)
