@@ -31,7 +31,6 @@ from app.core.gateway import Gateway, RequestFacts
 from app.core.generation import Choices, Generation
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Embeddings
 from app.core.types import Delta, SamplingParams, Timings
-from app.errors import HearthError
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +309,9 @@ class ResponseCache:
         try:
             with access.scoped(None):  # the server's own lookup: not the caller's key scope
                 emb = await self.embed(EmbeddingRequest(cfg.embedding_model, (text,)))
-        except HearthError as e:
+        except (
+            Exception
+        ) as e:  # a missing or failing model: the lookup is exact, the request goes on
             self._warn_once(cfg.embedding_model, f"cannot embed with {cfg.embedding_model}: {e}")
             return None
         return emb.vectors[0] if emb.vectors else None

@@ -369,3 +369,22 @@ def test_invalid_cache_settings_are_refused(raw: dict[str, Any], message: str) -
     assert settings_from_dict({}).cache == CacheConfig()  # off unless set
     with pytest.raises(ConfigError, match=re.escape(message)):
         settings_from_dict({"cache": raw})
+
+
+@pytest.mark.parametrize("embedder", ["no-such-embedder", "the chat model"])
+async def test_a_failing_embedding_model_acts_as_exact_and_warns_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, embedder: str
+) -> None:
+    rig = Rig(tmp_path)
+    name = rig.model if embedder == "the chat model" else embedder  # not an embedding model
+    rig.config = CacheConfig(mode="semantic", embedding_model=name)
+    try:
+        with caplog.at_level("WARNING", logger="app.core.response_cache"):
+            assert (await rig.chat())[0] == "miss"
+            assert (await rig.chat())[0] == "hit"
+            other = (ChatMessage("user", "What is two plus two?"),)
+            assert (await rig.chat(messages=other))[0] == "miss"
+        warnings = [r for r in caplog.records if "cannot embed" in r.getMessage()]
+        assert len(warnings) == 1 and name in warnings[0].getMessage()
+    finally:
+        await rig.service.close()
