@@ -67,10 +67,13 @@ def response_cache(paths: AppPaths, store: SettingsStore, service: Hearth) -> An
     """The response cache (issue 14): its SQLite file, the live ``cache`` settings, and the
     service's own embed path for semantic mode."""
     from app.core.cache_store import CacheStore
-    from app.core.response_cache import ResponseCache
+    from app.core.response_cache import ResponseCache, local_identity
 
     return ResponseCache(
-        CacheStore(paths.response_cache_db), lambda: store.load().cache, embed=service.embed
+        CacheStore(paths.response_cache_db),
+        lambda: store.load().cache,
+        embed=service.embed,
+        identity=local_identity(service.library, service.presets),
     )
 
 

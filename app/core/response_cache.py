@@ -29,8 +29,11 @@ from app.core import access
 from app.core.cache_store import CACHE_MODES, CacheConfig, CachedAnswer, CacheStore
 from app.core.gateway import Gateway, RequestFacts
 from app.core.generation import Choices, Generation
+from app.core.library import ModelLibrary
+from app.core.presets import PresetStore
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Embeddings
 from app.core.types import Delta, SamplingParams, Timings
+from app.errors import ModelNotFound
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,7 @@ def _sampling(s: SamplingParams) -> dict[str, Any]:
     return d
 
 
-def request_fields(req: ChatRequest | CompletionRequest, targets: list[str]) -> dict[str, Any]:
+def request_fields(req: ChatRequest | CompletionRequest, targets: list[Any]) -> dict[str, Any]:
     """Every field of ``req`` that changes the output, with the model as resolved."""
     out: dict[str, Any] = {
         "targets": list(targets),
@@ -105,8 +108,23 @@ def _digest(fields: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def local_identity(library: ModelLibrary, presets: PresetStore | None) -> Callable[[str], Any]:
+    """What a target stands for in a key: a library model's file (path, size, mtime) and
+    preset (tool format, load options), so a replaced file or an edited preset misses; a
+    remote model's id."""
+
+    def identity(model_id: str) -> Any:
+        try:
+            m = library.get(model_id)
+        except ModelNotFound:
+            return model_id
+        return [m.id, m.path, m.size_bytes, m.mtime, presets.get(m.id) if presets else {}]
+
+    return identity
+
+
 def request_keys(
-    req: ChatRequest | CompletionRequest, targets: list[str]
+    req: ChatRequest | CompletionRequest, targets: list[Any]
 ) -> tuple[str, str | None, str | None]:
     """``(key, semantic key, last user message)``. The semantic key is the key of the request
     with its last user message left out (None, and no text, for a request without one: raw
@@ -216,6 +234,7 @@ class ResponseCache:
         config: the ``cache`` settings as of now (read per request; the file is cached).
         embed: the service's embed path, for semantic mode.
         clock: wall-clock seconds (a seam: tests move time for the TTL).
+        identity: what the key holds for each target model (see :func:`local_identity`).
     """
 
     def __init__(
@@ -225,8 +244,10 @@ class ResponseCache:
         *,
         embed: Embed | None = None,
         clock: Callable[[], float] = time.time,
+        identity: Callable[[str], Any] = str,
     ) -> None:
         self.store = store
+        self.identity = identity  # a target model id -> what the key holds for it
         self.config = config
         self.embed = embed
         self.clock = clock
@@ -268,7 +289,8 @@ class ResponseCache:
             choices = await fresh()
             choices.cache = "bypass"
             return choices
-        key, skey, text = request_keys(req, gateway.targets(req.model, facts))
+        targets = [self.identity(t) for t in gateway.targets(req.model, facts)]
+        key, skey, text = request_keys(req, targets)
         now = self.clock()
         answer = await self._call(store.get, key, now, cfg.ttl_s)
         if answer is not None:

@@ -17,8 +17,9 @@ from app.core.cache_store import CacheConfig, CachedAnswer, CacheStore, decode, 
 from app.core.gateway import AliasStore
 from app.core.generation import Choices
 from app.core.library import ModelLibrary
+from app.core.presets import PresetStore
 from app.core.requests import ChatRequest, CompletionRequest
-from app.core.response_cache import ResponseCache, request_keys, requested
+from app.core.response_cache import ResponseCache, local_identity, request_keys, requested
 from app.core.service import Hearth
 from app.core.types import (
     ChatMessage,
@@ -60,12 +61,17 @@ class Rig:
             {"gguf": self.runtime},
             load_defaults=LoadOptions,
             aliases=AliasStore(tmp_path / "aliases.json"),
+            presets=PresetStore(tmp_path / "presets.json"),
         )
         self.config = CacheConfig(mode="exact", **config)
         self.clock = Clock()
         self.store = CacheStore(tmp_path / "data" / "response_cache.sqlite")
         self.service.response_cache = ResponseCache(
-            self.store, lambda: self.config, embed=self.service.embed, clock=self.clock
+            self.store,
+            lambda: self.config,
+            embed=self.service.embed,
+            clock=self.clock,
+            identity=local_identity(lib, self.service.presets),  # as build_service wires it
         )
 
     @property
@@ -177,6 +183,18 @@ async def test_aliases_resolve_before_the_key(tmp_path: Path) -> None:
         assert choices.cache == "hit" and choices.model == rig.model
         await drain(choices)
         assert rig.submits == 1
+    finally:
+        await rig.service.close()
+
+
+async def test_an_edited_preset_misses(tmp_path: Path) -> None:
+    rig = Rig(tmp_path)
+    try:
+        assert (await rig.chat())[0] == "miss"
+        assert (await rig.chat())[0] == "hit"
+        rig.service.save_preset(rig.model, {"tool_format": "hermes"})  # changes what it writes
+        assert (await rig.chat())[0] == "miss"
+        assert (await rig.chat())[0] == "hit"
     finally:
         await rig.service.close()
 
