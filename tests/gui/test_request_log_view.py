@@ -169,6 +169,16 @@ def test_enter_on_a_row_shows_every_field_of_its_record(
     assert view.detail.values["route"].text() == "/v1/models"
     assert view.detail.request_text.toPlainText() == CONTENT_OFF
 
+    # a double-click opens it too
+    second = view.detail
+    view.detail.close()
+    cell = view.table.visualRect(view.model.index(0, 2)).center()
+    # a real double-click is a press, a release, then the double-click event
+    qtbot.mouseClick(view.table.viewport(), Qt.MouseButton.LeftButton, pos=cell)
+    qtbot.mouseDClick(view.table.viewport(), Qt.MouseButton.LeftButton, pos=cell)
+    qtbot.waitUntil(lambda: view.detail is not second and view.detail is not None, timeout=WAIT)
+    assert view.detail is not None and view.detail.values["key"].text() == "alice"
+
 
 def test_a_finished_request_appears_once_even_when_its_record_lands_after_the_event(
     qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -244,6 +245,17 @@ def test_an_admin_key_adds_tests_and_removes_a_provider(managed: Managed) -> Non
     posts = [x for x in recs if x.route == "/api/v1/providers" and x.method == "POST"]
     assert posts and all(x.request_text is None for x in posts)
     assert all(DEFAULT not in (x.request_text or "") for x in recs)
+
+
+def test_a_provider_whose_kind_cannot_be_detected_is_added_as_openai(managed: Managed) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    r = managed.call("POST", "/api/v1/providers", body={"name": "down", "url": url})
+    assert r.status_code == 201, r.text
+    assert r.json()["kind"] == "openai" and "could not detect" in r.json()["detect_warning"]
+    assert _provider(managed, "down") is not None
+    assert managed.call("DELETE", "/api/v1/providers/down").status_code == 200
 
 
 @pytest.mark.parametrize(
