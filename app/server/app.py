@@ -34,7 +34,7 @@ def create_app(
     guard: KeyGuard | None = None,
 ) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
-    from app.server import downloads_api, metrics, native
+    from app.server import downloads_api, manage_api, metrics, native
     from app.server.routes import anthropic, ollama, openai, responses
 
     app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
@@ -56,6 +56,7 @@ def create_app(
     app.router.add_routes(anthropic.routes)
     app.router.add_routes(responses.routes)
     app.router.add_routes(downloads_api.routes)
+    app.router.add_routes(manage_api.routes)  # keys, providers (issue 14)
     metrics.install(app)  # /metrics, /api/v1/metrics (issue 14)
     app.on_startup.append(_start_providers)
     return app
