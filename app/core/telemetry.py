@@ -18,6 +18,7 @@ import contextvars
 import logging
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -113,7 +114,8 @@ class Telemetry:
         readers: list[MetricReader] = []
         if env.get("OTEL_METRICS_EXPORTER", "").strip().lower() != "none":
             readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
-        log.info("OpenTelemetry on: exporting to %s", env[ENDPOINT_ENV].strip())
+        where = urllib.parse.urlsplit(env[ENDPOINT_ENV].strip())
+        log.info("OpenTelemetry on: OTLP/HTTP to %s", where.hostname or "?")  # no credentials
         return cls(tracer_provider, MeterProvider(metric_readers=readers, resource=resource))
 
     @classmethod

@@ -304,6 +304,7 @@ async def test_providers_get_the_trace_and_a_fallback_is_an_attempt_per_target(
         "good/m",
     ]
     assert attempts[0].status.status_code is StatusCode.ERROR
+    assert not attempts[0].events  # no exception event: its message quotes the upstream
     assert attempts[0].status.description == "provider_error"
     assert dict(attempts[0].attributes or {})["error.type"] == "provider_error"
     assert attempts[1].status.status_code is StatusCode.UNSET
