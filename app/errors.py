@@ -106,6 +106,21 @@ class ModelBusy(HearthError):
         self.pending = pending
 
 
+class AlreadyExists(InvalidRequest):
+    """A create naming something that exists already (a key's name): remove it first."""
+
+    status = 409
+    code = "already_exists"
+
+
+class NotFound(HearthError):
+    """A named thing that is not there (a key, a provider) on a management route."""
+
+    status = 404
+    code = "not_found"
+    type = "invalid_request_error"
+
+
 class Forbidden(HearthError):
     """A Host or Origin the server does not allow."""
 

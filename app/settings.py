@@ -94,8 +94,9 @@ class LoadDefaults:
     memory_budget_bytes: int = 0  # 0 = 80% of RAM (or of the largest GPU)
 
 
-# top-level Settings fields of the first run (issue #13)
-FIRST_RUN_KEYS = ("start_at_login", "keep_in_tray")
+# top-level Settings fields of the first run (issue #13); what closing the window does is
+# ui.close_action (an older file's keep_in_tray: false reads as close_action "quit")
+FIRST_RUN_KEYS = ("start_at_login",)
 
 # LoadDefaults fields that are load options (validated with the option table)
 LOAD_DEFAULT_OPTIONS = ("context_length", "threads", "batch_size", "parallel")
@@ -157,7 +158,9 @@ class WindowState:
 class UiSettings:
     """``ui`` in settings.json: the desktop window's choices."""
 
-    close_action: str = "ask"  # with no tray: ask, keep serving in the background, or quit
+    # closing the window while the server runs: keep serving (in the tray, or in the background
+    # where there is none; "ask" asks there), or quit
+    close_action: str = "ask"
     theme: str = "system"
     window: WindowState = field(default_factory=WindowState)
 
@@ -182,9 +185,7 @@ class Settings:
     default_model: str = ""
     routing: RoutingSettings = field(default_factory=lambda: RoutingSettings())
     # issue #13 first run: the OS autostart (its entry is the truth; this is what the user chose)
-    # and whether closing the window keeps Hearth (and a running server) in the tray
     start_at_login: bool = False
-    keep_in_tray: bool = True
     ui: UiSettings = field(default_factory=UiSettings)
     records: RecordSettings = field(default_factory=RecordSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
@@ -284,7 +285,7 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         prompt_cache=cache,
         downloads=downloads,
         routing=routing,
-        ui=_ui_from_dict(raw.get("ui", {})),
+        ui=_ui_from_dict(raw.get("ui", {}), legacy_quit=raw.get("keep_in_tray") is False),
         records=records,
         limits=_coerce(LimitsSettings, raw.get("limits", {}), "limits"),
         cache=_cache_from_dict(raw.get("cache", {})),
@@ -302,10 +303,12 @@ def _cache_from_dict(raw: Any) -> CacheConfig:
     return cache
 
 
-def _ui_from_dict(raw: Any) -> UiSettings:
+def _ui_from_dict(raw: Any, *, legacy_quit: bool = False) -> UiSettings:
     if not isinstance(raw, dict):
         raise ConfigError("settings: ui must be an object")
     ui = _coerce(UiSettings, {k: v for k, v in raw.items() if k != "window"}, "ui")
+    if legacy_quit and "close_action" not in raw:
+        ui = replace(ui, close_action="quit")
     if ui.close_action not in CLOSE_ACTIONS:
         raise ConfigError("settings: ui.close_action must be one of " + ", ".join(CLOSE_ACTIONS))
     if ui.theme not in THEMES:

@@ -103,3 +103,19 @@ PY
 hearth_llama_version() {
     sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' "$1/pyproject.toml" | head -1
 }
+
+# What every build script starts with ($1: the repository root): sets LLAMA_VERSION, BACKEND
+# (hearth_gpu_detect), PY (PYTHON, checked to have that backend, or a venv built for it) and
+# VERSION (pyproject.toml, checked against app/__init__.py).
+hearth_build_setup() {
+    LLAMA_VERSION="$(hearth_llama_version "$1")"
+    BACKEND="$(hearth_gpu_detect)"
+    if [ -n "${PYTHON:-}" ]; then
+        PY="$PYTHON"
+        hearth_ensure_llama "$PY" "$BACKEND" "$LLAMA_VERSION"
+    else
+        PY="$(hearth_build_venv "$1" "$BACKEND" "$LLAMA_VERSION")"
+    fi
+    VERSION="$(hearth_version "$1" "$PY")"
+    export LLAMA_VERSION BACKEND PY VERSION
+}

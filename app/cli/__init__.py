@@ -8,9 +8,10 @@ hub.py (the Hugging Face Hub); load_flags.py turns the load option table into fl
 from __future__ import annotations
 
 import argparse
+import sys
 
 from app import __version__
-from app.cli import alias, cache, doctor, hub, keys, models, providers, requests, serve
+from app.cli import alias, cache, connect, doctor, hub, keys, models, providers, requests, serve
 from app.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail, setup_logging
 from app.cli.compose import build_service
 from app.errors import HearthError
@@ -41,13 +42,14 @@ def build_parser() -> argparse.ArgumentParser:
     keys.add_parsers(sub)
     doctor.add_parsers(sub)
     requests.add_parsers(sub)
+    connect.add_parsers(sub)
     cache.add_parsers(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(connect.exec_argv(sys.argv[1:] if argv is None else argv))
     setup_logging(args.verbose)
     func = getattr(args, "func", serve.cmd_gui)
     try:

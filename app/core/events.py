@@ -80,6 +80,7 @@ class RequestFinished(Event):
     cpu_busy: bool = False  # decoded with fewer threads: other programs kept the CPU busy
     route: str = ""  # the matched route's pattern (``/v1/models/{model_id}``); "" for none
     ttft_ms: float | None = None  # arrival to the first generated token; None: no generation
+    arrived_at: float = 0.0  # wall clock at arrival: its request record's ``time`` (0: unknown)
 
 
 # -- downloads (app.core.downloads.DownloadManager publishes these) ----------------------------

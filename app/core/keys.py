@@ -20,7 +20,7 @@ from typing import Any
 from app.core import filecache
 from app.core.filecache import FileCache
 from app.core.fsutil import atomic_write_json, file_lock, read_json, remove_stale_writes
-from app.errors import ConfigError, InvalidRequest
+from app.errors import AlreadyExists, ConfigError, InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -156,14 +156,15 @@ class KeyStore:
         """Store a new key (its hash only).
 
         Raises:
-            InvalidRequest: a bad name or limit, or a key of that name exists.
+            InvalidRequest: a bad name or limit.
+            AlreadyExists (an InvalidRequest, 409): a key of that name exists.
         """
         check_name(name)
         pats = check_limits(rpm, tpm, models)
         with file_lock(self.path):
             keys = dict(self._read())
             if name in keys:
-                raise InvalidRequest(f"a key named '{name}' exists (remove it first)", param="name")
+                raise AlreadyExists(f"a key named '{name}' exists (remove it first)", param="name")
             key = ApiKey(name, hash_secret(secret), rpm, tpm, pats, admin, time.time())
             keys[name] = key
             self._write(keys)

@@ -208,6 +208,22 @@ def read_records(
 ) -> list[RequestRecord]:
     """The newest records first; ``model`` matches the asked-for or the answering model.
     No file yet: no records (nothing is created)."""
+    return [r for _, r in query_records(path, limit=limit, model=model, status=status)]
+
+
+def query_records(
+    path: Path,
+    *,
+    limit: int | None = 50,
+    model: str | None = None,
+    status: tuple[int, int] | None = None,
+    route: str | None = None,
+    after_id: int | None = None,
+) -> list[tuple[int, RequestRecord]]:
+    """``(id, record)`` pairs, newest first: the one filter ``hearth requests`` and the GUI's
+    log share. ``route``: the route contains it (any case); ``after_id``: only records newer
+    than that one (ids only grow, so a reader polling with its newest id misses none and sees
+    none twice)."""
     if not path.exists():
         return []
     where: list[str] = []
@@ -218,7 +234,13 @@ def read_records(
     if status is not None:
         where.append("status BETWEEN ? AND ?")
         args += list(status)
-    sql = f"SELECT {', '.join(_FIELDS)} FROM requests"
+    if route:
+        where.append("instr(lower(route), lower(?)) > 0")
+        args.append(route)
+    if after_id is not None:
+        where.append("id > ?")
+        args.append(after_id)
+    sql = f"SELECT id, {', '.join(_FIELDS)} FROM requests"
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY id DESC"
@@ -230,7 +252,7 @@ def read_records(
         rows = conn.execute(sql, args).fetchall()
     finally:
         conn.close()
-    return [_record(row) for row in rows]
+    return [(row[0], _record(row[1:])) for row in rows]
 
 
 def _record(row: tuple[Any, ...]) -> RequestRecord:

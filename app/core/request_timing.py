@@ -17,6 +17,7 @@ from dataclasses import dataclass
 @dataclass(slots=True)
 class RequestTiming:
     load_ms: float | None = None  # None: the request never needed a model
+    load_started_ns: int | None = None  # time.time_ns() its first wait began (a span's start)
 
 
 _CURRENT: contextvars.ContextVar[RequestTiming | None] = contextvars.ContextVar(
@@ -39,6 +40,8 @@ def load_wait() -> Iterator[None]:
     """Time the block as waiting for a model (a JIT load, or another request's load of it)."""
     t = _CURRENT.get()
     started = time.perf_counter()
+    if t is not None and t.load_started_ns is None:
+        t.load_started_ns = time.time_ns()
     try:
         yield
     finally:

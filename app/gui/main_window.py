@@ -90,8 +90,8 @@ def app_icon() -> QIcon:
 
 class MainWindow(QMainWindow):
     """Navigation list on the left, one page per entry. Closing while the server runs keeps
-    Hearth in the tray; with no tray it asks (keep serving in the background, or quit) unless
-    ``ui.close_action`` says; closing while it is stopped quits. File > Quit, the tray's Quit and
+    Hearth in the tray (with no tray it asks: keep serving in the background, or quit) unless
+    ``ui.close_action`` is "quit"; closing while it is stopped quits. File > Quit, the tray's Quit and
     Ctrl+Q quit. ``tray_available`` decides whether the desktop has a tray (a seam for tests)."""
 
     shutdown_finished = Signal()  # the server is stopped; the application may exit
@@ -142,6 +142,7 @@ class MainWindow(QMainWindow):
         )
         self.library_page.use_welcome(self.welcome)
         self.welcome.discover_requested.connect(self._on_welcome_discover_requested)
+        self.welcome.keep_in_tray_saved.connect(self._on_welcome_keep_in_tray_saved)
 
         self.nav = QListWidget()
         self.nav.setFixedWidth(168)
@@ -281,7 +282,8 @@ class MainWindow(QMainWindow):
         if self._quitting:
             e.accept()
             return
-        if not self._ctx.server.running or not self._ctx.settings_store.load().keep_in_tray:
+        action = self._ctx.settings_store.load().ui.close_action  # from memory, no file read
+        if not self._ctx.server.running or action == "quit":
             e.accept()
             self.quit_app()
             return
@@ -293,10 +295,7 @@ class MainWindow(QMainWindow):
             self._show_tray_hint_once()
             self.hidden_to_tray.emit()
             return
-        action = self._ctx.settings_store.load().ui.close_action  # from memory, no file read
-        if action == "quit":
-            self.quit_app()
-        elif action == "background":
+        if action == "background":
             self.keep_serving_in_background()
         else:
             self.ask_how_to_close()
@@ -421,6 +420,10 @@ class MainWindow(QMainWindow):
             self.quit_app()
         elif choice == "background":
             self.keep_serving_in_background()
+
+    def _on_welcome_keep_in_tray_saved(self, on: bool) -> None:
+        combo = self.settings_page.close_action_combo  # one setting, shown in both places
+        combo.setCurrentIndex(max(0, combo.findData("ask" if on else "quit")))
 
     def _on_tray_unload_requested(self, model_id: str) -> None:
         self.memory_page.unload_model(model_id)

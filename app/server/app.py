@@ -7,6 +7,7 @@ import asyncio
 from aiohttp import web
 
 from app.core.service import Hearth
+from app.core.telemetry import Telemetry
 from app.server.body import large_json_response, read_json_body
 from app.server.keyguard import KeyGuard, add_rate_headers
 from app.server.middleware import edge_middleware, mark_prepared
@@ -32,12 +33,21 @@ def create_app(
     bound_host: str = "127.0.0.1",
     bound_addresses: tuple[str, ...] = (),
     guard: KeyGuard | None = None,
+    telemetry: Telemetry | None = None,
 ) -> web.Application:
-    """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health."""
-    from app.server import downloads_api, metrics, native
+    """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health.
+
+    ``telemetry``: OpenTelemetry's exporters (a test's in-memory ones); by default those
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` asks for, or none (off)."""
+    from app.server import downloads_api, manage_api, metrics, native
+    from app.server import telemetry as otel
     from app.server.routes import anthropic, ollama, openai, responses
 
-    app = web.Application(middlewares=[edge_middleware], client_max_size=settings.max_body_bytes)
+    tele = telemetry if telemetry is not None else Telemetry.from_env()
+    app = web.Application(
+        middlewares=[*otel.middlewares(tele), edge_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
     app.on_response_prepare.append(mark_prepared)
     app.on_response_prepare.append(add_rate_headers)
     app[SERVICE] = service
@@ -56,7 +66,9 @@ def create_app(
     app.router.add_routes(anthropic.routes)
     app.router.add_routes(responses.routes)
     app.router.add_routes(downloads_api.routes)
+    app.router.add_routes(manage_api.routes)  # keys, providers (issue 14)
     metrics.install(app)  # /metrics, /api/v1/metrics (issue 14)
+    otel.install(app, tele, owned=telemetry is None)  # spans and metrics, when on (issue 14)
     app.on_startup.append(_start_providers)
     return app
 

@@ -3,12 +3,12 @@ RequestFinished events the edge middleware publishes.
 
 Prometheus labels are bounded and never free text: ``route`` is a registered route pattern
 (``unmatched`` for any path no route matched), ``status_class`` one of 1xx..5xx, ``model`` a
-library or provider model id (``other`` for any other name, ``none`` when the request named no
+library or provider model id or an alias (``other`` for any other name, ``none`` when the request named no
 model). The series are at most (see ``series_bound``)::
 
     2*R*S*M + (D+3)*R + (T+3)*M + 4*M + 7
 
-with R = route patterns + 1, S = 5 status classes, M = known models + 2, D and T the bucket
+with R = route patterns + 1, S = 5 status classes, M = known models (and aliases) + 2, D and T the bucket
 counts (with +Inf) of the duration and TTFT histograms (a counter child exposes ``_total`` and
 ``_created``; a histogram child its buckets, ``_count``, ``_sum`` and ``_created``).
 """
@@ -54,13 +54,16 @@ def status_class(status: int) -> str:
 
 
 def known_model(service: Hearth) -> Callable[[str], bool]:
-    """A library model id, or a model a ready provider lists (``PREFIX/id``)."""
+    """A library model id, a model a ready provider lists (``PREFIX/id``) or an alias: the one
+    rule for a model's label (here and in the OpenTelemetry spans and metrics)."""
 
     def known(model_id: str) -> bool:
         try:
             service.library.get(model_id)
             return True
         except ModelNotFound:
+            if model_id in service.gateway.alias_map():  # operator-configured names
+                return True
             return any(r.id == model_id for r in service.remote_models())
 
     return known

@@ -339,6 +339,7 @@ def _log_request(request: web.Request, resp: web.StreamResponse, started: float)
         cpu_busy=info["cpu_busy"],
         route=route_pattern(request),
         ttft_ms=info["ttft_ms"],
+        arrived_at=info.get("wall", 0.0),  # pairs the event with its record (the GUI's log)
     )
     note = " (slower: the CPU is busy with other programs)" if info["cpu_busy"] else ""
     log.info("%s %s %d %.3fs%s", request.method, request.path, resp.status, secs, note)

@@ -46,6 +46,7 @@ class Recorder:
 
 RECORDER = web.AppKey("recorder", Recorder)
 _TIMING = web.RequestKey("hearth_timing", RequestTiming)
+TRACE_ID = web.RequestKey("hearth_trace_id", str)  # set by app/server/telemetry.py when tracing
 
 
 def begin(request: web.Request) -> None:
@@ -59,7 +60,7 @@ def begin(request: web.Request) -> None:
         error_code=None,
         queue_ms=None,
         cache=None,  # the response cache's result, once there is one
-        trace_id=None,  # the OpenTelemetry trace id, once there is one
+        trace_id=request.get(TRACE_ID),  # the OpenTelemetry trace id (hex) when tracing
         request_text=None,
         response_text=[],
         response_chars=0,
@@ -67,6 +68,11 @@ def begin(request: web.Request) -> None:
     # the core adds its waits (a model's load) to this; the request runs in its own task, whose
     # context ends with it (nothing to reset)
     request[_TIMING] = request_timing.begin()[0]
+
+
+def timing_of(request: web.Request) -> RequestTiming | None:
+    """What the core measured for the request (its load wait)."""
+    return request.get(_TIMING)
 
 
 def _content_cap(request: web.Request) -> int:

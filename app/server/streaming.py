@@ -22,7 +22,7 @@ from aiohttp import web
 from app.core.generation import Choices, Completion, Generation
 from app.core.types import Delta
 from app.errors import GenerationTimeout, HearthError, ModelUnloaded
-from app.server import records
+from app.server import records, telemetry
 from app.server.protocols.base import Frame, Framing, StreamRenderer
 from app.server.state import REQUEST_LOG, STATE
 
@@ -236,6 +236,7 @@ def note_generation(request: web.Request, model: str, final: Delta) -> None:
     if info is None:  # a route driven without the edge middleware (tests)
         return
     records.note_final(request, model, final)
+    telemetry.note_generation(request, final)  # its phases as spans, when traced (issue 14)
     info["model"] = model
     if final.usage:
         info["prompt_tokens"] += final.usage.prompt_tokens

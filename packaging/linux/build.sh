@@ -18,15 +18,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 HERE="$ROOT/packaging/linux"
 # shellcheck source=../gpu.sh
 . "$ROOT/packaging/gpu.sh"
-LLAMA_VERSION="$(hearth_llama_version "$ROOT")"
-BACKEND="$(hearth_gpu_detect)"
-if [ -n "${PYTHON:-}" ]; then
-    PY="$PYTHON"
-    hearth_ensure_llama "$PY" "$BACKEND" "$LLAMA_VERSION"
-else
-    PY="$(hearth_build_venv "$ROOT" "$BACKEND" "$LLAMA_VERSION")"
-fi
-VERSION="$(hearth_version "$ROOT" "$PY")"
+hearth_build_setup "$ROOT"  # LLAMA_VERSION, BACKEND, PY, VERSION
 NAME="hearth-$VERSION-linux-x86_64"
 DIST="$ROOT/dist"
 WORK="$ROOT/build/linux"

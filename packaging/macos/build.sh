@@ -22,15 +22,7 @@ HERE="$ROOT/packaging/macos"
 . "$ROOT/packaging/gpu.sh"
 [ "$(uname -s)" = Darwin ] || { echo "packaging/macos/build.sh runs on macOS" >&2; exit 1; }
 [ "$(uname -m)" = arm64 ] || echo "warning: not Apple silicon; the build is $(uname -m), without Metal" >&2
-LLAMA_VERSION="$(hearth_llama_version "$ROOT")"
-BACKEND="$(hearth_gpu_detect)"
-if [ -n "${PYTHON:-}" ]; then
-    PY="$PYTHON"
-    hearth_ensure_llama "$PY" "$BACKEND" "$LLAMA_VERSION"
-else
-    PY="$(hearth_build_venv "$ROOT" "$BACKEND" "$LLAMA_VERSION")"
-fi
-VERSION="$(hearth_version "$ROOT" "$PY")"
+hearth_build_setup "$ROOT"  # LLAMA_VERSION, BACKEND, PY, VERSION
 DIST="$ROOT/dist"
 WORK="$ROOT/build/macos"
 DMG="$DIST/Hearth-$VERSION-macos-arm64.dmg"

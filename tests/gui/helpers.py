@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
+
+from app.core.records import RecordStore, RequestRecord
 
 SLOW = 180_000  # ms: model loads and generations on a small, possibly busy CI machine
 
@@ -11,3 +14,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def a_record(i: int = 0, **fields: object) -> RequestRecord:
+    """A request record as the server writes them (``fields`` override)."""
+    base: dict[str, object] = {
+        "time": 1_700_000_000.0 + i,
+        "route": f"/v1/r{i}",
+        "protocol": "openai",
+        "model": "m",
+        "answered_by": "m",
+        "provider": "local",
+        "key": None,
+        "stream": False,
+        "status": 200,
+        "error_code": None,
+        "prompt_tokens": 10,
+        "completion_tokens": 20,
+        "total_ms": 500.0,
+        "tokens_per_second": 40.0,
+        "method": "POST",
+    }
+    return RequestRecord(**(base | fields))  # type: ignore[arg-type]
+
+
+def write_records(db: Path, records: list[RequestRecord]) -> None:
+    """Commit ``records`` to the database at ``db`` (in order: later ones are newer)."""
+    store = RecordStore(db)
+    for r in records:
+        store.add(r)
+    store.close()  # writes what is queued, then stops

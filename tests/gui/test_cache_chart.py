@@ -3,6 +3,8 @@ batch size summaries, the empty state, painting; and the request log's CPU-busy 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage, QPalette
 from pytestqt.qtbot import QtBot
@@ -12,6 +14,7 @@ from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
 from app.gui.models.request_log import COLUMNS, RequestLogModel
 from app.gui.views.cache_chart import EMPTY_TEXT, CacheChart
+from tests.gui.helpers import a_record, write_records
 
 
 def gen(
@@ -113,21 +116,27 @@ def test_paints_with_the_palette(qtbot: QtBot) -> None:
 def test_the_server_page_charts_and_logs_each_finished_request(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
 ) -> None:
-    """The page's charts and log are fed from the service's events, through the bridge."""
+    """The page's charts are fed from the service's events, through the bridge; its log shows
+    the request's record, with the event's CPU-busy note and batch size."""
     window.show_page("Server")
     page = window.server_page
     assert page.cache_chart.isVisible() and page.cache_chart.is_empty
-    finished = gen(1200, 1024, 2.0, cpu_busy=True)
+    finished = replace(gen(1200, 1024, 2.0, cpu_busy=True), arrived_at=1_700_000_000.0)
 
     async def publish() -> None:
         gui_ctx.service.events.publish(finished)
 
     gui_ctx.loop.call(publish(), timeout=10)
-    qtbot.waitUntil(lambda: page.request_model.rowCount() == 1, timeout=10_000)
-    assert len(page.cache_chart.points) == 1
+    qtbot.waitUntil(lambda: len(page.cache_chart.points) == 1, timeout=10_000)
     point = page.cache_chart.points[0]
     assert round(point.hit_rate or 0) == 85 and point.batch_size == 2.0
     assert len(page.speed_chart.points) == 1
+    # the event's record is committed a moment later (as the server's records are)
+    write_records(
+        gui_ctx.paths.requests_db,
+        [a_record(0, route="/v1/chat/completions", prompt_tokens=1200, cached_tokens=1024)],
+    )
+    qtbot.waitUntil(lambda: page.request_model.rowCount() == 1, timeout=10_000)
     model = page.request_model
     note = model.index(0, COLUMNS.index("Note"))
     assert note.data() == "CPU busy"
@@ -138,11 +147,12 @@ def test_the_server_page_charts_and_logs_each_finished_request(
 
 def test_the_request_log_notes_a_busy_cpu_only_when_it_was() -> None:
     model = RequestLogModel()
-    model.add(gen(100, 0, 1.0))
+    model.reset([(1, a_record(1)), (0, a_record(0))])
     note = COLUMNS.index("Note")
-    assert model.index(0, note).data() == ""
-    assert "CPU" not in model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)
-    model.add(gen(100, 0, 1.0, cpu_busy=True))
+    model.note_live(replace(gen(100, 0, 1.0), arrived_at=a_record(0).time))
+    assert model.index(1, note).data() == ""
+    assert "CPU" not in model.index(1, 0).data(Qt.ItemDataRole.ToolTipRole)
+    model.note_live(replace(gen(100, 0, 1.0, cpu_busy=True), arrived_at=a_record(1).time))
     assert model.index(0, note).data() == "CPU busy"
     assert model.index(1, note).data() == ""
     assert "slower: the CPU is busy with other programs" in model.index(0, 3).data(

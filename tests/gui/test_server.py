@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.request
 from typing import Any
 
@@ -17,7 +18,7 @@ from app.core.events import RequestFinished
 from app.gui.main_window import MainWindow
 from app.gui.models.request_log import COLUMNS, RequestLogModel
 from app.gui.views.speed_chart import format_speed
-from tests.gui.helpers import SLOW, free_port
+from tests.gui.helpers import SLOW, a_record, free_port
 
 
 def row(model: RequestLogModel, r: int = 0) -> dict[str, str]:
@@ -71,7 +72,7 @@ def test_start_request_log_copy_and_stop(window: MainWindow, qtbot: QtBot) -> No
     qtbot.waitUntil(lambda: page.request_model.rowCount() == 1, timeout=SLOW)
     assert result.get("status") == 200, result
     r = row(page.request_model)
-    assert (r["Method"], r["Path"], r["Status"]) == ("GET", "/v1/models", "200")
+    assert (r["Method"], r["Route"], r["Status"]) == ("GET", "/v1/models", "200")
     assert page.request_table.model() is page.request_model
 
     qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
@@ -98,7 +99,7 @@ def test_a_chat_request_is_logged_with_tokens(
     result = fetch_in_thread(f"{page.url_edit.text()}/chat/completions", body)
     qtbot.waitUntil(
         lambda: any(
-            row(page.request_model, i)["Path"] == "/v1/chat/completions"
+            row(page.request_model, i)["Route"] == "/v1/chat/completions"
             for i in range(page.request_model.rowCount())
         ),
         timeout=SLOW,
@@ -151,7 +152,8 @@ def test_the_speed_chart_plots_each_generation_as_measured(
     for n in (1, 2):  # the same long prompt twice: the second reuses the first's prompt cache
         answers.append(wait_answer(fetch_in_thread(f"{url}/chat/completions", body), qtbot))
         qtbot.waitUntil(lambda n=n: len(chart.points) == n, timeout=SLOW)
-    assert page.request_model.rowCount() == 3
+    # the log shows the records, committed a moment after the events the charts plot
+    qtbot.waitUntil(lambda: page.request_model.rowCount() == 3, timeout=SLOW)
 
     for point, answer, r in zip(
         chart.points, answers, (row(page.request_model, 1), row(page.request_model, 0)), strict=True
@@ -201,6 +203,7 @@ def test_the_speed_chart_plots_each_generation_as_measured(
     base = url.removesuffix("/v1")
     ollama = wait_answer(fetch_in_thread(f"{base}/api/chat", ollama_body), qtbot)
     qtbot.waitUntil(lambda: len(chart.points) == 3, timeout=SLOW)
+    qtbot.waitUntil(lambda: page.request_model.rowCount() == 4, timeout=SLOW)
     point = chart.points[-1]
     assert point.decode_tps == pytest.approx(
         ollama["eval_count"] / ollama["eval_duration"] * 1e9, rel=1e-3
@@ -223,32 +226,45 @@ def test_a_busy_port_is_reported_inline(window: MainWindow, qtbot: QtBot) -> Non
     assert page.start_button.isEnabled()
 
 
-def _event(i: int) -> RequestFinished:
-    return RequestFinished("POST", f"/v1/r{i}", 200, "m", 10, 20, 0.5, 40.0, at=1_700_000_000 + i)
-
-
 def test_request_log_model_is_newest_first_and_capped() -> None:
     model = RequestLogModel(cap=3)
-    for i in range(5):
-        model.add(_event(i))
+    model.reset([(i, a_record(i)) for i in (2, 1, 0)])
+    assert model.prepend([(i, a_record(i)) for i in (4, 3)]) == 2
     assert model.rowCount() == 3
-    assert [row(model, r)["Path"] for r in range(3)] == ["/v1/r4", "/v1/r3", "/v1/r2"]
+    assert [row(model, r)["Route"] for r in range(3)] == ["/v1/r4", "/v1/r3", "/v1/r2"]
+    assert model.prepend([(4, a_record(4)), (3, a_record(3))]) == 0  # never shown twice
     r = row(model)
-    assert (r["Method"], r["Status"], r["Model"], r["Tokens"], r["tok/s"]) == (
+    assert (r["Method"], r["Status"], r["Model"], r["Tokens"], r["tok/s"], r["Total ms"]) == (
         "POST",
         "200",
         "m",
         "10 in / 20 out",
         "40.0",
+        "500",
     )
-    assert len(r["Time"]) == 8  # HH:MM:SS
-    model.add(RequestFinished("GET", "/health", 200, None, 0, 0, 0.001, 0.0))
-    assert (row(model)["Model"], row(model)["Tokens"], row(model)["tok/s"]) == ("", "", "")
-    model.add(
-        RequestFinished(
-            "POST", "/v1/chat/completions", 200, "m", 1200, 24, 0.9, 50.0,
-            prompt_tokens_per_second=2500.0, cached_tokens=1024,
-        )
+    assert len(r["Time"]) == len("2023-11-14 22:13")  # not today: the date too
+    model.prepend([(5, a_record(5, time=time.time(), route="/health", method="GET", model=None,
+                                answered_by=None, prompt_tokens=0, completion_tokens=0,
+                                tokens_per_second=None))])  # fmt: skip
+    r = row(model)
+    assert (r["Model"], r["Tokens"], r["tok/s"], r["TTFT ms"]) == ("", "", "", "")
+    assert len(r["Time"]) == 8  # today: HH:MM:SS
+    model.prepend(
+        [(6, a_record(6, prompt_tokens=1200, cached_tokens=1024, completion_tokens=24,
+                      ttft_ms=123.4, model="alias", answered_by="m", key="alice",
+                      status=429, error_code="rate_limit_exceeded"))]
     )  # fmt: skip
-    assert row(model)["Tokens"] == "1,200 in (1,024 cached) / 24 out"
+    r = row(model)
+    assert r["Tokens"] == "1,200 in (1,024 cached) / 24 out"
+    assert (r["TTFT ms"], r["Model"], r["Key"], r["Note"]) == (
+        "123",
+        "alias → m",
+        "alice",
+        "rate_limit_exceeded",
+    )
+    live = RequestFinished(
+        "POST", "/v1/r6", 429, "m", 1200, 24, 0.9, 50.0, prompt_tokens_per_second=2500.0,
+        cached_tokens=1024, arrived_at=1_700_000_006.0,
+    )  # fmt: skip
+    model.note_live(live)  # what the event adds to its record's row
     assert "prompt 2,500.0 tok/s" in model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)

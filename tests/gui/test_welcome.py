@@ -192,7 +192,8 @@ def test_keep_running_in_the_tray_off_makes_close_quit_while_serving(
     qtbot.waitUntil(lambda: check.isChecked(), timeout=10_000)  # default: on
     with qtbot.waitSignal(window.welcome.keep_in_tray_saved, timeout=10_000):
         check.click()
-    assert store.load().keep_in_tray is False
+    assert store.load().ui.close_action == "quit"  # one setting with Settings › Window's
+    assert window.settings_page.close_action_combo.currentData() == "quit"
     window.server_page.port_spin.setValue(free_port())
     window.server_page.start_server()
     qtbot.waitUntil(lambda: window._ctx.server.running, timeout=SLOW)

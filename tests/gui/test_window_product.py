@@ -133,6 +133,19 @@ def test_close_with_a_tray_hides_to_it_without_asking(
     assert w.close_dialog is None and not w.isVisible() and gui_ctx.server.running
 
 
+def test_close_set_to_quit_quits_even_with_a_tray(
+    qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge
+) -> None:
+    """One setting says what closing does: "quit" (the welcome's "Keep running in the tray"
+    off) quits with a tray too."""
+    gui_ctx.settings_store.update_ui(close_action="quit")
+    w = make_window(qtbot, gui_ctx, bridge, tray=True)
+    start_server(w, qtbot, gui_ctx)
+    with qtbot.waitSignal(w.shutdown_finished, timeout=SLOW):
+        w.close()
+    assert not gui_ctx.server.running
+
+
 def test_close_without_a_tray_and_the_server_stopped_quits(
     no_tray: MainWindow, qtbot: QtBot
 ) -> None:

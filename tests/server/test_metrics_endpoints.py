@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import random
-import string
 import time
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -31,10 +28,10 @@ from app.settings import ServerSettings, hash_key
 from tests.conftest import Served
 from tests.core.fakes import FakeRuntime
 from tests.core.gguf_files import write_model
+from tests.server.traffic import CANARY, ask, mixed
 
 KEY = "sk-metrics-test"
 AUTH = {"Authorization": f"Bearer {KEY}"}
-CANARY = "CANARYzq7x"
 
 
 @contextlib.asynccontextmanager
@@ -54,10 +51,6 @@ async def fake_app(
                 yield s, model.id, app
     finally:
         await h.close()
-
-
-def ask(model: str, text: str, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": text}], **extra}
 
 
 async def test_json_metrics_add_up_per_model(tmp_path: Path) -> None:
@@ -109,42 +102,15 @@ async def test_json_metrics_add_up_per_model(tmp_path: Path) -> None:
     assert other["ttft_ms"] == {"p50": None, "p95": None} and other["tokens_per_second"] is None
 
 
-def _rand(n: int = 8) -> str:
-    return "".join(random.choices(string.ascii_lowercase + string.digits, k=n))
-
-
-async def _mixed(s: aiohttp.ClientSession, model: str, i: int) -> None:
-    """One of several kinds of request, every one carrying the canary somewhere."""
-    prompt = f"{CANARY} secret prompt {i}"
-    kind = i % 7
-    if kind == 0:
-        r = await s.post("/v1/chat/completions", json=ask(model, prompt))
-    elif kind == 1:
-        r = await s.post("/v1/chat/completions", json=ask(model, prompt, stream=True))
-    elif kind == 2:
-        r = await s.post("/v1/chat/completions", json=ask(f"{CANARY}-{_rand()}", prompt))
-    elif kind == 3:
-        r = await s.get(f"/{CANARY}/{_rand()}/{_rand()}")
-    elif kind == 4:
-        r = await s.get(f"/v1/models/{CANARY}{_rand()}")
-    elif kind == 5:
-        body = {"model": f"{_rand()}:{CANARY}", "prompt": prompt, "stream": False}
-        r = await s.post("/api/generate", json=body)
-    else:
-        body = {"model": f"{CANARY}/{_rand()}", "input": prompt}
-        r = await s.post(f"/v1/embeddings?{CANARY}={_rand()}", json=body)
-    await r.read()
-    r.release()
-
-
 async def test_prometheus_labels_bounded_no_canary_behind_key(tmp_path: Path) -> None:
     async with fake_app(tmp_path, api_key=KEY) as (s, model, app):
         async with aiohttp.ClientSession(str(s._base_url)) as anonymous:
             async with anonymous.get("/metrics") as r:
                 assert r.status == 401  # behind the key when one is set
         statuses: dict[str, int] = {}
+        made_up: set[str] = set()
         for i in range(300):
-            await _mixed(s, model, i)
+            await mixed(s, model, i, made_up)
         async with s.get("/metrics") as r:
             assert r.status == 200
             assert r.headers["Content-Type"].startswith("text/plain")
@@ -153,6 +119,7 @@ async def test_prometheus_labels_bounded_no_canary_behind_key(tmp_path: Path) ->
             as_json = await r.text()
         patterns = {res.canonical for res in app.router.resources()}
     assert CANARY not in text and CANARY not in as_json
+    assert not [n for n in made_up if n in text or n in as_json]
     families = {f.name: f for f in text_string_to_metric_families(text)}
     samples = [x for f in families.values() for x in f.samples]
     routes_seen = {x.labels["route"] for x in samples if "route" in x.labels}

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.records import RequestRecord, read_records
+from app.core.keys import KeyStore
+from app.core.records import RequestRecord, read_records, status_range
 from app.settings import RecordSettings
 from tests.conftest import Served, start_served, stop_served
 
@@ -148,6 +149,37 @@ def test_requests_refused_at_the_edge_are_recorded(srv: Served) -> None:
 
     four = read_records(db(srv), limit=None, status=(400, 499))
     assert [x.status for x in four[:4]] == [404, 413, 403, 401]
+
+
+def test_a_request_refused_by_the_rate_limiter_is_recorded(srv: Served) -> None:
+    # a named key at 1 rpm holds one request (a bucket of ten seconds' worth, at least 1): its
+    # second within the minute is refused at the edge, before the handler runs
+    keys = KeyStore(srv.home / "config" / "keys.json")
+    keys.add("slow", "k-slow-0123456789", rpm=1)
+    slow = {"Authorization": "Bearer k-slow-0123456789"}
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port(srv), timeout=DEADLINE)
+        conn.request("GET", "/v1/models", headers=slow)
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 200
+        conn.request("GET", "/v1/models", headers=slow)
+        second = conn.getresponse()
+        second.read()
+        assert second.status == 429 and second.getheader("Retry-After")
+        # the answer went out after its record was committed: no waiting here
+        r = read_records(db(srv), limit=1)[0]
+        assert (r.status, r.error_code, r.key, r.route, r.method) == (
+            429,
+            "rate_limit_exceeded",
+            "slow",
+            "/v1/models",
+            "GET",
+        )
+        assert read_records(db(srv), limit=2)[1].key == "slow"  # the admitted one, named too
+        assert read_records(db(srv), limit=1, status=status_range("429")) == [r]
+    finally:
+        keys.remove("slow")
 
 
 def test_records_survive_a_restart_and_content_is_kept_only_when_turned_on(srv: Served) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from app.core import access
+from app.core import access, telemetry
 from app.core.gateway.aliases import AliasStore, find_cycle
 from app.core.gateway.auto import AUTO, AutoRule, RequestFacts, pick
 from app.core.gateway.retry import is_retryable
@@ -117,15 +117,19 @@ class Gateway:
         answered and the ids tried: ``(result, route)``, the last of ``route`` answered."""
         route: list[str] = []
         last: HearthError | None = None
-        for target in self.targets(model, facts):
+        targets = self.targets(model, facts)
+        for i, target in enumerate(targets):
             route.append(target)
             try:
-                result = await _start_once_more_if_raced(start, target)
+                with telemetry.attempt(target, i):  # a span per attempt when traced (issue 14)
+                    result = await _start_once_more_if_raced(start, target)
             except HearthError as e:
                 if not is_retryable(e):
                     e.route = list(route)  # type: ignore[attr-defined]
                     raise
                 last = e
+                if i + 1 < len(targets):
+                    telemetry.fell_back(target)
                 continue
             return result, route
         if last is None:  # pragma: no cover - targets() never returns an empty list

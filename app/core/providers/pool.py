@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.providers import manage
 from app.core.providers.base import Probe, RemoteClient, RemoteModel
 from app.core.providers.store import ProviderConfig, ProviderStore
 from app.errors import ModelNotFound, ProviderError, ProviderUnavailable
@@ -209,6 +210,17 @@ class ProviderPool:
         if e is None:
             raise ModelNotFound(f"no provider '{name}'", param="name")
         return e
+
+    async def detect(
+        self, cfg: ProviderConfig, key: str | None
+    ) -> tuple[ProviderConfig, str | None]:
+        """``cfg`` with the kind its engine's answers say, or why that failed (a client of its
+        own, closed after: the provider may not be added yet)."""
+        client = self._make(cfg, key)
+        try:
+            return await manage.detect(cfg, client)
+        finally:
+            await client.close()
 
     def is_target(self, model_id: str) -> bool:
         return self.owner(model_id) is not None

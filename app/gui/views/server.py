@@ -8,17 +8,14 @@ from dataclasses import replace
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFormLayout,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
     QScrollArea,
     QSpinBox,
     QSplitter,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -26,27 +23,16 @@ from PySide6.QtWidgets import (
 from app.core.events import RequestFinished
 from app.core.keys import KeyStore
 from app.gui.bridge import Bridge, error_text, log_failure
-from app.gui.models.request_log import COLUMNS, RequestLogModel
 from app.gui.views.cache_chart import CacheChart
 from app.gui.views.cache_section import CacheSection
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.keys_section import KeysSection
+from app.gui.views.request_log_view import RequestLogView
 from app.gui.views.speed_chart import SpeedChart
 from app.server.runner import ServerController
 from app.settings import ServerSettings, Settings
 
 log = logging.getLogger(__name__)
-
-_COLUMN_SAMPLES = (
-    "00:00:00",
-    "OPTIONS",
-    "/v1/chat/completions",
-    "Status",
-    "smollm2-135m-instruct.q4_1",
-    "12,345 in (12,288 cached) / 1,234 out",
-    "tok/s 00",
-    "CPU busy",
-)
 
 
 class ServerPage(QWidget):
@@ -66,7 +52,10 @@ class ServerPage(QWidget):
         self._starting = False  # busy starting (not stopping)
         self._stop_after_start = False
         self._starting_on: tuple[str, int] | None = None  # the address of the start under way
-        self.request_model = RequestLogModel(parent=self)
+        # the request log reads the records database (app/gui/views/request_log_view.py)
+        self.request_log = RequestLogView(server.paths.requests_db, bridge)
+        self.request_model = self.request_log.model
+        self.request_table = self.request_log.table
         self.speed_chart = SpeedChart()
         self.cache_chart = CacheChart()
 
@@ -109,21 +98,6 @@ class ServerPage(QWidget):
         form.addRow("Status", self.status_label)
         form.addRow("Base URL", url_row)
 
-        self.request_table = QTableView()
-        self.request_table.setModel(self.request_model)
-        self.request_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.request_table.setAlternatingRowColors(True)
-        self.request_table.verticalHeader().hide()
-        self.request_table.setWordWrap(False)
-        # fixed widths from sample text: measuring 500 rows on every request would cost more
-        # than the log is worth, and the header does not re-measure on row inserts anyway
-        hh = self.request_table.horizontalHeader()
-        hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        fm = self.request_table.fontMetrics()
-        for col, sample in enumerate(_COLUMN_SAMPLES):
-            hh.resizeSection(col, fm.horizontalAdvance(sample) + 24)
-        hh.setSectionResizeMode(COLUMNS.index("Path"), QHeaderView.ResizeMode.Stretch)
-
         hint = QLabel(
             "Point any OpenAI client at the base URL, e.g.<br>"
             '<code>OpenAI(base_url=URL, api_key="hearth")</code>.'
@@ -164,14 +138,9 @@ class ServerPage(QWidget):
         self.charts_area.setWidgetResizable(True)
         self.charts_area.setFrameShape(QScrollArea.Shape.NoFrame)
         self.charts_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        requests = QWidget()
-        rl = QVBoxLayout(requests)
-        rl.setContentsMargins(0, 0, 0, 0)
-        rl.addWidget(QLabel("Recent requests"))
-        rl.addWidget(self.request_table, 1)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.charts_area)
-        self.splitter.addWidget(requests)
+        self.splitter.addWidget(self.request_log)
         self.keys_section = KeysSection(KeyStore(self._server.paths.keys_file), self._bridge)
         self.splitter.addWidget(self.keys_section)
         paths = self._server.paths  # the response cache's box (issue 14)
@@ -275,8 +244,7 @@ class ServerPage(QWidget):
         self._show_state()
 
     def _on_bridge_request_finished(self, event: RequestFinished) -> None:
-        self.request_model.add(event)
-        self.speed_chart.add(event)
+        self.speed_chart.add(event)  # the request log reads the event itself
         self.cache_chart.add(event)
 
     # -- helpers -------------------------------------------------------------------------------------

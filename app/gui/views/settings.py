@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -37,14 +37,13 @@ from app.gui.units import human_bytes
 from app.gui.views.autostart_check import StartAtLoginCheck
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.runtime_info import RuntimeBox
+from app.gui.views.server_key_box import ServerKeyBox
 from app.gui.views.window_settings import WindowBox
 from app.settings import (
     ServerSettings,
     Settings,
     SettingsStore,
     TokenStore,
-    generate_key,
-    hash_key,
 )
 
 log = logging.getLogger(__name__)
@@ -102,19 +101,17 @@ class SettingsPage(QWidget):
             StartAtLoginCheck(autostart, store, bridge) if autostart is not None else None
         )
 
-        self.key_status_label = QLabel()
-        self.generate_key_button = QPushButton("Generate new key")
-        self.clear_key_button = QPushButton("Remove key")
-        self.new_key_edit = QLineEdit()
-        self.new_key_edit.setReadOnly(True)
-        self.copy_key_button = QPushButton("Copy")
-        self.new_key_hint = QLabel(
-            "Copy this key now: Hearth keeps only a hash of it and cannot show it again. "
-            "Clients send it as <code>Authorization: Bearer KEY</code>."
-        )
-        self.new_key_hint.setWordWrap(True)
-        self.new_key_hint.setStyleSheet("color:#7a4b00")
-
+        self.key_box = ServerKeyBox(store, bridge)
+        self.key_box.saved.connect(self._on_key_box_saved)
+        self.key_box.message.connect(self.banner.show_message)
+        self.key_box.failed.connect(self._show_error)
+        # the page's names for the box's widgets (tests and the window use them)
+        self.key_status_label = self.key_box.key_status_label
+        self.generate_key_button = self.key_box.generate_key_button
+        self.clear_key_button = self.key_box.clear_key_button
+        self.new_key_edit, self.new_key_box = self.key_box.new_key_edit, self.key_box.new_key_box
+        self.copy_key_button = self.key_box.copy_key_button
+        self.generate_key, self.clear_key = self.key_box.generate_key, self.key_box.clear_key
         # HTTPS: both files or neither; read when the server next starts
         self.tls_cert_edit = QLineEdit()
         self.tls_cert_edit.setPlaceholderText("None: plain HTTP")
@@ -210,21 +207,7 @@ class SettingsPage(QWidget):
         if self.start_at_login_check is not None:
             sf.addRow("", self.start_at_login_check)
             self.start_at_login_check.failed.connect(self._on_start_at_login_failed)
-        key_buttons = QHBoxLayout()
-        key_buttons.addWidget(self.key_status_label, 1)
-        key_buttons.addWidget(self.generate_key_button)
-        key_buttons.addWidget(self.clear_key_button)
-        sf.addRow("API key", key_buttons)
-        new_key_row = QHBoxLayout()
-        new_key_row.addWidget(self.new_key_edit, 1)
-        new_key_row.addWidget(self.copy_key_button)
-        self.new_key_box = QWidget()
-        nk = QVBoxLayout(self.new_key_box)
-        nk.setContentsMargins(0, 0, 0, 0)
-        nk.addLayout(new_key_row)
-        nk.addWidget(self.new_key_hint)
-        self.new_key_box.hide()
-        sf.addRow("", self.new_key_box)
+        sf.addRow("API key", self.key_box)
         for label, edit, button in (
             ("HTTPS certificate", self.tls_cert_edit, self.tls_cert_button),
             ("HTTPS key", self.tls_key_edit, self.tls_key_button),
@@ -312,9 +295,6 @@ class SettingsPage(QWidget):
         layout.addLayout(footer)
 
         self.save_button.clicked.connect(self._on_save_button_clicked)
-        self.generate_key_button.clicked.connect(self._on_generate_key_button_clicked)
-        self.clear_key_button.clicked.connect(self._on_clear_key_button_clicked)
-        self.copy_key_button.clicked.connect(self._on_copy_key_button_clicked)
         self.browse_button.clicked.connect(self._on_browse_button_clicked)
         self.open_models_button.clicked.connect(self._on_open_models_button_clicked)
         self.change_address_button.clicked.connect(self.server_page_requested)
@@ -416,35 +396,6 @@ class SettingsPage(QWidget):
                 on_error=self._show_error,
             )
 
-    def generate_key(self) -> str:
-        """Make a new API key (replacing any other), store its hash now and show it once."""
-        key = generate_key()
-        digest = hash_key(key)
-        self.new_key_edit.setText(key)
-        self.new_key_box.show()
-        self._write_key_hashes((digest,), "A new API key is stored. Copy it now.")
-        return key
-
-    def clear_key(self) -> None:
-        self.new_key_edit.clear()
-        self.new_key_box.hide()
-        self._write_key_hashes((), "API key removed: the server accepts requests without a key.")
-
-    def _write_key_hashes(self, hashes: tuple[str, ...], message: str) -> None:
-        # keys are written at once (not on Save) so a key the user copied always works
-        def write() -> Settings:
-            s = self._store.load()
-            s = replace(s, server=replace(s.server, api_key_hashes=hashes))
-            self._store.save(s)
-            return s
-
-        def done(s: Settings) -> None:
-            self.settings = s
-            self._show_key_status(s)
-            self.banner.show_message(message)
-
-        self._bridge.call(write, on_done=done, on_error=self._show_error)
-
     # -- slots ---------------------------------------------------------------------------------------
     def _on_save_button_clicked(self) -> None:
         self.save()
@@ -457,16 +408,8 @@ class SettingsPage(QWidget):
     def _on_clear_token_button_clicked(self) -> None:
         self.set_token(None)
 
-    def _on_generate_key_button_clicked(self) -> None:
-        self.generate_key()
-
-    def _on_clear_key_button_clicked(self) -> None:
-        self.clear_key()
-
-    def _on_copy_key_button_clicked(self) -> None:
-        if self.new_key_edit.text():
-            QGuiApplication.clipboard().setText(self.new_key_edit.text())
-            self.banner.show_message("Copied the API key to the clipboard.")
+    def _on_key_box_saved(self, s: Settings) -> None:
+        self.settings = s
 
     def _on_open_models_button_clicked(self) -> None:
         folder = Path(self.models_dir_edit.text().strip() or self._default_models_dir or "")
@@ -534,7 +477,7 @@ class SettingsPage(QWidget):
         self._shown_ttl = (self.jit_ttl_spin.value(), s.load.jit_ttl_s)
         self.jit_forever_check.setChecked(s.load.jit_keep_forever)
         self.jit_ttl_spin.setEnabled(not s.load.jit_keep_forever)
-        self._show_key_status(s)
+        self.key_box.show_status(s)
         self.window_box.show_settings(s)
         self.setEnabled(True)
         self.settings_loaded.emit(s)
@@ -575,13 +518,6 @@ class SettingsPage(QWidget):
         self.token_status_label.setText("Set" if is_set else "Not set")
         self.clear_token_button.setEnabled(is_set)
         self.token_changed.emit(is_set)
-
-    def _show_key_status(self, s: Settings) -> None:
-        n = len(s.server.api_key_hashes)
-        self.key_status_label.setText(
-            "Not required" if n == 0 else ("Required (1 key)" if n == 1 else f"Required ({n} keys)")
-        )
-        self.clear_key_button.setEnabled(n > 0)
 
 
 def _table_range(spin: QSpinBox, option: str) -> None:

@@ -119,8 +119,8 @@ class WelcomeView(QWidget):
         self.start_at_login_check = StartAtLoginCheck(autostart, store, bridge)
         self.keep_in_tray_check = QCheckBox("Keep running in the tray when I close the window")
         self.keep_in_tray_check.setToolTip(
-            "On: closing the window leaves Hearth (and a running server) in the tray. "
-            "Off: closing the window quits Hearth."
+            "On: closing the window leaves Hearth (and a running server) in the tray; with no "
+            "tray, it asks. Off: closing the window quits Hearth. Also in Settings › Window."
         )
 
         body = QWidget()
@@ -237,13 +237,14 @@ class WelcomeView(QWidget):
     # -- slots ---------------------------------------------------------------------------------------
     def _on_settings_read(self, s: Settings) -> None:
         self.keep_in_tray_check.blockSignals(True)
-        self.keep_in_tray_check.setChecked(s.keep_in_tray)
+        self.keep_in_tray_check.setChecked(s.ui.close_action != "quit")
         self.keep_in_tray_check.blockSignals(False)
 
     def _on_keep_in_tray_check_toggled(self, on: bool) -> None:
         store = self._store
         self._bridge.call(
-            lambda: store.update(keep_in_tray=on),
+            # the same choice as Settings › Window's "Closing the window while serving"
+            lambda: store.update_ui(close_action="ask" if on else "quit"),
             on_done=lambda _s: self.keep_in_tray_saved.emit(on),
             on_error=lambda exc: self._show_error(log_failure(log, "keep in tray", exc)),
         )

@@ -41,8 +41,8 @@ class WindowBox(QGroupBox):
         for value, label in CLOSE_CHOICES:
             self.close_combo.addItem(label, value)
         self.close_combo.setToolTip(
-            "On desktops without a tray icon, while the server runs. With a tray, closing the "
-            "window keeps Hearth in the tray."
+            "While the server runs. Keeping it serving hides Hearth in the tray where there is "
+            "one; Ask asks only on desktops without a tray."
         )
         wf = QFormLayout(self)
         wf.addRow("Theme", self.theme_combo)

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
+from app.core import telemetry
 from app.core.providers.base import Answer, Probe
 from app.core.providers.store import ProviderConfig
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
@@ -121,7 +122,10 @@ class RemoteEngine:
         """One whole request; the JSON answer or a translated error."""
 
         async def once() -> Any:
-            async with self._http().request(method, self._url(path), json=body) as resp:
+            headers = telemetry.trace_headers()  # the request's trace continues upstream
+            async with self._http().request(
+                method, self._url(path), json=body, headers=headers
+            ) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)
                 raw, whole = await read_body(resp, MAX_BODY)
@@ -230,11 +234,12 @@ class RemoteEngine:
         stream = RemoteStream(self, chat)
 
         async def start() -> None:
+            headers = telemetry.trace_headers()  # the request's trace continues upstream
             try:
-                resp = await self._http().post(self._url(path), json=body)
+                resp = await self._http().post(self._url(path), json=body, headers=headers)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 # a pooled connection the engine had closed: never reached it; a new one
-                resp = await self._http().post(self._url(path), json=body)
+                resp = await self._http().post(self._url(path), json=body, headers=headers)
             if resp.status != 200:
                 try:
                     raise await self._error(resp)

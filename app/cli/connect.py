@@ -1,0 +1,202 @@
+"""``hearth connect TOOL [--model ID] [--json] [--set-context] [--exec -- CMD...]``: the settings
+an app needs to use Hearth (app/core/connect.py), printed or put in a child's environment.
+
+Nothing here edits another app's files. The server's address is the running server's (its
+record in the data folder), else the one in settings; the key is ``--key`` or
+``HEARTH_API_KEY`` (Hearth keeps only hashes of its keys, so it cannot print one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from app.cli.common import EXIT_FAIL, EXIT_OK, api, context, fail, find_server
+from app.core.connect import TOOLS, ContextCheck, Target, check_context, connection
+from app.core.keys import KeyStore
+from app.core.library import ModelLibrary
+from app.core.presets import PresetStore
+from app.core.types import LocalModel
+from app.errors import HearthError, ModelNotFound
+from app.paths import AppPaths
+from app.server.runner import base_url
+from app.settings import Settings
+
+
+def _root(paths: AppPaths, settings: Settings, url: str | None) -> tuple[str, bool]:
+    """The server's root URL (no ``/v1``) and whether it is running now."""
+    running = find_server(paths, url)
+    if running:
+        return str(running), True
+    srv = settings.server
+    scheme = "https" if srv.tls_cert else "http"
+    return base_url(srv.host, srv.port, scheme).removesuffix("/v1"), False
+
+
+def _pick_model(lib: ModelLibrary, settings: Settings, asked: str | None) -> str:
+    if asked:
+        return asked
+    if settings.default_model:
+        return settings.default_model
+    chat = [m for m in lib.list() if "embeddings" not in m.capabilities]
+    if not chat:
+        raise HearthError(
+            "no model to connect: add one (hearth pull / hearth import) or pass --model"
+        )
+    return chat[0].id
+
+
+def _served(root: str, model: str, key: str | None) -> dict[str, Any] | None:
+    """The running server's view of ``model`` (its state and context), or None."""
+    try:
+        got = api(root, "GET", "/v1/models/" + urllib.parse.quote(model, safe=""), None, key, 5)
+    except HearthError:
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def _context(
+    paths: AppPaths, settings: Settings, model: LocalModel | None, served: dict[str, Any] | None
+) -> tuple[int | None, int | None]:
+    """(the context the model runs or will load with — None: auto —, its trained length)."""
+    trained = model.context_length if model is not None else None
+    if served is not None:
+        trained = served.get("max_context_length") or trained
+        if served.get("state") == "loaded" and served.get("context_length"):
+            return int(served["context_length"]), trained
+    if model is not None:
+        preset = PresetStore(paths.config / "presets.json").get(model.id)
+        if preset.get("context_length"):
+            return int(preset["context_length"]), trained
+    return (settings.load.context_length or None), trained
+
+
+def _set_context(paths: AppPaths, model_id: str, needed: int) -> None:
+    store = PresetStore(paths.config / "presets.json")
+    store.set(model_id, {**store.get(model_id), "context_length": needed})
+
+
+def cmd_connect(args: argparse.Namespace) -> int:
+    paths, store = context()
+    settings = store.load()
+    root, running = _root(paths, settings, args.url)
+    key = args.key or os.environ.get("HEARTH_API_KEY") or None
+    key_required = bool(settings.server.api_key_hashes or KeyStore(paths.keys_file).all())
+    models_dir = Path(settings.models_dir) if settings.models_dir else paths.models
+    lib = ModelLibrary(paths.library_file, models_dir)
+    model_id = _pick_model(lib, settings, args.model)
+    try:
+        local: LocalModel | None = lib.get(model_id)
+    except ModelNotFound:
+        local = None  # an alias, a provider's model: the server knows it
+    served = _served(root, model_id, key) if running else None
+    conn = connection(args.tool, Target(root, model_id, key, key_required))
+    current, trained = _context(paths, settings, local, served)
+    cap = settings.load.max_auto_context
+    check = check_context(
+        conn.context_needed, model_id, current=current, trained=trained, auto_cap=cap
+    )
+    if args.set_context and not check.ok:
+        _apply_context(paths, local, conn.context_needed, check, running and served is not None)
+        check = ContextCheck(True)
+    out = conn.as_json()
+    out.update(context_ok=check.ok, context_warning=check.message or None)
+    if args.exec is not None:
+        return _exec(args.exec, conn.env, check)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    _print(out, key_required and not key)
+    if not check.ok:
+        print(f"warning: {_advice(check, model_id, conn.context_needed)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _advice(check: ContextCheck, model_id: str, needed: int) -> str:
+    if not check.can_raise:
+        return check.message
+    return (
+        f"{check.message} (hearth connect ... --set-context saves {needed:,} in the model's "
+        f"preset; or hearth load {model_id} --context-length {needed})"
+    )
+
+
+def _apply_context(
+    paths: AppPaths, local: LocalModel | None, needed: int, check: ContextCheck, loaded: bool
+) -> None:
+    if local is None or not check.can_raise:
+        raise HearthError(check.message or "this model's context cannot be set here")
+    _set_context(paths, local.id, needed)
+    print(f"'{local.id}' loads with a {needed:,}-token context from now on", file=sys.stderr)
+    if loaded:
+        print(f"it is loaded now: hearth unload {local.id} to reload it with that", file=sys.stderr)
+
+
+def _exec(cmd: list[str], env: dict[str, str], check: ContextCheck) -> int:
+    if not cmd:
+        return fail("--exec needs a command: hearth connect TOOL --exec -- CMD [ARGS...]")
+    if not env:
+        return fail("this tool reads no environment variables: use the printed settings instead")
+    if not check.ok:
+        print(f"warning: {check.message}", file=sys.stderr)
+    try:
+        return subprocess.call(cmd, env={**os.environ, **env})
+    except OSError as e:
+        print(f"hearth: error: cannot run {cmd[0]}: {e.strerror or e}", file=sys.stderr)
+        return EXIT_FAIL
+
+
+def _print(out: dict[str, Any], key_missing: bool) -> None:
+    print(f"{out['title']}: base URL {out['base_url']}, model {out['model']}")
+    print(f"context needed: {out['context_needed']:,} tokens")
+    if out["env"]:
+        print("\nenvironment:")
+        for k, v in out["env"].items():
+            print(f"  {k}={v}")
+    print(f"\n{out['snippet']}")
+    for n in out["notes"]:
+        print(f"note: {n}")
+    if key_missing:
+        print(
+            "note: this server requires an API key: pass --key, or make one with "
+            "hearth keys add NAME (it is printed once)"
+        )
+
+
+def exec_argv(argv: list[str]) -> list[str]:
+    """``connect ... --exec -- CMD``: argparse takes a ``--`` as the end of options, never as
+    the start of ``--exec``'s command, so the one right after ``--exec`` is dropped here."""
+    if "connect" in argv and "--exec" in argv:
+        i = argv.index("--exec")
+        if argv[i + 1 : i + 2] == ["--"]:
+            return argv[: i + 1] + argv[i + 2 :]
+    return argv
+
+
+def add_parsers(sub: Any) -> None:
+    s = sub.add_parser(
+        "connect", help="settings for an app (Continue, Cline, Zed, Claude Code...) to use Hearth"
+    )
+    s.add_argument("tool", choices=list(TOOLS), metavar="TOOL", help=", ".join(TOOLS))
+    s.add_argument("--model", help="the model id (default: default_model, else the first)")
+    s.add_argument("--key", help="the API key to show (default: HEARTH_API_KEY)")
+    s.add_argument("--url", help="the server's URL (default: the running one, else settings)")
+    s.add_argument("--json", action="store_true", help="one JSON object")
+    s.add_argument(
+        "--set-context",
+        action="store_true",
+        help="when the model's context is too small for the tool, save a larger one in its preset",
+    )
+    s.add_argument(
+        "--exec",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD",
+        help="run CMD with the tool's environment variables set; exits with its exit code",
+    )
+    s.set_defaults(func=cmd_connect)

@@ -1,0 +1,286 @@
+"""Ready settings for the apps people point at Hearth (issue 15, "connect an app"): the base
+URL each one wants, its key, the model id, the environment variables it reads, a snippet to
+paste into its settings, and the context length it needs to work.
+
+Pure: the caller says where the server is and which model and key to use. The snippets follow
+each tool's own documented settings (checked against its documentation, 2026-12): nothing here
+writes another app's files.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from app.errors import InvalidRequest
+
+# the key a tool is given when the server needs none: every one of them refuses an empty key
+NO_KEY = "hearth"
+# shown where a key is needed but none was given (the server keeps only hashes of its keys)
+KEY_PLACEHOLDER = "<your Hearth API key>"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a tool reaches Hearth: ``root`` without ``/v1`` (``http://127.0.0.1:1234``)."""
+
+    root: str
+    model: str
+    key: str | None  # None: the server needs no key
+    key_required: bool = False
+
+    @property
+    def v1(self) -> str:
+        return self.root + "/v1"
+
+    @property
+    def shown_key(self) -> str:
+        if self.key:
+            return self.key
+        return KEY_PLACEHOLDER if self.key_required else NO_KEY
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """``hearth connect TOOL --json``: {tool, base_url, model, env, snippet, context_needed}."""
+
+    tool: str
+    title: str
+    base_url: str
+    model: str
+    env: dict[str, str]
+    snippet: str
+    snippet_language: str  # yaml | json | toml | python | shell | text
+    context_needed: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    title: str
+    context_needed: int
+    build: Callable[[Target, int], Connection]
+
+
+def _continue(t: Target, ctx: int) -> Connection:
+    snippet = (
+        "# ~/.continue/config.yaml (or the workspace's .continue/config.yaml)\n"
+        "name: Hearth\nversion: 0.0.1\nschema: v1\nmodels:\n"
+        f"  - name: {t.model} (Hearth)\n    provider: openai\n    model: {t.model}\n"
+        f"    apiBase: {t.v1}\n    apiKey: {t.shown_key}\n"
+        "    roles: [chat, edit, apply]\n"
+        f"    defaultCompletionOptions:\n      contextLength: {ctx}\n"
+    )
+    return Connection(
+        "continue", "Continue", t.v1, t.model, {}, snippet, "yaml", ctx,
+        ("Continue reads its settings file, not environment variables.",),
+    )  # fmt: skip
+
+
+def _cline(t: Target, ctx: int) -> Connection:
+    snippet = (
+        "Cline › Settings (gear icon) › API Configuration:\n"
+        "  API Provider:        OpenAI Compatible\n"
+        f"  Base URL:            {t.v1}\n"
+        f"  API Key:             {t.shown_key}\n"
+        f"  Model ID:            {t.model}\n"
+        f"  Model Configuration › Context Window Size: {ctx}\n"
+    )
+    return Connection(
+        "cline", "Cline", t.v1, t.model, {}, snippet, "text", ctx,
+        ("Cline keeps its settings in VS Code; they are entered in its settings panel.",
+         "Cline's system prompt is long: a small context fails on the first request."),
+    )  # fmt: skip
+
+
+def _zed(t: Target, ctx: int) -> Connection:
+    settings = {
+        "language_models": {
+            "openai_compatible": {
+                "Hearth": {
+                    "api_url": t.v1,
+                    "available_models": [
+                        {
+                            "name": t.model,
+                            "display_name": f"{t.model} (Hearth)",
+                            "max_tokens": ctx,
+                            "capabilities": {"tools": True, "images": False},
+                        }
+                    ],
+                }
+            }
+        }
+    }
+    snippet = "// Zed: settings.json (zed: open settings)\n" + json.dumps(settings, indent=2) + "\n"
+    return Connection(
+        "zed", "Zed", t.v1, t.model, {"HEARTH_API_KEY": t.shown_key}, snippet, "json", ctx,
+        ("Zed reads the key of a provider named Hearth from HEARTH_API_KEY, or from its "
+         "Agent settings (stored in the keychain), never from settings.json.",),
+    )  # fmt: skip
+
+
+def _open_webui(t: Target, ctx: int) -> Connection:
+    env = {"OPENAI_API_BASE_URL": t.v1, "OPENAI_API_KEY": t.shown_key, "DEFAULT_MODELS": t.model}
+    docker_root = t.v1.replace("127.0.0.1", "host.docker.internal").replace(
+        "localhost", "host.docker.internal"
+    )
+    snippet = (
+        "# Open WebUI installed with pip:\n"
+        + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+        + " open-webui serve\n\n# in Docker (the container reaches this machine as host.docker.internal):\n"
+        "docker run -d -p 3000:8080 --add-host=host.docker.internal:host-gateway \\\n"
+        f"  -e OPENAI_API_BASE_URL={shlex.quote(docker_root)} \\\n"
+        f"  -e OPENAI_API_KEY={shlex.quote(t.shown_key)} -e DEFAULT_MODELS={shlex.quote(t.model)} \\\n"
+        "  -v open-webui:/app/backend/data ghcr.io/open-webui/open-webui:main\n"
+    )
+    return Connection(
+        "open-webui", "Open WebUI", t.v1, t.model, env, snippet, "shell", ctx,
+        ("From Docker, Hearth must listen on an address the container can reach "
+         "(Server page › Host, e.g. 0.0.0.0, with an API key).",
+         "Or Admin Panel › Settings › Connections › OpenAI API: the same URL and key."),
+    )  # fmt: skip
+
+
+def _claude_code(t: Target, ctx: int) -> Connection:
+    env = {
+        "ANTHROPIC_BASE_URL": t.root,  # Claude Code appends /v1/messages itself
+        "ANTHROPIC_AUTH_TOKEN": t.shown_key,
+        "ANTHROPIC_MODEL": t.model,
+        "ANTHROPIC_DEFAULT_OPUS_MODEL": t.model,
+        "ANTHROPIC_DEFAULT_SONNET_MODEL": t.model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": t.model,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    snippet = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()) + "claude\n"
+    return Connection(
+        "claude-code", "Claude Code", t.root, t.model, env, snippet, "shell", ctx,
+        ("Claude Code speaks Anthropic's Messages API: Hearth answers it at /v1/messages.",
+         "Its system prompt and tool definitions are long: 32,768 tokens of context is the "
+         "least that works, 65,536 is better."),
+    )  # fmt: skip
+
+
+def _codex(t: Target, ctx: int) -> Connection:
+    snippet = (
+        "# ~/.codex/config.toml\n"
+        f'model = "{t.model}"\nmodel_provider = "hearth"\n\n'
+        "[model_providers.hearth]\n"
+        'name = "Hearth"\n'
+        f'base_url = "{t.v1}"\n'
+        'env_key = "HEARTH_API_KEY"\n'
+        'wire_api = "responses"\n'
+    )
+    env = {"HEARTH_API_KEY": t.shown_key, "OPENAI_BASE_URL": t.v1, "OPENAI_API_KEY": t.shown_key}
+    return Connection(
+        "codex", "OpenAI Codex CLI", t.v1, t.model, env, snippet, "toml", ctx,
+        ("Codex calls the Responses API (/v1/responses), which Hearth serves.",
+         f"Without the config file: codex -m {t.model} with OPENAI_BASE_URL and "
+         "OPENAI_API_KEY set (hearth connect codex --exec -- codex)."),
+    )  # fmt: skip
+
+
+def _openai_python(t: Target, ctx: int) -> Connection:
+    env = {"OPENAI_BASE_URL": t.v1, "OPENAI_API_KEY": t.shown_key}
+    snippet = (
+        "from openai import OpenAI\n\n"
+        f'client = OpenAI(base_url="{t.v1}", api_key="{t.shown_key}")\n'
+        "reply = client.chat.completions.create(\n"
+        f'    model="{t.model}",\n'
+        '    messages=[{"role": "user", "content": "Hello!"}],\n'
+        ")\nprint(reply.choices[0].message.content)\n"
+    )
+    return Connection(
+        "openai-python", "openai-python", t.v1, t.model, env, snippet, "python", ctx,
+        ("With OPENAI_BASE_URL and OPENAI_API_KEY set, OpenAI() needs no arguments.",),
+    )  # fmt: skip
+
+
+def _langchain(t: Target, ctx: int) -> Connection:
+    env = {"OPENAI_BASE_URL": t.v1, "OPENAI_API_BASE": t.v1, "OPENAI_API_KEY": t.shown_key}
+    snippet = (
+        "from langchain_openai import ChatOpenAI\n\n"
+        f'llm = ChatOpenAI(model="{t.model}", base_url="{t.v1}", api_key="{t.shown_key}")\n'
+        'print(llm.invoke("Hello!").content)\n'
+    )
+    return Connection(
+        "langchain", "LangChain", t.v1, t.model, env, snippet, "python", ctx,
+        ("pip install langchain-openai; OpenAIEmbeddings works the same way with an embedding "
+         "model's id (check_embedding_ctx_length=False).",),
+    )  # fmt: skip
+
+
+# the context each tool needs to work at all (its own system prompt and tool definitions, plus
+# room for a conversation): what the warning compares the model's context with
+TOOLS: dict[str, Tool] = {
+    t.name: t
+    for t in (
+        Tool("continue", "Continue", 8192, _continue),
+        Tool("cline", "Cline", 32768, _cline),
+        Tool("zed", "Zed", 16384, _zed),
+        Tool("open-webui", "Open WebUI", 4096, _open_webui),
+        Tool("claude-code", "Claude Code", 32768, _claude_code),
+        Tool("codex", "OpenAI Codex CLI", 32768, _codex),
+        Tool("openai-python", "openai-python", 2048, _openai_python),
+        Tool("langchain", "LangChain", 2048, _langchain),
+    )
+}
+
+
+def connection(tool: str, target: Target) -> Connection:
+    """The settings for ``tool`` (one of :data:`TOOLS`).
+
+    Raises:
+        InvalidRequest: an unknown tool.
+    """
+    spec = TOOLS.get(tool)
+    if spec is None:
+        raise InvalidRequest(f"unknown tool '{tool}' (one of: {', '.join(TOOLS)})", param="tool")
+    return spec.build(target, spec.context_needed)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextCheck:
+    """Whether a model's context is enough for a tool: ``ok``, and what to say when not."""
+
+    ok: bool
+    message: str = ""
+    can_raise: bool = False  # a larger context is possible (the model was trained for it)
+
+
+def check_context(
+    needed: int, model: str, *, current: int | None, trained: int | None, auto_cap: int | None
+) -> ContextCheck:
+    """``current``: the context the model is loaded with, or will load with (None: auto, up to
+    ``auto_cap``); ``trained``: the model's trained length (None: unknown)."""
+    if trained and trained < needed:
+        return ContextCheck(
+            False,
+            f"'{model}' was trained for {trained:,} tokens of context; this tool needs "
+            f"{needed:,}: choose a model with a longer context",
+        )
+    if current is None:
+        reach = min(x for x in (trained, auto_cap) if x) if (trained or auto_cap) else None
+        if reach is None or reach >= needed:
+            return ContextCheck(True)
+        return ContextCheck(
+            False,
+            f"'{model}' loads with an automatic context of at most {reach:,} tokens; this tool "
+            f"needs {needed:,}",
+            can_raise=True,
+        )
+    if current >= needed:
+        return ContextCheck(True)
+    return ContextCheck(
+        False,
+        f"'{model}' runs with a {current:,}-token context; this tool needs {needed:,}",
+        can_raise=True,
+    )
