@@ -126,9 +126,11 @@ def parse_messages(b: Body) -> list[ChatMessage]:
     if not isinstance(raw, list) or not raw:
         raise InvalidRequest("'messages' must be a non-empty array", param="messages")
     for i, m in enumerate(raw):
-        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+        # a system message may stand anywhere in the list (Anthropic's API takes it there, and
+        # Claude Code sends one after the first turn): it applies from its place on
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant", "system"):
             raise InvalidRequest(
-                "each message needs role user or assistant", param=f"messages[{i}].role"
+                "each message needs role user, assistant or system", param=f"messages[{i}].role"
             )
         text, calls, results = _blocks(
             m.get("content", ""), f"messages[{i}].content", role=m["role"]

@@ -46,6 +46,9 @@ class Echo:
     temperature: float = 1.0
     top_p: float = 1.0
     text_format: dict[str, Any] = field(default_factory=lambda: {"type": "text"})
+    # tool name -> the ``namespace`` tool it came in (Codex groups MCP and agent tools so):
+    # a call of it names the namespace again, as the client dispatches on both
+    namespaces: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,25 +155,44 @@ def parse_text_format(b: Body) -> tuple[Constraint | None, dict[str, Any]]:
     return schema_constraint(fmt["schema"], param="text.format.schema"), fmt
 
 
-def parse_tools(b: Body) -> tuple[list[Tool], ToolChoice]:
-    """Responses tools are flat: {"type": "function", "name", "description", "parameters"};
-    ``tool_choice`` none | auto | required | {"type": "function", "name"}. The same bounded
-    validators as chat completions."""
+# tools OpenAI's servers run (or a client runs outside function calling): there is nothing
+# here to run them, so they are left out and the model is not offered them; refusing the
+# request instead made every Codex request a 400 (it always sends web_search)
+HOSTED_TOOLS = frozenset(
+    {
+        "web_search", "web_search_preview", "file_search", "image_generation",
+        "code_interpreter", "computer_use", "computer_use_preview", "mcp", "local_shell",
+        "tool_search", "custom",
+    }
+)  # fmt: skip
+
+
+def parse_tools(b: Body) -> tuple[list[Tool], ToolChoice, dict[str, str]]:
+    """Responses tools: {"type": "function", "name", "description", "parameters"}, and
+    ``namespace`` groups of them (flattened; the map says which namespace a name came in);
+    hosted tools are left out. ``tool_choice`` none | auto | required | {"type": "function",
+    "name"}. The same bounded validators as chat completions."""
     tools: list[Tool] = []
     params: list[str] = []
+    namespaces: dict[str, str] = {}
     for i, t in enumerate(check_tool_count(b.data.get("tools") or None)):
-        if not isinstance(t, dict) or t.get("type") != "function":
-            raise UnsupportedParameter("only function tools are supported", param=f"tools[{i}]")
-        params.append(f"tools[{i}].parameters")
-        tools.append(
-            make_tool(
-                t.get("name"),
-                t.get("description"),
-                t.get("parameters"),
-                where=f"tools[{i}]",
-                params=params[-1],
-            )
-        )
+        kind = t.get("type") if isinstance(t, dict) else None
+        if kind in HOSTED_TOOLS:
+            continue
+        if kind == "namespace" and isinstance(t, dict):
+            inner = t.get("tools")
+            if not isinstance(inner, list) or not isinstance(t.get("name"), str):
+                raise InvalidRequest("a namespace tool needs name and tools", param=f"tools[{i}]")
+            for j, f in enumerate(check_tool_count(inner)):
+                where = f"tools[{i}].tools[{j}]"
+                if isinstance(f, dict) and f.get("type") in HOSTED_TOOLS:
+                    continue
+                tool = _function_tool(f, where, params)
+                namespaces[tool.name] = t["name"]
+                tools.append(tool)
+                check_tool_count(tools)  # a namespace's tools count as the others
+            continue
+        tools.append(_function_tool(t, f"tools[{i}]", params))
     tc = b.data.get("tool_choice")
     choice = "auto" if tools else "none"
     if isinstance(tc, str):
@@ -186,7 +208,19 @@ def parse_tools(b: Body) -> tuple[list[Tool], ToolChoice]:
     elif tc is not None:
         raise InvalidRequest("'tool_choice' must be a string or an object", param="tool_choice")
     parallel = b.flag("parallel_tool_calls", True)
-    return tools, tool_choice(choice, tools, params, parallel=parallel, param="tool_choice")
+    choice_ = tool_choice(choice, tools, params, parallel=parallel, param="tool_choice")
+    return tools, choice_, namespaces
+
+
+def _function_tool(t: Any, where: str, params: list[str]) -> Tool:
+    if not isinstance(t, dict) or t.get("type") != "function":
+        raise UnsupportedParameter(
+            "only function tools (and namespaces of them) are supported", param=where
+        )
+    params.append(f"{where}.parameters")
+    return make_tool(
+        t.get("name"), t.get("description"), t.get("parameters"), where=where, params=params[-1]
+    )
 
 
 def parse_request(data: dict[str, Any]) -> Parsed:
@@ -198,7 +232,7 @@ def parse_request(data: dict[str, Any]) -> Parsed:
             "Hearth's Responses API is stateless: send the whole conversation",
             param="previous_response_id",
         )
-    tools, choice = parse_tools(b)
+    tools, choice, namespaces = parse_tools(b)
     messages = parse_input(b)
     constraint, fmt = parse_text_format(b)
     max_tokens = b.integer("max_output_tokens", None, lo=1, hi=MAX_TOKENS_LIMIT)
@@ -217,7 +251,9 @@ def parse_request(data: dict[str, Any]) -> Parsed:
         template_vars=_template_vars(b),
         ttl=parse_ttl(b),
     )
-    echo = Echo(b.text("instructions"), max_tokens, sampling.temperature, sampling.top_p, fmt)
+    echo = Echo(
+        b.text("instructions"), max_tokens, sampling.temperature, sampling.top_p, fmt, namespaces
+    )
     return Parsed(req, b.flag("stream"), echo)
 
 
@@ -269,8 +305,10 @@ def _fc_id(call_id: str) -> str:
     return "fc_" + call_id.removeprefix("call_")
 
 
-def function_call(call_id: str, name: str | None, args: str, status: str) -> dict[str, Any]:
-    return {
+def function_call(
+    call_id: str, name: str | None, args: str, status: str, echo: Echo | None = None
+) -> dict[str, Any]:
+    item = {
         "type": "function_call",
         "id": _fc_id(call_id),
         "call_id": call_id,
@@ -278,6 +316,10 @@ def function_call(call_id: str, name: str | None, args: str, status: str) -> dic
         "arguments": args,
         "status": status,
     }
+    namespace = echo.namespaces.get(name or "") if echo is not None else None
+    if namespace is not None:
+        item["namespace"] = namespace
+    return item
 
 
 def message(mid: str, text: str, status: str) -> dict[str, Any]:
@@ -308,7 +350,7 @@ def response_body(echo: Echo, results: Sequence[Completion], ctx: Context) -> di
     output = [reasoning("rs_" + ctx.id, r.reasoning, "completed")] if r.reasoning else []
     if r.text.strip() or not r.tool_calls:
         output.append(message("msg_" + ctx.id, r.text, "completed"))
-    output += [function_call(c.id, c.name, c.arguments, "completed") for c in r.tool_calls]
+    output += [function_call(c.id, c.name, c.arguments, "completed", echo) for c in r.tool_calls]
     return response_object(ctx, echo, "completed", output, r.final)
 
 
@@ -437,7 +479,7 @@ class ResponseStream(StreamRenderer):
                     self._event(
                         "response.output_item.added",
                         output_index=call[0],
-                        item=function_call(tc.id, tc.name, "", "in_progress"),
+                        item=function_call(tc.id, tc.name, "", "in_progress", self.echo),
                     )
                 )
             if tc.arguments and tc.index in self.calls:
@@ -478,7 +520,7 @@ class ResponseStream(StreamRenderer):
             self._event("response.output_item.done", output_index=mi, item=item),
         ]
         for index, call_id, name, args in (self.calls[k] for k in sorted(self.calls)):
-            fc = self.done[index] = function_call(call_id, name, args, "completed")
+            fc = self.done[index] = function_call(call_id, name, args, "completed", self.echo)
             out += [
                 self._event(
                     "response.function_call_arguments.done",

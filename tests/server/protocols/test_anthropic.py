@@ -248,3 +248,44 @@ def test_tool_choice_mapping() -> None:
     ).request.tool_choice
     assert (tc.mode, tc.name) == ("named", "b")
     assert wire.parse_request(_body()).request.tool_choice.mode == "none"
+
+
+def test_claude_code_s_request_shape_parses() -> None:
+    """The shape Claude Code 2.1 sends (seen against a real server): a system message inside
+    ``messages`` after the first turn, system blocks with cache_control, adaptive thinking,
+    context_management, output_config and metadata.user_id. Refusing the system message (the
+    old rule: user or assistant only) made every Claude Code request a 400."""
+    body = _body(
+        system=[
+            {"type": "text", "text": "billing header"},
+            {"type": "text", "text": "You are an agent.", "cache_control": {"type": "ephemeral"}},
+        ],
+        messages=[
+            {"role": "user", "content": [{"type": "text", "text": "<system-reminder>ctx"}]},
+            {"role": "system", "content": "Available agent types: claude, Explore"},
+            {"role": "user", "content": [{"type": "text", "text": "Say hi"}]},
+        ],
+        tools=[{"name": "Bash", "input_schema": SCHEMA}],
+        thinking={"type": "adaptive"},
+        context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        output_config={"effort": "high"},
+        metadata={"user_id": '{"device_id":"d","session_id":"s"}'},
+        max_tokens=32000,
+        stream=True,
+    )
+    msgs = wire.parse_request(body).request.messages
+    assert [(m.role, m.content) for m in msgs] == [
+        ("system", "billing headerYou are an agent."),
+        ("user", "<system-reminder>ctx"),
+        ("system", "Available agent types: claude, Explore"),  # kept where it was sent
+        ("user", "Say hi"),
+    ]
+
+
+def test_a_system_message_in_messages_takes_text_only() -> None:
+    bad = [{"role": "system", "content": [{"type": "tool_use", "name": "t", "input": {}}]}]
+    with pytest.raises(InvalidRequest) as ei:
+        wire.parse_request(_body(messages=[{"role": "user", "content": "x"}, *bad]))
+    assert ei.value.param == "messages[1].content[0]"
+    with pytest.raises(InvalidRequest, match="role user, assistant or system"):
+        wire.parse_request(_body(messages=[{"role": "tool", "content": "x"}]))

@@ -230,7 +230,7 @@ def test_tool_choice_and_items() -> None:
     p = wire.parse_request(_body(tools=[_fn("a")], parallel_tool_calls=False))
     assert (p.request.tool_choice.mode, p.request.tool_choice.parallel) == ("auto", False)
     with pytest.raises(UnsupportedParameter):
-        wire.parse_request(_body(tools=[{"type": "web_search"}]))
+        wire.parse_request(_body(tools=[{"type": "teleport"}]))
     # a reasoning item handed back from an earlier response is skipped, as on chat routes
     items = [
         {"role": "user", "content": "2+2?"},
@@ -242,3 +242,60 @@ def test_tool_choice_and_items() -> None:
         ("user", "2+2?"),
         ("assistant", "4"),
     ]
+
+
+def test_codex_s_tools_namespaces_are_flattened_and_hosted_ones_left_out() -> None:
+    """Codex 0.171 sends function tools, a ``namespace`` of function tools and ``web_search``
+    in every request (seen against a real server): refusing either made every Codex request a
+    400. A namespace's functions are offered as tools, and a call of one names its namespace
+    again (the client dispatches on both); a hosted tool has nothing to run it here, so the
+    model is not offered it."""
+    ns = {
+        "type": "namespace",
+        "name": "multi_agent_v1",
+        "description": "sub-agents",
+        "tools": [_fn("close_agent"), {"type": "web_search"}, _fn("spawn_agent")],
+    }
+    body = _body(
+        tools=[_fn("exec_command"), ns, {"type": "web_search", "external_web_access": False}],
+        tool_choice="auto",
+        reasoning={"summary": "auto"},
+        include=["reasoning.encrypted_content"],
+        store=False,
+        prompt_cache_key="k",
+        client_metadata={"turn_id": "t"},
+    )
+    p = wire.parse_request(body)
+    assert [t.name for t in p.request.tools] == ["exec_command", "close_agent", "spawn_agent"]
+    assert p.echo.namespaces == {"close_agent": "multi_agent_v1", "spawn_agent": "multi_agent_v1"}
+    calls = [
+        Delta(tool_calls=(ToolCallDelta(0, "call_1", "spawn_agent"),)),
+        Delta(tool_calls=(ToolCallDelta(0, arguments='{"a": "x"}'),)),
+        Delta(tool_calls=(ToolCallDelta(1, "call_2", "exec_command", '{"a": "ls"}'),)),
+        Delta(finish_reason="tool_calls", usage=Usage(3, 2)),
+    ]
+    whole = wire.response_body(p.echo, [completion(calls)], ctx())
+    fcs = [o for o in whole["output"] if o["type"] == "function_call"]
+    assert [(f["name"], f.get("namespace")) for f in fcs] == [
+        ("spawn_agent", "multi_agent_v1"),
+        ("exec_command", None),
+    ]
+    evs = events(render(wire.ResponseStream(p.echo, ctx()), calls))
+    done = [d["item"] for k, d in evs if k == "response.output_item.done"]
+    added = [d["item"] for k, d in evs if k == "response.output_item.added"]
+    for items in (done, [a for a in added if a["type"] == "function_call"]):
+        got = [(i["name"], i.get("namespace")) for i in items if i["type"] == "function_call"]
+        assert got == [("spawn_agent", "multi_agent_v1"), ("exec_command", None)]
+
+
+def test_a_namespace_is_bounded_and_checked_as_tools_are() -> None:
+    many = {"type": "namespace", "name": "n", "tools": [_fn(f"t{i}") for i in range(100)]}
+    with pytest.raises(InvalidRequest) as ei:
+        wire.parse_request(_body(tools=[many, {**many, "name": "m"}]))
+    assert ei.value.param == "tools"
+    with pytest.raises(InvalidRequest) as ei:
+        wire.parse_request(_body(tools=[{"type": "namespace", "name": "n"}]))
+    assert ei.value.param == "tools[0]"
+    with pytest.raises(InvalidRequest) as ei:
+        wire.parse_request(_body(tools=[{"type": "namespace", "name": "n", "tools": [_fn("a b")]}]))
+    assert ei.value.param == "tools[0].tools[0]"
