@@ -98,7 +98,8 @@ def _cline(t: Target, ctx: int) -> Connection:
     )
     return Connection(
         "cline", "Cline", t.v1, t.model, {}, snippet, "text", ctx,
-        ("Cline keeps its settings in VS Code; they are entered in its settings panel.",
+        ("Cline keeps its settings in VS Code, not in environment variables: they are "
+         "entered in its settings panel.",
          "Cline's system prompt is long: a small context fails on the first request."),
     )  # fmt: skip
 

@@ -17,7 +17,14 @@ from app.core.connect import KEY_PLACEHOLDER, NO_KEY, TOOLS, Target, connection
 from app.core.keys import KeyStore
 from app.gui.context import GuiContext
 from app.gui.main_window import PAGES, MainWindow
-from app.gui.views.connect import TITLE, ConnectPage, ConnectState, export_lines
+from app.gui.views.connect import (
+    NO_MODEL,
+    NO_MODEL_TEXT,
+    TITLE,
+    ConnectPage,
+    ConnectState,
+    export_lines,
+)
 from app.server.runner import base_url
 
 SLOW = 120_000  # loads and server starts on a busy machine
@@ -66,6 +73,8 @@ def test_each_tool_shows_its_snippet_with_the_url_and_model_and_copies_it(
     titles = [page.tool_combo.itemText(i) for i in range(page.tool_combo.count())]
     assert titles == [t.title for t in TOOLS.values()]
     clipboard = QGuiApplication.clipboard()
+    _shown(page, qtbot, model=imported)
+    assert page.banner.text() != NO_MODEL_TEXT  # shown before the import, gone with it
     for name in TOOLS:
         page.select_tool(name)
         st = _shown(page, qtbot, tool=name, model=imported)
@@ -92,7 +101,8 @@ def test_each_tool_shows_its_snippet_with_the_url_and_model_and_copies_it(
             k, v = next(iter(want.env.items()))
             assert clipboard.text() == f"{k}={v}"
         else:
-            assert not page.copy_exports_button.isEnabled()
+            assert not page.env_list.isVisible() and not page.copy_exports_button.isVisible()
+            assert "environment variables" in page.notes_label.text()
     page.select_tool("claude-code")
     _shown(page, qtbot, tool="claude-code")
     text = page.snippet_edit.toPlainText()
@@ -232,6 +242,7 @@ def test_the_url_follows_the_server_starting_and_stopping(
     st = _shown(page, qtbot, tool="langchain", running=False)
     settings_url = _settings_root(gui_ctx) + "/v1"
     assert page.url_edit.text() == settings_url and st.model is None
+    assert page.banner.text() == NO_MODEL_TEXT and NO_MODEL in page.snippet_edit.toPlainText()
     assert "stopped" in page.server_label.text()
     url = _start_server(window, qtbot)
     assert url != settings_url  # port 0 became a real port

@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 TITLE = "Connect"
 NO_MODEL = "<model id>"  # in the snippets while the library has no model
+NO_MODEL_TEXT = "No model yet: import or download one on the Library page."
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,8 @@ class ConnectPage(QWidget):
         self.snippet_edit.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.snippet_edit.setMinimumHeight(120)
         self.copy_button = QPushButton("Copy")
+        self.snippet_label = QLabel("Settings to paste")
+        self.env_label = QLabel("Environment variables")
         self.env_list = QListWidget()
         self.env_list.setFont(self.snippet_edit.font())
         self.env_list.setMinimumHeight(60)
@@ -163,7 +166,7 @@ class ConnectPage(QWidget):
         warn_row.addWidget(self.reload_button)
 
         snippet_head = QHBoxLayout()
-        snippet_head.addWidget(QLabel("Settings to paste"))
+        snippet_head.addWidget(self.snippet_label)
         snippet_head.addStretch(1)
         snippet_head.addWidget(self.copy_button)
         left = QVBoxLayout()
@@ -173,7 +176,7 @@ class ConnectPage(QWidget):
         env_buttons.addWidget(self.copy_env_button)
         env_buttons.addWidget(self.copy_exports_button)
         right = QVBoxLayout()
-        right.addWidget(QLabel("Environment variables"))
+        right.addWidget(self.env_label)
         right.addWidget(self.env_list, 1)
         right.addLayout(env_buttons)
         right.addWidget(self.notes_label)
@@ -366,17 +369,17 @@ class ConnectPage(QWidget):
         self.context_label.setText(f"{c.title} needs {c.context_needed:,} tokens of context")
         self._show_check(st)
         self.snippet_edit.setPlainText(c.snippet)
+        self.snippet_label.setText(f"Settings to paste ({c.snippet_language})")
         self.env_list.clear()
         self.env_list.addItems([f"{k}={v}" for k, v in c.env.items()])
         has_env = bool(c.env)
-        self.copy_env_button.setEnabled(has_env)
-        self.copy_exports_button.setEnabled(has_env)
-        notes = list(c.notes) + ([] if has_env else [f"{c.title} reads no environment variables."])
-        self.notes_label.setText("\n".join(f"• {n}" for n in notes))
+        for w in (self.env_label, self.env_list, self.copy_env_button, self.copy_exports_button):
+            w.setVisible(has_env)  # Continue and Cline read none: their notes say so
+        self.notes_label.setText("\n".join(f"• {n}" for n in c.notes))
         if st.model is None:
-            self.banner.show_message(
-                "No model yet: import or download one on the Library page.", "notice"
-            )
+            self.banner.show_message(NO_MODEL_TEXT, "notice")
+        elif self.banner.text() == NO_MODEL_TEXT:
+            self.banner.clear_message()
         self.state_shown.emit(st)
 
     def _show_check(self, st: ConnectState) -> None:
