@@ -293,7 +293,7 @@ def pick_model(default_model: str, models: Iterable[LocalModel]) -> str | None:
     else the library's first chat model; None when there is none."""
     if default_model:
         return default_model
-    return next((m.id for m in models if "embeddings" not in m.capabilities), None)
+    return next((m.id for m in models if "chat" in m.capabilities), None)
 
 
 def effective_context(*, loaded: int | None, preset: int | None, default: int | None) -> int | None:
