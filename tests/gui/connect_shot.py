@@ -1,8 +1,9 @@
-"""The Connect page's screenshot: ``xvfb-run -a python -m tests.gui.connect_shot OUT.png``.
+"""The Connect page's screenshot: ``xvfb-run -a python -m tests.gui.connect_shot OUT.png [TOOL]``.
 
 The real window on a temporary HEARTH_HOME: SmolLM2 imported and loaded with a 2,048-token
 context, the server running on the settings' port (another free one when that is taken), and
-Continue chosen, so the page shows its settings and the context warning with its button.
+Continue chosen (or TOOL), so the page shows its settings and the context warning with its
+button.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _free(port: int) -> int:
         return int(s.getsockname()[1])
 
 
-def main(out: Path) -> int:
+def main(out: Path, tool: str = "continue") -> int:
     logging.basicConfig(level=logging.INFO)
     os.environ["HEARTH_HOME"] = tempfile.mkdtemp(prefix="hearth-connect-")
 
@@ -54,7 +55,7 @@ def main(out: Path) -> int:
         wait_until(lambda: sp.running, 120)
         w.show_page("Connect")
         page = w.connect_page
-        page.select_tool("continue")
+        page.select_tool(tool)
         wait_until(
             lambda: (
                 not page.pending
@@ -73,4 +74,5 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "connect.png")))
+    args = sys.argv[1:]
+    sys.exit(main(Path(args[0] if args else "connect.png"), *args[1:2]))

@@ -127,6 +127,8 @@ class ConnectPage(QWidget):
         self.copy_exports_button = QPushButton("Copy all as export lines")
         self.notes_label = QLabel()
         self.notes_label.setWordWrap(True)
+        # top: with no environment section the notes take the column and stay under its head
+        self.notes_label.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         self.banner = MessageBanner()
         self._build_layout()
 
