@@ -137,7 +137,13 @@ def test_a_small_loaded_context_warns_and_the_button_saves_the_preset_and_reload
     assert loop.call(preset(), timeout=30)["context_length"] == 8192  # read back: the service
     # still loaded with 1,024: the page says so and offers the reload
     assert "reload" in page.banner.text().lower()
-    assert page.reload_button.isVisible()
+    st = _shown(page, qtbot, tool="continue", preset_context=8192)
+    assert st.needs_reload and page.reload_button.isVisible()
+    assert not page.set_context_button.isVisible()  # saved: what is left is the reload
+    assert "8,192 from the next load" in page.warning_label.text()
+    window.show_page("Library")
+    window.show_page(TITLE)  # the offer stands when the user comes back
+    assert _shown(page, qtbot, tool="continue").needs_reload and page.reload_button.isVisible()
     page.reload_button.click()
 
     def reloaded() -> bool:
@@ -147,6 +153,7 @@ def test_a_small_loaded_context_warns_and_the_button_saves_the_preset_and_reload
     qtbot.waitUntil(reloaded, timeout=SLOW)
     assert [i.context_length for i in service.loaded() if i.model_id == imported] == [8192]
     assert not page.warning_label.isVisible() and not page.set_context_button.isVisible()
+    assert not page.reload_button.isVisible()
 
     # Cline needs 32,768: more than SmolLM2 was trained for; the warning says so, no button
     page.select_tool("cline")

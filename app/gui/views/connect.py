@@ -68,6 +68,13 @@ class ConnectState:
     check: ContextCheck
     local: bool  # a library model: its preset can take a larger context
     loaded: bool
+    preset_context: int | None = None  # the context_length in the model's preset
+
+    @property
+    def needs_reload(self) -> bool:
+        """Loaded with too small a context while its preset already holds enough."""
+        need = self.conn.context_needed
+        return self.loaded and not self.check.ok and (self.preset_context or 0) >= need
 
 
 def export_lines(env: dict[str, str]) -> str:
@@ -282,8 +289,6 @@ class ConnectPage(QWidget):
                     "reload it to use them.",
                     "notice",
                 )
-                self.reload_button.setText(f"Reload {mid} now")
-                self.reload_button.show()
             else:
                 self.banner.show_message(f"Saved: '{mid}' loads with {n:,} tokens of context.")
             self.context_saved.emit(mid, n)
@@ -301,7 +306,6 @@ class ConnectPage(QWidget):
 
         def done(_: object) -> None:
             self.reload_button.setEnabled(True)
-            self.reload_button.hide()
             self.banner.show_message(f"Reloaded {mid}.")
             self.refresh()
 
@@ -329,12 +333,13 @@ class ConnectPage(QWidget):
         conn = connection(tool, Target(root, model or NO_MODEL, secret, key_required))
         status = next((s for s in statuses if s.model.id == model), None)
         loaded = status is not None and status.state == "loaded"
-        check = ContextCheck(True)
+        check, preset = ContextCheck(True), None
         if model:
-            preset = service.preset(model).get("context_length") if status else None
+            raw = service.preset(model).get("context_length") if status else None
+            preset = int(raw) if raw else None
             current = effective_context(
                 loaded=status.context_length if status and loaded else None,
-                preset=int(preset) if preset else None,
+                preset=preset,
                 default=settings.load.context_length,
             )
             trained = status.model.context_length if status else None
@@ -344,7 +349,7 @@ class ConnectPage(QWidget):
             )
         return ConnectState(
             root, running, key_required, tuple(models), model, conn, check, status is not None,
-            loaded,
+            loaded, preset,
         )  # fmt: skip
 
     # -- GUI thread ----------------------------------------------------------------------------
@@ -388,11 +393,15 @@ class ConnectPage(QWidget):
         check, needed = st.check, st.conn.context_needed
         self.warning_label.setVisible(not check.ok)
         self.warning_label.setText(f"⚠ {check.message}" if not check.ok else "")
-        can = not check.ok and check.can_raise and st.local
+        if st.needs_reload:
+            self.warning_label.setText(
+                f"⚠ {check.message}; its preset says {st.preset_context:,} from the next load"
+            )
+        can = not check.ok and check.can_raise and st.local and not st.needs_reload
         self.set_context_button.setVisible(can)
         self.set_context_button.setText(f"Use {needed:,} tokens for this model")
-        if check.ok and not st.loaded:
-            self.reload_button.hide()
+        self.reload_button.setVisible(st.needs_reload)
+        self.reload_button.setText(f"Reload {st.model} now")
 
     def _fill_models(self, st: ConnectState) -> None:
         combo = self.model_combo
@@ -419,11 +428,9 @@ class ConnectPage(QWidget):
     def _on_tool_combo_changed(self, _i: int) -> None:
         if self._secret and self._secret[0] != self.tool:
             self._secret = None  # shown once: gone when the user moves on
-        self.reload_button.hide()
         self.refresh()
 
     def _on_model_combo_activated(self, _i: int) -> None:
-        self.reload_button.hide()
         self.refresh()
 
     def _on_create_key_button_clicked(self) -> None:
