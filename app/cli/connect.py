@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_FAIL, EXIT_OK, api, context, fail, find_server
-from app.core.connect import TOOLS, ContextCheck, Target, check_context, connection
+from app.core.connect import (
+    TOOLS,
+    ContextCheck,
+    Target,
+    check_context,
+    connection,
+    effective_context,
+    pick_model,
+    with_context,
+)
 from app.core.keys import KeyStore
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
@@ -40,16 +49,12 @@ def _root(paths: AppPaths, settings: Settings, url: str | None) -> tuple[str, bo
 
 
 def _pick_model(lib: ModelLibrary, settings: Settings, asked: str | None) -> str:
-    if asked:
-        return asked
-    if settings.default_model:
-        return settings.default_model
-    chat = [m for m in lib.list() if "embeddings" not in m.capabilities]
-    if not chat:
+    picked = asked or pick_model(settings.default_model, lib.list())
+    if not picked:
         raise HearthError(
             "no model to connect: add one (hearth pull / hearth import) or pass --model"
         )
-    return chat[0].id
+    return picked
 
 
 def _served(root: str, model: str, key: str | None) -> dict[str, Any] | None:
@@ -66,20 +71,23 @@ def _context(
 ) -> tuple[int | None, int | None]:
     """(the context the model runs or will load with — None: auto —, its trained length)."""
     trained = model.context_length if model is not None else None
+    loaded = None
     if served is not None:
         trained = served.get("max_context_length") or trained
         if served.get("state") == "loaded" and served.get("context_length"):
-            return int(served["context_length"]), trained
-    if model is not None:
-        preset = PresetStore(paths.config / "presets.json").get(model.id)
-        if preset.get("context_length"):
-            return int(preset["context_length"]), trained
-    return (settings.load.context_length or None), trained
+            loaded = int(served["context_length"])
+    preset = None
+    if model is not None and loaded is None:
+        preset = PresetStore(paths.config / "presets.json").get(model.id).get("context_length")
+    current = effective_context(
+        loaded=loaded, preset=int(preset) if preset else None, default=settings.load.context_length
+    )
+    return current, trained
 
 
 def _set_context(paths: AppPaths, model_id: str, needed: int) -> None:
     store = PresetStore(paths.config / "presets.json")
-    store.set(model_id, {**store.get(model_id), "context_length": needed})
+    store.set(model_id, with_context(store.get(model_id), needed))
 
 
 def cmd_connect(args: argparse.Namespace) -> int:

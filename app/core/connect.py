@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.core.types import LocalModel
 from app.errors import InvalidRequest
 
 # the key a tool is given when the server needs none: every one of them refuses an empty key
@@ -97,7 +98,8 @@ def _cline(t: Target, ctx: int) -> Connection:
     )
     return Connection(
         "cline", "Cline", t.v1, t.model, {}, snippet, "text", ctx,
-        ("Cline keeps its settings in VS Code; they are entered in its settings panel.",
+        ("Cline keeps its settings in VS Code, not in environment variables: they are "
+         "entered in its settings panel.",
          "Cline's system prompt is long: a small context fails on the first request."),
     )  # fmt: skip
 
@@ -284,3 +286,22 @@ def check_context(
         f"'{model}' runs with a {current:,}-token context; this tool needs {needed:,}",
         can_raise=True,
     )
+
+
+def pick_model(default_model: str, models: Iterable[LocalModel]) -> str | None:
+    """The model a tool is connected to when none is asked for: ``default_model`` (settings),
+    else the library's first chat model; None when there is none."""
+    if default_model:
+        return default_model
+    return next((m.id for m in models if "chat" in m.capabilities), None)
+
+
+def effective_context(*, loaded: int | None, preset: int | None, default: int | None) -> int | None:
+    """The context a model runs with (``loaded``), else the one it will load with: its preset's,
+    else the settings' load.context_length; None: automatic (0 in settings is auto)."""
+    return loaded or preset or default or None
+
+
+def with_context(preset: dict[str, Any], needed: int) -> dict[str, Any]:
+    """The model's preset with ``context_length`` raised to what the tool needs."""
+    return {**preset, "context_length": needed}

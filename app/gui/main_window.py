@@ -39,6 +39,8 @@ from app.gui.theme import apply_theme, theme_signals
 from app.gui.tray import Tray
 from app.gui.units import human_bytes
 from app.gui.views.chat import ChatPage
+from app.gui.views.connect import TITLE as CONNECT_PAGE
+from app.gui.views.connect import ConnectPage
 from app.gui.views.discover import TITLE as DISCOVER_PAGE
 from app.gui.views.discover import DiscoverPage
 from app.gui.views.downloads import TITLE as DOWNLOADS_PAGE
@@ -72,6 +74,7 @@ PAGES = (
     MEMORY_PAGE,
     "Chat",
     "Server",
+    CONNECT_PAGE,
     PROVIDERS_PAGE,
     "Settings",
 )
@@ -127,6 +130,7 @@ class MainWindow(QMainWindow):
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
         self.chat_page = ChatPage(ctx.service, bridge)
         self.server_page = ServerPage(ctx.server, bridge)
+        self.connect_page = ConnectPage(ctx, bridge)  # issue 15: settings for other apps
         self.providers_page = ProvidersPage(ctx.service, bridge)
         self.autostart = Autostart()  # issue #13: start at login, this platform's way
         self.settings_page = SettingsPage(
@@ -160,6 +164,7 @@ class MainWindow(QMainWindow):
             self.memory_page,
             self.chat_page,
             self.server_page,
+            self.connect_page,
             self.providers_page,
             self.settings_page,
         )
@@ -210,6 +215,8 @@ class MainWindow(QMainWindow):
         self.settings_page.server_page_requested.connect(self._on_settings_page_server_requested)
         self.server_page.address_saved.connect(self.settings_page.show_address)
         self.server_page.address_saved.connect(lambda _s: self.welcome.update_server_text())
+        self.server_page.address_saved.connect(self.connect_page.refresh)
+        self.settings_page.settings_loaded.connect(self.connect_page.refresh)
         self.settings_page.theme_chosen.connect(apply_theme)
         self._on_server_page_state_changed(self.server_page.running)
         self._build_menus()
@@ -543,7 +550,7 @@ _NAV_STYLE = (
 
 
 def _page_key(index: int) -> QKeySequence:
-    """Ctrl+1 … Ctrl+8 for the sidebar's pages, in order."""
+    """Ctrl+1 … Ctrl+9 for the sidebar's pages, in order."""
     return QKeySequence(f"Ctrl+{index + 1}")
 
 

@@ -1,0 +1,29 @@
+"""The connect core's choices the CLI and the Connect page share: which model, which context."""
+
+from __future__ import annotations
+
+from app.core.connect import effective_context, pick_model, with_context
+from app.core.types import LocalModel
+
+
+def _model(mid: str, **extra: bool) -> LocalModel:
+    return LocalModel(mid, f"/m/{mid}.gguf", "gguf", 1, False, extra=dict(extra))
+
+
+def test_pick_model_prefers_the_default_then_the_first_chat_model() -> None:
+    models = [_model("minilm", embedding=True), _model("bge-rr", reranker=True), _model("smol")]
+    assert pick_model("", models) == "smol"  # embedders and rerankers do not chat
+    assert pick_model("team-alias", models) == "team-alias"  # default_model, whatever it is
+    assert pick_model("", models[:2]) is None
+    assert pick_model("", []) is None
+
+
+def test_effective_context_is_the_loaded_then_the_preset_then_the_settings_one() -> None:
+    assert effective_context(loaded=1024, preset=4096, default=2048) == 1024
+    assert effective_context(loaded=None, preset=4096, default=2048) == 4096
+    assert effective_context(loaded=None, preset=None, default=2048) == 2048
+    assert effective_context(loaded=None, preset=None, default=0) is None  # 0: auto
+    assert with_context({"temperature": 0.2, "context_length": 2048}, 8192) == {
+        "temperature": 0.2,
+        "context_length": 8192,
+    }
