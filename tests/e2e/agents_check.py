@@ -93,6 +93,7 @@ def main() -> int:
                         cmd,
                         env={**env, "CODEX_HOME": str(codex_home)},
                         cwd=work,
+                        stdin=subprocess.DEVNULL,  # codex exec reads more input from stdin
                         capture_output=True,
                         text=True,
                         timeout=300,
