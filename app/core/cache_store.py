@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.sqlite_wal import open_wal
 from app.core.types import Delta, Timings, TokenLogprob, ToolCallDelta, Usage
 
 log = logging.getLogger(__name__)
@@ -111,17 +112,7 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 # -- the store ---------------------------------------------------------------------------------
 def connect(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
     """A WAL connection with the schema in place (the server and the CLI both)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-        with conn:
-            conn.execute("BEGIN IMMEDIATE")
-            for stmt in _SCHEMA:
-                conn.execute(stmt)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-    return conn
+    return open_wal(path, _SCHEMA, SCHEMA_VERSION, timeout)
 
 
 class CacheStore:

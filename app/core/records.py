@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from app.core.sqlite_wal import open_wal
+
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
@@ -90,19 +92,7 @@ def iso_utc(t: float) -> str:
 
 def connect(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
     """A connection in WAL mode with the schema in place (the writer and readers both)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    # NORMAL in WAL: a commit survives the process being killed (it is in the OS's cache); only
-    # a power cut may lose the last commits, never corrupt the file
-    conn.execute("PRAGMA synchronous=NORMAL")
-    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
-        with conn:
-            conn.execute("BEGIN IMMEDIATE")
-            for stmt in _SCHEMA:
-                conn.execute(stmt)
-            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-    return conn
+    return open_wal(path, _SCHEMA, SCHEMA_VERSION, timeout)
 
 
 class RecordStore:
