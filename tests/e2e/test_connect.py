@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +30,39 @@ def served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iter
         yield s
 
 
-def hearth(
-    home: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if k != "HEARTH_API_KEY"}
-    full.update(HEARTH_HOME=str(home), **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "app", "connect", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=120,
-    )
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+# the command runs in this process (a subprocess per call cost ~1.5 s each); --exec's child
+# writes to the same file descriptors, which capfd reads
+_CAP: list[pytest.CaptureFixture[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _capture(capfd: pytest.CaptureFixture[str]) -> Iterator[None]:
+    _CAP.append(capfd)
+    yield
+    _CAP.pop()
+
+
+def hearth(home: Path, *args: str) -> Ran:
+    from app.cli import main
+
+    cap = _CAP[-1]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HEARTH_HOME", str(home))
+        mp.delenv("HEARTH_API_KEY", raising=False)
+        cap.readouterr()
+        try:
+            rc = main(["connect", *args])
+        except SystemExit as e:  # argparse's usage errors
+            rc = int(e.code or 0)
+        out, err = cap.readouterr()
+    return Ran(rc, out, err)
 
 
 def connect_json(home: Path, tool: str, *args: str) -> dict[str, Any]:
@@ -64,40 +86,38 @@ def test_the_default_model_is_the_library_s_first_chat_model(served: Served) -> 
     assert connect_json(served.home, "openai-python")["model"] == served.model_id
 
 
-def _run_with_env(env: dict[str, str], code: str) -> str:
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
-    r = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**full, **env},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert r.returncode == 0, r.stderr
-    return r.stdout
+def _clean_env(mp: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    for k in list(os.environ):
+        if k.startswith(("OPENAI_", "ANTHROPIC_")):
+            mp.delenv(k)
+    for k, v in env.items():
+        mp.setenv(k, v)
 
 
 def test_openai_python_works_with_the_environment_alone(served: Served) -> None:
+    from openai import OpenAI
+
     out = connect_json(served.home, "openai-python", "--model", served.model_id)
-    got = _run_with_env(
-        out["env"],
-        "from openai import OpenAI\n"
-        f"r = OpenAI().chat.completions.create(model={served.model_id!r}, max_tokens=4,"
-        " temperature=0, messages=[{'role': 'user', 'content': 'Hi'}])\n"
-        "print(r.model, r.usage.completion_tokens)",
+    with pytest.MonkeyPatch.context() as mp:
+        _clean_env(mp, out["env"])
+        client = OpenAI()  # the environment alone says where and with which key
+    r = client.chat.completions.create(
+        model=served.model_id,
+        max_tokens=4,
+        temperature=0,
+        messages=[{"role": "user", "content": "Hi"}],
     )
-    assert got.split()[0] == served.model_id and int(got.split()[1]) > 0
+    assert r.model == served.model_id and r.usage is not None and r.usage.completion_tokens > 0
 
 
 def test_langchain_works_with_the_environment_alone(served: Served) -> None:
+    from langchain_openai import ChatOpenAI
+
     out = connect_json(served.home, "langchain", "--model", served.model_id)
-    got = _run_with_env(
-        out["env"],
-        "from langchain_openai import ChatOpenAI\n"
-        f"m = ChatOpenAI(model={served.model_id!r}, max_tokens=4, temperature=0)\n"
-        "print(m.invoke('Hi').response_metadata['model_name'])",
-    )
-    assert got.strip() == served.model_id
+    with pytest.MonkeyPatch.context() as mp:
+        _clean_env(mp, out["env"])
+        llm = ChatOpenAI(model=served.model_id, max_tokens=4, temperature=0)  # type: ignore[call-arg]
+    assert llm.invoke("Hi").response_metadata["model_name"] == served.model_id
 
 
 def test_claude_code_s_environment_reaches_the_messages_api(served: Served) -> None:
@@ -107,17 +127,24 @@ def test_claude_code_s_environment_reaches_the_messages_api(served: Served) -> N
     out = connect_json(served.home, "claude-code", "--model", served.model_id)
     env = out["env"]
     assert env["ANTHROPIC_MODEL"] == served.model_id and "/v1" not in env["ANTHROPIC_BASE_URL"]
-    code = (
-        "import json, os, urllib.request\n"
-        "req = urllib.request.Request(os.environ['ANTHROPIC_BASE_URL'] + '/v1/messages',"
-        " data=json.dumps({'model': os.environ['ANTHROPIC_MODEL'], 'max_tokens': 4,"
-        " 'messages': [{'role': 'user', 'content': 'Hi'}]}).encode(), headers={"
-        "'Authorization': 'Bearer ' + os.environ['ANTHROPIC_AUTH_TOKEN'],"
-        " 'anthropic-version': '2023-06-01', 'content-type': 'application/json'})\n"
-        "body = json.loads(urllib.request.urlopen(req, timeout=120).read())\n"
-        "print(body['type'], body['model'])"
+    req = urllib.request.Request(
+        env["ANTHROPIC_BASE_URL"] + "/v1/messages",
+        data=json.dumps(
+            {
+                "model": env["ANTHROPIC_MODEL"],
+                "max_tokens": 4,
+                "messages": [{"role": "user", "content": "Hi"}],
+            }
+        ).encode(),
+        headers={
+            "Authorization": "Bearer " + env["ANTHROPIC_AUTH_TOKEN"],
+            "anthropic-version": "2023-06-01",
+            "content-type": "application/json",
+        },
     )
-    assert _run_with_env(env, code).split() == ["message", served.model_id]
+    with urllib.request.urlopen(req, timeout=120) as r:
+        body = json.loads(r.read())
+    assert (body["type"], body["model"]) == ("message", served.model_id)
 
 
 def test_the_snippets_parse_and_carry_the_settings(served: Served) -> None:
