@@ -119,6 +119,24 @@ def test_the_database_is_in_wal_mode(tmp_path: Path) -> None:
     conn.close()
 
 
+def test_the_write_ahead_log_stays_small(tmp_path: Path) -> None:
+    """A record per request, each its own commit: SQLite's default let the log grow to ~4 MB
+    and stay so, which on a nearly full disk took the space a download needed (seen: a 1.4 MB
+    log made a pull on a 3 MiB disk fail its space check)."""
+    from app.core.sqlite_wal import WAL_BYTES
+
+    path = tmp_path / "r.sqlite"
+    store = RecordStore(path)
+    wal = path.with_name(path.name + "-wal")
+    biggest = 0
+    for i in range(600):
+        store.add(rec(i, route="/v1/chat/completions?" + "x" * 300)).result(DEADLINE)
+        biggest = max(biggest, wal.stat().st_size if wal.exists() else 0)
+    store.close()
+    assert biggest <= 2 * WAL_BYTES, biggest
+    assert len(read_records(path, limit=None)) == 600
+
+
 def test_records_settings_are_validated() -> None:
     s = settings_from_dict({"records": {"max_rows": 10, "log_content": True}})
     assert (s.records.max_rows, s.records.log_content, s.records.content_max_chars) == (
