@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 from app.core.records import RecordStore, RequestRecord
 
@@ -44,3 +45,12 @@ def write_records(db: Path, records: list[RequestRecord]) -> None:
     for r in records:
         store.add(r)
     store.close()  # writes what is queued, then stops
+
+
+def show_settings(window: Any, qtbot: Any) -> None:
+    """Show the Settings page and let its Runtime report (made on first show, in a thread)
+    arrive: the page's layout grows when it does, and a click aimed before that can miss."""
+    window.show_page("Settings")
+    box = window.settings_page.runtime_box
+    if box is not None:
+        qtbot.waitUntil(lambda: not box.checking, timeout=60_000)

@@ -13,6 +13,7 @@ from app.gui.main_window import MainWindow
 from app.gui.views.settings import SettingsPage
 from tests.fakehub import TOKEN
 from tests.gui.conftest import GATED_REPO
+from tests.gui.helpers import show_settings
 
 TIMEOUT = 20_000
 
@@ -29,7 +30,7 @@ def test_setting_the_token_writes_a_private_file_and_never_shows_it(
     window: MainWindow, qtbot: QtBot
 ) -> None:
     page = window.settings_page
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     qtbot.waitUntil(lambda: page.token_set is not None, timeout=TIMEOUT)
     assert page.token_status_label.text() == "Not set"
     assert not page.clear_token_button.isEnabled()

@@ -14,7 +14,7 @@ from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
 from app.settings import Settings, hash_key
-from tests.gui.helpers import SLOW, free_port
+from tests.gui.helpers import SLOW, free_port, show_settings
 
 
 def test_save_writes_the_settings_file(
@@ -22,7 +22,7 @@ def test_save_writes_the_settings_file(
 ) -> None:
     store = gui_ctx.settings_store
     store.update(tray_hint_shown=True)  # a field the page does not show must survive a save
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     page = window.settings_page
     assert page.address_label.text() == "127.0.0.1, port 8421"
 
@@ -53,7 +53,7 @@ def test_api_key_is_shown_once_and_stored_hashed(
     assert page.key_status_label.text() == "Not required"
     assert not page.new_key_box.isVisible() and not page.clear_key_button.isEnabled()
 
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     qtbot.mouseClick(page.generate_key_button, Qt.MouseButton.LeftButton)
     key = page.new_key_edit.text()
     assert key.startswith("hearth-") and page.new_key_box.isVisible()
@@ -100,7 +100,7 @@ def test_memory_settings_are_saved_and_used(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
 ) -> None:
     page = window.settings_page
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     assert page.budget_spin.value() == 0
     qtbot.waitUntil(lambda: page.budget_spin.text().startswith("Auto — 80% of RAM, "))
     assert page.jit_ttl_spin.value() == 15 and page.jit_ttl_spin.isEnabled()
@@ -151,7 +151,7 @@ def test_https_files_are_saved_and_the_server_starts_with_them(
     from tests.tlsfiles import make_pki
 
     pki = make_pki(tmp_path / "pki")
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     page = window.settings_page
     assert page.tls_cert_edit.text() == "" and page.tls_key_edit.text() == ""
     page.tls_cert_edit.setText(str(pki.cert_file))
@@ -215,7 +215,7 @@ def test_prompt_cache_mode_is_saved_and_becomes_the_load_default(
     """The Settings page's prompt cache choice is saved as `prompt_cache.mode` in
     settings.json."""
     page = window.settings_page
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     assert page.prompt_cache_combo.currentData() == "reuse"  # the default
     page.prompt_cache_combo.setCurrentIndex(page.prompt_cache_combo.findData("exact"))
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):

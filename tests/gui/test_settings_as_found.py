@@ -29,7 +29,7 @@ from app.gui.units import human_bytes
 from app.paths import AppPaths
 from app.server.runner import ServerController
 from app.settings import SettingsStore
-from tests.gui.helpers import SLOW, free_port
+from tests.gui.helpers import SLOW, free_port, show_settings
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ def test_on_demand_loading_switch_applies_to_the_running_server_at_once(
     chat = {"model": model_id, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
     page = w.settings_page
-    w.show_page("Settings")
+    show_settings(w, qtbot)
     assert page.jit_loading_check.isChecked()  # the default: on
     page.jit_loading_check.setChecked(False)
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
@@ -124,7 +124,7 @@ def test_the_address_is_edited_on_the_server_page_and_shown_in_settings(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
 ) -> None:
     page = window.settings_page
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     assert page.address_label.text() == "127.0.0.1, port 8421"
     # nothing on the Settings page edits the host or the port any more
     editable = [e.text() for e in page.findChildren(QLineEdit) if not e.isReadOnly()]
@@ -163,7 +163,7 @@ def test_models_folder_shows_its_path_and_opens_it(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, tmp_path: Path
 ) -> None:
     page = window.settings_page
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     models = gui_ctx.paths.models
     assert page.models_dir_edit.text() == str(models)  # the real folder, not a placeholder
 
@@ -188,7 +188,7 @@ def test_models_folder_shows_its_path_and_opens_it(
 
 def test_auto_memory_budget_says_how_much_it_is_here(window: MainWindow, qtbot: QtBot) -> None:
     page = window.settings_page
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     assert page.budget_spin.value() == 0  # Auto
     mem = fit.probe_memory()  # the real probe: this machine's RAM
     want = f"Auto — 80% of RAM, {human_bytes(int(0.8 * mem.ram_total))}"

@@ -25,7 +25,7 @@ from app.gui.units import human_bytes
 from app.gui.views.discover import TITLE as DISCOVER_PAGE
 from app.gui.views.welcome import LOOKING_TEXT, NO_HUB_TEXT
 from tests.fakehub import FakeHub, add_starters
-from tests.gui.helpers import SLOW, free_port
+from tests.gui.helpers import SLOW, free_port, show_settings
 
 TIMEOUT = 30_000
 
@@ -173,7 +173,7 @@ def test_start_at_login_writes_and_removes_the_xdg_entry_and_the_setting(
     assert store.load().start_at_login is True
 
     # the Settings page shows the same switch, checked, and turning it off there removes it
-    window.show_page("Settings")
+    show_settings(window, qtbot)
     settings_check = window.settings_page.start_at_login_check
     assert settings_check is not None and settings_check.isVisible()
     assert settings_check.isChecked()
