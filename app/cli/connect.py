@@ -34,7 +34,7 @@ from app.core.presets import PresetStore
 from app.core.types import LocalModel
 from app.errors import HearthError, ModelNotFound
 from app.paths import AppPaths
-from app.server.runner import base_url
+from app.server.runner import planned_url
 from app.settings import Settings
 
 
@@ -43,9 +43,7 @@ def _root(paths: AppPaths, settings: Settings, url: str | None) -> tuple[str, bo
     running = find_server(paths, url)
     if running:
         return str(running), True
-    srv = settings.server
-    scheme = "https" if srv.tls_cert else "http"
-    return base_url(srv.host, srv.port, scheme).removesuffix("/v1"), False
+    return planned_url(settings.server).removesuffix("/v1"), False
 
 
 def _pick_model(lib: ModelLibrary, settings: Settings, asked: str | None) -> str:

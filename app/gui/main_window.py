@@ -61,7 +61,7 @@ from app.gui.window_state import (
     PageScroller,
     restored_geometry,
 )
-from app.server.runner import base_url
+from app.server.runner import planned_url
 from app.settings import Settings, TokenStore, WindowState
 
 log = logging.getLogger(__name__)
@@ -500,9 +500,7 @@ class MainWindow(QMainWindow):
         host and port)."""
         if url := self._server_url():
             return url, True
-        s = self.settings_page.settings or Settings()
-        scheme = "https" if s.server.tls_cert else "http"
-        return base_url(s.server.host, s.server.port, scheme), False
+        return planned_url((self.settings_page.settings or Settings()).server), False
 
     def _show_tray_hint_once(self) -> None:
         if self._tray_hint_pending:

@@ -28,7 +28,7 @@ from app.server.edge import EdgeLimits, GuardedSite, IncompleteConnections
 from app.server.keyguard import KeyGuard
 from app.server.records import RECORDER, Recorder
 from app.server.tls import TlsConfig, load_tls, tls_pair
-from app.settings import SettingsStore, hash_key
+from app.settings import ServerSettings, SettingsStore, hash_key
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,12 @@ def base_url(address: str, port: int, scheme: str = "http") -> str:
     else:
         shown = f"[{ip}]" if ip.version == 6 else str(ip)
     return f"{scheme}://{shown}:{port}/v1"
+
+
+def planned_url(server: ServerSettings) -> str:
+    """Where a server started with these settings will answer (``http(s)://HOST:PORT/v1``):
+    what the app and ``hearth connect`` show while it is stopped."""
+    return base_url(server.host, server.port, "https" if server.tls_cert else "http")
 
 
 class ServerController:

@@ -45,7 +45,7 @@ from app.errors import AlreadyExists
 from app.gui.bridge import Bridge, log_failure
 from app.gui.context import GuiContext
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
-from app.server.runner import base_url
+from app.server.runner import planned_url
 from app.settings import Settings, generate_key
 
 log = logging.getLogger(__name__)
@@ -453,6 +453,4 @@ def _root(settings: Settings, running_url: str | None) -> tuple[str, bool]:
     listen (the settings' host and port), as ``hearth connect`` says."""
     if running_url:
         return running_url.removesuffix("/v1"), True
-    srv = settings.server
-    scheme = "https" if srv.tls_cert else "http"
-    return base_url(srv.host, srv.port, scheme).removesuffix("/v1"), False
+    return planned_url(settings.server).removesuffix("/v1"), False
