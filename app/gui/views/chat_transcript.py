@@ -130,8 +130,8 @@ class MessageView(QWidget):
         self.edit_button.setVisible(role == "user")
         actions = QHBoxLayout()
         actions.setContentsMargins(0, 0, 0, 0)
-        for w in (self.prev_button, self.branch_label, self.next_button):
-            actions.addWidget(w)
+        for tool in (self.prev_button, self.branch_label, self.next_button):
+            actions.addWidget(tool)
         actions.addStretch(1)
         for b in (self.copy_button, self.regenerate_button, self.edit_button, self.delete_button):
             actions.addWidget(b)
@@ -157,7 +157,7 @@ class MessageView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 6, 0, 6)
         lay.setSpacing(2)
-        for w in (
+        parts: tuple[QWidget, ...] = (
             self.header_label,
             self.caption_label,
             self.thinking_button,
@@ -166,8 +166,9 @@ class MessageView(QWidget):
             self.edit_box,
             self.notice_label,
             self.actions_row,
-        ):
-            lay.addWidget(w)
+        )
+        for part in parts:
+            lay.addWidget(part)
 
         self.thinking_button.toggled.connect(self._on_thinking_button_toggled)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
