@@ -401,6 +401,7 @@ class Transcript(QScrollArea):
         view.branch_clicked.connect(lambda d: self.branch_requested.emit(msg_id, d))
         view.copied.connect(lambda: self.copied.emit(msg_id))
         self._column.insertWidget(self._column.count() - 1, view)  # above the stretch
+        view.show()  # now, not when the layout gets to it: callers look at it at once
         self._views[msg_id] = view
         self._order.append(msg_id)
         self.placeholder.hide()

@@ -92,7 +92,9 @@ class MarkdownBody(QWidget):
         self._tail = self._new_segment()
         if text:
             self._inc.append(text)
-        self.render_now()
+            self.render_now()
+        else:
+            self._tail.hide()
 
     def _new_segment(self) -> AutoHeightBrowser:
         seg = AutoHeightBrowser(self)
