@@ -8,7 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 from PySide6.QtCore import QObject, Qt, QUrl, Slot
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor, QTextDocument, QTextTable
+from PySide6.QtGui import (
+    QColor,
+    QDesktopServices,
+    QGuiApplication,
+    QTextCursor,
+    QTextDocument,
+    QTextTable,
+)
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
@@ -259,3 +266,25 @@ def test_the_transcript_follows_the_stream_unless_scrolled_up(
     top = bar.maximum()
     more.append_text("\n\n".join(f"tail {i}" for i in range(20)))
     qtbot.waitUntil(lambda: bar.maximum() > top and bar.value() == bar.maximum(), timeout=5_000)
+
+
+def test_a_theme_change_restyles_shown_messages(transcript: Transcript) -> None:
+    from app.gui.theme import apply_theme, is_dark
+
+    view = transcript.add_message("a1", "assistant", "```python\nimport os\n```\n", header="A")
+
+    def code_background() -> str:
+        doc = next(d for d in view.body.documents() if not d.find("import").isNull())
+        return doc.find("import").blockFormat().background().color().name()
+
+    apply_theme("light")
+    try:
+        assert not is_dark()
+        view.restyle()
+        light = code_background()
+        apply_theme("dark")
+        dark = code_background()
+        assert QColor(dark).lightness() < 100 < QColor(light).lightness()
+        assert view.markdown() == "```python\nimport os\n```\n"
+    finally:
+        apply_theme("system")

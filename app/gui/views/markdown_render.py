@@ -149,6 +149,10 @@ class IncrementalMarkdown:
         self.parsed_chars = 0
 
     @property
+    def renderer(self) -> MarkdownRenderer:
+        return self._r
+
+    @property
     def markdown(self) -> str:
         """The raw text appended so far."""
         return "".join(self._raw)
