@@ -288,3 +288,20 @@ def test_a_theme_change_restyles_shown_messages(transcript: Transcript) -> None:
         assert view.markdown() == "```python\nimport os\n```\n"
     finally:
         apply_theme("system")
+
+
+def test_adding_messages_opens_no_window_of_its_own(transcript: Transcript, qtbot: QtBot) -> None:
+    """Every part of a message has a parent before it is shown: a parentless widget shown
+    would open as a window and take the focus from the main window (Esc would stop nothing)."""
+    transcript.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is transcript, timeout=5_000)
+    transcript.add_message("u1", "user", "hi", header="You", notice="n")
+    view = transcript.add_message(
+        "a1", "assistant", "**x**", header="A", reasoning="r", branch=(1, 2), notice="s"
+    )
+    view.set_caption("slow")
+    view.set_text("y")
+    transcript.add_notice("a notice", "error")
+    QApplication.processEvents()
+    assert QApplication.activeWindow() is transcript
+    assert len(view.body.browsers()) == 1  # set_text replaced the body's boxes, none left over

@@ -84,12 +84,15 @@ class MarkdownBody(QWidget):
         self._reset("")
 
     def _reset(self, text: str) -> None:
-        for seg in getattr(self, "_segments", []):
-            seg.deleteLater()
+        for seg in getattr(self, "_segments", []) + [getattr(self, "_tail", None)]:
+            if seg is not None:
+                self._lay.removeWidget(seg)
+                seg.deleteLater()
         self._inc = IncrementalMarkdown(MarkdownRenderer(dark=is_dark()))
         self._segments: list[AutoHeightBrowser] = []
         self._segment_html: list[str] = []
         self._tail = self._new_segment()
+        self._tail_html = ""
         if text:
             self._inc.append(text)
             self.render_now()
@@ -151,7 +154,8 @@ class MarkdownBody(QWidget):
             self._segment_html[-1] += piece
             self._segments[-1].setHtml(self._segment_html[-1])
             self.html_chars += len(self._segment_html[-1])
-        if up.frozen or up.tail != self._tail.toHtml():
+        if up.tail != self._tail_html:  # (a token inside a word often changes nothing shown)
+            self._tail_html = up.tail
             self._tail.setHtml(up.tail)
             self.html_chars += len(up.tail)
             self._tail.setVisible(bool(up.tail))
