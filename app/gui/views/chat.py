@@ -296,6 +296,7 @@ class ChatPage(QWidget):
         self.history.append(ChatMessage("user", text))
         self.history_ids.append(msg_id)
         self.transcript.add_message(msg_id, "user", text, header="You")
+        self.transcript.scroll_to_end()  # sending follows the answer, even after scrolling up
         self._ask(model_id)
         return True
 

@@ -458,6 +458,11 @@ class Transcript(QScrollArea):
         for v in self._views.values():
             v.set_actions_enabled(on)
 
+    def scroll_to_end(self) -> None:
+        """Jump to the newest message and follow the stream again (the user sent one)."""
+        self.follow = True
+        self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
+
     def plain_text(self) -> str:
         """Every message's text, top to bottom ("" when empty)."""
         return "\n\n".join(v.plain_text() for v in self.messages())
