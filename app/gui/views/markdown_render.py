@@ -64,12 +64,17 @@ class MarkdownRenderer:
         md.add_render_rule("fence", fence)
         md.add_render_rule("code_block", fence)
         md.add_render_rule("table_open", _render_table_open)
+        md.add_render_rule(
+            "code_inline", lambda _r, tokens, idx, *_: self._code_inline(tokens[idx])
+        )
         md.add_render_rule("image", _render_image)
         self._md = md
         self.dark = dark
         self._style = DARK_STYLE if dark else LIGHT_STYLE
         self._formatter = HtmlFormatter(noclasses=True, nowrap=True, style=self._style)
-        self._code_bg = str(self._formatter.style.background_color or "#f6f8fa")
+        # Pygments' light background (#f8f8f8) is barely apart from a white page
+        self._code_bg = str(self._formatter.style.background_color) if dark else "#eff1f3"
+        self._inline_bg = "#343942" if dark else "#eff1f3"
         self._muted = "#a8a8a8" if dark else "#6b6b6b"
 
     def render(self, text: str, first_code: int = 0) -> Rendered:
@@ -81,6 +86,10 @@ class MarkdownRenderer:
     def block_starts(self, text: str) -> list[int]:
         """The first line (0-based) of each top-level block of ``text``."""
         return [t.map[0] for t in self._md.parse(text) if t.level == 0 and t.nesting >= 0 and t.map]
+
+    def _code_inline(self, tok: Token) -> str:
+        code = html.escape(tok.content)
+        return f'<code style="background-color:{self._inline_bg}">{code}</code>'
 
     def _fence(self, tokens: Sequence[Token], idx: int, env: dict[str, Any]) -> str:
         tok = tokens[idx]
