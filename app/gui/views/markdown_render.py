@@ -19,6 +19,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
@@ -76,10 +77,18 @@ class MarkdownRenderer:
         self._code_bg = str(self._formatter.style.background_color) if dark else "#eff1f3"
         self._inline_bg = "#343942" if dark else "#eff1f3"
         self._muted = "#a8a8a8" if dark else "#6b6b6b"
+        self.highlighted_chars = 0  # code handed to Pygments
+        self._highlighted: dict[tuple[str, str], str] = {}  # the latest few, oldest first
 
-    def render(self, text: str, first_code: int = 0) -> Rendered:
-        """Render ``text``; its code blocks' Copy links count from ``first_code``."""
+    def render(self, text: str, first_code: int = 0, *, final: bool = True) -> Rendered:
+        """Render ``text``; its code blocks' Copy links count from ``first_code``.
+
+        ``final=False`` (text still streaming): a fence not closed yet is shown without
+        highlighting, which would cost a pass over the whole block on every render.
+        """
         env: dict[str, Any] = {"codes": [], "first": first_code}
+        if not final:
+            env["lines"] = text.split("\n")
         out = self._md.render(text, env)
         return Rendered(out, tuple(env["codes"]))
 
@@ -91,6 +100,19 @@ class MarkdownRenderer:
         code = html.escape(tok.content)
         return f'<code style="background-color:{self._inline_bg}">{code}</code>'
 
+    def _highlight(self, code: str, lang: str, lexer: Lexer) -> str:
+        # a closed block stays in the re-rendered tail until the next block's first line is
+        # complete: highlight it once, not on every render
+        key = (lang, code)
+        out = self._highlighted.pop(key, None)
+        if out is None:
+            self.highlighted_chars += len(code)
+            out = highlight(code, lexer, self._formatter).rstrip("\n")
+        self._highlighted[key] = out
+        while len(self._highlighted) > 8:
+            del self._highlighted[next(iter(self._highlighted))]
+        return out
+
     def _fence(self, tokens: Sequence[Token], idx: int, env: dict[str, Any]) -> str:
         tok = tokens[idx]
         code = tok.content
@@ -99,7 +121,10 @@ class MarkdownRenderer:
             lexer = get_lexer_by_name(lang) if lang else TextLexer()
         except ClassNotFound:
             lexer = TextLexer()
-        body = highlight(code, lexer, self._formatter).rstrip("\n")
+        if "lines" in env and tok.type == "fence" and not _closed(tok, env["lines"]):
+            body = html.escape(code).rstrip("\n")
+        else:
+            body = self._highlight(code, lang, lexer)
         n = env["first"] + len(env["codes"])
         env["codes"].append(code)
         label = html.escape(lang) + " · " if lang else ""
@@ -108,6 +133,15 @@ class MarkdownRenderer:
             f'<a href="{COPY_SCHEME}:{n}">Copy</a></p>\n'
             f'<pre style="background-color:{self._code_bg}; margin-top:2px">{body}</pre>\n'
         )
+
+
+def _closed(tok: Token, lines: Sequence[str]) -> bool:
+    """Whether a fence token ends with its closing fence (its last line: the same character,
+    at least as many, nothing else)."""
+    if not tok.map or tok.map[1] - tok.map[0] < 2 or tok.map[1] > len(lines):
+        return True
+    last = lines[tok.map[1] - 1].strip()
+    return len(last) >= len(tok.markup) and set(last) == {tok.markup[0]}
 
 
 def _render_table_open(*_: object) -> str:
@@ -188,8 +222,12 @@ class IncrementalMarkdown:
         self._cr = chunk.endswith("\r")
         self._open += chunk.replace("\r\n", "\n").replace("\r", "\n")
 
-    def update(self) -> Update:
-        """Freeze what can no longer change, re-render the tail; returns what changed."""
+    def update(self, *, final: bool = False) -> Update:
+        """Freeze what can no longer change, re-render the tail; returns what changed.
+
+        ``final``: the text is complete (the answer ended): an unclosed fence is highlighted too,
+        so the result equals a one-shot render.
+        """
         out = Update()
         tail = self._open
         complete = tail[: tail.rfind("\n") + 1]
@@ -208,7 +246,7 @@ class IncrementalMarkdown:
                 tail = self._open = tail[cut:]
                 self._seen -= cut
         self.parsed_chars += len(tail)
-        self._tail = self._r.render(tail, first_code=len(self._codes))
+        self._tail = self._r.render(tail, first_code=len(self._codes), final=final)
         out.tail = self._tail.html
         return out
 

@@ -95,7 +95,7 @@ class MarkdownBody(QWidget):
         self._tail_html = ""
         if text:
             self._inc.append(text)
-            self.render_now()
+            self.render_now(final=True)
         else:
             self._tail.hide()
 
@@ -138,13 +138,12 @@ class MarkdownBody(QWidget):
     def flush(self) -> None:
         """Render what is pending now (the answer ended)."""
         self._timer.stop()
-        if self._dirty:
-            self.render_now()
+        self.render_now(final=True)  # (also highlights a code block left open)
 
-    def render_now(self) -> None:
+    def render_now(self, *, final: bool = False) -> None:
         self._dirty = False
         self.renders += 1
-        up = self._inc.update()
+        up = self._inc.update(final=final)
         for piece in up.frozen:
             if not self._segments or len(self._segment_html[-1]) + len(piece) > SEGMENT_HTML:
                 self._lay.removeWidget(self._tail)
