@@ -101,9 +101,13 @@ def test_a_long_open_code_block_is_highlighted_once_when_it_closes() -> None:
     inc = IncrementalMarkdown(renderer)
     code = "".join(f"def f_{i}(x):\n    return x * {i}  # note\n" for i in range(300))
     inc.append("Here:\n\n```python\n")
+    inc.update()
     for line in code.splitlines(keepends=True):
         inc.append(line)
+        before = inc.parsed_chars
         inc.update()
+        # one pass over the open block (its render): no parse to look for blocks to freeze
+        assert inc.parsed_chars - before == len(inc.markdown) - len("Here:\n\n")
     assert renderer.highlighted_chars == 0
     assert "def f_299(x):" in inc.html and "<pre" in inc.html  # shown, plain, as it streams
     inc.append("```\n\nAfter.")

@@ -92,9 +92,9 @@ class MarkdownRenderer:
         out = self._md.render(text, env)
         return Rendered(out, tuple(env["codes"]))
 
-    def block_starts(self, text: str) -> list[int]:
-        """The first line (0-based) of each top-level block of ``text``."""
-        return [t.map[0] for t in self._md.parse(text) if t.level == 0 and t.nesting >= 0 and t.map]
+    def top_blocks(self, text: str) -> list[Token]:
+        """The opening token of each top-level block of ``text``."""
+        return [t for t in self._md.parse(text) if t.level == 0 and t.nesting >= 0 and t.map]
 
     def _code_inline(self, tok: Token) -> str:
         code = html.escape(tok.content)
@@ -138,10 +138,17 @@ class MarkdownRenderer:
 def _closed(tok: Token, lines: Sequence[str]) -> bool:
     """Whether a fence token ends with its closing fence (its last line: the same character,
     at least as many, nothing else)."""
-    if not tok.map or tok.map[1] - tok.map[0] < 2 or tok.map[1] > len(lines):
+    if not tok.map or tok.map[1] > len(lines):
         return True
-    last = lines[tok.map[1] - 1].strip()
-    return len(last) >= len(tok.markup) and set(last) == {tok.markup[0]}
+    if tok.map[1] - tok.map[0] < 2:  # the opening line alone
+        return False
+    return _closes(lines[tok.map[1] - 1], tok.markup)
+
+
+def _closes(line: str, markup: str) -> bool:
+    """Whether ``line`` may close a fence opened with ``markup`` (may: the parser decides)."""
+    s = line.strip()
+    return len(s) >= len(markup) and set(s) == {markup[0]}
 
 
 def _render_table_open(*_: object) -> str:
@@ -188,6 +195,7 @@ class IncrementalMarkdown:
         self._codes: list[str] = []
         self._tail = Rendered("", ())
         self._frozen_blocks = 0
+        self._fence = ""  # the open tail is one fence not closed yet: its opening marker
         self._seen = 0  # the length of the open text's complete lines when last looked at
         self.parsed_chars = 0
 
@@ -222,6 +230,28 @@ class IncrementalMarkdown:
         self._cr = chunk.endswith("\r")
         self._open += chunk.replace("\r\n", "\n").replace("\r", "\n")
 
+    def _freeze(self, tail: str, complete: str, out: Update) -> str:
+        """Render and freeze the blocks of ``complete`` before its last; returns the new tail."""
+        self.parsed_chars += len(complete)
+        tops = self._r.top_blocks(complete)
+        last = tops[-1] if tops else None  # the block the tail will begin with
+        lines = complete.split("\n")
+        self._fence = (
+            last.markup if last and last.type == "fence" and not _closed(last, lines) else ""
+        )
+        if len(tops) < 2:
+            return tail
+        cut = _line_offset(complete, tops[-1].map[0] if tops[-1].map else 0)
+        piece = self._r.render(tail[:cut], first_code=len(self._codes))
+        self.parsed_chars += cut
+        self._frozen.append(piece.html)
+        self._frozen_blocks += len(tops) - 1
+        self._codes.extend(piece.codes)
+        out.frozen.append(piece.html)
+        self._open = tail[cut:]
+        self._seen -= cut
+        return self._open
+
     def update(self, *, final: bool = False) -> Update:
         """Freeze what can no longer change, re-render the tail; returns what changed.
 
@@ -231,20 +261,12 @@ class IncrementalMarkdown:
         out = Update()
         tail = self._open
         complete = tail[: tail.rfind("\n") + 1]
-        if complete and len(complete) != self._seen:  # a line was completed since the last look
+        fresh = complete[self._seen :]
+        if fresh:  # a line was completed since the last look
             self._seen = len(complete)
-            self.parsed_chars += len(complete)
-            starts = self._r.block_starts(complete)
-            if len(starts) >= 2:
-                cut = _line_offset(complete, starts[-1])
-                piece = self._r.render(tail[:cut], first_code=len(self._codes))
-                self.parsed_chars += cut
-                self._frozen.append(piece.html)
-                self._frozen_blocks += len(starts) - 1
-                self._codes.extend(piece.codes)
-                out.frozen.append(piece.html)
-                tail = self._open = tail[cut:]
-                self._seen -= cut
+            # inside an open fence only a closing line can end it: no need to parse until one
+            if not self._fence or any(_closes(ln, self._fence) for ln in fresh.split("\n")):
+                tail = self._freeze(tail, complete, out)
         self.parsed_chars += len(tail)
         self._tail = self._r.render(tail, first_code=len(self._codes), final=final)
         out.tail = self._tail.html
