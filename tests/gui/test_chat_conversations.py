@@ -233,3 +233,17 @@ def test_deleting_the_open_conversation_starts_a_new_chat(
     assert shown(page) == [] and s.conversation is None
     ask(page, qtbot, "A new one")
     assert len(s.sidebar.ids()) == 2 and s.sidebar.ids()[1] == conv_id
+
+
+def test_a_turn_that_fails_is_not_kept(
+    window: MainWindow, qtbot: QtBot, model_id: str, runtime: NumberedRuntime
+) -> None:
+    page = window.chat_page
+    s = session(page)
+    runtime.fail_times = 1  # the model's first load fails: nothing comes back
+    assert ask(page, qtbot, "Lost") == "error"
+    assert s.store.list() == [] and s.sidebar.ids() == [] and page.history == []
+    assert ask(page, qtbot, "Kept") == "stop"
+    assert s.conversation is not None
+    stored = s.store.load(s.conversation.id)
+    assert [m.content for m in stored.path()] == ["Kept", "Answer 1."] and stored.title == "Kept"

@@ -10,6 +10,7 @@ branch or deleting a message re-shows the selected path and makes it the page's 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
 from pathlib import Path
@@ -20,7 +21,7 @@ from PySide6.QtWidgets import QSplitter
 
 from app.core.conversations import Conversation, ConversationStore, Message
 from app.core.types import ChatMessage
-from app.errors import HearthError
+from app.errors import HearthError, NotFound
 from app.gui.views.conversation_list import ConversationList
 
 if TYPE_CHECKING:
@@ -178,25 +179,20 @@ class ChatSession(QObject):
     def _on_page_answer_finished(self, reason: str) -> None:
         if self._answer is None or self.conversation is None:
             return
-        conv, (view_id, parent) = self.conversation, self._answer
+        conv, parent = self.conversation, self._answer[1]
         if self.page.answer_text:  # Stop keeps what streamed
             self._record_answer(final=True, reason=reason)
             self._answer = self._answer_msg = None
             self._save()
             return
-        # nothing came back: the page dropped the turn from its history; so does the tree (a
-        # new user message goes, a regenerated answer's old siblings stay), shown again with
-        # the error under it
-        view = self.page.transcript.message(view_id)
-        error = view.notice if view is not None else ""
+        # nothing came back (an error, or only thinking): the page dropped the turn from its
+        # history and keeps it on screen; the tree drops it too (a regenerated answer's
+        # siblings stay), so what is saved is what the next send continues from
         if self._answer_msg is not None and self._answer_msg in conv:
             conv.delete_message(self._answer_msg)
-        if parent in conv and self._new_user:
+        if self._new_user and parent in conv:
             conv.delete_message(parent)
         self._answer = self._answer_msg = None
-        self.show_path()
-        if error:
-            self.page.transcript.add_notice(error, "error")
         self._save()
 
     def _on_page_conversation_cleared(self) -> None:
@@ -308,9 +304,15 @@ class ChatSession(QObject):
     def _save(self, *, listed: bool = True) -> None:
         """Save the conversation; ``listed``: and show it in the sidebar as it now is."""
         conv = self.conversation
-        if conv is None or len(conv) == 0:
+        if conv is None:
             return
         try:
+            if len(conv) == 0:  # its only turn failed: not a conversation to keep
+                with contextlib.suppress(NotFound):  # (never saved)
+                    self.store.delete(conv.id)
+                self.conversation = None  # the next message starts (and names) a new one
+                self.sidebar.set_current(None)
+                return
             self.store.save(conv)
         except (HearthError, OSError, sqlite3.Error) as e:  # a full disk: log it, keep chatting
             log.warning("could not save conversation %s: %s", conv.id, e)
