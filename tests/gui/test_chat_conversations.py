@@ -205,9 +205,11 @@ def test_stop_keeps_the_text_so_far_and_delete_removes_a_message(
     page.prompt_edit.setPlainText("Two")
     qtbot.mouseClick(page.send_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.answer_text == "Answer 2", timeout=SLOW)
-    assert finished(page, qtbot, page.stop) == "cancelled"
     s = session(page)
     assert s.conversation is not None
+    # saved while it streams (a crash now keeps the text so far)
+    assert s.store.load(s.conversation.id).path()[-1].content == "Answer 2"
+    assert finished(page, qtbot, page.stop) == "cancelled"
     stored = s.store.load(s.conversation.id)
     last = stored.path()[-1]
     assert (last.content, last.extras["finish_reason"]) == ("Answer 2", "cancelled")
@@ -229,6 +231,9 @@ def test_deleting_the_open_conversation_starts_a_new_chat(
     assert s.sidebar.ids() == [conv_id] and shown(page) == []
     s.sidebar.list_widget.itemClicked.emit(s.sidebar.list_widget.item(0))
     assert shown(page) == ["Keep me", "Answer 1."]
+    s.sidebar.rename(conv_id, "My title")  # while it is open: the next save keeps it
+    ask(page, qtbot, "More")
+    assert s.store.list()[0].title == "My title"
     qtbot.mouseClick(s.sidebar.new_button, Qt.MouseButton.LeftButton)
     assert shown(page) == [] and s.conversation is None
     ask(page, qtbot, "A new one")
