@@ -37,7 +37,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gui.theme import pick
+from app.gui.theme import pick, theme_signals
 from app.gui.views.markdown_view import MarkdownBody
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,7 @@ class MessageView(QWidget):
         self.resend_button.clicked.connect(self._on_resend_button_clicked)
         self.cancel_edit_button.clicked.connect(self._on_cancel_edit_button_clicked)
 
+        self._notice_kind = notice_kind
         self.set_branch(branch)
         if text:
             self.set_text(text)
@@ -234,6 +235,7 @@ class MessageView(QWidget):
 
     def set_notice(self, text: str, kind: str = "meta") -> None:
         """The line under the body: stats (``meta``, dimmed italic) or an ``error``."""
+        self._notice_kind = kind
         self._show_muted(self.notice_label, text, kind)
 
     @property
@@ -264,6 +266,13 @@ class MessageView(QWidget):
             b.setEnabled(on)
         if on:
             self.set_branch(self._branch)
+
+    def restyle(self) -> None:
+        """Re-pick colours and the code style after a theme change."""
+        self.header_label.setStyleSheet(f"color: {kind_color(self.role)}")
+        self._show_muted(self.caption_label, self.caption_label.text(), "meta")
+        self._show_muted(self.notice_label, self.notice_label.text(), self._notice_kind)
+        self.body.restyle()
 
     def finish(self) -> None:
         """The stream ended: render what is pending now."""
@@ -350,6 +359,7 @@ class Transcript(QScrollArea):
         bar = self.verticalScrollBar()
         bar.valueChanged.connect(self._on_bar_value_changed)
         bar.rangeChanged.connect(self._on_bar_range_changed)
+        theme_signals().changed.connect(self._on_theme_changed)
 
     # -- API ---------------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -401,6 +411,7 @@ class Transcript(QScrollArea):
         view.branch_clicked.connect(lambda d: self.branch_requested.emit(msg_id, d))
         view.copied.connect(lambda: self.copied.emit(msg_id))
         self._column.insertWidget(self._column.count() - 1, view)  # above the stretch
+        view.show()  # now, not when the layout gets to it: callers look at it at once
         self._views[msg_id] = view
         self._order.append(msg_id)
         self.placeholder.hide()
@@ -448,6 +459,10 @@ class Transcript(QScrollArea):
     def plain_text(self) -> str:
         """Every message's text, top to bottom ("" when empty)."""
         return "\n\n".join(v.plain_text() for v in self.messages())
+
+    def _on_theme_changed(self) -> None:
+        for v in self._views.values():
+            v.restyle()
 
     # -- following the stream --------------------------------------------------------------------------
     def _on_bar_value_changed(self, value: int) -> None:

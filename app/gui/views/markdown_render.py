@@ -144,7 +144,13 @@ class IncrementalMarkdown:
         self._frozen: list[str] = []
         self._codes: list[str] = []
         self._tail = Rendered("", ())
+        self._frozen_blocks = 0
+        self._seen = 0  # the length of the open text's complete lines when last looked at
         self.parsed_chars = 0
+
+    @property
+    def renderer(self) -> MarkdownRenderer:
+        return self._r
 
     @property
     def markdown(self) -> str:
@@ -163,7 +169,8 @@ class IncrementalMarkdown:
 
     @property
     def frozen_blocks(self) -> int:
-        return len(self._frozen)
+        """How many top-level blocks are rendered for good."""
+        return self._frozen_blocks
 
     def append(self, chunk: str) -> None:
         self._raw.append(chunk)
@@ -177,7 +184,8 @@ class IncrementalMarkdown:
         out = Update()
         tail = self._open
         complete = tail[: tail.rfind("\n") + 1]
-        if complete:
+        if complete and len(complete) != self._seen:  # a line was completed since the last look
+            self._seen = len(complete)
             self.parsed_chars += len(complete)
             starts = self._r.block_starts(complete)
             if len(starts) >= 2:
@@ -185,9 +193,11 @@ class IncrementalMarkdown:
                 piece = self._r.render(tail[:cut], first_code=len(self._codes))
                 self.parsed_chars += cut
                 self._frozen.append(piece.html)
+                self._frozen_blocks += len(starts) - 1
                 self._codes.extend(piece.codes)
                 out.frozen.append(piece.html)
                 tail = self._open = tail[cut:]
+                self._seen -= cut
         self.parsed_chars += len(tail)
         self._tail = self._r.render(tail, first_code=len(self._codes))
         out.tail = self._tail.html

@@ -92,7 +92,9 @@ class MarkdownBody(QWidget):
         self._tail = self._new_segment()
         if text:
             self._inc.append(text)
-        self.render_now()
+            self.render_now()
+        else:
+            self._tail.hide()
 
     def _new_segment(self) -> AutoHeightBrowser:
         seg = AutoHeightBrowser(self)
@@ -153,6 +155,14 @@ class MarkdownBody(QWidget):
             self._tail.setHtml(up.tail)
             self.html_chars += len(up.tail)
             self._tail.setVisible(bool(up.tail))
+
+    def restyle(self) -> None:
+        """Render again with the code style of the palette now in use (light or dark)."""
+        if self._inc.renderer.dark != is_dark():
+            pending = self._timer.isActive()
+            self.set_text(self._inc.markdown)
+            if pending:  # still streaming: keep coalescing from here
+                self._timer.start()
 
     def plain_text(self) -> str:
         return "\n".join(d.toPlainText() for d in self.documents() if not d.isEmpty()).strip()
