@@ -143,6 +143,11 @@ def test_answers_are_saved_and_come_back_after_a_restart(
     ]
     assert view_of(again, "Answer 2.").branch_label.text() == "1/2"
     s.store.close()
+    # each message shows when it was written, not when it was shown again
+    conv = s.conversation
+    assert conv is not None
+    first = again.transcript.messages()[0]
+    assert first.created == conv.path()[0].created
 
 
 def prompt_text(runtime: NumberedRuntime) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -265,15 +266,22 @@ class ChatSession(QObject):
         stats = m.extras.get("stats")
         notice = stats.get("text", "") if isinstance(stats, dict) else ""
         conv = self.conversation
-        self.page.transcript.add_message(
+        header = header if m.role in ("user", "assistant") else m.role.title()
+        view = self.page.transcript.add_message(
             m.id,
             m.role,
             m.content,
-            header=header if m.role in ("user", "assistant") else m.role.title(),
+            header=header,
             reasoning=m.reasoning,
             branch=conv.branch(m.id) if conv is not None else None,
             notice=str(notice),
         )
+        # the time it was written, not shown (the view stamps its creation)
+        view.created = m.created
+        stamp = time.strftime("%H:%M", time.localtime(m.created))
+        if time.localtime(m.created)[:3] != time.localtime()[:3]:
+            stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.created))
+        view.header_label.setText(f"{header}  ·  {stamp}")
 
     def _remember_settings(self) -> None:
         conv, p = self.conversation, self.page
