@@ -14,6 +14,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
+from app.core.conversation_export import to_json
 from app.core.conversations import ConversationStore
 from app.core.types import ChatMessage, Runtime
 from app.gui.bridge import Bridge
@@ -257,3 +258,45 @@ def test_a_turn_that_fails_is_not_kept(
     assert s.conversation is not None
     stored = s.store.load(s.conversation.id)
     assert [m.content for m in stored.path()] == ["Kept", "Answer 1."] and stored.title == "Kept"
+
+
+def test_other_parts_extras_are_saved_with_the_turn_and_exported(
+    window: MainWindow, qtbot: QtBot, model_id: str
+) -> None:
+    page = window.chat_page
+    s = session(page)
+    attachments = [{"name": "notes.md", "kind": "markdown", "chars": 120, "whole": True}]
+    s.add_extras(user={"attachments": attachments})
+    s.add_extras(
+        answer={"chunks_used": [{"file": "notes.md", "chunk": 0, "page": None, "score": 0.9}]}
+    )
+    ask(page, qtbot, "Summarise my notes")
+    ask(page, qtbot, "Thanks")  # the next turn carries none
+    assert s.conversation is not None
+    user, answer, user2, answer2 = s.store.load(s.conversation.id).path()
+    assert user.extras == {"attachments": attachments}
+    assert answer.extras["chunks_used"][0]["file"] == "notes.md"
+    assert answer.extras["finish_reason"] == "stop" and "tokens" in answer.extras["stats"]["text"]
+    assert user2.extras == {} and "chunks_used" not in answer2.extras
+    out = to_json(s.store.load(s.conversation.id))
+    assert out["messages"][0]["extras"] == {"attachments": attachments}
+
+
+def test_opening_another_conversation_mid_answer_keeps_what_streamed(
+    window: MainWindow, qtbot: QtBot, model_id: str, runtime: NumberedRuntime
+) -> None:
+    page = window.chat_page
+    s = session(page)
+    ask(page, qtbot, "First chat")
+    first_id = s.sidebar.ids()[0]
+    page.new_chat()
+    runtime.models[-1].engine.hold_at = 1
+    page.send("Second chat")
+    qtbot.waitUntil(lambda: page.answer_text == "Answer 2", timeout=SLOW)
+    second = s.conversation
+    assert second is not None
+    s.open(first_id)  # a click in the sidebar while the answer streams
+    assert shown(page) == ["First chat", "Answer 1."] and not page.streaming
+    kept = s.store.load(second.id).path()
+    assert [m.content for m in kept] == ["Second chat", "Answer 2"]
+    assert kept[-1].extras["finish_reason"] == "cancelled"

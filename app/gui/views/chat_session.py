@@ -57,6 +57,8 @@ class ChatSession(QObject):
         self._answer_msg: str | None = None  # its message in the tree, once it has text
         self._reasoning: list[str] = []
         self._chunks = 0
+        self._user_extras: dict[str, Any] = {}  # for the next user message (attachments)
+        self._answer_extras: dict[str, Any] = {}  # for the answer in flight (tool calls)
         self._wanted_model: str | None = None  # a reopened conversation's, until it is listed
         self._replacing = False  # the page is being cleared by us, not by the user
         self._new_user = False  # the turn in flight began with a new user message
@@ -127,6 +129,15 @@ class ChatSession(QObject):
             self._ids[m.id] = m.id
         p.transcript.set_actions_enabled(not p.streaming)
 
+    def add_extras(
+        self, *, user: dict[str, Any] | None = None, answer: dict[str, Any] | None = None
+    ) -> None:
+        """What other parts of the page record with a turn (names in issue 15's brief:
+        ``attachments``, ``chunks_used``, ``tool_calls``, ``tool_results``): ``user`` goes with
+        the next user message sent, ``answer`` with the answer in flight (or the next one)."""
+        self._user_extras.update(user or {})
+        self._answer_extras.update(answer or {})
+
     def switch_branch(self, view_id: str, step: int) -> None:
         conv, mid = self.conversation, self._ids.get(view_id)
         if conv is None or mid is None or self.page.streaming:
@@ -159,7 +170,13 @@ class ChatSession(QObject):
         self._new_user = parent is None or parent not in conv
         if parent is None or self._new_user:  # a new user message (sent, or an edit)
             before = self._ids.get(p.history_ids[-2]) if len(p.history_ids) > 1 else None
-            user = conv.add(before if before in conv else None, "user", p.history[-1].content)
+            user = conv.add(
+                before if before in conv else None,
+                "user",
+                p.history[-1].content,
+                extras=self._user_extras,
+            )
+            self._user_extras = {}
             self._ids[asked] = parent = user.id
             self._show_branch(asked, user)
         self._answer = (answer_view, parent)
@@ -184,6 +201,7 @@ class ChatSession(QObject):
         if self.page.answer_text:  # Stop keeps what streamed
             self._record_answer(final=True, reason=reason)
             self._answer = self._answer_msg = None
+            self._answer_extras = {}
             self._save()
             return
         # nothing came back (an error, or only thinking): the page dropped the turn from its
@@ -194,6 +212,7 @@ class ChatSession(QObject):
         if self._new_user and parent in conv:
             conv.delete_message(parent)
         self._answer = self._answer_msg = None
+        self._answer_extras = {}
         self._save()
 
     def _on_page_conversation_cleared(self) -> None:
@@ -239,7 +258,7 @@ class ChatSession(QObject):
             return None
         view_id, parent = answer
         text, reasoning = self.page.answer_text, "".join(self._reasoning)
-        extras: dict[str, Any] = {}
+        extras = dict(self._answer_extras)
         if final:
             extras["finish_reason"] = reason
             view = self.page.transcript.message(view_id)
@@ -249,7 +268,9 @@ class ChatSession(QObject):
         if self._answer_msg is None or self._answer_msg not in conv:
             if parent not in conv:
                 return None
-            msg = conv.add(parent, "assistant", text, reasoning=reasoning, model=conv.model)
+            msg = conv.add(
+                parent, "assistant", text, reasoning=reasoning, model=conv.model, extras=extras
+            )
             self._answer_msg = msg.id
             self._ids[view_id] = msg.id
             self._show_branch(view_id, msg)
@@ -307,6 +328,7 @@ class ChatSession(QObject):
         if self._answer is not None and self.page.answer_text:
             self._record_answer(final=True, reason="cancelled")
         self._answer = None
+        self._answer_extras = {}
         self._save()
 
     def _save(self, *, listed: bool = True) -> None:
