@@ -68,6 +68,11 @@ class AppPaths:
         return self.data / "response_cache.sqlite"
 
     @property
+    def conversations_db(self) -> Path:
+        """Saved chat conversations (issue 15): SQLite, WAL mode."""
+        return self.data / "conversations.sqlite"
+
+    @property
     def keys_file(self) -> Path:
         """Named API keys (issue 14): hashes, limits, model patterns, roles (0600)."""
         return self.config / "keys.json"

@@ -39,6 +39,7 @@ from app.gui.theme import apply_theme, theme_signals
 from app.gui.tray import Tray
 from app.gui.units import human_bytes
 from app.gui.views.chat import ChatPage
+from app.gui.views.chat_session import open_store
 from app.gui.views.connect import TITLE as CONNECT_PAGE
 from app.gui.views.connect import ConnectPage
 from app.gui.views.discover import TITLE as DISCOVER_PAGE
@@ -128,7 +129,8 @@ class MainWindow(QMainWindow):
         self.discover_page = DiscoverPage(ctx.service, bridge)
         self.downloads_page = DownloadsPage(ctx.service, bridge)
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
-        self.chat_page = ChatPage(ctx.service, bridge)
+        convs = open_store(ctx.paths.conversations_db)  # issue 15: saved conversations
+        self.chat_page = ChatPage(ctx.service, bridge, conversations=convs)
         self.server_page = ServerPage(ctx.server, bridge)
         self.connect_page = ConnectPage(ctx, bridge)  # issue 15: settings for other apps
         self.providers_page = ProvidersPage(ctx.service, bridge)

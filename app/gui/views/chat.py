@@ -23,11 +23,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.conversations import ConversationStore
 from app.core.generation import Generation
 from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
+from app.gui.views.chat_session import ChatSession
 from app.gui.views.chat_transcript import MessageView, Transcript, kind_color
 from app.gui.views.common import PAGE_MARGINS, page_title
 
@@ -149,8 +151,16 @@ class ChatPage(QWidget):
     _reasoning_streamed = Signal(object, str)  # turn, reasoning text
     _cpu_busy_streamed = Signal(object)  # turn
     reasoning_received = Signal(str)
+    conversation_cleared = Signal()  # clear(): a new chat (issue 15: the saved one is left)
 
-    def __init__(self, service: Hearth, bridge: Bridge, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        service: Hearth,
+        bridge: Bridge,
+        parent: QWidget | None = None,
+        *,
+        conversations: ConversationStore | None = None,
+    ) -> None:
         super().__init__(parent)
         self._service = service
         self._bridge = bridge
@@ -247,6 +257,8 @@ class ChatPage(QWidget):
         ):
             sig.connect(self._on_bridge_models_changed)
         bridge.model_loading.connect(self._on_bridge_model_loading)
+        # issue 15 (t22-convs): saved conversations, the sidebar and branches live apart
+        self.session = ChatSession(self, conversations) if conversations is not None else None
         self.refresh_models()
 
     # -- state -------------------------------------------------------------------------------------
@@ -384,6 +396,7 @@ class ChatPage(QWidget):
         self._answer_parts = []
         self.transcript.clear()
         self.stats_label.clear()
+        self.conversation_cleared.emit()
 
     # -- slots ---------------------------------------------------------------------------------------
     def _on_send_button_clicked(self) -> None:
