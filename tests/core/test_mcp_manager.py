@@ -64,7 +64,7 @@ async def test_stdio_and_http_servers_list_and_call_tools_with_a_timeout(tmp_pat
             "broken": {"command": 42},
         },
     )
-    m = McpManager(cfg, log_dir=tmp_path / "logs", call_timeout_s=0.3)
+    m = McpManager(cfg, log_dir=tmp_path / "logs")
     try:
         states = {s.name: s for s in await m.start()}
         assert states["local"].state == "running" and states["web"].state == "running"
@@ -87,7 +87,7 @@ async def test_stdio_and_http_servers_list_and_call_tools_with_a_timeout(tmp_pat
         missing = await m.call("nope__x", {})
         assert missing.status == "error" and "no tool" in missing.content
 
-        slow = await m.call("local__slow", {"seconds": 2})  # past the per-call timeout
+        slow = await m.call("local__slow", {"seconds": 2}, timeout_s=0.3)
         assert slow.status == "timeout" and "timed out after 0.3 s" in slow.content
         again = await m.call("local__add", {"a": 1, "b": 1})
         assert (again.status, again.content) == ("ok", "2")  # the server goes on
