@@ -54,7 +54,9 @@ def test_tool_names_are_safe_and_unique() -> None:
     assert len(long) == 64
 
 
-async def test_stdio_and_http_servers_list_and_call_tools_with_a_timeout(tmp_path: Path, http_mcp_url: str) -> None:
+async def test_stdio_and_http_servers_list_and_call_tools_with_a_timeout(
+    tmp_path: Path, http_mcp_url: str
+) -> None:
     cfg = write_config(
         tmp_path / "mcp.json",
         {
@@ -99,7 +101,9 @@ async def test_stdio_and_http_servers_list_and_call_tools_with_a_timeout(tmp_pat
 async def test_a_crashed_server_is_reported_and_the_other_goes_on(
     tmp_path: Path, http_mcp_url: str
 ) -> None:
-    cfg = write_config(tmp_path / "mcp.json", {"local": stdio_entry(), "web": {"url": http_mcp_url}})
+    cfg = write_config(
+        tmp_path / "mcp.json", {"local": stdio_entry(), "web": {"url": http_mcp_url}}
+    )
     m = McpManager(cfg)
     try:
         await m.start()
@@ -120,7 +124,9 @@ async def test_a_crashed_server_is_reported_and_the_other_goes_on(
 async def test_a_server_printing_garbage_is_reported_without_waiting_out_the_start(
     tmp_path: Path,
 ) -> None:
-    cfg = write_config(tmp_path / "mcp.json", {"junk": stdio_entry("garbage"), "local": stdio_entry()})
+    cfg = write_config(
+        tmp_path / "mcp.json", {"junk": stdio_entry("garbage"), "local": stdio_entry()}
+    )
     m = McpManager(cfg, start_timeout_s=120.0)
     try:
         began = time.monotonic()
@@ -134,7 +140,9 @@ async def test_a_server_printing_garbage_is_reported_without_waiting_out_the_sta
 
 
 async def test_a_missing_command_is_that_servers_error(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "mcp.json", {"ghost": {"command": str(tmp_path / "no-such-server")}})
+    cfg = write_config(
+        tmp_path / "mcp.json", {"ghost": {"command": str(tmp_path / "no-such-server")}}
+    )
     m = McpManager(cfg)
     try:
         (st,) = await m.start()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,7 +131,7 @@ async def test_allow_once_runs_the_call_and_the_model_answers_from_it(setup: Set
     ui = UI(setup, ["once"], ANSWER)
     final, state = await ask(setup, ui, ChatTools())
     assert final.finish_reason == "stop" and "".join(ui.texts) == "The sum is 5."
-    (call, asking), = ui.shown
+    ((call, asking),) = ui.shown
     assert asking and (call.server, call.tool) == ("local", "add")
     assert json.loads(call.arguments) == {"a": 2, "b": 3}
     assert ui.done == [CallResult(call.id, True, "5", "allowed")]

@@ -70,7 +70,9 @@ def _server(name: str, raw: Any, environ: Mapping[str, str]) -> ServerConfig:
     if url is not None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError('"url" must be an http:// or https:// address')
-        headers = {k: expand(v, environ) for k, v in _strings(raw.get("headers"), "headers").items()}
+        headers = {
+            k: expand(v, environ) for k, v in _strings(raw.get("headers"), "headers").items()
+        }
         return ServerConfig(name, url=url, headers=headers, disabled=disabled)
     if not isinstance(command, str) or not command.strip():
         raise ValueError('needs "command" (a stdio server) or "url" (a Streamable HTTP server)')
@@ -100,7 +102,9 @@ def parse_config(text: str, environ: Mapping[str, str] | None = None) -> McpConf
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"mcp.json is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from e
+        raise ConfigError(
+            f"mcp.json is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})"
+        ) from e
     if not isinstance(data, dict):
         raise ConfigError('mcp.json must be an object: {"mcpServers": {...}}')
     servers = data.get("mcpServers", {})

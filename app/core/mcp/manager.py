@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal, TextIO
 
 import anyio
 
@@ -217,7 +217,7 @@ class McpManager:
     # -- one server's task -------------------------------------------------------------------
     async def _run(self, srv: _Server) -> None:
         name = srv.config.name
-        errlog: IO[str] | None = None
+        errlog: TextIO | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
                 errlog = self._open_errlog(name)
@@ -256,7 +256,7 @@ class McpManager:
             self._reindex()
             self._changed()
 
-    def _transport(self, sc: ServerConfig, errlog: IO[str] | None) -> Any:
+    def _transport(self, sc: ServerConfig, errlog: TextIO | None) -> Any:
         if sc.url:
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
@@ -291,7 +291,7 @@ class McpManager:
         read, write = streams
         return ClientSession(read, write, message_handler=on_message)
 
-    def _open_errlog(self, name: str) -> IO[str] | None:
+    def _open_errlog(self, name: str) -> TextIO | None:
         """The server's stderr goes to logs/mcp-NAME.log (it is the server's own log)."""
         if self.log_dir is None:
             return None
@@ -370,8 +370,8 @@ async def _http(inner: Any, client: Any) -> Any:
 
 def _failure_text(e: BaseException) -> str:
     """A readable reason from the SDK's (often grouped) exceptions."""
-    while isinstance(e, BaseExceptionGroup) and e.exceptions:
-        e = e.exceptions[0]
+    while getattr(e, "exceptions", None):  # an ExceptionGroup from the SDK's task groups
+        e = e.exceptions[0]  # type: ignore[attr-defined]
     if isinstance(e, FileNotFoundError):
         return f"cannot start: {e.strerror}: {e.filename}"
     if isinstance(e, OSError):

@@ -25,7 +25,9 @@ def result_text(result: Any) -> str:
         elif kind == "resource":
             res = getattr(block, "resource", None)
             text = getattr(res, "text", None)
-            parts.append(text if isinstance(text, str) else f"[resource: {getattr(res, 'uri', '')}]")
+            parts.append(
+                text if isinstance(text, str) else f"[resource: {getattr(res, 'uri', '')}]"
+            )
     structured = getattr(result, "structured_content", None)
     if structured is not None:
         dumped = json.dumps(structured, ensure_ascii=False)
@@ -34,7 +36,9 @@ def result_text(result: Any) -> str:
             parts.append(dumped)
     text = "\n".join(parts) if parts else "(the tool returned nothing)"
     if len(text) > MAX_RESULT_CHARS:
-        text = text[:MAX_RESULT_CHARS] + f"\n[... cut: {len(text) - MAX_RESULT_CHARS} more characters]"
+        text = (
+            text[:MAX_RESULT_CHARS] + f"\n[... cut: {len(text) - MAX_RESULT_CHARS} more characters]"
+        )
     return text
 
 

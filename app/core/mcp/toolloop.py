@@ -24,6 +24,7 @@ T = TypeVar("T")
 Approval = Literal["once", "always", "deny"]
 Decision = Literal["allowed", "always", "denied", "timeout", "error"]
 DEFAULT_MAX_ROUNDS = 8
+AUTO = ToolChoice()
 DENIED_TEXT = "The user denied this tool call. Do not call it again for this request."
 
 
@@ -39,7 +40,12 @@ class PendingCall:
 
     def record(self) -> dict[str, Any]:
         """Its entry in the assistant message's ``extras["tool_calls"]``."""
-        return {"id": self.id, "name": self.name, "server": self.server, "arguments": self.arguments}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "server": self.server,
+            "arguments": self.arguments,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +86,9 @@ class ChatTools:
     always: set[str] = field(default_factory=set)
 
     def enabled(self, tools: Sequence[McpTool]) -> list[McpTool]:
-        return [t for t in tools if t.server not in self.servers_off and t.name not in self.tools_off]
+        return [
+            t for t in tools if t.server not in self.servers_off and t.name not in self.tools_off
+        ]
 
 
 @dataclass
@@ -131,7 +139,7 @@ async def run_tool_loop(
     sampling: SamplingParams,
     max_tokens: int | None,
     max_rounds: int = DEFAULT_MAX_ROUNDS,
-    first_choice: ToolChoice = ToolChoice(),
+    first_choice: ToolChoice = AUTO,
 ) -> Delta:
     """Answer ``messages`` with the chat's enabled tools; returns the last round's final delta
     ("cancelled" when stopped). ``first_choice`` applies to the first round (later rounds:
