@@ -159,3 +159,18 @@ async def test_stopping_leaves_no_server_process(tmp_path: Path) -> None:
     await m.stop()
     assert not any(pid_alive(p) for p in pids)
     assert m.statuses() == [] and m.tools() == []
+
+
+def test_mcp_settings_keys() -> None:
+    from app.paths import AppPaths
+    from app.settings import Settings, settings_from_dict
+
+    assert (Settings().mcp.call_timeout_s, Settings().mcp.max_rounds) == (60.0, 8)
+    s = settings_from_dict({"mcp": {"call_timeout_s": 5, "max_rounds": 2}})
+    assert (s.mcp.call_timeout_s, s.mcp.max_rounds) == (5.0, 2)
+    assert settings_from_dict(s.to_dict()).mcp == s.mcp  # saved and read back
+    with pytest.raises(ConfigError, match="mcp.max_rounds"):
+        settings_from_dict({"mcp": {"max_rounds": 0}})
+    with pytest.raises(ConfigError, match="mcp.call_timeout_s"):
+        settings_from_dict({"mcp": {"call_timeout_s": -1}})
+    assert AppPaths.default("/x").mcp_file.name == "mcp.json"
