@@ -119,16 +119,32 @@ class McpManager:
         log_dir: Path | None = None,
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        max_rounds: int = 8,
         on_change: Callable[[], None] | None = None,
+        live: Callable[[], Any] | None = None,
     ) -> None:
+        """``live``: returns the current ``mcp`` settings (call_timeout_s, start_timeout_s,
+        max_rounds), read at each use so a change applies without a restart; without it the
+        numbers given here apply."""
         self.config_path = config_path
         self.log_dir = log_dir
         self.call_timeout_s = call_timeout_s
         self.start_timeout_s = start_timeout_s
+        self.max_rounds = max_rounds
+        self.live = live
         self.on_change = on_change
         self.config_errors: dict[str, str] = {}
         self._servers: dict[str, _Server] = {}
         self._by_tool: dict[str, McpTool] = {}
+
+    def limit(self, name: str) -> Any:
+        """``call_timeout_s``, ``start_timeout_s`` or ``max_rounds``, live where wired."""
+        if self.live is not None:
+            try:
+                return getattr(self.live(), name)
+            except Exception:  # an unreadable settings file: the numbers given at start
+                log.warning("MCP: cannot read the mcp settings; using %s", name, exc_info=True)
+        return getattr(self, name)
 
     # -- state -------------------------------------------------------------------------------
     def statuses(self) -> list[ServerStatus]:
@@ -198,7 +214,7 @@ class McpManager:
             return CallOutcome("error", f"Error: there is no tool named {name!r}.")
         if srv.state != "running" or srv.session is None:
             return CallOutcome("error", f"Error: the MCP server {t.server!r} is not running.")
-        limit = self.call_timeout_s if timeout_s is None else timeout_s
+        limit = self.limit("call_timeout_s") if timeout_s is None else timeout_s
         try:
             with anyio.fail_after(limit):
                 result = await srv.session.call_tool(t.tool, arguments)
@@ -217,6 +233,7 @@ class McpManager:
     # -- one server's task -------------------------------------------------------------------
     async def _run(self, srv: _Server) -> None:
         name = srv.config.name
+        start_limit = float(self.limit("start_timeout_s"))
         errlog: TextIO | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -227,7 +244,7 @@ class McpManager:
                 session = await stack.enter_async_context(self._session(srv, streams))
                 with anyio.CancelScope() as scope:
                     srv.stop_scope = scope
-                    with anyio.fail_after(self.start_timeout_s):
+                    with anyio.fail_after(start_limit):
                         await session.initialize()
                         listed = await session.list_tools()
                     srv.session = session
@@ -241,7 +258,7 @@ class McpManager:
                 if srv.bad_output and not srv.stop.is_set():
                     raise _BadOutput(srv.bad_output)
         except TimeoutError:
-            self._fail(srv, f"did not answer within {self.start_timeout_s:g} s of starting")
+            self._fail(srv, f"did not answer within {start_limit:g} s of starting")
         except _BadOutput as e:
             self._fail(srv, str(e))
         except asyncio.CancelledError:
