@@ -177,11 +177,12 @@ def test_mcp_settings_keys() -> None:
 
 
 def test_the_manager_reads_the_mcp_settings_live(tmp_path: Path) -> None:
-    from app.settings import SettingsStore
+    from dataclasses import replace
+
+    from app.settings import McpSettings, SettingsStore
 
     store = SettingsStore(tmp_path / "settings.json")
     m = McpManager(tmp_path / "mcp.json", live=lambda: store.load().mcp)
     assert (m.limit("call_timeout_s"), m.limit("max_rounds")) == (60.0, 8)
-    (tmp_path / "settings.json").write_text('{"mcp": {"call_timeout_s": 7, "max_rounds": 3}}')
-    store = SettingsStore(tmp_path / "settings.json")
+    store.save(replace(store.load(), mcp=McpSettings(call_timeout_s=7, max_rounds=3)))
     assert (m.limit("call_timeout_s"), m.limit("max_rounds")) == (7.0, 3)
