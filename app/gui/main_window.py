@@ -128,7 +128,7 @@ class MainWindow(QMainWindow):
         self.discover_page = DiscoverPage(ctx.service, bridge)
         self.downloads_page = DownloadsPage(ctx.service, bridge)
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
-        self.chat_page = ChatPage(ctx.service, bridge)
+        self.chat_page = ChatPage(ctx.service, bridge, mcp=ctx.mcp)
         self.server_page = ServerPage(ctx.server, bridge)
         self.connect_page = ConnectPage(ctx, bridge)  # issue 15: settings for other apps
         self.providers_page = ProvidersPage(ctx.service, bridge)

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import (
@@ -39,6 +40,7 @@ from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
 from app.gui.theme import is_dark
 from app.gui.views.common import PAGE_MARGINS, page_title
+from app.gui.views.mcp_chat import McpChat, McpTurn  # MCP tools (t22-mcp)
 
 log = logging.getLogger(__name__)
 
@@ -167,12 +169,14 @@ class ChatPage(QWidget):
     _cpu_busy_streamed = Signal(object)  # turn
     reasoning_received = Signal(str)
 
-    def __init__(self, service: Hearth, bridge: Bridge, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, service: Hearth, bridge: Bridge, parent: QWidget | None = None, mcp: Any = None
+    ) -> None:
         super().__init__(parent)
         self._service = service
         self._bridge = bridge
         self.history: list[ChatMessage] = []
-        self._turn: AnswerTurn | None = None
+        self._turn: AnswerTurn | McpTurn | None = None
         self._answer_parts: list[str] = []
         self._thinking = False  # the reasoning of the answer in flight is being shown
         self._answer_start = 0  # where the answer in flight begins in the transcript
@@ -199,6 +203,10 @@ class ChatPage(QWidget):
         top.addWidget(QLabel("Model"))
         top.addWidget(self.model_combo)
         top.addWidget(self.clear_button)
+        # MCP tools (t22-mcp): the tools menu; call blocks under the transcript (place= later)
+        self.mcp = McpChat(service, bridge, mcp, notice=partial(self._append_notice, kind="meta"))
+        self.last_extras: dict[str, Any] = {}  # the last answer's tool_calls / tool_results
+        top.addWidget(self.mcp.button)
 
         options = QFormLayout()
         options.addRow("System prompt", self.system_edit)
@@ -243,6 +251,7 @@ class ChatPage(QWidget):
         layout.addLayout(top)
         layout.addLayout(options)
         layout.addWidget(self.transcript, 1)
+        layout.addWidget(self.mcp.panel)  # MCP (t22-mcp)
         layout.addLayout(bottom)
         layout.addWidget(self.stats_label)
 
@@ -317,13 +326,13 @@ class ChatPage(QWidget):
         self._thinking = False
         self.stats_label.setText("Waiting for the model…")
 
-        turn = AnswerTurn()
+        tools = self.mcp.active()  # MCP (t22-mcp): the tool loop answers when tools are on
+        turn: Any = self.mcp.new_turn() if tools else AnswerTurn()
         self._turn = turn
         max_tokens = self.max_tokens_spin.value() or None
         sampling = SamplingParams(temperature=self.temperature_spin.value())
         self._bridge.run(
-            stream_answer(
-                self._service,
+            (self.mcp.answer if tools else partial(stream_answer, self._service))(
                 turn,
                 partial(self._text_streamed.emit, turn),
                 model_id,
@@ -331,7 +340,7 @@ class ChatPage(QWidget):
                 sampling,
                 max_tokens,
                 partial(self._reasoning_streamed.emit, turn),
-                partial(self._cpu_busy_streamed.emit, turn),
+                *(() if tools else (partial(self._cpu_busy_streamed.emit, turn),)),
             ),
             on_done=partial(self._on_turn_done, turn),
             on_error=partial(self._on_turn_failed, turn),
@@ -355,6 +364,7 @@ class ChatPage(QWidget):
         self.stop()
         self._finish_turn()
         self.history.clear()
+        self.mcp.new_chat()  # MCP (t22-mcp)
         self._answer_parts = []
         self.transcript.clear()
         self.stats_label.clear()
@@ -447,6 +457,8 @@ class ChatPage(QWidget):
             return
         answer = self.answer_text
         reason = final.finish_reason or "stop"
+        added, self.last_extras = self.mcp.finished(turn)  # MCP (t22-mcp): calls and results
+        self.history.extend(added)
         if answer:
             self.history.append(ChatMessage("assistant", answer))
         elif self.history and self.history[-1].role == "user":
