@@ -136,6 +136,7 @@ class McpManager:
         self.config_errors: dict[str, str] = {}
         self._servers: dict[str, _Server] = {}
         self._by_tool: dict[str, McpTool] = {}
+        self._started = False
 
     def limit(self, name: str) -> Any:
         """``call_timeout_s``, ``start_timeout_s`` or ``max_rounds``, live where wired."""
@@ -162,6 +163,7 @@ class McpManager:
         """(Re)read mcp.json and start every enabled server; returns once each is running or
         failed. A file that cannot be used as a whole is raised (ConfigError)."""
         await self.stop()
+        self._started = True
         cfg = config if config is not None else load_config(self.config_path)
         self.config_errors = dict(cfg.errors)
         for sc in cfg.servers:
@@ -172,6 +174,12 @@ class McpManager:
             else:
                 srv.task = asyncio.create_task(self._run(srv), name=f"mcp:{sc.name}")
         await self._wait_ready(list(self._servers.values()))
+        return self.statuses()
+
+    async def ensure_started(self) -> list[ServerStatus]:
+        """Start the servers unless they were started already (the Chat page, at its birth)."""
+        if not self._started:
+            await self.start()
         return self.statuses()
 
     async def restart(self, name: str | None = None) -> list[ServerStatus]:
@@ -198,6 +206,7 @@ class McpManager:
         await asyncio.gather(*(self._stop_one(s) for s in servers), return_exceptions=True)
         self._servers.clear()
         self._by_tool.clear()
+        self._started = False
 
     # -- calls ------------------------------------------------------------------------------
     def find(self, name: str) -> McpTool | None:

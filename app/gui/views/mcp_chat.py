@@ -203,7 +203,7 @@ class McpChat(QObject):
         if manager is not None:
             manager.on_change = self._status_event.emit  # loop thread: only emits
             if manager.config_path.exists():  # off the GUI thread; the chat never waits
-                bridge.run(manager.start(), on_done=lambda _: self.refresh())
+                bridge.run(manager.ensure_started(), on_done=lambda _: self.refresh())
 
     # -- state -------------------------------------------------------------------------------
     def active(self) -> bool:
