@@ -140,6 +140,7 @@ class MainWindow(QMainWindow):
             runtime_report=report_source(ctx),
             default_models_dir=ctx.paths.models,
             autostart=self.autostart,
+            mcp=ctx.mcp,
         )
         self.welcome = WelcomeView(
             ctx.service, bridge, ctx.settings_store, self.autostart, self._welcome_server_url
