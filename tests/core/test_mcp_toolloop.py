@@ -219,3 +219,19 @@ async def test_stop_cancels_a_pending_approval(setup: Setup) -> None:
     state.cancel()
     final, _ = await asyncio.wait_for(task, 60)
     assert final.finish_reason == "cancelled" and ui.done == []
+
+
+async def test_stop_cancels_a_running_call(setup: Setup) -> None:
+    setup.script(call_block("local__slow", {"seconds": 5}))
+    state = LoopState()
+
+    class StopOnApproval(UI):
+        def approve(self, call: PendingCall) -> Awaitable[Approval]:
+            fut = super().approve(call)
+            asyncio.get_running_loop().call_soon(state.cancel)  # Stop, as the call starts
+            return fut
+
+    ui = StopOnApproval(setup, ["once"], ANSWER)
+    final, _ = await asyncio.wait_for(ask(setup, ui, ChatTools(), state), 60)
+    assert final.finish_reason == "cancelled"
+    assert ui.done == []  # the call never finished: no result was recorded or sent

@@ -120,6 +120,8 @@ class LoopState:
     async def wait(self, aw: Awaitable[T]) -> T:
         """Await ``aw`` so that ``cancel`` ends it (raises CancelledError then)."""
         fut = asyncio.ensure_future(aw)
+        if self.cancelled:  # stopped between two awaits: do not start what it would wait on
+            fut.cancel()
         self._waiting.add(fut)
         try:
             return await fut

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtGui import QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
@@ -103,6 +103,16 @@ class McpServersBox(QGroupBox):
             return text, m.statuses()
 
         self._bridge.call(read, on_done=self._on_read, on_error=self._on_failed)
+
+    def refresh_statuses(self) -> None:
+        """The servers' states now (each time the page is shown; edits are kept)."""
+        if self.manager is not None:
+            self._bridge.call(self.manager.statuses, on_done=self._show_statuses)
+
+    def showEvent(self, e: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(e)
+        if self.loaded:
+            self.refresh_statuses()
 
     def save(self) -> bool:
         """Validate, write, restart. False (and the error shown) when the text is unusable."""
