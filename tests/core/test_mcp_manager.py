@@ -89,7 +89,7 @@ async def test_stdio_and_http_servers_list_and_call_tools_with_a_timeout(
         missing = await m.call("nope__x", {})
         assert missing.status == "error" and "no tool" in missing.content
 
-        slow = await m.call("local__slow", {"seconds": 2}, timeout_s=0.3)
+        slow = await m.call("local__slow", {"seconds": 1}, timeout_s=0.3)
         assert slow.status == "timeout" and "timed out after 0.3 s" in slow.content
         again = await m.call("local__add", {"a": 1, "b": 1})
         assert (again.status, again.content) == ("ok", "2")  # the server goes on
