@@ -58,6 +58,11 @@ class AppPaths:
         return self.config / "provider_keys.json"
 
     @property
+    def mcp_file(self) -> Path:
+        """MCP tool servers for the chat (issue 15), in the common ``mcpServers`` notation."""
+        return self.config / "mcp.json"
+
+    @property
     def requests_db(self) -> Path:
         """The request records (issue 14): SQLite, WAL mode."""
         return self.data / "requests.sqlite"

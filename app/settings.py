@@ -174,6 +174,15 @@ class LimitsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class McpSettings:
+    """``mcp`` in settings.json (issue 15): the chat's MCP tool calls (servers: mcp.json)."""
+
+    call_timeout_s: float = 60.0  # one tool call, then a timeout result the model reads
+    max_rounds: int = 8  # tool rounds per answer before the loop ends with a notice
+    start_timeout_s: float = 30.0  # a server that has not answered by then is in error
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     load: LoadDefaults = field(default_factory=LoadDefaults)
@@ -190,6 +199,7 @@ class Settings:
     records: RecordSettings = field(default_factory=RecordSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     cache: CacheConfig = field(default_factory=CacheConfig)  # the response cache (issue 14)
+    mcp: McpSettings = field(default_factory=McpSettings)  # MCP tools in the chat (issue 15)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -289,7 +299,15 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         records=records,
         limits=_coerce(LimitsSettings, raw.get("limits", {}), "limits"),
         cache=_cache_from_dict(raw.get("cache", {})),
+        mcp=_mcp_from_dict(raw.get("mcp", {})),
     )
+
+
+def _mcp_from_dict(raw: Any) -> McpSettings:
+    mcp = _coerce(McpSettings, raw, "mcp")
+    if mcp.max_rounds < 1:
+        raise ConfigError("settings: mcp.max_rounds must be at least 1")
+    return mcp
 
 
 def _cache_from_dict(raw: Any) -> CacheConfig:

@@ -63,6 +63,14 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
     return service
 
 
+def mcp_manager(paths: AppPaths, store: SettingsStore) -> Any:
+    """The chat's MCP servers (issue 15): mcp.json, logs/mcp-NAME.log, the live mcp settings.
+    Nothing starts until the Chat page asks."""
+    from app.core.mcp import McpManager
+
+    return McpManager(paths.mcp_file, log_dir=paths.logs, live=lambda: store.load().mcp)
+
+
 def response_cache(paths: AppPaths, store: SettingsStore, service: Hearth) -> Any:
     """The response cache (issue 14): its SQLite file, the live ``cache`` settings, and the
     service's own embed path for semantic mode."""

@@ -9,7 +9,7 @@ import signal
 from typing import Any
 
 from app.cli.common import EXIT_OK, context, fail, log
-from app.cli.compose import build_service
+from app.cli.compose import build_service, mcp_manager
 from app.cli.load_flags import add_load_flags, load_options_from_args
 from app.errors import HearthError
 
@@ -74,11 +74,15 @@ def cmd_gui(args: argparse.Namespace) -> int:
     loop = LoopThread().start()
     server = ServerController(service, store, paths)
     server.set_api_key(os.environ.get("HEARTH_API_KEY") or None)
-    ctx = GuiContext(service=service, loop=loop, settings_store=store, paths=paths, server=server)
+    mcp = mcp_manager(paths, store)
+    ctx = GuiContext(
+        service=service, loop=loop, settings_store=store, paths=paths, server=server, mcp=mcp
+    )
     try:
         return run_gui(ctx, background=getattr(args, "background", False))
     finally:
         try:
+            loop.call(mcp.stop(), timeout=30)  # no MCP server process outlives the app
             loop.call(server.stop("quit"), timeout=15)
             loop.call(service.close(), timeout=30)
         finally:

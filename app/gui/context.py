@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from app.core.loop import LoopThread
 from app.core.service import Hearth
@@ -21,6 +22,7 @@ class GuiContext:
         settings_store: the shared settings file.
         paths: the data folders (also names the single-instance socket).
         server: the embedded API server's controller (its coroutines run on ``loop`` too).
+        mcp: the chat's MCP servers (app.core.mcp.McpManager; None: no MCP tools).
     """
 
     service: Hearth
@@ -28,3 +30,4 @@ class GuiContext:
     settings_store: SettingsStore
     paths: AppPaths
     server: ServerController
+    mcp: Any = None

@@ -130,7 +130,7 @@ class MainWindow(QMainWindow):
         self.downloads_page = DownloadsPage(ctx.service, bridge)
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
         convs = open_store(ctx.paths.conversations_db)  # issue 15: saved conversations
-        self.chat_page = ChatPage(ctx.service, bridge, conversations=convs)
+        self.chat_page = ChatPage(ctx.service, bridge, conversations=convs, mcp=ctx.mcp)
         self.server_page = ServerPage(ctx.server, bridge)
         self.connect_page = ConnectPage(ctx, bridge)  # issue 15: settings for other apps
         self.providers_page = ProvidersPage(ctx.service, bridge)
@@ -142,6 +142,7 @@ class MainWindow(QMainWindow):
             runtime_report=report_source(ctx),
             default_models_dir=ctx.paths.models,
             autostart=self.autostart,
+            mcp=ctx.mcp,
         )
         self.welcome = WelcomeView(
             ctx.service, bridge, ctx.settings_store, self.autostart, self._welcome_server_url

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QPalette, QShortcut
@@ -32,6 +33,7 @@ from app.gui.bridge import Bridge, log_failure
 from app.gui.views.chat_session import ChatSession
 from app.gui.views.chat_transcript import MessageView, Transcript, kind_color
 from app.gui.views.common import PAGE_MARGINS, page_title
+from app.gui.views.mcp_chat import McpChat, McpTurn
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +162,7 @@ class ChatPage(QWidget):
         parent: QWidget | None = None,
         *,
         conversations: ConversationStore | None = None,
+        mcp: Any = None,
     ) -> None:
         super().__init__(parent)
         self._service = service
@@ -167,7 +170,7 @@ class ChatPage(QWidget):
         self.history: list[ChatMessage] = []
         self.history_ids: list[str] = []  # history[i]'s message id: its view in the transcript
         self._ids = count(1)
-        self._turn: AnswerTurn | None = None
+        self._turn: AnswerTurn | McpTurn | None = None
         self._answer_parts: list[str] = []
         self._thinking = False  # the answer in flight has reasoned (its text follows)
         self._answer_view: MessageView | None = None
@@ -194,6 +197,10 @@ class ChatPage(QWidget):
         top.addWidget(QLabel("Model"))
         top.addWidget(self.model_combo)
         top.addWidget(self.clear_button)
+        # MCP tools: the tools menu; each call's block goes into the answer that made it
+        self.mcp = McpChat(service, bridge, mcp, notice=self._mcp_notice, place=self._place_block)
+        self.last_extras: dict[str, Any] = {}  # the last answer's tool_calls / tool_results
+        top.addWidget(self.mcp.button)
 
         options = QFormLayout()
         options.addRow("System prompt", self.system_edit)
@@ -339,9 +346,9 @@ class ChatPage(QWidget):
         """Remove one message from the conversation (not the answer in flight)."""
         if self._answer_view is not None and self._answer_view.msg_id == msg_id:
             return
-        i = self._history_index(msg_id)
-        if i is not None:
-            del self.history[i], self.history_ids[i]
+        keep = [k for k, x in enumerate(self.history_ids) if x != msg_id]  # with its tool calls
+        self.history[:] = [self.history[k] for k in keep]
+        self.history_ids[:] = [self.history_ids[k] for k in keep]
         self.transcript.remove(msg_id)
 
     def _ask(self, model_id: str) -> None:
@@ -355,13 +362,13 @@ class ChatPage(QWidget):
         self._thinking = False
         self.stats_label.setText("Waiting for the model…")
 
-        turn = AnswerTurn()
+        tools = self.mcp.active()  # MCP: the tool loop answers when tools are on
+        turn: Any = self.mcp.new_turn() if tools else AnswerTurn()
         self._turn = turn
         max_tokens = self.max_tokens_spin.value() or None
         sampling = SamplingParams(temperature=self.temperature_spin.value())
         self._bridge.run(
-            stream_answer(
-                self._service,
+            (self.mcp.answer if tools else partial(stream_answer, self._service))(
                 turn,
                 partial(self._text_streamed.emit, turn),
                 model_id,
@@ -369,7 +376,7 @@ class ChatPage(QWidget):
                 sampling,
                 max_tokens,
                 partial(self._reasoning_streamed.emit, turn),
-                partial(self._cpu_busy_streamed.emit, turn),
+                *(() if tools else (partial(self._cpu_busy_streamed.emit, turn),)),
             ),
             on_done=partial(self._on_turn_done, turn),
             on_error=partial(self._on_turn_failed, turn),
@@ -393,6 +400,7 @@ class ChatPage(QWidget):
         self._finish_turn()
         self.history.clear()
         self.history_ids.clear()
+        self.mcp.new_chat()  # MCP: switches back on, "always" forgotten
         self._answer_parts = []
         self.transcript.clear()
         self.stats_label.clear()
@@ -471,6 +479,7 @@ class ChatPage(QWidget):
         answer = self.answer_text
         reason = final.finish_reason or "stop"
         view = self._answer_view
+        self._record_tool_calls(turn)
         if answer and view is not None:
             self.history.append(ChatMessage("assistant", answer))
             self.history_ids.append(view.msg_id)
@@ -488,6 +497,7 @@ class ChatPage(QWidget):
         if turn is not self._turn:
             return
         text = log_failure(log, "chat failed", exc)
+        self._record_tool_calls(turn, kept=False)
         if self.history and self.history[-1].role == "user":
             self._pop_user()
         if self.answer_text and self._answer_view is not None:
@@ -498,6 +508,27 @@ class ChatPage(QWidget):
         self.answer_finished.emit("error")
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _record_tool_calls(self, turn: object, *, kept: bool = True) -> None:
+        """MCP: an answer's tool calls and results go in the history before its text (under
+        the answer's id, so regenerate and delete take them along) and are saved with it."""
+        added, self.last_extras = self.mcp.finished(turn)
+        view = self._answer_view
+        if added and kept and self.answer_text and view is not None:
+            self.history.extend(added)
+            self.history_ids.extend([view.msg_id] * len(added))
+        if self.last_extras and self.session is not None:
+            self.session.add_extras(answer=self.last_extras)
+
+    def _place_block(self, block: QWidget) -> None:
+        if self._answer_view is not None:
+            self._answer_view.add_block(block)
+
+    def _mcp_notice(self, text: str) -> None:
+        if self._answer_view is not None:
+            self._answer_view.set_caption(text)
+        else:
+            self.transcript.add_notice(text, "meta")
+
     def _retry(self, msg_id: str) -> bool:
         ids = self.transcript.ids()
         k = ids.index(msg_id) if msg_id in ids else 0

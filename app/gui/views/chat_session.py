@@ -21,12 +21,14 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QSplitter
 
 from app.core.conversations import Conversation, ConversationStore, Message
+from app.core.mcp.toolloop import messages_from_extras
 from app.core.types import ChatMessage
 from app.errors import HearthError, NotFound
 from app.gui.views.conversation_list import ConversationList
 
 if TYPE_CHECKING:
     from app.gui.views.chat import ChatPage
+    from app.gui.views.chat_transcript import MessageView
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,13 @@ class ChatSession(QObject):
         if conv is None:
             return
         for m in conv.path():
-            self._show(m)
+            view = self._show(m)
+            if m.role == "assistant" and m.extras.get("tool_calls"):  # MCP: the calls it made
+                for block in p.mcp.saved_blocks(m.extras):
+                    view.add_block(block)
+                calls = messages_from_extras(m.extras)
+                p.history += calls
+                p.history_ids += [m.id] * len(calls)
             p.history.append(ChatMessage(m.role, m.content))
             p.history_ids.append(m.id)
             self._ids[m.id] = m.id
@@ -282,7 +290,7 @@ class ChatSession(QObject):
         if view is not None and self.conversation is not None:
             view.set_branch(self.conversation.branch(msg.id))
 
-    def _show(self, m: Message) -> None:
+    def _show(self, m: Message) -> MessageView:
         header = "You" if m.role == "user" else f"Assistant · {m.model or ''}".rstrip(" ·")
         stats = m.extras.get("stats")
         notice = stats.get("text", "") if isinstance(stats, dict) else ""
@@ -303,6 +311,7 @@ class ChatSession(QObject):
         if time.localtime(m.created)[:3] != time.localtime()[:3]:
             stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.created))
         view.header_label.setText(f"{header}  ·  {stamp}")
+        return view
 
     def _remember_settings(self) -> None:
         conv, p = self.conversation, self.page

@@ -231,6 +231,13 @@ class MessageView(QWidget):
     def set_thinking_expanded(self, on: bool) -> None:
         self.thinking_button.setChecked(on)
 
+    def add_block(self, widget: QWidget) -> None:
+        """Put a widget (an MCP tool call's block) above the body: the calls come before the
+        text the model wrote with their results."""
+        lay = self.layout()
+        if isinstance(lay, QVBoxLayout):
+            lay.insertWidget(lay.indexOf(self.body), widget)
+
     def set_caption(self, text: str) -> None:
         """A dimmed, italic line above the body (e.g. why this answer is slow)."""
         self._show_muted(self.caption_label, text, "meta")

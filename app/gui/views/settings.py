@@ -36,6 +36,7 @@ from app.gui.bridge import Bridge, log_failure
 from app.gui.units import human_bytes
 from app.gui.views.autostart_check import StartAtLoginCheck
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.mcp_settings import McpServersBox
 from app.gui.views.runtime_info import RuntimeBox
 from app.gui.views.server_key_box import ServerKeyBox
 from app.gui.views.window_settings import WindowBox
@@ -77,6 +78,7 @@ class SettingsPage(QWidget):
         default_models_dir: Path | None = None,
         auto_budget: Callable[[], str] | None = None,
         autostart: Autostart | None = None,
+        mcp: Any = None,
     ) -> None:
         super().__init__(parent)
         self._store = store
@@ -287,6 +289,8 @@ class SettingsPage(QWidget):
         layout.addWidget(memory_box)
         layout.addWidget(hub_box)
         layout.addWidget(window_box)
+        self.mcp_box = McpServersBox(bridge, mcp)  # mcp.json, status, Restart (t22-mcp)
+        layout.addWidget(self.mcp_box)
         # the doctor's report (issue #13); absent where the page is built without a service
         self.runtime_box = RuntimeBox(bridge, runtime_report) if runtime_report else None
         if self.runtime_box is not None:
