@@ -162,3 +162,52 @@ def test_a_server_killed_mid_chat_is_shown_and_the_chat_goes_on(
     assert "crashed" in page.mcp.menu.actions()[0].text()
     assert not page.mcp.active()  # its tools are no longer offered
     core.loop.call(core.manager.restart("local"), timeout=60)
+
+
+def test_calls_sit_in_their_answer_are_saved_and_come_back_on_reopen(
+    qtbot: QtBot, core: Core, tmp_path: Path
+) -> None:
+    from app.core.conversations import ConversationStore
+    from app.gui.views.chat_transcript import MessageView
+
+    store = ConversationStore(tmp_path / "conversations.sqlite")
+    bridge = Bridge(core.loop, core.service.events)
+    page = ChatPage(core.service, bridge, conversations=store, mcp=core.manager)
+    qtbot.addWidget(page)
+    qtbot.waitUntil(lambda: page.current_model_id() is not None and page.mcp.active(), timeout=SLOW)
+    core.script(CALL)
+    send(page)
+    block = block_of(page, qtbot)
+    answer_id = page.transcript.ids()[-1]
+    assert block.parent() is page.transcript.message(answer_id)  # inline, in its answer
+    core.script(ANSWER)
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW):
+        qtbot.mouseClick(block.allow_button, Qt.MouseButton.LeftButton)
+    assert page.session is not None and page.session.conversation is not None
+    conv_id = page.session.conversation.id
+    saved = store.load(conv_id).path()
+    assert [m.role for m in saved] == ["user", "assistant"]
+    assert saved[1].extras["tool_calls"][0]["name"] == "local__add"
+    assert saved[1].extras["tool_results"][0]["content"] == "5"
+    page.clear()
+    bridge.close()
+
+    bridge = Bridge(core.loop, core.service.events)
+    again = ChatPage(core.service, bridge, conversations=store, mcp=core.manager)
+    qtbot.addWidget(again)
+    assert again.session is not None
+    again.session.open(conv_id)
+    # the model is sent the exchange it saw: the call and its result before the answer
+    assert [m.role for m in again.history] == ["user", "assistant", "tool", "assistant"]
+    assert again.history[1].tool_calls[0].name == "local__add"
+    assert again.history[2].content == "5" and again.history[3].content == "The sum is 5."
+    view = again.transcript.message(again.history_ids[-1])
+    assert isinstance(view, MessageView)
+    shown = view.findChildren(type(block))
+    assert len(shown) == 1 and shown[0].result_view.toPlainText() == "5"
+    assert shown[0].status_label.text() == "allowed once" and not shown[0].asking
+    # deleting the answer takes its tool exchange out of the history too
+    again.delete_message(again.history_ids[-1])
+    assert [m.role for m in again.history] == ["user"]
+    again.clear()
+    bridge.close()
