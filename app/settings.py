@@ -174,6 +174,14 @@ class LimitsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatSettings:
+    """``chat`` in settings.json: the Chat page's choices (issue 15)."""
+
+    # the model that embeds attached files too big to go in whole; "" = the library's first
+    embedding_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     load: LoadDefaults = field(default_factory=LoadDefaults)
@@ -190,6 +198,7 @@ class Settings:
     records: RecordSettings = field(default_factory=RecordSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     cache: CacheConfig = field(default_factory=CacheConfig)  # the response cache (issue 14)
+    chat: ChatSettings = field(default_factory=ChatSettings)  # the Chat page (issue 15)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -289,6 +298,7 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         records=records,
         limits=_coerce(LimitsSettings, raw.get("limits", {}), "limits"),
         cache=_cache_from_dict(raw.get("cache", {})),
+        chat=_coerce(ChatSettings, raw.get("chat", {}), "chat"),
     )
 
 
