@@ -167,10 +167,10 @@ def _pdf_pages(name: str, data: bytes) -> tuple[Page, ...]:
         if reader.is_encrypted:
             # an empty user password still lets anyone read some "protected" files
             try:
-                ok = reader.decrypt("")
+                ok = bool(reader.decrypt(""))
             except (PyPdfError, NotImplementedError) as e:
                 log.info("%s: cannot decrypt: %s", name, e)
-                ok = 0
+                ok = False
             if not ok:
                 raise UnreadableAttachment(
                     f"{name} is an encrypted (password-protected) PDF; save an unprotected copy "

@@ -38,6 +38,7 @@ from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
 from app.gui.theme import is_dark
+from app.gui.views.attachments import AttachmentBar, Prepare
 from app.gui.views.common import PAGE_MARGINS, page_title
 
 log = logging.getLogger(__name__)
@@ -100,13 +101,17 @@ async def stream_answer(
     max_tokens: int | None,
     emit_reasoning: Callable[[str], None] | None = None,
     on_cpu_busy: Callable[[], None] | None = None,
+    prepare: Prepare | None = None,
 ) -> Delta:
     """Load the model if needed and stream the answer's text to ``emit`` (and the model's
     reasoning, ``<think>`` or harmony analysis, to ``emit_reasoning``); return the final delta
     (finish reason, usage, timings). ``on_cpu_busy`` is called once, at the first delta decoded
-    with fewer threads because other programs keep the CPU busy."""
+    with fewer threads because other programs keep the CPU busy. ``prepare`` puts the attached
+    files into the messages once the model is loaded (its context and tokenizer known)."""
     if not service.is_routable(model_id):  # a remote model (PREFIX/id) is not loaded here
         await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
+    if prepare is not None:  # attachments (issue 15): app/gui/views/attachments.py
+        messages = await prepare(messages)
     if turn.cancelled:
         return Delta(finish_reason="cancelled")
     req = ChatRequest(model_id, tuple(messages), sampling=sampling, max_tokens=max_tokens)
@@ -176,6 +181,7 @@ class ChatPage(QWidget):
         self._answer_parts: list[str] = []
         self._thinking = False  # the reasoning of the answer in flight is being shown
         self._answer_start = 0  # where the answer in flight begins in the transcript
+        self._sent_text = ""
 
         self.model_combo = QComboBox()
         self.model_combo.setMinimumContentsLength(28)
@@ -243,6 +249,10 @@ class ChatPage(QWidget):
         layout.addLayout(top)
         layout.addLayout(options)
         layout.addWidget(self.transcript, 1)
+        # attachments (issue 15): the Attach button and chips; files dropped or pasted
+        self.attachments = AttachmentBar(service, bridge, self)
+        self.attachments.install(self, self.prompt_edit, self.transcript.viewport())
+        layout.addWidget(self.attachments)
         layout.addLayout(bottom)
         layout.addWidget(self.stats_label)
 
@@ -320,6 +330,8 @@ class ChatPage(QWidget):
         turn = AnswerTurn()
         self._turn = turn
         max_tokens = self.max_tokens_spin.value() or None
+        self._sent_text = text  # back into the prompt box if the files stop the send
+        prepare = self.attachments.preparer(model_id, max_tokens)  # attachments (issue 15)
         sampling = SamplingParams(temperature=self.temperature_spin.value())
         self._bridge.run(
             stream_answer(
@@ -332,6 +344,7 @@ class ChatPage(QWidget):
                 max_tokens,
                 partial(self._reasoning_streamed.emit, turn),
                 partial(self._cpu_busy_streamed.emit, turn),
+                prepare,
             ),
             on_done=partial(self._on_turn_done, turn),
             on_error=partial(self._on_turn_failed, turn),
@@ -356,6 +369,7 @@ class ChatPage(QWidget):
         self._finish_turn()
         self.history.clear()
         self._answer_parts = []
+        self.attachments.clear()
         self.transcript.clear()
         self.stats_label.clear()
 
@@ -458,6 +472,7 @@ class ChatPage(QWidget):
         else:
             self._append_notice(stats, "meta")
             self.stats_label.setText(stats)
+            self.attachments.answer_done(self)  # "Used: report.pdf p.3, ..." (issue 15)
         self._finish_turn()
         self.answer_finished.emit(reason)
 
@@ -471,6 +486,7 @@ class ChatPage(QWidget):
             self.history.append(ChatMessage("assistant", self.answer_text))
         self._append_notice(f"Error: {text}", "error")
         self.stats_label.setText(f"Error: {text}")
+        self.attachments.turn_failed(self, exc, self._sent_text)  # issue 15: not sent
         self._finish_turn()
         self.answer_finished.emit("error")
 
