@@ -3,8 +3,8 @@ like the question, found with a local embedding model.
 
 The budget rule: the files go in whole when the conversation with them, as the model's
 template renders it, plus a reserve for the answer fits the model's context (the loaded
-context, or the one it would load with). The reserve is ``max_tokens`` when the chat sets one,
-else a quarter of the context (at most :data:`DEFAULT_RESERVE_CAP`). Tokens are counted with
+context, or the one it would load with). The reserve is ``max_tokens`` when the chat sets one
+(at most half the context), else a quarter of the context (at most :data:`DEFAULT_RESERVE_CAP`). Tokens are counted with
 the model's tokenizer when it is loaded, else estimated (one per 3 characters, see
 :func:`~app.core.chunking.estimate_tokens`). Otherwise each file is chunked, the chunks and
 the question are embedded, and the top :data:`TOP_K` chunks by cosine that fit what the

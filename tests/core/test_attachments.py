@@ -196,3 +196,21 @@ async def test_a_big_file_and_no_embedding_model_gives_the_fix(
     assert Retriever(service, embedding_setting=lambda: "my-embedder").embedding_model() == (
         "my-embedder"
     )
+
+
+def test_the_chat_embedding_model_setting(tmp_path: Path) -> None:
+    from app.errors import ConfigError
+    from app.settings import SettingsStore, settings_from_dict
+
+    assert settings_from_dict({}).chat.embedding_model == ""  # automatic
+    s = settings_from_dict({"chat": {"embedding_model": "all-minilm-l6-v2-q8_0"}})
+    assert s.chat.embedding_model == "all-minilm-l6-v2-q8_0"
+    store = SettingsStore(tmp_path / "settings.json")
+    store.save(s)
+    assert SettingsStore(tmp_path / "settings.json").load().chat == s.chat
+    assert '"chat": {"embedding_model": "all-minilm-l6-v2-q8_0"}' in (
+        (tmp_path / "settings.json").read_text().replace("\n", "").replace("  ", "")
+    )
+    for bad in ({"chat": {"embedding_model": 3}}, {"chat": []}):
+        with pytest.raises(ConfigError):
+            settings_from_dict(bad)

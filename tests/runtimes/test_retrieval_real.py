@@ -25,7 +25,7 @@ from tests.core.pdf_files import write_pdf
 pytestmark = pytest.mark.model
 
 CONTEXT = 768  # SmolLM2's context here: neither file fits it whole
-MAX_TOKENS = 24
+MAX_TOKENS = 16
 FILLER = ("calm.", "ok.", "quiet.", "fine.", "same.")  # short lines: few chunks to embed
 FACT_LINE = 1337
 FACT = "The vault password is tangerine."
@@ -143,6 +143,7 @@ def test_the_long_text_file_is_answered_from_the_chunk_with_the_fact(
 
     text, reason = answer(rig, p)
     assert reason in ("stop", "length") and text.strip()
+    assert "tangerine" in text.lower()  # greedy, the fact in the prompt: it held on our CPUs
 
     # asked again: the file's vectors come from memory; a new retriever reads them from disk
     again = ask(rig, "What is the vault password?", [long_text], r)
@@ -168,3 +169,4 @@ def test_the_pdf_is_answered_from_the_page_with_the_fact(rig: Rig, report: Attac
 
     text, reason = answer(rig, p)
     assert reason in ("stop", "length") and text.strip()
+    assert "willow creek" in text.lower()
