@@ -92,8 +92,8 @@ def drop(target: Any, *paths: Path) -> None:
 
 
 def big_file(tmp_path: Path) -> Path:
-    lines = ["calm.", "ok.", "quiet.", "fine.", "same."] * 300  # 1500 lines: 5 chunks
-    lines[777] = FACT
+    lines = ["calm.", "ok.", "quiet.", "fine.", "same."] * 160  # 800 lines: 4 chunks
+    lines[555] = FACT
     p = tmp_path / "logbook.txt"
     p.write_text("\n".join(lines))
     return p
