@@ -32,11 +32,15 @@ def test_chat_streams_a_real_answer_and_keeps_the_history(
     page.temperature_spin.setValue(0.0)
     page.max_tokens_spin.setValue(48)
     chunks: list[tuple[float, str]] = []
-    shown: list[tuple[bool, int]] = []  # (still streaming, transcript length) at each chunk
+    # (still streaming, the answer's text so far, what its rendered body shows) at each chunk
+    shown: list[tuple[bool, int, int]] = []
 
     def on_chunk(text: str) -> None:
         chunks.append((time.monotonic(), text))
-        shown.append((page.stop_button.isEnabled(), len(page.transcript.toPlainText())))
+        view = page.transcript.messages()[-1]
+        shown.append(
+            (page.stop_button.isEnabled(), len(view.markdown()), len(view.body.plain_text()))
+        )
 
     page.chunk_received.connect(on_chunk)
 
@@ -50,13 +54,16 @@ def test_chat_streams_a_real_answer_and_keeps_the_history(
     # streamed: many pieces, arriving over time, that add up to the answer
     assert len(chunks) > 3
     assert chunks[-1][0] > chunks[0][0]
-    # each piece was on screen while the answer was still running, and the text grew
-    assert all(streaming for streaming, _ in shown)
-    lengths = [n for _, n in shown]
+    # each piece reached the answer's message while it was still running, the text grew, and
+    # it was rendered on screen as it streamed (not only at the end)
+    assert all(streaming for streaming, _, _ in shown)
+    lengths = [n for _, n, _ in shown]
     assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
+    assert any(rendered > 0 for _, _, rendered in shown)
     answer = "".join(t for _, t in chunks)
     assert answer.strip() and answer == page.answer_text
-    transcript = page.transcript.toPlainText()
+    assert page.transcript.messages()[-1].markdown() == answer
+    transcript = page.transcript.plain_text()
     assert "What is the capital of France?" in transcript
     assert answer.strip() in transcript
     assert "tok/s" in page.stats_label.text()
@@ -75,11 +82,11 @@ def test_chat_streams_a_real_answer_and_keeps_the_history(
         page._on_send_button_clicked()  # what Enter in the prompt box does
     assert [m.role for m in page.history] == ["user", "assistant", "user", "assistant"]
     assert page.history[2].content == "And of Italy?"
-    assert page.transcript.toPlainText().count("You") == 2
+    assert page.transcript.plain_text().count("You") == 2
 
     qtbot.mouseClick(page.clear_button, Qt.MouseButton.LeftButton)
     assert page.history == []
-    assert page.transcript.toPlainText() == ""
+    assert page.transcript.plain_text() == "" and page.transcript.messages() == []
     assert page.stats_label.text() == ""
 
 
@@ -129,7 +136,7 @@ def test_errors_are_shown_inline(window: MainWindow, qtbot: QtBot, imported: str
         pass
     assert done.args[0] == "error"
     assert "context is 2048 tokens" in page.stats_label.text()
-    assert "Error: This model's context is 2048 tokens" in page.transcript.toPlainText()
+    assert "Error: This model's context is 2048 tokens" in page.transcript.plain_text()
     assert page.history == []  # the failed turn is not part of the conversation
     assert page.send_button.isEnabled()
     # the page still works afterwards
@@ -144,7 +151,7 @@ def test_sending_without_a_model_says_what_to_do(window: MainWindow, qtbot: QtBo
     page = window.chat_page
     qtbot.waitUntil(lambda: page.model_combo.count() == 0 and not page.send_button.isEnabled())
     assert page.send("Hello") is False
-    assert "Import a model on the Library page first." in page.transcript.toPlainText()
+    assert "Import a model on the Library page first." in page.transcript.plain_text()
     assert page.history == []
 
 
@@ -178,13 +185,15 @@ def test_a_thinking_model_shows_its_reasoning_apart_from_the_answer(
         qtbot.mouseClick(page.send_button, Qt.MouseButton.LeftButton)
     reasoning = "".join(thoughts)
     assert reasoning.strip() and page.answer_text == ""
-    text = page.transcript.toPlainText()
+    text = page.transcript.plain_text()
     assert "Thinking" in text and reasoning.strip() in text
-    # shown dimmed and in italics
-    at = text.index(reasoning.strip()) + 1
-    cursor = page.transcript.textCursor()
-    cursor.setPosition(at)
-    assert cursor.charFormat().fontItalic()
+    # apart from the answer, collapsed under its toggle, in italics when opened
+    view = page.transcript.messages()[-1]
+    assert view.thinking_button.text().startswith("Thinking (")
+    assert view.reasoning_view.isHidden() and not view.thinking_expanded
+    assert view.reasoning_view.toPlainText() == reasoning
+    assert view.reasoning_view.font().italic()
+    assert view.markdown() == ""
     assert "thinking" in page.stats_label.text()
     assert statuses and all(s == "Thinking…" for s in statuses)  # said while it reasons
     assert all(m.role == "user" or reasoning not in m.content for m in page.history)

@@ -173,9 +173,11 @@ def test_send_retrieves_chunks_and_the_notice_names_them(
     best = max(used, key=lambda u: u["score"])
     notice = f"logbook.txt chunk {best['chunk']}"
     # the line under the answer names every chunk used, the best one among them
-    said = [ln for ln in page.transcript.toPlainText().split("\n") if ln.startswith("Used: ")]
+    answer_view = page.transcript.messages()[-1]
+    said = [ln for ln in answer_view.notice.split("\n") if ln.startswith("Used: ")]
     labels = [f"logbook.txt chunk {u['chunk']}" for u in used]
     assert said == ["Used: " + ", ".join(labels)] and notice in labels
+    assert "tokens" in answer_view.notice.split("\n")[0]  # under the stats line
     assert extras[0]["attachments"] == [
         {
             "name": "logbook.txt",
@@ -205,7 +207,7 @@ def test_a_big_file_without_an_embedding_model_is_not_sent(
     with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
         page._on_send_button_clicked()  # what the Send button does
     assert done.args[0] == "error"
-    text = page.transcript.toPlainText()
+    text = page.transcript.plain_text()
     assert "logbook.txt does not fit the model's context" in text and NO_EMBEDDER_FIX in text
     assert page.history == []  # not sent: nothing generated
     assert all(not m.submitted for m in split.fake.models)

@@ -9,6 +9,7 @@ from typing import cast
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
 from pytestqt.qtbot import QtBot
 
 from app.core.types import Runtime
@@ -75,26 +76,27 @@ def test_a_busy_cpu_is_said_once_per_answer_and_in_the_stats(
     answer = "".join(PIECES)
 
     ask(window, qtbot, "Is the kettle warm?")
-    text = page.transcript.toPlainText()
+    text = page.transcript.plain_text()
     assert text.count(CPU_BUSY_NOTICE) == 1  # three busy pieces, one notice
     assert page.answer_text == answer and answer in text  # the answer is whole, not split
     # the notice sits under the answer's header, above the answer, dimmed like the stats line
     assert text.index("Assistant ·") < text.index(CPU_BUSY_NOTICE) < text.index(answer)
-    cursor = page.transcript.textCursor()
-    cursor.setPosition(text.index(CPU_BUSY_NOTICE) + 1)
-    assert cursor.charFormat().fontItalic()
-    cursor.setPosition(text.index(answer) + 1)
+    view = page.transcript.messages()[-1]
+    assert view.caption_label.text() == CPU_BUSY_NOTICE and view.caption_label.font().italic()
+    assert view.body.plain_text() == answer
+    cursor = QTextCursor(view.body.documents()[-1])
+    cursor.setPosition(1)
     assert not cursor.charFormat().fontItalic()
     assert page.stats_label.text().endswith(" · CPU busy")
 
     # a second busy answer says it again, once
     ask(window, qtbot, "And the tea?")
-    assert page.transcript.toPlainText().count(CPU_BUSY_NOTICE) == 2
+    assert page.transcript.plain_text().count(CPU_BUSY_NOTICE) == 2
 
     # an answer decoded with all the threads says nothing of the kind
     busy_engine(runtime).busy_from = None
     ask(window, qtbot, "And the cat?")
-    text = page.transcript.toPlainText()
+    text = page.transcript.plain_text()
     assert text.count(CPU_BUSY_NOTICE) == 2
     assert "CPU busy" not in page.stats_label.text()
     assert text.rstrip().endswith(page.stats_label.text())

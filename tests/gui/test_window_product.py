@@ -350,10 +350,10 @@ def test_page_shortcuts_switch_pages_and_are_shown_in_tooltips(
         assert f"Ctrl+{i + 1}" in window.nav.item(i).toolTip()
     window.show_page("Library")
     window.chat_page.history.append(ChatMessage("user", "hello"))
-    window.chat_page.transcript.setPlainText("an old conversation")
+    window.chat_page.transcript.add_message("old", "user", "an old conversation", header="You")
     qtbot.keyClick(window.nav, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     assert window.current_page == "Chat"
-    assert window.chat_page.history == [] and window.chat_page.transcript.toPlainText() == ""
+    assert window.chat_page.history == [] and window.chat_page.transcript.plain_text() == ""
     qtbot.waitUntil(window.chat_page.prompt_edit.hasFocus, timeout=5_000)
 
 

@@ -56,9 +56,10 @@ def human_size(n: int) -> str:
 
 
 def show_files_notice(page: Any, text: str) -> None:
-    """Say under the answer which parts of the files it used. The one place to re-point when
-    the transcript gets per-message widgets (their ``set_notice``)."""
-    page._append_notice(text, "meta")
+    """Say under the answer, below its stats, which parts of the files it used."""
+    view = page._answer_view  # the answer just finished (chat_transcript.MessageView)
+    if view is not None:
+        view.set_notice(f"{view.notice}\n{text}" if view.notice else text, "meta")
 
 
 def _chat_settings_embedding_model() -> str:

@@ -6,18 +6,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import count
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import (
-    QColor,
-    QFont,
-    QKeyEvent,
-    QKeySequence,
-    QPalette,
-    QShortcut,
-    QTextCharFormat,
-    QTextCursor,
-)
+from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -27,7 +19,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
@@ -37,8 +28,8 @@ from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
-from app.gui.theme import is_dark
 from app.gui.views.attachments import AttachmentBar, Prepare
+from app.gui.views.chat_transcript import MessageView, Transcript, kind_color
 from app.gui.views.common import PAGE_MARGINS, page_title
 
 log = logging.getLogger(__name__)
@@ -47,19 +38,11 @@ DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 CPU_BUSY_NOTICE = (
     "Slower than usual: the CPU is busy with other programs, so Hearth decodes with fewer threads."
 )
-_ROLE_COLORS = {"user": "#0b57d0", "assistant": "#1a7f37", "error": "#b3261e", "meta": "#6b6b6b"}
-# on a dark palette: the same hues, light enough to read on a dark background
-_ROLE_COLORS_DARK = {
-    "user": "#8ab4f8",
-    "assistant": "#6fdd8b",
-    "error": "#f28b82",
-    "meta": "#a8a8a8",
-}
 
 
 def role_color(kind: str) -> QColor:
     """The transcript colour of ``kind`` for the palette in use (light or dark)."""
-    return QColor((_ROLE_COLORS_DARK if is_dark() else _ROLE_COLORS)[kind])
+    return QColor(kind_color(kind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,11 +160,13 @@ class ChatPage(QWidget):
         self._service = service
         self._bridge = bridge
         self.history: list[ChatMessage] = []
+        self.history_ids: list[str] = []  # history[i]'s message id: its view in the transcript
+        self._ids = count(1)
         self._turn: AnswerTurn | None = None
         self._answer_parts: list[str] = []
-        self._thinking = False  # the reasoning of the answer in flight is being shown
-        self._answer_start = 0  # where the answer in flight begins in the transcript
-        self._sent_text = ""
+        self._thinking = False  # the answer in flight has reasoned (its text follows)
+        self._answer_view: MessageView | None = None
+        self._sent_text = ""  # back into the prompt box if the attached files stop the send
 
         self.model_combo = QComboBox()
         self.model_combo.setMinimumContentsLength(28)
@@ -217,9 +202,7 @@ class ChatPage(QWidget):
         knobs.addStretch(1)
         options.addRow("", knobs)
 
-        self.transcript = QTextBrowser()
-        self.transcript.setOpenExternalLinks(True)
-        self.transcript.setPlaceholderText("Pick a model, type a message below and press Enter.")
+        self.transcript = Transcript()
 
         self.prompt_edit = PromptEdit()
         self.prompt_edit.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
@@ -263,6 +246,9 @@ class ChatPage(QWidget):
         self.prompt_edit.submitted.connect(self._on_send_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
         self.clear_button.clicked.connect(self._on_clear_button_clicked)
+        self.transcript.regenerate_requested.connect(self.regenerate)
+        self.transcript.edit_submitted.connect(self.edit_and_resend)
+        self.transcript.delete_requested.connect(self.delete_message)
         for sig in (
             bridge.library_changed,
             bridge.model_loaded,
@@ -314,15 +300,52 @@ class ChatPage(QWidget):
         if not text or self.streaming:
             return False
         if model_id is None:
-            self._append_notice("Import a model on the Library page first.", "error")
+            self.transcript.add_notice("Import a model on the Library page first.", "error")
             return False
-        system = self.system_edit.toPlainText().strip()
+        msg_id = self._new_id("u")
         self.history.append(ChatMessage("user", text))
+        self.history_ids.append(msg_id)
+        self.transcript.add_message(msg_id, "user", text, header="You")
+        self._ask(model_id)
+        return True
+
+    def regenerate(self, msg_id: str) -> bool:
+        """Drop that answer (and what follows it) and ask for it again."""
+        i = self._history_index(msg_id)
+        model_id = self.current_model_id()
+        if self.streaming or model_id is None or i is None or self.history[i].role != "assistant":
+            return False
+        self._truncate(i)
+        self._ask(model_id)
+        return True
+
+    def edit_and_resend(self, msg_id: str, text: str) -> bool:
+        """Replace that user message with ``text``, dropping what follows, and send it."""
+        if self.streaming or not text.strip() or self.current_model_id() is None:
+            return False
+        i = self._history_index(msg_id)
+        if i is not None:
+            self._truncate(i)
+        else:  # a message whose turn failed: shown, no longer in the history
+            self.transcript.remove_from(msg_id)
+        return self.send(text)
+
+    def delete_message(self, msg_id: str) -> None:
+        """Remove one message from the conversation (not the answer in flight)."""
+        if self._answer_view is not None and self._answer_view.msg_id == msg_id:
+            return
+        i = self._history_index(msg_id)
+        if i is not None:
+            del self.history[i], self.history_ids[i]
+        self.transcript.remove(msg_id)
+
+    def _ask(self, model_id: str) -> None:
+        """Stream an answer to the history as it stands (it ends with the user's turn)."""
+        system = self.system_edit.toPlainText().strip()
         messages = ([ChatMessage("system", system)] if system else []) + self.history
-        self._append_header("You", "user")
-        self._append_text(text)
-        self._append_header(f"Assistant · {model_id}", "assistant")
-        self._answer_start = self._cursor_at_end().position()
+        self._answer_view = self.transcript.add_message(
+            self._new_id("a"), "assistant", header=f"Assistant · {model_id}"
+        )
         self._answer_parts = []
         self._thinking = False
         self.stats_label.setText("Waiting for the model…")
@@ -330,7 +353,7 @@ class ChatPage(QWidget):
         turn = AnswerTurn()
         self._turn = turn
         max_tokens = self.max_tokens_spin.value() or None
-        self._sent_text = text  # back into the prompt box if the files stop the send
+        self._sent_text = self.history[-1].content if self.history else ""
         prepare = self.attachments.preparer(model_id, max_tokens)  # attachments (issue 15)
         sampling = SamplingParams(temperature=self.temperature_spin.value())
         self._bridge.run(
@@ -351,7 +374,6 @@ class ChatPage(QWidget):
         )
         self._update_buttons()
         self.answer_started.emit()
-        return True
 
     def stop(self) -> None:
         """Cancel the answer in flight; the text so far stays in the conversation."""
@@ -368,6 +390,7 @@ class ChatPage(QWidget):
         self.stop()
         self._finish_turn()
         self.history.clear()
+        self.history_ids.clear()
         self._answer_parts = []
         self.attachments.clear()
         self.transcript.clear()
@@ -411,49 +434,33 @@ class ChatPage(QWidget):
         self.models_refreshed.emit()
 
     def _on_self_reasoning_streamed(self, turn: AnswerTurn, text: str) -> None:
-        """The model's reasoning, shown dimmed under a "Thinking" label; never part of the
+        """The model's reasoning, shown collapsed apart from the answer; never part of the
         history sent back to it."""
-        if turn is not self._turn:
+        if turn is not self._turn or self._answer_view is None:
             return
         if not self._thinking:
             self._thinking = True
             self.stats_label.setText("Thinking…")  # only now: this model reasons
-            self._append_notice("Thinking", "meta")
-            self._cursor_at_end().insertBlock()
-        self._append_text(text, "reasoning")
+        self._answer_view.append_reasoning(text)
         self.reasoning_received.emit(text)
 
     def _on_self_cpu_busy_streamed(self, turn: AnswerTurn) -> None:
         """Say why this answer is slow, once, above it (under its header): put in the stream's
         own place it would split the answer's text in two."""
-        if turn is not self._turn:
-            return
-        bar = self.transcript.verticalScrollBar()
-        follow = bar.value() >= bar.maximum() - 4
-        cur = QTextCursor(self.transcript.document())
-        cur.setPosition(self._answer_start)
-        fmt = QTextCharFormat()
-        fmt.setForeground(role_color("meta"))
-        fmt.setFontItalic(True)
-        cur.insertText(CPU_BUSY_NOTICE, fmt)
-        cur.insertBlock()
-        cur.setCharFormat(QTextCharFormat())
-        if follow:
-            bar.setValue(bar.maximum())
+        if turn is self._turn and self._answer_view is not None:
+            self._answer_view.set_caption(CPU_BUSY_NOTICE)
 
     def _on_self_text_streamed(self, turn: AnswerTurn, text: str) -> None:
-        if turn is not self._turn:
+        if turn is not self._turn or self._answer_view is None:
             return  # a late chunk of a cleared conversation
-        if self._thinking:  # the answer starts below the reasoning
-            self._thinking = False
-            cur = self._cursor_at_end()
-            cur.insertBlock()
-            cur.insertBlock()
-            text = text.lstrip("\n") if not self._answer_parts else text
+        if self._thinking and not self._answer_parts:  # the answer starts below the reasoning
+            text = text.lstrip("\n")
+            if not text:
+                return
         if not self._answer_parts:  # the first token: no longer loading or thinking
             self.stats_label.setText("Answering…")
         self._answer_parts.append(text)
-        self._append_text(text)
+        self._answer_view.append_text(text)
         self.chunk_received.emit(text)
 
     def _on_turn_done(self, turn: AnswerTurn, final: Delta) -> None:
@@ -461,17 +468,17 @@ class ChatPage(QWidget):
             return
         answer = self.answer_text
         reason = final.finish_reason or "stop"
-        if answer:
+        view = self._answer_view
+        if answer and view is not None:
             self.history.append(ChatMessage("assistant", answer))
+            self.history_ids.append(view.msg_id)
         elif self.history and self.history[-1].role == "user":
-            self.history.pop()  # nothing came back: keep user/assistant turns alternating
+            self._pop_user()  # nothing came back: keep user/assistant turns alternating
         stats = _stats_text(final)
         if final.error and reason == "error":
-            self._append_notice(f"Error: {final.error}", "error")
-            self.stats_label.setText(f"Error: {final.error}")
+            self._end_answer(f"Error: {final.error}", "error")
         else:
-            self._append_notice(stats, "meta")
-            self.stats_label.setText(stats)
+            self._end_answer(stats, "meta")
             self.attachments.answer_done(self)  # "Used: report.pdf p.3, ..." (issue 15)
         self._finish_turn()
         self.answer_finished.emit(reason)
@@ -481,18 +488,41 @@ class ChatPage(QWidget):
             return
         text = log_failure(log, "chat failed", exc)
         if self.history and self.history[-1].role == "user":
-            self.history.pop()
-        if self.answer_text:
+            self._pop_user()
+        if self.answer_text and self._answer_view is not None:
             self.history.append(ChatMessage("assistant", self.answer_text))
-        self._append_notice(f"Error: {text}", "error")
-        self.stats_label.setText(f"Error: {text}")
+            self.history_ids.append(self._answer_view.msg_id)
+        self._end_answer(f"Error: {text}", "error")
         self.attachments.turn_failed(self, exc, self._sent_text)  # issue 15: not sent
         self._finish_turn()
         self.answer_finished.emit("error")
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}{next(self._ids)}"
+
+    def _history_index(self, msg_id: str) -> int | None:
+        return self.history_ids.index(msg_id) if msg_id in self.history_ids else None
+
+    def _truncate(self, i: int) -> None:
+        """Drop history[i:] and its messages (and any shown below them)."""
+        self.transcript.remove_from(self.history_ids[i])
+        del self.history[i:], self.history_ids[i:]
+
+    def _pop_user(self) -> None:
+        self.history.pop()
+        self.history_ids.pop()
+
+    def _end_answer(self, notice: str, kind: str) -> None:
+        """The answer's last render, with its stats or error under it (and in the status)."""
+        if self._answer_view is not None:
+            self._answer_view.finish()
+            self._answer_view.set_notice(notice, kind)
+        self.stats_label.setText(notice)
+
     def _finish_turn(self) -> None:
         self._turn = None
+        self._answer_view = None
         self._update_buttons()
 
     def _update_buttons(self) -> None:
@@ -500,44 +530,7 @@ class ChatPage(QWidget):
         self.send_button.setEnabled(not busy and self.model_combo.count() > 0)
         self.stop_button.setEnabled(busy)
         self.model_combo.setEnabled(not busy)
-
-    def _cursor_at_end(self) -> QTextCursor:
-        cur = self.transcript.textCursor()
-        cur.movePosition(QTextCursor.MoveOperation.End)
-        return cur
-
-    def _append_header(self, text: str, kind: str) -> None:
-        cur = self._cursor_at_end()
-        if not self.transcript.document().isEmpty():
-            cur.insertBlock()
-            cur.insertBlock()
-        fmt = QTextCharFormat()
-        fmt.setFontWeight(QFont.Weight.Bold)
-        fmt.setForeground(role_color(kind))
-        cur.insertText(text, fmt)
-        cur.insertBlock()
-        cur.setCharFormat(QTextCharFormat())
-        self.transcript.setTextCursor(cur)
-
-    def _append_text(self, text: str, kind: str = "text") -> None:
-        bar = self.transcript.verticalScrollBar()
-        follow = bar.value() >= bar.maximum() - 4  # keep following unless the user scrolled up
-        fmt = QTextCharFormat()
-        if kind == "reasoning":
-            fmt.setForeground(role_color("meta"))
-            fmt.setFontItalic(True)
-        self._cursor_at_end().insertText(text, fmt)
-        if follow:
-            bar.setValue(bar.maximum())
-
-    def _append_notice(self, text: str, kind: str) -> None:
-        cur = self._cursor_at_end()
-        cur.insertBlock()
-        fmt = QTextCharFormat()
-        fmt.setForeground(role_color(kind))
-        fmt.setFontItalic(kind == "meta")
-        cur.insertText(text, fmt)
-        self.transcript.verticalScrollBar().setValue(self.transcript.verticalScrollBar().maximum())
+        self.transcript.set_actions_enabled(not busy)
 
 
 def _stats_text(final: Delta) -> str:
