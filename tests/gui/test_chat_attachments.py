@@ -105,7 +105,8 @@ def test_drop_paste_and_remove_make_and_unmake_chips(
     bar = page.attachments
     (tmp_path / "notes.md").write_text("# Notes\n\nshort")
     (tmp_path / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
-    drop(page.transcript.viewport(), tmp_path / "notes.md")  # onto the transcript
+    shown = page.transcript.add_notice("a message in the transcript")
+    drop(shown, tmp_path / "notes.md")  # onto a message: it reaches the page's handler
     qtbot.waitUntil(lambda: len(bar.chips) == 1, timeout=10_000)
     chip = bar.chips[0]
     assert chip.label.text() == "notes.md · 14 B" and chip.isVisible()

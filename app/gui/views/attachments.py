@@ -98,7 +98,9 @@ class AttachmentBar(QWidget):
     """The row above the prompt: an Attach button, a chip per file, and a refusal's reason."""
 
     attachments_changed = Signal()
-    extras_recorded = Signal(dict)  # the user message's extras: attachments, chunks_used
+    # the user message's extras (attachments, chunks_used), as soon as the files are placed:
+    # before the answer's first token
+    extras_recorded = Signal(dict)
     _prepared_streamed = Signal(object)  # Prepared, emitted on the loop thread
 
     def __init__(
@@ -221,12 +223,9 @@ class AttachmentBar(QWidget):
         return prepare
 
     def answer_done(self, page: Any) -> None:
-        """After the answer: say which chunks it used, and record the user message's extras."""
-        p = self.last_prepared
-        if p is None:
-            return
-        show_files_notice(page, p.notice())
-        self.extras_recorded.emit(p.extras())
+        """After the answer: say which chunks it used."""
+        if self.last_prepared is not None:
+            show_files_notice(page, self.last_prepared.notice())
 
     def turn_failed(self, page: Any, exc: BaseException, text: str) -> None:
         """A send the files stopped (no embedding model, no room): the message was not sent,
@@ -251,6 +250,7 @@ class AttachmentBar(QWidget):
 
     def _on_self_prepared_streamed(self, prepared: Prepared) -> None:
         self.last_prepared = prepared
+        self.extras_recorded.emit(prepared.extras())
 
     def _on_chip_removed(self, attachment: Attachment) -> None:
         self.remove(attachment)
