@@ -160,7 +160,7 @@ def _pdf_pages(name: str, data: bytes) -> tuple[Page, ...]:
     import io
 
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError, PyPdfError
+    from pypdf.errors import DependencyError, PdfReadError, PyPdfError
 
     try:
         reader = PdfReader(io.BytesIO(data))
@@ -168,7 +168,7 @@ def _pdf_pages(name: str, data: bytes) -> tuple[Page, ...]:
             # an empty user password still lets anyone read some "protected" files
             try:
                 ok = bool(reader.decrypt(""))
-            except (PyPdfError, NotImplementedError) as e:
+            except (PyPdfError, DependencyError, NotImplementedError) as e:  # AES: cryptography
                 log.info("%s: cannot decrypt: %s", name, e)
                 ok = False
             if not ok:
@@ -182,7 +182,7 @@ def _pdf_pages(name: str, data: bytes) -> tuple[Page, ...]:
         )
     except UnreadableAttachment:
         raise
-    except (PdfReadError, PyPdfError, ValueError, KeyError, TypeError) as e:
+    except (PdfReadError, PyPdfError, DependencyError, ValueError, KeyError, TypeError) as e:
         raise UnreadableAttachment(f"{name} is not a readable PDF ({e})", param="file") from e
     if not any(p.text for p in pages):
         raise UnreadableAttachment(
