@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 TOP_K = 6  # chunks per question at most
 DEFAULT_RESERVE_CAP = 1024  # the answer's reserve when the chat sets no max_tokens
 DEFAULT_REMOTE_CONTEXT = 8192  # a remote model whose engine does not say its context
-EMBED_BATCH = 64  # chunks per embedding request
+EMBED_BATCH = 16  # chunks per embedding request (and per progress report)
 MESSAGE_OVERHEAD = 8  # the template's tokens around one message, in the estimate
 NO_EMBEDDER_FIX = (
     "Download an embedding model such as all-MiniLM-L6-v2 on the Discover page, or attach a "
@@ -201,10 +201,12 @@ class Retriever:
             return model_id  # a remote or alias id: its name is all there is
         return [m.id, m.path, m.size_bytes, m.mtime]
 
-    async def embed_texts(self, model_id: str, texts: Sequence[str]) -> list[list[float]]:
+    async def embed_texts(
+        self, model_id: str, texts: Sequence[str], progress: Callable[[int], None] | None = None
+    ) -> list[list[float]]:
         """One vector per text. A local model is loaded first (so chatting works with on-demand
         loading off) and each text cut to its context (a chunk over it is embedded by its
-        first tokens)."""
+        first tokens). ``progress`` gets the count done after each batch."""
         inputs: list[str | tuple[int, ...]] = list(texts)
         try:
             self.service.model(model_id)
@@ -227,12 +229,19 @@ class Retriever:
                 EmbeddingRequest(model_id, tuple(inputs[i : i + EMBED_BATCH]))
             )
             out.extend(emb.vectors)
+            if progress is not None:
+                progress(len(out))
         return out
 
     async def chunk_vectors(
-        self, model_id: str, a: Attachment, chunks: Sequence[Chunk]
+        self,
+        model_id: str,
+        a: Attachment,
+        chunks: Sequence[Chunk],
+        progress: Callable[[str], None] | None = None,
     ) -> list[list[float]]:
-        """The chunks' vectors: from the cache (memory, then disk), else embedded and kept."""
+        """The chunks' vectors: from the cache (memory, then disk), else embedded and kept
+        (``progress`` hears how far the embedding is, for a status line)."""
         key = cache_key(
             self._identity(model_id),
             a.digest,
@@ -243,7 +252,13 @@ class Retriever:
         hit = await asyncio.to_thread(self.cache.get, key)
         if hit is not None and len(hit) == len(chunks):
             return hit
-        vectors = await self.embed_texts(model_id, [c.text for c in chunks])
+
+        def said(done: int) -> None:
+            if progress is not None:
+                progress(f"Reading {a.name} with {model_id}: {done}/{len(chunks)} parts")
+
+        said(0)
+        vectors = await self.embed_texts(model_id, [c.text for c in chunks], said)
         self.embedded_chunks += len(chunks)
         await asyncio.to_thread(self.cache.put, key, vectors)
         return vectors
@@ -256,6 +271,7 @@ class Retriever:
         attachments: Sequence[Attachment],
         *,
         max_tokens: int | None = None,
+        progress: Callable[[str], None] | None = None,
     ) -> Prepared:
         """The messages to send with ``attachments`` (see the module for the rule).
 
@@ -292,7 +308,7 @@ class Retriever:
         for a in files:
             cs = chunk_attachment(a)
             chunks += cs
-            vectors += await self.chunk_vectors(embedder, a, cs)
+            vectors += await self.chunk_vectors(embedder, a, cs, progress)
         question = last_user_text(messages).strip() or names
         (qvec,) = await self.embed_texts(embedder, [question])
         ranked = by_cosine(qvec, vectors, None, 0).results

@@ -161,15 +161,21 @@ def test_send_retrieves_chunks_and_the_notice_names_them(
 ) -> None:
     service = gui_ctx.service
     chat, _ = service.import_model(write_model(tmp_path / "Tiny-Q8_0.gguf"))  # context 2048
-    service.import_model(embedding_gguf)
+    embedder, _ = service.import_model(embedding_gguf)
     _ready(page, qtbot, chat.id)
     drop(page.prompt_edit.viewport(), big_file(tmp_path))
     qtbot.waitUntil(lambda: len(page.attachments.chips) == 1, timeout=10_000)
     extras: list[dict] = []
     page.attachments.extras_recorded.connect(extras.append)
+    progress: list[str] = []
+    page.attachments.progress_streamed.connect(progress.append)
     with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
         assert page.send("What is the vault password?")
     assert done.args[0] == "stop"
+    # the bar said how far reading the file was while it was embedded, then cleared the line
+    n = page.attachments.retriever.embedded_chunks  # the file's chunks, each embedded once
+    assert n > 1 and progress[0] == f"Reading logbook.txt with {embedder.id}: 0/{n} parts"
+    assert progress[-1].endswith(f": {n}/{n} parts") and page.attachments.status_label.text() == ""
     used = extras[0]["chunks_used"]
     best = max(used, key=lambda u: u["score"])
     notice = f"logbook.txt chunk {best['chunk']}"

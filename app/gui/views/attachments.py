@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QMimeData, QObject, Signal
-from PySide6.QtGui import QDropEvent, QGuiApplication, QKeyEvent, QKeySequence
+from PySide6.QtGui import QDropEvent, QGuiApplication, QKeyEvent, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -102,6 +102,7 @@ class AttachmentBar(QWidget):
     # before the answer's first token
     extras_recorded = Signal(dict)
     _prepared_streamed = Signal(object)  # Prepared, emitted on the loop thread
+    progress_streamed = Signal(str)  # how far embedding the files is (from the loop thread)
 
     def __init__(
         self,
@@ -132,13 +133,17 @@ class AttachmentBar(QWidget):
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet("color: #b3261e")
         self.error_label.hide()
+        self.status_label = QLabel("")  # "Reading report.pdf with MODEL: 16/120 parts"
+        self.status_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         self._row = QHBoxLayout(self)
         self._row.setContentsMargins(0, 0, 0, 0)
         self._row.addWidget(self.attach_button)
         self._row.addStretch(1)
+        self._row.addWidget(self.status_label)
         self._row.addWidget(self.error_label, 2)
         self.attach_button.clicked.connect(self._on_attach_button_clicked)
         self._prepared_streamed.connect(self._on_self_prepared_streamed)
+        self.progress_streamed.connect(self.status_label.setText)
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -214,9 +219,12 @@ class AttachmentBar(QWidget):
         if not files:
             return None
         retriever = self.retriever
+        progress = self.progress_streamed.emit  # queued to the GUI thread
 
         async def prepare(messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
-            p = await retriever.prepare(model_id, messages, files, max_tokens=max_tokens)
+            p = await retriever.prepare(
+                model_id, messages, files, max_tokens=max_tokens, progress=progress
+            )
             self._prepared_streamed.emit(p)
             return p.messages
 
@@ -233,6 +241,7 @@ class AttachmentBar(QWidget):
         if isinstance(exc, HearthError) and exc.param == "file" and text:
             if not page.prompt_edit.toPlainText().strip():
                 page.prompt_edit.setPlainText(text)
+        self.status_label.clear()
 
     # -- slots ---------------------------------------------------------------------------------
     def _on_attach_button_clicked(self) -> None:
@@ -249,6 +258,7 @@ class AttachmentBar(QWidget):
         self._say(log_failure(log, "attach", exc))
 
     def _on_self_prepared_streamed(self, prepared: Prepared) -> None:
+        self.status_label.clear()
         self.last_prepared = prepared
         self.extras_recorded.emit(prepared.extras())
 
