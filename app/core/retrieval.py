@@ -316,7 +316,7 @@ class Retriever:
         budget = free - base
         chosen: list[UsedChunk] = []
         spent = 0
-        for r in ranked:
+        for r in ranked[: TOP_K * 4]:  # further down, a chunk is hardly about the question
             if len(chosen) >= TOP_K:
                 break
             c = chunks[r.index]
