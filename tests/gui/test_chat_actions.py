@@ -119,3 +119,19 @@ def test_stop_keeps_the_rendered_text_and_actions_wait_for_the_answer(
     assert view.markdown() == partial and view.body.plain_text() == "Sure. Two la"
     assert "stopped" in view.notice
     assert view.regenerate_button.isEnabled()
+
+
+def test_regenerate_on_a_failed_answer_asks_its_question_again(
+    page: ChatPage, qtbot: QtBot, runtime: FakeRuntime
+) -> None:
+    runtime.fail_times = 1  # the first load fails: the answer is an error, not history
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
+        assert page.send("Hello?")
+    assert done.args[0] == "error" and page.history == []
+    failed = page.transcript.messages()[-1]
+    assert failed.notice.startswith("Error:")
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW) as done:
+        qtbot.mouseClick(failed.regenerate_button, Qt.MouseButton.LeftButton)
+    assert done.args[0] == "stop"
+    assert page.history == [ChatMessage("user", "Hello?"), ChatMessage("assistant", ANSWER)]
+    assert page.transcript.ids() == page.history_ids  # the failed pair is gone from the screen

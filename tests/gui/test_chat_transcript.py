@@ -266,6 +266,9 @@ def test_the_transcript_follows_the_stream_unless_scrolled_up(
     top = bar.maximum()
     more.append_text("\n\n".join(f"tail {i}" for i in range(20)))
     qtbot.waitUntil(lambda: bar.maximum() > top and bar.value() == bar.maximum(), timeout=5_000)
+    bar.setValue(0)
+    transcript.scroll_to_end()  # what sending a message does
+    assert transcript.follow and bar.value() == bar.maximum()
 
 
 def test_a_theme_change_restyles_shown_messages(transcript: Transcript) -> None:
@@ -288,3 +291,38 @@ def test_a_theme_change_restyles_shown_messages(transcript: Transcript) -> None:
         assert view.markdown() == "```python\nimport os\n```\n"
     finally:
         apply_theme("system")
+
+
+def test_adding_messages_opens_no_window_of_its_own(transcript: Transcript, qtbot: QtBot) -> None:
+    """Every part of a message has a parent before it is shown: a parentless widget shown
+    would open as a window and take the focus from the main window (Esc would stop nothing)."""
+    transcript.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is transcript, timeout=5_000)
+    transcript.add_message("u1", "user", "hi", header="You", notice="n")
+    view = transcript.add_message(
+        "a1", "assistant", "**x**", header="A", reasoning="r", branch=(1, 2), notice="s"
+    )
+    view.set_caption("slow")
+    view.set_text("y")
+    transcript.add_notice("a notice", "error")
+    QApplication.processEvents()
+    assert QApplication.activeWindow() is transcript
+    assert len(view.body.browsers()) == 1  # set_text replaced the body's boxes, none left over
+
+
+def test_qt_work_per_render_stays_flat_on_a_long_answer(transcript: Transcript) -> None:
+    """HTML handed to Qt per render: the frozen blocks are set once (in bounded segments), so
+    late renders of a long answer cost what early ones did."""
+    view = transcript.add_message("a1", "assistant", header="A")
+    body = view.body
+    para = "The dragon kneads the dough, waits, and bakes it. " * 6 + "\n\n"
+    per_render: list[int] = []
+    for i in range(400):  # ~24k words
+        before = body.html_chars
+        view.append_text(f"**{i}.** " + para)
+        body.render_now()  # as the timer would, once per paragraph here
+        per_render.append(body.html_chars - before)
+    first, last = sum(per_render[:100]), sum(per_render[-100:])
+    assert last <= 1.5 * first
+    assert len(body.browsers()) > 3  # frozen HTML went into several bounded segments
+    assert body.plain_text().count("The dragon kneads") == 400 * 6

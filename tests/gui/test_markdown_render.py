@@ -66,6 +66,7 @@ def test_the_streamed_render_ends_equal_to_a_one_shot_render(name: str) -> None:
         for p in pieces:
             inc.append(p)
             inc.update()  # every append: the most freeze decisions, on every half-written line
+        inc.update(final=True)  # the answer ended (the view's flush)
         assert inc.html == whole.html, (name, pieces)
         assert inc.codes == whole.codes
         assert inc.markdown == text
@@ -91,6 +92,35 @@ def test_blocks_freeze_as_the_answer_streams() -> None:
     inc.append(" words")
     inc.update()
     assert inc.parsed_chars - before == len("tail more\nnext words")
+
+
+def test_a_long_open_code_block_is_highlighted_once_when_it_closes() -> None:
+    """Highlighting a code block costs a pass over all of it: while the fence is open its code
+    is shown plain, and it is highlighted once, when it closes (or the answer ends)."""
+    renderer = MarkdownRenderer()
+    inc = IncrementalMarkdown(renderer)
+    code = "".join(f"def f_{i}(x):\n    return x * {i}  # note\n" for i in range(300))
+    inc.append("Here:\n\n```python\n")
+    inc.update()
+    for line in code.splitlines(keepends=True):
+        inc.append(line)
+        before = inc.parsed_chars
+        inc.update()
+        # one pass over the open block (its render): no parse to look for blocks to freeze
+        assert inc.parsed_chars - before == len(inc.markdown) - len("Here:\n\n")
+    assert renderer.highlighted_chars == 0
+    assert "def f_299(x):" in inc.html and "<pre" in inc.html  # shown, plain, as it streams
+    inc.append("```\n\nAfter.")
+    inc.update()
+    inc.update()
+    assert renderer.highlighted_chars == len(code)  # once, when it closed
+    assert inc.html == render_markdown("Here:\n\n```python\n" + code + "```\n\nAfter.").html
+
+    # an answer that ends inside a fence: highlighted by the final render
+    left_open = IncrementalMarkdown(MarkdownRenderer())
+    left_open.append("```python\nx = 1\n")
+    assert 'style="color: #' not in left_open.update().tail  # Pygments' inline styles
+    assert 'style="color: #' in left_open.update(final=True).tail
 
 
 def _section(i: int) -> str:

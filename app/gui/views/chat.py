@@ -306,6 +306,7 @@ class ChatPage(QWidget):
         self.history.append(ChatMessage("user", text))
         self.history_ids.append(msg_id)
         self.transcript.add_message(msg_id, "user", text, header="You")
+        self.transcript.scroll_to_end()  # sending follows the answer, even after scrolling up
         self._ask(model_id)
         return True
 
@@ -313,7 +314,9 @@ class ChatPage(QWidget):
         """Drop that answer (and what follows it) and ask for it again."""
         i = self._history_index(msg_id)
         model_id = self.current_model_id()
-        if self.streaming or model_id is None or i is None or self.history[i].role != "assistant":
+        if i is None:  # an answer that failed (not in the history): ask its question again
+            return self._retry(msg_id)
+        if self.streaming or model_id is None or self.history[i].role != "assistant":
             return False
         self._truncate(i)
         self._ask(model_id)
@@ -498,6 +501,14 @@ class ChatPage(QWidget):
         self.answer_finished.emit("error")
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _retry(self, msg_id: str) -> bool:
+        ids = self.transcript.ids()
+        k = ids.index(msg_id) if msg_id in ids else 0
+        question = self.transcript.message(ids[k - 1]) if k > 0 else None
+        if question is None or question.role != "user":
+            return False
+        return self.edit_and_resend(question.msg_id, question.markdown())
+
     def _new_id(self, prefix: str) -> str:
         return f"{prefix}{next(self._ids)}"
 

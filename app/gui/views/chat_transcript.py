@@ -98,7 +98,6 @@ class MessageView(QWidget):
         bold.setBold(True)
         self.header_label.setFont(bold)
         self.header_label.setStyleSheet(f"color: {kind_color(role)}")
-        self.header_label.setVisible(bool(header))
 
         self.caption_label = self._muted_label()
         self.thinking_button = QToolButton()
@@ -126,8 +125,6 @@ class MessageView(QWidget):
         self.prev_button = _tool("‹", "Previous version")
         self.next_button = _tool("›", "Next version")
         self.branch_label = QLabel("")
-        self.regenerate_button.setVisible(role == "assistant")
-        self.edit_button.setVisible(role == "user")
         actions = QHBoxLayout()
         actions.setContentsMargins(0, 0, 0, 0)
         for tool in (self.prev_button, self.branch_label, self.next_button):
@@ -137,7 +134,6 @@ class MessageView(QWidget):
             actions.addWidget(b)
         self.actions_row = QWidget()
         self.actions_row.setLayout(actions)
-        self.actions_row.setVisible(role in ("user", "assistant"))
 
         self.editor = QPlainTextEdit()
         self.editor.setFixedHeight(72)
@@ -169,6 +165,12 @@ class MessageView(QWidget):
         )
         for part in parts:
             lay.addWidget(part)
+        # visibility only now that every part has a parent: shown parentless, a widget would
+        # open as a window of its own (and take the main window's focus)
+        self.header_label.setVisible(bool(header))
+        self.regenerate_button.setVisible(role == "assistant")
+        self.edit_button.setVisible(role == "user")
+        self.actions_row.setVisible(role in ("user", "assistant"))
 
         self.thinking_button.toggled.connect(self._on_thinking_button_toggled)
         self.copy_button.clicked.connect(self._on_copy_button_clicked)
@@ -455,6 +457,11 @@ class Transcript(QScrollArea):
         """Per-message actions on or off for every message (off while an answer streams)."""
         for v in self._views.values():
             v.set_actions_enabled(on)
+
+    def scroll_to_end(self) -> None:
+        """Jump to the newest message and follow the stream again (the user sent one)."""
+        self.follow = True
+        self.verticalScrollBar().setValue(self.verticalScrollBar().maximum())
 
     def plain_text(self) -> str:
         """Every message's text, top to bottom ("" when empty)."""

@@ -19,6 +19,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
@@ -64,23 +65,53 @@ class MarkdownRenderer:
         md.add_render_rule("fence", fence)
         md.add_render_rule("code_block", fence)
         md.add_render_rule("table_open", _render_table_open)
+        md.add_render_rule(
+            "code_inline", lambda _r, tokens, idx, *_: self._code_inline(tokens[idx])
+        )
         md.add_render_rule("image", _render_image)
         self._md = md
         self.dark = dark
         self._style = DARK_STYLE if dark else LIGHT_STYLE
         self._formatter = HtmlFormatter(noclasses=True, nowrap=True, style=self._style)
-        self._code_bg = str(self._formatter.style.background_color or "#f6f8fa")
+        # Pygments' light background (#f8f8f8) is barely apart from a white page
+        self._code_bg = str(self._formatter.style.background_color) if dark else "#eff1f3"
+        self._inline_bg = "#343942" if dark else "#eff1f3"
         self._muted = "#a8a8a8" if dark else "#6b6b6b"
+        self.highlighted_chars = 0  # code handed to Pygments
+        self._highlighted: dict[tuple[str, str], str] = {}  # the latest few, oldest first
 
-    def render(self, text: str, first_code: int = 0) -> Rendered:
-        """Render ``text``; its code blocks' Copy links count from ``first_code``."""
+    def render(self, text: str, first_code: int = 0, *, final: bool = True) -> Rendered:
+        """Render ``text``; its code blocks' Copy links count from ``first_code``.
+
+        ``final=False`` (text still streaming): a fence not closed yet is shown without
+        highlighting, which would cost a pass over the whole block on every render.
+        """
         env: dict[str, Any] = {"codes": [], "first": first_code}
+        if not final:
+            env["lines"] = text.split("\n")
         out = self._md.render(text, env)
         return Rendered(out, tuple(env["codes"]))
 
-    def block_starts(self, text: str) -> list[int]:
-        """The first line (0-based) of each top-level block of ``text``."""
-        return [t.map[0] for t in self._md.parse(text) if t.level == 0 and t.nesting >= 0 and t.map]
+    def top_blocks(self, text: str) -> list[Token]:
+        """The opening token of each top-level block of ``text``."""
+        return [t for t in self._md.parse(text) if t.level == 0 and t.nesting >= 0 and t.map]
+
+    def _code_inline(self, tok: Token) -> str:
+        code = html.escape(tok.content)
+        return f'<code style="background-color:{self._inline_bg}">{code}</code>'
+
+    def _highlight(self, code: str, lang: str, lexer: Lexer) -> str:
+        # a closed block stays in the re-rendered tail until the next block's first line is
+        # complete: highlight it once, not on every render
+        key = (lang, code)
+        out = self._highlighted.pop(key, None)
+        if out is None:
+            self.highlighted_chars += len(code)
+            out = highlight(code, lexer, self._formatter).rstrip("\n")
+        self._highlighted[key] = out
+        while len(self._highlighted) > 8:
+            del self._highlighted[next(iter(self._highlighted))]
+        return out
 
     def _fence(self, tokens: Sequence[Token], idx: int, env: dict[str, Any]) -> str:
         tok = tokens[idx]
@@ -90,7 +121,10 @@ class MarkdownRenderer:
             lexer = get_lexer_by_name(lang) if lang else TextLexer()
         except ClassNotFound:
             lexer = TextLexer()
-        body = highlight(code, lexer, self._formatter).rstrip("\n")
+        if "lines" in env and tok.type == "fence" and not _closed(tok, env["lines"]):
+            body = html.escape(code).rstrip("\n")
+        else:
+            body = self._highlight(code, lang, lexer)
         n = env["first"] + len(env["codes"])
         env["codes"].append(code)
         label = html.escape(lang) + " · " if lang else ""
@@ -99,6 +133,22 @@ class MarkdownRenderer:
             f'<a href="{COPY_SCHEME}:{n}">Copy</a></p>\n'
             f'<pre style="background-color:{self._code_bg}; margin-top:2px">{body}</pre>\n'
         )
+
+
+def _closed(tok: Token, lines: Sequence[str]) -> bool:
+    """Whether a fence token ends with its closing fence (its last line: the same character,
+    at least as many, nothing else)."""
+    if not tok.map or tok.map[1] > len(lines):
+        return True
+    if tok.map[1] - tok.map[0] < 2:  # the opening line alone
+        return False
+    return _closes(lines[tok.map[1] - 1], tok.markup)
+
+
+def _closes(line: str, markup: str) -> bool:
+    """Whether ``line`` may close a fence opened with ``markup`` (may: the parser decides)."""
+    s = line.strip()
+    return len(s) >= len(markup) and set(s) == {markup[0]}
 
 
 def _render_table_open(*_: object) -> str:
@@ -145,6 +195,7 @@ class IncrementalMarkdown:
         self._codes: list[str] = []
         self._tail = Rendered("", ())
         self._frozen_blocks = 0
+        self._fence = ""  # the open tail is one fence not closed yet: its opening marker
         self._seen = 0  # the length of the open text's complete lines when last looked at
         self.parsed_chars = 0
 
@@ -179,27 +230,45 @@ class IncrementalMarkdown:
         self._cr = chunk.endswith("\r")
         self._open += chunk.replace("\r\n", "\n").replace("\r", "\n")
 
-    def update(self) -> Update:
-        """Freeze what can no longer change, re-render the tail; returns what changed."""
+    def _freeze(self, tail: str, complete: str, out: Update) -> str:
+        """Render and freeze the blocks of ``complete`` before its last; returns the new tail."""
+        self.parsed_chars += len(complete)
+        tops = self._r.top_blocks(complete)
+        last = tops[-1] if tops else None  # the block the tail will begin with
+        lines = complete.split("\n")
+        self._fence = (
+            last.markup if last and last.type == "fence" and not _closed(last, lines) else ""
+        )
+        if len(tops) < 2:
+            return tail
+        cut = _line_offset(complete, tops[-1].map[0] if tops[-1].map else 0)
+        piece = self._r.render(tail[:cut], first_code=len(self._codes))
+        self.parsed_chars += cut
+        self._frozen.append(piece.html)
+        self._frozen_blocks += len(tops) - 1
+        self._codes.extend(piece.codes)
+        out.frozen.append(piece.html)
+        self._open = tail[cut:]
+        self._seen -= cut
+        return self._open
+
+    def update(self, *, final: bool = False) -> Update:
+        """Freeze what can no longer change, re-render the tail; returns what changed.
+
+        ``final``: the text is complete (the answer ended): an unclosed fence is highlighted too,
+        so the result equals a one-shot render.
+        """
         out = Update()
         tail = self._open
         complete = tail[: tail.rfind("\n") + 1]
-        if complete and len(complete) != self._seen:  # a line was completed since the last look
+        fresh = complete[self._seen :]
+        if fresh:  # a line was completed since the last look
             self._seen = len(complete)
-            self.parsed_chars += len(complete)
-            starts = self._r.block_starts(complete)
-            if len(starts) >= 2:
-                cut = _line_offset(complete, starts[-1])
-                piece = self._r.render(tail[:cut], first_code=len(self._codes))
-                self.parsed_chars += cut
-                self._frozen.append(piece.html)
-                self._frozen_blocks += len(starts) - 1
-                self._codes.extend(piece.codes)
-                out.frozen.append(piece.html)
-                tail = self._open = tail[cut:]
-                self._seen -= cut
+            # inside an open fence only a closing line can end it: no need to parse until one
+            if not self._fence or any(_closes(ln, self._fence) for ln in fresh.split("\n")):
+                tail = self._freeze(tail, complete, out)
         self.parsed_chars += len(tail)
-        self._tail = self._r.render(tail, first_code=len(self._codes))
+        self._tail = self._r.render(tail, first_code=len(self._codes), final=final)
         out.tail = self._tail.html
         return out
 

@@ -84,15 +84,18 @@ class MarkdownBody(QWidget):
         self._reset("")
 
     def _reset(self, text: str) -> None:
-        for seg in getattr(self, "_segments", []):
-            seg.deleteLater()
+        for seg in getattr(self, "_segments", []) + [getattr(self, "_tail", None)]:
+            if seg is not None:
+                self._lay.removeWidget(seg)
+                seg.deleteLater()
         self._inc = IncrementalMarkdown(MarkdownRenderer(dark=is_dark()))
         self._segments: list[AutoHeightBrowser] = []
         self._segment_html: list[str] = []
         self._tail = self._new_segment()
+        self._tail_html = ""
         if text:
             self._inc.append(text)
-            self.render_now()
+            self.render_now(final=True)
         else:
             self._tail.hide()
 
@@ -135,13 +138,12 @@ class MarkdownBody(QWidget):
     def flush(self) -> None:
         """Render what is pending now (the answer ended)."""
         self._timer.stop()
-        if self._dirty:
-            self.render_now()
+        self.render_now(final=True)  # (also highlights a code block left open)
 
-    def render_now(self) -> None:
+    def render_now(self, *, final: bool = False) -> None:
         self._dirty = False
         self.renders += 1
-        up = self._inc.update()
+        up = self._inc.update(final=final)
         for piece in up.frozen:
             if not self._segments or len(self._segment_html[-1]) + len(piece) > SEGMENT_HTML:
                 self._lay.removeWidget(self._tail)
@@ -151,7 +153,8 @@ class MarkdownBody(QWidget):
             self._segment_html[-1] += piece
             self._segments[-1].setHtml(self._segment_html[-1])
             self.html_chars += len(self._segment_html[-1])
-        if up.frozen or up.tail != self._tail.toHtml():
+        if up.tail != self._tail_html:  # (a token inside a word often changes nothing shown)
+            self._tail_html = up.tail
             self._tail.setHtml(up.tail)
             self.html_chars += len(up.tail)
             self._tail.setVisible(bool(up.tail))
