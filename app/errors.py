@@ -333,3 +333,17 @@ class DownloadNotFound(HearthError):
 class DownloadCancelled(HearthError):
     status = 499
     code = "cancelled"
+
+
+class UnreadableAttachment(InvalidRequest):
+    """A file attached to a chat that Hearth cannot read as text (binary, encrypted or
+    image-only PDF, over the size cap): the message says which and why."""
+
+    code = "unreadable_attachment"
+
+
+class NoEmbeddingModel(InvalidRequest):
+    """Attached files do not fit the model's context and no embedding model is there to pick
+    the relevant parts of them."""
+
+    code = "no_embedding_model"

@@ -183,6 +183,14 @@ class McpSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ChatSettings:
+    """``chat`` in settings.json: the Chat page's choices (issue 15)."""
+
+    # the model that embeds attached files too big to go in whole; "" = the library's first
+    embedding_model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     load: LoadDefaults = field(default_factory=LoadDefaults)
@@ -200,6 +208,7 @@ class Settings:
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     cache: CacheConfig = field(default_factory=CacheConfig)  # the response cache (issue 14)
     mcp: McpSettings = field(default_factory=McpSettings)  # MCP tools in the chat (issue 15)
+    chat: ChatSettings = field(default_factory=ChatSettings)  # the Chat page (issue 15)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -300,6 +309,7 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         limits=_coerce(LimitsSettings, raw.get("limits", {}), "limits"),
         cache=_cache_from_dict(raw.get("cache", {})),
         mcp=_mcp_from_dict(raw.get("mcp", {})),
+        chat=_coerce(ChatSettings, raw.get("chat", {}), "chat"),
     )
 
 

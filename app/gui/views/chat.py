@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
@@ -25,11 +24,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.conversations import ConversationStore
-from app.core.generation import Generation
-from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
+from app.gui.views.attachments import AttachmentBar
+from app.gui.views.chat_answer import AnswerTurn, stream_answer
 from app.gui.views.chat_session import ChatSession
 from app.gui.views.chat_transcript import MessageView, Transcript, kind_color
 from app.gui.views.common import PAGE_MARGINS, page_title
@@ -61,66 +60,6 @@ class ChatModel:
         if self.remote is not None:
             return f"{self.id}  (remote: {self.remote})"
         return self.id + ("  (loaded)" if self.loaded else "")
-
-
-class AnswerTurn:
-    """One answer in flight. Lives on the loop thread: ``cancel`` is scheduled there, so it and
-    the streaming coroutine never race."""
-
-    def __init__(self) -> None:
-        self.cancelled = False
-        self.generation: Generation | None = None
-
-    def cancel(self) -> None:
-        self.cancelled = True
-        if self.generation is not None:
-            self.generation.cancel()
-
-
-async def stream_answer(
-    service: Hearth,
-    turn: AnswerTurn,
-    emit: Callable[[str], None],
-    model_id: str,
-    messages: Sequence[ChatMessage],
-    sampling: SamplingParams,
-    max_tokens: int | None,
-    emit_reasoning: Callable[[str], None] | None = None,
-    on_cpu_busy: Callable[[], None] | None = None,
-) -> Delta:
-    """Load the model if needed and stream the answer's text to ``emit`` (and the model's
-    reasoning, ``<think>`` or harmony analysis, to ``emit_reasoning``); return the final delta
-    (finish reason, usage, timings). ``on_cpu_busy`` is called once, at the first delta decoded
-    with fewer threads because other programs keep the CPU busy."""
-    if not service.is_routable(model_id):  # a remote model (PREFIX/id) is not loaded here
-        await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
-    if turn.cancelled:
-        return Delta(finish_reason="cancelled")
-    req = ChatRequest(model_id, tuple(messages), sampling=sampling, max_tokens=max_tokens)
-    gen = (await service.chat(req)).first
-    turn.generation = gen
-    if turn.cancelled:
-        gen.cancel()
-    final: Delta | None = None
-    busy_said = False
-    try:
-        async for d in gen:
-            if d.cpu_busy and not busy_said and on_cpu_busy is not None:
-                busy_said = True
-                on_cpu_busy()
-            if d.reasoning and emit_reasoning is not None:
-                emit_reasoning(d.reasoning)
-            if d.text:
-                emit(d.text)
-            if d.finish_reason is not None:
-                final = d
-    finally:
-        gen.cancel()  # a no-op after a normal end; frees the slot if we left early
-    if final is None:
-        if turn.cancelled:
-            return Delta(finish_reason="cancelled")
-        return Delta(finish_reason="error", error="the answer ended without a final delta")
-    return final
 
 
 class PromptEdit(QPlainTextEdit):
@@ -174,6 +113,7 @@ class ChatPage(QWidget):
         self._answer_parts: list[str] = []
         self._thinking = False  # the answer in flight has reasoned (its text follows)
         self._answer_view: MessageView | None = None
+        self._sent_text = ""  # back into the prompt box if the attached files stop the send
 
         self.model_combo = QComboBox()
         self.model_combo.setMinimumContentsLength(28)
@@ -243,6 +183,10 @@ class ChatPage(QWidget):
         layout.addLayout(top)
         layout.addLayout(options)
         layout.addWidget(self.transcript, 1)
+        # attachments (issue 15): the Attach button and chips; files dropped or pasted
+        self.attachments = AttachmentBar(service, bridge, self)
+        self.attachments.install(self, self.prompt_edit, self.transcript.viewport())
+        layout.addWidget(self.attachments)
         layout.addLayout(bottom)
         layout.addWidget(self.stats_label)
 
@@ -266,6 +210,8 @@ class ChatPage(QWidget):
         bridge.model_loading.connect(self._on_bridge_model_loading)
         # issue 15 (t22-convs): saved conversations, the sidebar and branches live apart
         self.session = ChatSession(self, conversations) if conversations is not None else None
+        if self.session is not None:  # the files a turn carried are saved with its question
+            self.attachments.extras_recorded.connect(self.session.add_turn_extras)
         self.refresh_models()
 
     # -- state -------------------------------------------------------------------------------------
@@ -366,9 +312,13 @@ class ChatPage(QWidget):
         turn: Any = self.mcp.new_turn() if tools else AnswerTurn()
         self._turn = turn
         max_tokens = self.max_tokens_spin.value() or None
+        self._sent_text = self.history[-1].content if self.history else ""
+        prepare = self.attachments.preparer(model_id, max_tokens)  # attachments (issue 15)
         sampling = SamplingParams(temperature=self.temperature_spin.value())
+        busy = partial(self._cpu_busy_streamed.emit, turn)
+        run = self.mcp.answer if tools else partial(stream_answer, self._service, on_cpu_busy=busy)
         self._bridge.run(
-            (self.mcp.answer if tools else partial(stream_answer, self._service))(
+            run(
                 turn,
                 partial(self._text_streamed.emit, turn),
                 model_id,
@@ -376,7 +326,7 @@ class ChatPage(QWidget):
                 sampling,
                 max_tokens,
                 partial(self._reasoning_streamed.emit, turn),
-                *(() if tools else (partial(self._cpu_busy_streamed.emit, turn),)),
+                prepare=prepare,
             ),
             on_done=partial(self._on_turn_done, turn),
             on_error=partial(self._on_turn_failed, turn),
@@ -402,6 +352,7 @@ class ChatPage(QWidget):
         self.history_ids.clear()
         self.mcp.new_chat()  # MCP: switches back on, "always" forgotten
         self._answer_parts = []
+        self.attachments.clear()
         self.transcript.clear()
         self.stats_label.clear()
         self.conversation_cleared.emit()
@@ -490,6 +441,7 @@ class ChatPage(QWidget):
             self._end_answer(f"Error: {final.error}", "error")
         else:
             self._end_answer(stats, "meta")
+            self.attachments.answer_done(self)  # "Used: report.pdf p.3, ..." (issue 15)
         self._finish_turn()
         self.answer_finished.emit(reason)
 
@@ -504,6 +456,7 @@ class ChatPage(QWidget):
             self.history.append(ChatMessage("assistant", self.answer_text))
             self.history_ids.append(self._answer_view.msg_id)
         self._end_answer(f"Error: {text}", "error")
+        self.attachments.turn_failed(self, exc, self._sent_text)  # issue 15: not sent
         self._finish_turn()
         self.answer_finished.emit("error")
 

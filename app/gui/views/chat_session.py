@@ -146,6 +146,17 @@ class ChatSession(QObject):
         self._user_extras.update(user or {})
         self._answer_extras.update(answer or {})
 
+    def add_turn_extras(self, extras: dict[str, Any]) -> None:
+        """Extras for the user message of the turn in flight, known only once it has started
+        (the attached files it carried and the chunks retrieved for it)."""
+        conv, answer = self.conversation, self._answer
+        if conv is None or answer is None or answer[1] not in conv:
+            self._user_extras.update(extras)  # no turn yet: the next user message
+            return
+        user = conv.get(answer[1])
+        conv.update(user.id, extras={**user.extras, **extras})
+        self._save(listed=False)
+
     def switch_branch(self, view_id: str, step: int) -> None:
         conv, mid = self.conversation, self._ids.get(view_id)
         if conv is None or mid is None or self.page.streaming:

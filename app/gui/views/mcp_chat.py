@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any
 
@@ -274,10 +274,16 @@ class McpChat(QObject):
         sampling: SamplingParams,
         max_tokens: int | None,
         emit_reasoning: Callable[[str], None] | None = None,
+        prepare: Callable[[Sequence[ChatMessage]], Awaitable[Sequence[ChatMessage]]] | None = None,
     ) -> Delta:
-        """The tool loop (loop thread) in place of the page's plain stream_answer."""
+        """The tool loop (loop thread) in place of the page's plain stream_answer; ``prepare``
+        puts attached files into the messages once the model is loaded."""
         if self.manager is None:
             raise HearthError("no MCP servers are configured")
+        if prepare is not None:
+            if not self._service.is_routable(model_id):
+                await self._service.load(model_id)
+            messages = await prepare(messages)
         ui = _LoopUI(self, turn, emit, emit_reasoning)
         return await run_tool_loop(
             self._service,
