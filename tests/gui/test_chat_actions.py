@@ -57,7 +57,6 @@ def test_a_streamed_markdown_answer_is_rendered(page: ChatPage, qtbot: QtBot) ->
     ask(page, qtbot, "Languages?")
     assert page.history == [ChatMessage("user", "Languages?"), ChatMessage("assistant", ANSWER)]
     view = page.transcript.messages()[-1]
-    assert page.answer_view is view  # still, after the answer ended
     assert view.markdown() == ANSWER
     docs = view.body.documents()
     assert any(isinstance(f, QTextTable) for d in docs for f in d.rootFrame().childFrames())
@@ -94,10 +93,8 @@ def test_delete_regenerate_and_edit_and_resend(page: ChatPage, qtbot: QtBot) -> 
 
     # Delete one message: only it goes, from the screen and from the history
     answer = page.transcript.messages()[1]
-    assert page.answer_view is answer
     qtbot.mouseClick(answer.delete_button, Qt.MouseButton.LeftButton)
     assert page.history == [ChatMessage("user", "Edited?")]
-    assert page.answer_view is None  # no longer shown
     assert page.transcript.ids() == page.history_ids
 
 

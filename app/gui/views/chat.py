@@ -160,8 +160,7 @@ class ChatPage(QWidget):
         self._turn: AnswerTurn | None = None
         self._answer_parts: list[str] = []
         self._thinking = False  # the answer in flight has reasoned (its text follows)
-        self._answer_view: MessageView | None = None  # the answer in flight
-        self._last_view: MessageView | None = None
+        self._answer_view: MessageView | None = None
 
         self.model_combo = QComboBox()
         self.model_combo.setMinimumContentsLength(28)
@@ -256,12 +255,6 @@ class ChatPage(QWidget):
         return self._turn is not None
 
     @property
-    def answer_view(self) -> MessageView | None:
-        """The answer's message: the one streaming, or the last one (while it is shown)."""
-        v = self._last_view
-        return v if v is not None and self.transcript.message(v.msg_id) is v else None
-
-    @property
     def answer_text(self) -> str:
         """The answer being streamed (or the last one)."""
         return "".join(self._answer_parts)
@@ -346,7 +339,6 @@ class ChatPage(QWidget):
         self._answer_view = self.transcript.add_message(
             self._new_id("a"), "assistant", header=f"Assistant · {model_id}"
         )
-        self._last_view = self._answer_view
         self._answer_parts = []
         self._thinking = False
         self.stats_label.setText("Waiting for the model…")
