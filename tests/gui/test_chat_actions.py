@@ -57,6 +57,8 @@ def test_a_streamed_markdown_answer_is_rendered(page: ChatPage, qtbot: QtBot) ->
     ask(page, qtbot, "Languages?")
     assert page.history == [ChatMessage("user", "Languages?"), ChatMessage("assistant", ANSWER)]
     view = page.transcript.messages()[-1]
+    assert page.transcript.last_message("assistant") is view  # the answer that just ended
+    assert page.transcript.last_message("user") is page.transcript.messages()[0]
     assert view.markdown() == ANSWER
     docs = view.body.documents()
     assert any(isinstance(f, QTextTable) for d in docs for f in d.rootFrame().childFrames())

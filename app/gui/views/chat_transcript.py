@@ -435,6 +435,10 @@ class Transcript(QScrollArea):
     def message(self, msg_id: str) -> MessageView | None:
         return self._views.get(msg_id)
 
+    def last_message(self, role: str = "assistant") -> MessageView | None:
+        """The lowest message of ``role`` (e.g. the answer that just ended), if any."""
+        return next((v for v in reversed(self.messages()) if v.role == role), None)
+
     def ids(self) -> list[str]:
         """The shown messages' ids, top to bottom."""
         return list(self._order)
