@@ -29,6 +29,7 @@ from app.core.attachments import Attachment, attachment_from_text, read_attachme
 from app.core.retrieval import Prepared, Retriever, vector_cache_folder
 from app.core.service import Hearth
 from app.core.types import ChatMessage
+from app.core.units import human_bytes
 from app.core.vector_cache import VectorCache
 from app.errors import HearthError
 from app.gui.bridge import Bridge, log_failure
@@ -45,14 +46,6 @@ FILE_FILTER = (
 )
 
 Prepare = Callable[[Sequence[ChatMessage]], Awaitable[Sequence[ChatMessage]]]
-
-
-def human_size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    if n < 1024 * 1024:
-        return f"{n / 1024:.1f} KB"
-    return f"{n / 2**20:.1f} MB"
 
 
 def show_files_notice(page: Any, text: str) -> None:
@@ -76,7 +69,7 @@ class AttachmentChip(QFrame):
         super().__init__(parent)
         self.attachment = attachment
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.label = QLabel(f"{attachment.name} · {human_size(attachment.size_bytes)}")
+        self.label = QLabel(f"{attachment.name} · {human_bytes(attachment.size_bytes)}")
         pages = f", {len(attachment.pages)} pages" if attachment.kind == "pdf" else ""
         self.setToolTip(f"{attachment.kind}{pages}, {attachment.chars:,} characters")
         self.remove_button = QToolButton()
