@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING
 from app.errors import InvalidRequest, UnsupportedParameter
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from PIL.Image import Image as PILImage
 
+    from app.core.requests import ChatRequest
     from app.core.types import LocalModel
 
 IMAGE_MARKER = "<__media__>"  # llama.cpp's mtmd default marker (mtmd_default_marker())
@@ -178,9 +181,30 @@ def _to_rgb(img: PILImage) -> PILImage:
     return img.convert("RGB")
 
 
-def unsupported(where: str, model_id: str) -> UnsupportedParameter:
-    """The 400 for an image sent to a model without vision."""
-    return UnsupportedParameter(
-        f"content part type image needs a vision model; '{model_id}' has no projector",
-        param=where,
-    )
+def first_image(req: ChatRequest) -> str | None:
+    """The parameter of the request's first image (decoded or not), or None without images."""
+    for m in req.messages:
+        if m.images:
+            return m.images[0].where
+        if m.image_sources:
+            return m.image_sources[0].where
+    return None
+
+
+def check_vision(req: ChatRequest, lookup: Callable[[str], LocalModel]) -> None:
+    """Refuse images for a model that takes none, naming the first image's parameter
+    (``lookup`` finds the library model of ``req.model``; it is called only with images).
+
+    Raises:
+        UnsupportedParameter: the request has images and its model no projector.
+        ModelNotFound: from ``lookup``.
+    """
+    where = first_image(req)
+    if where is None:
+        return
+    model = lookup(req.model)
+    if not supports_vision(model):
+        raise UnsupportedParameter(
+            f"content part type image needs a vision model; '{model.id}' has no projector",
+            param=where,
+        )

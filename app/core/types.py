@@ -48,7 +48,9 @@ class LocalModel:
             return ("rerank",)
         if self.extra.get("embedding"):
             return ("embeddings", "rerank")
-        return ("completion", "chat")
+        from app.core.images import supports_vision  # images.py imports this module
+
+        return ("completion", "chat", "vision") if supports_vision(self) else ("completion", "chat")
 
     def summary(self) -> dict[str, Any]:
         """The public JSON shape (``hearth ls --json``)."""
