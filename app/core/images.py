@@ -45,9 +45,13 @@ _ALLOWED = "PNG, JPEG, WebP, GIF or BMP"
 
 
 class InvalidImage(InvalidRequest):
-    """An image that cannot be taken: corrupt, truncated, too large, or of another format."""
+    """An image that cannot be taken: corrupt, truncated, too large, or of another format. The
+    message starts with the parameter: Anthropic's and Ollama's error shapes have no ``param``."""
 
     code = "invalid_image"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(f"{param}: {message}" if param else message, param=param)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +209,6 @@ def check_vision(req: ChatRequest, lookup: Callable[[str], LocalModel]) -> None:
     model = lookup(req.model)
     if not supports_vision(model):
         raise UnsupportedParameter(
-            f"content part type image needs a vision model; '{model.id}' has no projector",
+            f"{where}: an image needs a vision model; '{model.id}' has no projector",
             param=where,
         )

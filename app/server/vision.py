@@ -23,7 +23,7 @@ from app.core.images import (
     decode_image,
 )
 from app.core.requests import ChatRequest
-from app.errors import InvalidRequest, ModelNotFound, UnsupportedParameter
+from app.errors import ModelNotFound, UnsupportedParameter
 from app.server.image_fetch import ImageFetcher, Resolve, system_resolve
 from app.server.state import SERVICE
 from app.settings import VisionSettings
@@ -75,7 +75,7 @@ async def resolve_images(request: web.Request, req: R) -> R:
     except ModelNotFound:
         pass  # an alias or a remote model: the service checks the target it resolves to
     if len(sources) > MAX_IMAGES:
-        raise InvalidRequest(
+        raise InvalidImage(
             f"a request takes at most {MAX_IMAGES} images", param=sources[MAX_IMAGES].where
         )
     edge = request.app[VISION]
@@ -86,7 +86,7 @@ async def resolve_images(request: web.Request, req: R) -> R:
         or (cfg.fetch_urls == "local-clients" and not _local_client(request))
     ):
         raise UnsupportedParameter(
-            "image URLs are not fetched for this client (setting vision.fetch_urls is "
+            f"{urls[0].where}: image URLs are not fetched for this client (vision.fetch_urls is "
             f"{cfg.fetch_urls!r}); send the image as a data URL or base64",
             param=urls[0].where,
         )

@@ -14,7 +14,7 @@ from typing import Any
 
 from app.core import jsonsafe
 from app.core.generation import Completion
-from app.core.images import IMAGE_MARKER, ImageSource, neutralise_markers
+from app.core.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
 from app.core.requests import ChatRequest, ToolChoice
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams, ToolCall
@@ -131,14 +131,14 @@ def _image(block: dict[str, Any], where: str) -> ImageSource:
     src = block.get("source")
     kind = src.get("type") if isinstance(src, dict) else None
     if not isinstance(src, dict) or kind not in ("base64", "url"):
-        raise InvalidRequest(
+        raise InvalidImage(
             "an image block needs a source of type base64 or url", param=f"{where}.source"
         )
     if kind == "url":
         return image_from_url(src.get("url"), f"{where}.source.url")
     media = src.get("media_type")
     if media not in _MEDIA_TYPES:
-        raise InvalidRequest(
+        raise InvalidImage(
             f"'media_type' must be one of {', '.join(_MEDIA_TYPES)}",
             param=f"{where}.source.media_type",
         )

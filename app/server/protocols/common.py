@@ -16,7 +16,7 @@ from app.core.constraints import (
     json_depth,
     schema_json,
 )
-from app.core.images import IMAGE_MARKER, ImageSource, neutralise_markers
+from app.core.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
 from app.core.keep_alive import parse_keep_alive
 from app.core.requests import UNSET, ToolChoice
 from app.core.tools import Tool
@@ -271,17 +271,17 @@ def image_from_url(url: Any, where: str) -> ImageSource:
     """An image URL: a base64 data URL (decoded here) or an http(s) URL (fetched later, under
     the server's URL policy)."""
     if not isinstance(url, str) or not url:
-        raise InvalidRequest("an image needs a URL string", param=where)
+        raise InvalidImage("an image needs a URL string", param=where)
     if url[:5].lower() == "data:":
         m = _DATA_URL.match(url)
         if m is None or not m.group(3):
-            raise InvalidRequest(
+            raise InvalidImage(
                 "an image data URL must be base64 (data:image/...;base64,...)", param=where
             )
         return ImageSource(where, data=b64_image(url[m.end() :], where))
     scheme = url.split(":", 1)[0].lower()
     if scheme not in ("http", "https") or len(url) > MAX_URL_LEN:
-        raise InvalidRequest("an image URL must be a data URL or an http(s) URL", param=where)
+        raise InvalidImage("an image URL must be a data URL or an http(s) URL", param=where)
     return ImageSource(where, url=url)
 
 
@@ -291,11 +291,11 @@ MAX_URL_LEN = 8192
 def b64_image(text: Any, where: str) -> bytes:
     """Strict base64 (whitespace allowed), as every protocol sends image bytes."""
     if not isinstance(text, str):
-        raise InvalidRequest("image data must be a base64 string", param=where)
+        raise InvalidImage("image data must be a base64 string", param=where)
     try:
         return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidRequest("image data is not valid base64", param=where) from None
+        raise InvalidImage("image data is not valid base64", param=where) from None
 
 
 def openai_image(part: dict[str, Any], where: str) -> ImageSource:
@@ -304,7 +304,7 @@ def openai_image(part: dict[str, Any], where: str) -> ImageSource:
     if isinstance(iu, dict):
         detail = iu.get("detail")
         if detail is not None and detail not in ("auto", "low", "high"):
-            raise InvalidRequest(
+            raise InvalidImage(
                 "'detail' must be auto, low or high", param=f"{where}.image_url.detail"
             )
         return image_from_url(iu.get("url"), f"{where}.image_url.url")

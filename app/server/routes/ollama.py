@@ -113,9 +113,8 @@ async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -
         else:
             await service.load(parsed.model, ttl=parsed.ttl)
         return web.json_response(render.load_response(parsed.model, parsed.key, parsed.ttl == 0))
+    req = await resolve_images(request, req)  # a model without vision: 400 before the load
     ctx.load_ns = await _load_ns(service, parsed.model)
-    if isinstance(req, ChatRequest):
-        req = await resolve_images(request, req)
     choices = await (service.chat(req) if isinstance(req, ChatRequest) else service.complete(req))
     ctx.model = choices.model  # the model that answered (an alias's target, auto's pick)
     return await respond(
