@@ -185,6 +185,30 @@ def _to_rgb(img: PILImage) -> PILImage:
     return img.convert("RGB")
 
 
+def png_data_url(img: ImageInput) -> str:
+    """The image re-encoded as a PNG data URL (what a remote OpenAI-compatible engine gets)."""
+    import base64
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.frombytes("RGB", (img.width, img.height), img.rgb).save(buf, "PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def split_content(content: str, images: tuple[ImageInput, ...]) -> list[str | ImageInput]:
+    """``content`` cut at its markers: text pieces and images, in order. More markers than
+    images (never from the adapters) leave the extra markers as text."""
+    out: list[str | ImageInput] = []
+    pieces = content.split(IMAGE_MARKER, len(images))
+    for i, piece in enumerate(pieces):
+        if piece:
+            out.append(piece)
+        if i < len(pieces) - 1:
+            out.append(images[i])
+    return out
+
+
 def first_image(req: ChatRequest) -> str | None:
     """The parameter of the request's first image (decoded or not), or None without images."""
     for m in req.messages:
