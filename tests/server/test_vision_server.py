@@ -28,7 +28,13 @@ from aiohttp.test_utils import TestServer
 from PIL import Image
 
 from app.core import filecache
-from app.core.images import IMAGE_MARKER, MARKER_LOOKALIKE, InvalidImage
+from app.core.images import (
+    IMAGE_MARKER,
+    MARKER_LOOKALIKE,
+    MAX_IMAGES,
+    InvalidImage,
+    decode_image,
+)
 from app.core.library import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
@@ -229,6 +235,11 @@ async def test_a_model_with_a_projector_takes_images_in_every_api_markers_in_ord
             assert status == 200, (path, out)
         assert len(RecordingEngine.prompts) == 5
         assert all(p.count(IMAGE_MARKER) == 1 for p in RecordingEngine.prompts)
+        # what reaches the model is decoded RGB (once the prompt hands images to the runtime:
+        # t22-vrt's app/core/prompt.py calls tokenize_images; before it, nothing is handed)
+        seen = [im for m in e.runtime.models for ims in m.images_seen for im in ims]
+        assert all((im.width, im.height, len(im.rgb)) == (3, 2, 18) for im in seen)
+        assert {im.digest for im in seen} <= {decode_image(png(), where="").digest}
         # the literal marker the client typed is text, not an image
         assert MARKER_LOOKALIKE in RecordingEngine.prompts[0]
         status, _ = await e.post(
@@ -292,6 +303,10 @@ async def test_truncated_oversize_bad_base64_and_media_type_mismatch(tmp_path: P
         status, err = await e.post("/v1/chat/completions", openai_body(e.seer, data_url(full)))
         assert status == 400 and "64x64" in err["error"]["message"]
         e.vision[0] = VisionSettings()
+        many = openai_body(e.seer, *[data_url(png())] * (MAX_IMAGES + 1))
+        status, err = await e.post("/v1/chat/completions", many)
+        assert status == 400 and f"at most {MAX_IMAGES} images" in err["error"]["message"]
+        assert err["error"]["param"] == f"messages[0].content[{MAX_IMAGES + 1}].image_url.url"
         status, err = await e.post(
             "/v1/chat/completions", openai_body(e.seer, "data:image/png;base64,!!")
         )
