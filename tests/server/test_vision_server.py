@@ -449,3 +449,32 @@ async def test_the_fetcher_times_out() -> None:
             assert e.value.param == "u"
         finally:
             release.set()
+
+
+def test_hearth_serve_reads_vision_settings_and_resolves_names_for_real(tmp_path: Path) -> None:
+    """The real server (ServerController, settings.json, the system resolver): the URL policy
+    follows the file, and ``localhost`` is refused after real DNS resolution."""
+    import httpx
+
+    from tests.conftest import serving
+
+    home = tmp_path / "home"
+    with serving(home, write_model(tmp_path / "src" / "seer.gguf", chat_template=CHATML)) as s:
+        lib_file = s.service.library.index_file  # type: ignore[attr-defined]
+        index = json.loads(lib_file.read_text())
+        index["models"][0]["extra"]["projector"] = str(tmp_path / "mmproj.gguf")
+        lib_file.write_text(json.dumps(index))
+        filecache.shared(lib_file, "library").invalidate()
+        settings_file = home / "config" / "settings.json"
+
+        def post(url: str) -> tuple[int, dict[str, Any]]:
+            r = httpx.post(f"{s.base_url}/chat/completions", json=openai_body(s.model_id, url))
+            return r.status_code, r.json()
+
+        status, err = post("http://localhost:9/x.png")  # default local-clients: fetched, if public
+        assert status == 400 and "non-public" in err["error"]["message"], err
+        raw = json.loads(settings_file.read_text())
+        settings_file.write_text(json.dumps({**raw, "vision": {"fetch_urls": "off"}}))
+        filecache.shared(settings_file, "settings").invalidate()
+        status, err = post("https://example.com/x.png")
+        assert status == 400 and "'off'" in err["error"]["message"], err
