@@ -35,15 +35,24 @@ async def system_resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
 def public_address(address: str) -> bool:
     """Whether an IP address is a public unicast one (not loopback, private, link-local,
-    multicast, unspecified, reserved or shared); an IPv4-mapped IPv6 address is judged as IPv4."""
+    multicast, unspecified, reserved or shared)."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        # an IPv4 address inside IPv6 (mapped, 6to4, NAT64) is judged as that IPv4 address
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip.sixtofour is not None:
+            ip = ip.sixtofour
+        elif ip in _NAT64:
+            ip = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     return ip.is_global and not (
         ip.is_multicast or ip.is_loopback or ip.is_link_local or ip.is_private or ip.is_reserved
     )

@@ -426,10 +426,11 @@ async def test_local_clients_fetches_for_this_machine_only_and_all_for_everyone(
 
 def test_public_address_check() -> None:
     for a in ("127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "169.254.169.254", "::1",
-              "fe80::1", "fc00::1", "0.0.0.0", "::", "224.0.0.1", "100.64.0.1", "::ffff:10.0.0.1",
+              "fe80::1", "fc00::1", "0.0.0.0", "::", "224.0.0.1", "100.64.0.1", "::ffff:10.0.0.1", "2002:7f00:1::1", "64:ff9b::7f00:1", "64:ff9b::a00:1",
               "192.0.2.1", "not an ip"):  # fmt: skip
         assert not public_address(a), a
     assert public_address(PUBLIC) and public_address("2606:4700::1111")
+    assert public_address("64:ff9b::5db8:d822")  # NAT64 of a public address
 
 
 async def test_the_fetcher_times_out() -> None:
