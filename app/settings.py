@@ -190,6 +190,22 @@ class ChatSettings:
     embedding_model: str = ""
 
 
+FETCH_URLS = ("local-clients", "all", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class VisionSettings:
+    """``vision`` in settings.json (issue 16): images in requests. ``fetch_urls``: http(s) image
+    URLs are fetched for requests from this machine only (local-clients), for all, or never
+    (off); private addresses are refused in every mode."""
+
+    fetch_urls: str = "local-clients"
+    max_pixels: int = 16_777_216  # checked on the header, before decoding (4096 x 4096)
+    max_image_bytes: int = 20 * 1024 * 1024  # the encoded image, inline or fetched
+    fetch_timeout_s: float = 10.0
+    max_redirects: int = 3
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -209,6 +225,7 @@ class Settings:
     cache: CacheConfig = field(default_factory=CacheConfig)  # the response cache (issue 14)
     mcp: McpSettings = field(default_factory=McpSettings)  # MCP tools in the chat (issue 15)
     chat: ChatSettings = field(default_factory=ChatSettings)  # the Chat page (issue 15)
+    vision: VisionSettings = field(default_factory=VisionSettings)  # images (issue 16)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -310,7 +327,17 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         cache=_cache_from_dict(raw.get("cache", {})),
         mcp=_mcp_from_dict(raw.get("mcp", {})),
         chat=_coerce(ChatSettings, raw.get("chat", {}), "chat"),
+        vision=_vision_from_dict(raw.get("vision", {})),
     )
+
+
+def _vision_from_dict(raw: Any) -> VisionSettings:
+    vision = _coerce(VisionSettings, raw, "vision")
+    if vision.fetch_urls not in FETCH_URLS:
+        raise ConfigError("settings: vision.fetch_urls must be one of " + ", ".join(FETCH_URLS))
+    if vision.max_pixels < 1 or vision.max_image_bytes < 1:
+        raise ConfigError("settings: vision.max_pixels and max_image_bytes must be at least 1")
+    return vision
 
 
 def _mcp_from_dict(raw: Any) -> McpSettings:

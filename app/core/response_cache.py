@@ -32,7 +32,7 @@ from app.core.generation import Choices, Generation
 from app.core.library import ModelLibrary
 from app.core.presets import PresetStore
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Embeddings
-from app.core.types import Delta, SamplingParams, Timings
+from app.core.types import ChatMessage, Delta, SamplingParams, Timings
 from app.errors import ModelNotFound
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def request_fields(req: ChatRequest | CompletionRequest, targets: list[Any]) -> 
     if isinstance(req, ChatRequest):
         out.update(
             kind="chat",
-            messages=[dataclasses.asdict(m) for m in req.messages],
+            messages=[_message_fields(m) for m in req.messages],
             tools=[dataclasses.asdict(t) for t in req.tools],
             tool_choice=dataclasses.asdict(req.tool_choice),
             template_vars=req.template_vars,
@@ -100,6 +100,16 @@ def request_fields(req: ChatRequest | CompletionRequest, targets: list[Any]) -> 
         out.update(
             kind="completion", prompts=[p if isinstance(p, str) else list(p) for p in req.prompts]
         )
+    return out
+
+
+def _message_fields(m: ChatMessage) -> dict[str, Any]:
+    """A message as key fields: its images by digest (never their pixels); a text message's
+    fields as before images existed (kept keys stay valid)."""
+    out = dataclasses.asdict(dataclasses.replace(m, images=(), image_sources=()))
+    del out["images"], out["image_sources"]
+    if m.images:
+        out["images"] = [i.digest for i in m.images]
     return out
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.core import access, embed_input, fit, request_timing
+from app.core import access, embed_input, fit, images, request_timing
 from app.core import prompt as prompting
 from app.core import rerank as ranking
 from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
@@ -405,6 +405,7 @@ class Hearth:
         """
         if self.providers is not None and self._remote(req.model):
             return await remote.chat(self.providers, req)
+        images.check_vision(req, self.model)  # before any load (issue 16)
         async with self._model(req.model, req.ttl) as lm:
             prepared = await self._plan_chat(lm, req)
             gens: list[Generation] = []
@@ -427,6 +428,7 @@ class Hearth:
         """
         if self.providers is not None and self._remote(req.model):
             return await remote.count_tokens(self.providers, req)
+        images.check_vision(req, self.model)
         async with self._model(req.model, req.ttl) as lm:
             prepared = await self._plan_chat(lm, req, check_fits=False)
             return len(prepared.base.prompt_tokens)

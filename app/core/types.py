@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from app.core.images import ImageInput, ImageSource
 
 ModelFormat = Literal["gguf", "mlx"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
@@ -45,7 +48,9 @@ class LocalModel:
             return ("rerank",)
         if self.extra.get("embedding"):
             return ("embeddings", "rerank")
-        return ("completion", "chat")
+        from app.core.images import supports_vision  # images.py imports this module
+
+        return ("completion", "chat", "vision") if supports_vision(self) else ("completion", "chat")
 
     def summary(self) -> dict[str, Any]:
         """The public JSON shape (``hearth ls --json``)."""
@@ -130,6 +135,10 @@ class ChatMessage:
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    # decoded images; ``content`` holds IMAGE_MARKER once per image, in order (app/core/images.py)
+    images: tuple[ImageInput, ...] = ()
+    # images as the wire sent them, before the server fetches and decodes them into ``images``
+    image_sources: tuple[ImageSource, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

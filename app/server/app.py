@@ -12,6 +12,7 @@ from app.server.body import large_json_response, read_json_body
 from app.server.keyguard import KeyGuard, add_rate_headers
 from app.server.middleware import edge_middleware, mark_prepared
 from app.server.state import REQUEST_LOG, SERVICE, STATE, ServerState
+from app.server.vision import VISION, VisionEdge
 from app.settings import ServerSettings
 
 __all__ = [
@@ -34,6 +35,7 @@ def create_app(
     bound_addresses: tuple[str, ...] = (),
     guard: KeyGuard | None = None,
     telemetry: Telemetry | None = None,
+    vision: VisionEdge | None = None,
 ) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health.
 
@@ -58,6 +60,7 @@ def create_app(
         bound_addresses=bound_addresses,
         guard=guard,
     )
+    app[VISION] = vision if vision is not None else VisionEdge()  # images (issue 16)
     if guard is not None:
         app.on_cleanup.append(lambda _app: _flush(guard))
     app.router.add_routes(openai.routes)

@@ -28,6 +28,7 @@ from app.server.edge import EdgeLimits, GuardedSite, IncompleteConnections
 from app.server.keyguard import KeyGuard
 from app.server.records import RECORDER, Recorder
 from app.server.tls import TlsConfig, load_tls, tls_pair
+from app.server.vision import VisionEdge
 from app.settings import ServerSettings, SettingsStore, hash_key
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,7 @@ class ServerController:
             bound_host=host,
             bound_addresses=addresses,
             guard=guard,
+            vision=VisionEdge(settings=lambda: store.load().vision),
         )
         app[STATE].starting = starting
         app[RECORDER] = recorder = self._recorder()

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence as Seq
 from typing import Any
 
+from app.core.images import supports_vision
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, ModelFormat
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 
@@ -112,8 +113,11 @@ class FakeModel:
         *,
         queue_size: int = 4,
         add_bos: bool = True,
+        vision: bool = False,
     ) -> None:
         self.model_id = model_id
+        self.vision = vision  # the model has a projector: it takes images (issue 16)
+        self.images_seen: list[tuple[Any, ...]] = []
         self.context_length = context_length
         self._template = chat_template
         self.engine = engine
@@ -146,7 +150,15 @@ class FakeModel:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return frozenset({"completion", "chat"})
+        return frozenset(
+            {"completion", "chat", "vision"} if self.vision else {"completion", "chat"}
+        )
+
+    async def tokenize_images(self, text: str, images: tuple[Any, ...]) -> list[int]:
+        """A prompt with images: the text's tokens (each marker as its characters); the images
+        are kept for the test to look at."""
+        self.images_seen.append(images)
+        return self.tokenize(text, add_special=True, parse_special=True)
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         raise RuntimeError("the fake model only generates")
@@ -228,6 +240,7 @@ class FakeRuntime:
             self.engine_type(self.pieces, hold_at=self.hold_at),
             queue_size=self.queue_size,
             add_bos=self.add_bos,
+            vision=supports_vision(model),
         )
         self.models.append(lm)
         return lm

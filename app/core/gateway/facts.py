@@ -13,6 +13,8 @@ def chat_facts(req: ChatRequest) -> RequestFacts:
         needs.append("tools")
     if req.constraint is not None and req.constraint.kind == "json_schema":
         needs.append("json_schema")
+    if any(m.images or m.image_sources for m in req.messages):
+        needs.append("vision")
     text = "\n".join(m.content for m in req.messages)
     last_user = next((m.content for m in reversed(req.messages) if m.role == "user"), "")
     return RequestFacts(tuple(needs), text, last_user)

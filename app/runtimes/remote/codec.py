@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core import images
 from app.core.requests import ChatRequest, CompletionRequest
 from app.core.types import (
     ChatMessage,
@@ -35,6 +36,13 @@ _FINISH: dict[str, FinishReason] = {
 
 def message(m: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.images:  # OpenAI content parts, each image a PNG data URL where its marker was
+        out["content"] = [
+            {"type": "text", "text": v}
+            if isinstance(v, str)
+            else {"type": "image_url", "image_url": {"url": images.png_data_url(v)}}
+            for v in images.split_content(m.content, m.images)
+        ]
     if m.name:
         out["name"] = m.name
     if m.tool_calls:

@@ -31,7 +31,7 @@ _PROBE: dict[str, tuple[str, ...]] = {
     "tgi": (MODELS, "/info"),
 }
 _DEFAULT_CAPS = RemoteModel("x").capabilities
-_HEARTH_CAPS = ("completion", "chat", "embeddings", "rerank")
+_HEARTH_CAPS = ("completion", "chat", "embeddings", "rerank", "vision")
 _NO_ANSWER = Answer(0, "no answer")
 
 
@@ -266,6 +266,8 @@ def _ollama_show(show: dict[str, Any] | None) -> tuple[int | None, tuple[str, ..
             caps += ("embeddings", "rerank")
         elif "reranking" in raw:  # a cross-encoder (newer Ollama)
             caps += ("rerank",)
+        if "vision" in raw and "completion" in raw:
+            caps += ("vision",)
     return ctx, caps or _DEFAULT_CAPS
 
 

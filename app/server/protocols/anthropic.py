@@ -14,6 +14,7 @@ from typing import Any
 
 from app.core import jsonsafe
 from app.core.generation import Completion
+from app.core.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
 from app.core.requests import ChatRequest, ToolChoice
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams, ToolCall
@@ -22,8 +23,10 @@ from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
 from app.server.protocols.common import (
     MAX_TOKENS_LIMIT,
     Body,
+    b64_image,
     check_stop,
     check_tool_count,
+    image_from_url,
     make_tool,
     parse_ttl,
     tool_choice,
@@ -65,15 +68,16 @@ class Parsed:
 
 def _blocks(
     content: Any, where: str, *, role: str
-) -> tuple[str, list[ToolCall], list[ChatMessage]]:
-    """(text, tool calls made, tool results given) of one message's content."""
+) -> tuple[str, list[ToolCall], list[ChatMessage], list[ImageSource]]:
+    """(text, tool calls made, tool results given, images) of one message's content."""
     if isinstance(content, str):
-        return content, [], []
+        return neutralise_markers(content), [], [], []
     if not isinstance(content, list):
         raise InvalidRequest("content must be a string or an array of content blocks", param=where)
     parts = []
     calls: list[ToolCall] = []
     results: list[ChatMessage] = []
+    images: list[ImageSource] = []
     for i, block in enumerate(content):
         if not isinstance(block, dict):
             raise InvalidRequest("content blocks must be objects", param=f"{where}[{i}]")
@@ -81,7 +85,10 @@ def _blocks(
         if kind == "text":
             if not isinstance(block.get("text"), str):
                 raise InvalidRequest("a text block needs 'text'", param=f"{where}[{i}].text")
-            parts.append(block["text"])
+            parts.append(neutralise_markers(block["text"]))
+        elif kind == "image":
+            images.append(_image(block, f"{where}[{i}]"))
+            parts.append(IMAGE_MARKER)
         elif kind == "tool_use" and role == "assistant":
             if not isinstance(block.get("name"), str) or not isinstance(
                 block.get("input", {}), dict
@@ -91,29 +98,57 @@ def _blocks(
             calls.append(ToolCall(str(block.get("id") or ""), block["name"], args))
         elif kind == "tool_result" and role == "user":
             inner = block.get("content", "")
-            text = (
-                inner
-                if isinstance(inner, str)
-                else _blocks(inner, f"{where}[{i}].content", role="user")[0]
-            )
+            text, _, _, shown = _blocks(inner, f"{where}[{i}].content", role="user")
             if block.get("is_error"):
                 text = f"Error: {text}"
             results.append(
-                ChatMessage("tool", text, tool_call_id=str(block.get("tool_use_id") or ""))
+                ChatMessage(
+                    "tool",
+                    text,
+                    tool_call_id=str(block.get("tool_use_id") or ""),
+                    image_sources=tuple(shown),
+                )
             )
         elif kind in ("tool_use", "tool_result"):
             raise InvalidRequest(
                 f"a '{kind}' block cannot be in a {role} message", param=f"{where}[{i}]"
             )
-        elif kind in ("image", "document"):
-            raise UnsupportedParameter(
-                f"'{kind}' blocks need a vision model", param=f"{where}[{i}]"
-            )
+        elif kind == "document":
+            raise UnsupportedParameter("'document' blocks are not supported", param=f"{where}[{i}]")
         elif kind in ("thinking", "redacted_thinking"):
             continue  # earlier reasoning is not sent back to the model
         else:
             raise InvalidRequest(f"unknown content block type {kind!r}", param=f"{where}[{i}].type")
-    return "".join(parts), calls, results
+    return "".join(parts), calls, results, images
+
+
+_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def _image(block: dict[str, Any], where: str) -> ImageSource:
+    """An ``image`` block: a ``base64`` source (its ``media_type`` is checked against the
+    bytes when decoded) or a ``url`` source (fetched under the server's URL policy)."""
+    src = block.get("source")
+    kind = src.get("type") if isinstance(src, dict) else None
+    if not isinstance(src, dict) or kind not in ("base64", "url"):
+        raise InvalidImage(
+            "an image block needs a source of type base64 or url", param=f"{where}.source"
+        )
+    if kind == "url":
+        return image_from_url(src.get("url"), f"{where}.source.url")
+    media = src.get("media_type")
+    if media not in _MEDIA_TYPES:
+        raise InvalidImage(
+            f"'media_type' must be one of {', '.join(_MEDIA_TYPES)}",
+            param=f"{where}.source.media_type",
+        )
+    data = b64_image(src.get("data"), f"{where}.source.data")
+    return ImageSource(
+        f"{where}.source.data",
+        data=data,
+        media_type=media,
+        media_param=f"{where}.source.media_type",
+    )
 
 
 def parse_messages(b: Body) -> list[ChatMessage]:
@@ -121,7 +156,10 @@ def parse_messages(b: Body) -> list[ChatMessage]:
     msgs: list[ChatMessage] = []
     system = b.data.get("system")
     if system is not None:
-        msgs.append(ChatMessage("system", _blocks(system, "system", role="user")[0]))
+        text, _, _, pictures = _blocks(system, "system", role="user")
+        if pictures:
+            raise InvalidRequest("the system prompt takes text only", param="system")
+        msgs.append(ChatMessage("system", text))
     raw = b.data.get("messages")
     if not isinstance(raw, list) or not raw:
         raise InvalidRequest("'messages' must be a non-empty array", param="messages")
@@ -132,12 +170,14 @@ def parse_messages(b: Body) -> list[ChatMessage]:
             raise InvalidRequest(
                 "each message needs role user, assistant or system", param=f"messages[{i}].role"
             )
-        text, calls, results = _blocks(
+        text, calls, results, images = _blocks(
             m.get("content", ""), f"messages[{i}].content", role=m["role"]
         )
         msgs.extend(results)  # tool results come first: they answer the previous turn's calls
         if text or calls or not results:
-            msgs.append(ChatMessage(m["role"], text, tool_calls=tuple(calls)))
+            msgs.append(
+                ChatMessage(m["role"], text, tool_calls=tuple(calls), image_sources=tuple(images))
+            )
     return msgs
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
@@ -14,6 +16,7 @@ from app.core.constraints import (
     json_depth,
     schema_json,
 )
+from app.core.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
 from app.core.keep_alive import parse_keep_alive
 from app.core.requests import UNSET, ToolChoice
 from app.core.tools import Tool
@@ -216,35 +219,109 @@ def parse_max_tokens(b: Body) -> int | None:
 
 
 def _content_text(content: Any, where: str) -> str:
+    """A message's text, where no image may come (an image part here is a 400)."""
+    text, images = parse_content(content, where)
+    if images:
+        raise UnsupportedParameter("an image is not taken here", param=images[0].where)
+    return text
+
+
+def parse_content(content: Any, where: str) -> tuple[str, tuple[ImageSource, ...]]:
+    """A message's content (a string or parts) as text with IMAGE_MARKER where each image goes,
+    and the images in order. Literal markers in the text are neutralised."""
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for j, part in enumerate(content):
-            if isinstance(part, str):
-                parts.append(part)
-                continue
-            if not isinstance(part, dict):
-                raise InvalidRequest("content parts must be objects", param=f"{where}[{j}]")
-            ptype = part.get("type")
-            if ptype in ("text", "input_text", "output_text"):
-                text = part.get("text")
-                if not isinstance(text, str):
-                    raise InvalidRequest(
-                        "a text part needs a string 'text'", param=f"{where}[{j}].text"
-                    )
-                parts.append(text)
-            elif ptype in ("image_url", "input_image", "input_audio", "file", "input_file"):
-                raise UnsupportedParameter(
-                    f"content part type '{ptype}' needs a vision/audio model; none is available",
-                    param=f"{where}[{j}]",
-                )
-            else:
-                raise InvalidRequest(
-                    f"unknown content part type {ptype!r}", param=f"{where}[{j}].type"
-                )
-        return "".join(parts)
-    raise InvalidRequest("content must be a string or an array of content parts", param=where)
+        return neutralise_markers(content), ()
+    if not isinstance(content, list):
+        raise InvalidRequest("content must be a string or an array of content parts", param=where)
+    parts: list[str] = []
+    images: list[ImageSource] = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            parts.append(neutralise_markers(part))
+            continue
+        pwhere = f"{where}[{j}]"
+        if not isinstance(part, dict):
+            raise InvalidRequest("content parts must be objects", param=pwhere)
+        ptype = part.get("type")
+        if ptype in ("text", "input_text", "output_text"):
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise InvalidRequest("a text part needs a string 'text'", param=f"{pwhere}.text")
+            parts.append(neutralise_markers(text))
+        elif ptype == "image_url":
+            images.append(openai_image(part, pwhere))
+            parts.append(IMAGE_MARKER)
+        elif ptype == "input_image":
+            images.append(responses_image(part, pwhere))
+            parts.append(IMAGE_MARKER)
+        elif ptype in ("input_audio", "file", "input_file"):
+            raise UnsupportedParameter(
+                f"content part type '{ptype}' needs an audio or file model; none is available",
+                param=pwhere,
+            )
+        else:
+            raise InvalidRequest(f"unknown content part type {ptype!r}", param=f"{pwhere}.type")
+    return "".join(parts), tuple(images)
+
+
+_DATA_URL = re.compile(r"^data:([\w.+/-]*)((?:;[\w.+-]+=[^;,]*)*)(;base64)?,", re.ASCII)
+
+
+def image_from_url(url: Any, where: str) -> ImageSource:
+    """An image URL: a base64 data URL (decoded here) or an http(s) URL (fetched later, under
+    the server's URL policy)."""
+    if not isinstance(url, str) or not url:
+        raise InvalidImage("an image needs a URL string", param=where)
+    if url[:5].lower() == "data:":
+        m = _DATA_URL.match(url)
+        if m is None or not m.group(3):
+            raise InvalidImage(
+                "an image data URL must be base64 (data:image/...;base64,...)", param=where
+            )
+        return ImageSource(where, data=b64_image(url[m.end() :], where))
+    scheme = url.split(":", 1)[0].lower()
+    if scheme not in ("http", "https") or len(url) > MAX_URL_LEN:
+        raise InvalidImage("an image URL must be a data URL or an http(s) URL", param=where)
+    return ImageSource(where, url=url)
+
+
+MAX_URL_LEN = 8192
+
+
+def b64_image(text: Any, where: str) -> bytes:
+    """Strict base64 (whitespace allowed), as every protocol sends image bytes."""
+    if not isinstance(text, str):
+        raise InvalidImage("image data must be a base64 string", param=where)
+    try:
+        return base64.b64decode("".join(text.split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidImage("image data is not valid base64", param=where) from None
+
+
+def openai_image(part: dict[str, Any], where: str) -> ImageSource:
+    """``{"type": "image_url", "image_url": {"url", "detail"}}`` (or ``image_url`` a string)."""
+    iu = part.get("image_url")
+    if isinstance(iu, dict):
+        detail = iu.get("detail")
+        if detail is not None and detail not in ("auto", "low", "high"):
+            raise InvalidImage(
+                "'detail' must be auto, low or high", param=f"{where}.image_url.detail"
+            )
+        return image_from_url(iu.get("url"), f"{where}.image_url.url")
+    return image_from_url(iu, f"{where}.image_url")
+
+
+def responses_image(part: dict[str, Any], where: str) -> ImageSource:
+    """Responses ``{"type": "input_image", "image_url": URL, "detail"}``; ``file_id`` is a 400."""
+    if part.get("file_id") is not None:
+        raise UnsupportedParameter(
+            "input_image file_id is not supported (there is no file store); send image_url",
+            param=f"{where}.file_id",
+        )
+    url = part.get("image_url")
+    if isinstance(url, dict):  # some clients nest it as chat completions does
+        url = url.get("url")
+    return image_from_url(url, f"{where}.image_url")
 
 
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024  # a few seconds of tokenizer time, off the event loop

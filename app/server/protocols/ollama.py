@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from app.core.images import IMAGE_MARKER, ImageSource, neutralise_markers
 from app.core.requests import (
     MAX_EMBED_INPUTS,
     ChatRequest,
@@ -48,6 +49,7 @@ from app.server.protocols.common import (
     ROLES,
     Body,
     _content_text,
+    b64_image,
     check_stop,
     parse_tools,
     schema_constraint,
@@ -151,9 +153,18 @@ def parse_ttl(b: Body) -> Any:
     return UNSET if v is None else parse_keep_alive(v)
 
 
+def _images(raw: Any, where: str) -> tuple[ImageSource, ...]:
+    """Ollama's ``images``: a list of base64 strings (the images come before the text)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise InvalidRequest("'images' must be an array of base64 strings", param=where)
+    return tuple(
+        ImageSource(f"{where}[{k}]", data=b64_image(v, f"{where}[{k}]")) for k, v in enumerate(raw)
+    )
+
+
 def _reject(b: Body) -> None:
-    if b.data.get("images"):
-        raise UnsupportedParameter("images need a vision model; none is available", param="images")
     if b.data.get("suffix"):
         raise UnsupportedParameter("'suffix' (fill-in-the-middle) is not supported", param="suffix")
     if b.data.get("context"):
@@ -194,10 +205,7 @@ def parse_history(raw: Any) -> list[ChatMessage]:
         where = f"messages[{i}]"
         if not isinstance(m, dict):
             raise InvalidRequest("each message must be an object", param=where)
-        if m.get("images"):
-            raise UnsupportedParameter(
-                "images need a vision model; none is available", param=f"{where}.images"
-            )
+        images = _images(m.get("images"), f"{where}.images")
         role = m.get("role")
         if not isinstance(role, str) or role not in ROLES:
             raise InvalidRequest(f"unknown role {role!r}", param=f"{where}.role")
@@ -232,10 +240,11 @@ def parse_history(raw: Any) -> list[ChatMessage]:
         out.append(
             ChatMessage(
                 role,
-                _content_text(content, f"{where}.content"),
+                IMAGE_MARKER * len(images) + _content_text(content, f"{where}.content"),
                 name=name,
                 tool_calls=calls,
                 tool_call_id=call_id,
+                image_sources=images,
             )
         )
     return out
@@ -290,6 +299,11 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
             "a custom 'template' is not supported; use raw", param="template"
         )
     raw = b.flag("raw")
+    images = _images(b.data.get("images"), "images")
+    if raw and images:
+        raise UnsupportedParameter(
+            "'images' need the model's template; not with raw", param="images"
+        )
     sampling, max_tokens, stop = parse_options(b.data.get("options") or {})
     req: ChatRequest | CompletionRequest
     if raw:
@@ -304,10 +318,13 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
         )
     else:
         system = b.text("system")
-        messages = (ChatMessage("system", system),) if system else ()
+        messages = (ChatMessage("system", neutralise_markers(system)),) if system else ()
+        user = ChatMessage(
+            "user", IMAGE_MARKER * len(images) + neutralise_markers(prompt), image_sources=images
+        )
         req = ChatRequest(
             model=model,
-            messages=(*messages, ChatMessage("user", prompt)),
+            messages=(*messages, user),
             sampling=sampling,
             max_tokens=max_tokens,
             stop=stop,

@@ -135,6 +135,8 @@ def show(st: ModelStatus) -> dict[str, Any]:
     thinks = OPEN_TAG in (m.chat_template or "") or is_harmony_template(m.chat_template)
     if thinks and "embedding" not in caps:
         caps.append("thinking")  # <think> blocks or harmony channels, which are separated
+    if "vision" in m.capabilities:
+        caps.append("vision")
     return {
         "modelfile": f"FROM {m.path}\n",
         "parameters": "",

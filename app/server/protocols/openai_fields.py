@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.images import ImageSource
 from app.core.requests import MAX_EMBED_INPUTS
 from app.core.types import ChatMessage, Constraint, ToolCall
 from app.errors import InvalidRequest, UnsupportedParameter
@@ -15,7 +16,7 @@ from app.server.protocols.common import (
     MAX_N,
     ROLES,
     Body,
-    _content_text,
+    parse_content,
     schema_constraint,
 )
 
@@ -67,13 +68,14 @@ def parse_messages(b: Body) -> list[ChatMessage]:
             raise InvalidRequest(
                 "'tool_calls' must be an array on an assistant message", param=f"{where}.tool_calls"
             )
+        images: tuple[ImageSource, ...] = ()
         if content is None:
             if role == "assistant" and (tool_calls or m.get("refusal") is not None):
                 text = ""
             else:
                 raise InvalidRequest("'content' is required", param=f"{where}.content")
         else:
-            text = _content_text(content, f"{where}.content")
+            text, images = parse_content(content, f"{where}.content")
         name = m.get("name")
         if name is not None and not isinstance(name, str):
             raise InvalidRequest("'name' must be a string", param=f"{where}.name")
@@ -92,6 +94,7 @@ def parse_messages(b: Body) -> list[ChatMessage]:
                     for j, tc in enumerate(tool_calls)
                 ),
                 tool_call_id=tcid if isinstance(tcid, str) else None,
+                image_sources=images,
             )
         )
     return out

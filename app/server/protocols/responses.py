@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.generation import Completion
+from app.core.images import neutralise_markers
 from app.core.requests import ChatRequest, ToolChoice
 from app.core.tools import Tool
 from app.core.types import ChatMessage, Constraint, Delta, SamplingParams, ToolCall
@@ -23,9 +24,9 @@ from app.server.protocols.common import (
     MAX_TOKENS_LIMIT,
     REASONING_EFFORTS,
     Body,
-    _content_text,
     check_tool_count,
     make_tool,
+    parse_content,
     parse_template_vars,
     parse_ttl,
     schema_constraint,
@@ -81,10 +82,10 @@ def parse_input(b: Body) -> list[ChatMessage]:
     msgs: list[ChatMessage] = []
     instructions = b.text("instructions")
     if instructions:
-        msgs.append(ChatMessage("system", instructions))
+        msgs.append(ChatMessage("system", neutralise_markers(instructions)))
     raw = b.data.get("input")
     if isinstance(raw, str):
-        msgs.append(ChatMessage("user", raw))
+        msgs.append(ChatMessage("user", neutralise_markers(raw)))
         return msgs
     if not isinstance(raw, list) or not raw:
         raise InvalidRequest(
@@ -111,7 +112,7 @@ def parse_input(b: Body) -> list[ChatMessage]:
             continue
         if kind == "function_call_output":
             out = item.get("output")
-            text = out if isinstance(out, str) else json.dumps(out)
+            text = neutralise_markers(out if isinstance(out, str) else json.dumps(out))
             msgs.append(ChatMessage("tool", text, tool_call_id=str(item.get("call_id") or "")))
             continue
         if kind == "reasoning":
@@ -121,11 +122,9 @@ def parse_input(b: Body) -> list[ChatMessage]:
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
             raise InvalidRequest(f"unknown role {role!r}", param=f"{where}.role")
+        text, images = parse_content(item.get("content"), f"{where}.content")
         msgs.append(
-            ChatMessage(
-                "system" if role == "developer" else role,
-                _content_text(item.get("content"), f"{where}.content"),
-            )
+            ChatMessage("system" if role == "developer" else role, text, image_sources=images)
         )
     return msgs
 

@@ -11,6 +11,7 @@ from app.server.protocols.base import Context
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE
 from app.server.streaming import respond
+from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(ANTHROPIC)
 
@@ -21,7 +22,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     req = parsed.request
     request[REQUEST_LOG]["model"] = req.model
     # everything that can fail (404, context overflow, queue full) fails here, before headers
-    choices = await request.app[SERVICE].chat(req)
+    choices = await request.app[SERVICE].chat(await resolve_images(request, req))
     ctx = Context(choices.model)  # the model that answered (an alias's target, auto's pick)
     prompt_tokens = choices.first.prompt_tokens
     return await respond(
@@ -38,4 +39,5 @@ async def messages(request: web.Request) -> web.StreamResponse:
 async def count_tokens(request: web.Request) -> web.Response:
     req = wire.parse_request(await read_json_body(request), counting=True).request
     request[REQUEST_LOG]["model"] = req.model
+    req = await resolve_images(request, req)
     return web.json_response({"input_tokens": await request.app[SERVICE].count_tokens(req)})

@@ -23,6 +23,7 @@ from app.server.protocols.common import Body
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE
 from app.server.streaming import respond
+from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(OLLAMA)
 
@@ -112,6 +113,7 @@ async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -
         else:
             await service.load(parsed.model, ttl=parsed.ttl)
         return web.json_response(render.load_response(parsed.model, parsed.key, parsed.ttl == 0))
+    req = await resolve_images(request, req)  # a model without vision: 400 before the load
     ctx.load_ns = await _load_ns(service, parsed.model)
     choices = await (service.chat(req) if isinstance(req, ChatRequest) else service.complete(req))
     ctx.model = choices.model  # the model that answered (an alias's target, auto's pick)

@@ -24,6 +24,7 @@ from app.server.protocols.openai_fields import StreamOptions
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE, STATE
 from app.server.streaming import respond
+from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(OPENAI)
 
@@ -111,7 +112,7 @@ async def _generate(
     queue full — fails here, before headers) and answer through the one streaming path."""
     req = parsed.request
     request[REQUEST_LOG]["model"] = req.model
-    choices = await start(req)
+    choices = await start(await resolve_images(request, req))
     # the model that answered (an alias's target, auto's pick): what the response names
     ctx = Context(choices.model, reasoning_also=request.app[STATE].settings.reasoning_field_also)
     return await respond(

@@ -12,6 +12,7 @@ from app.server.protocols.base import Context
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE
 from app.server.streaming import respond
+from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(OPENAI)
 
@@ -21,7 +22,7 @@ async def responses(request: web.Request) -> web.StreamResponse:
     parsed = wire.parse_request(await read_json_body(request))
     req = parsed.request
     request[REQUEST_LOG]["model"] = req.model
-    choices = await request.app[SERVICE].chat(req)
+    choices = await request.app[SERVICE].chat(await resolve_images(request, req))
     ctx = Context(choices.model)  # the model that answered (an alias's target, auto's pick)
     return await respond(
         request,

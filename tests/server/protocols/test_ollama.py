@@ -421,17 +421,14 @@ def test_the_stop_bound_is_the_one_of_every_protocol() -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"prompt": "x", "images": ["aGk="]}, "images"),
         ({"prompt": "x", "suffix": "y"}, "suffix"),
         ({"prompt": "x", "tools": [WEATHER]}, "tools"),
         ({"prompt": "x", "template": "{{ .Prompt }}"}, "template"),
-        (
-            {"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]},
-            "messages[0].images",
-        ),
     ],
 )
 def test_unsupported_fields_are_400(body: dict[str, Any], param: str) -> None:
+    # images parse now (tests/server/protocols/test_image_parts.py); a model without vision
+    # refuses them at the service (tests/server/test_vision_server.py)
     parse = wire.parse_chat if "messages" in body else wire.parse_generate
     with pytest.raises(UnsupportedParameter) as ei:
         parse({"model": "m", **body}, ident)
