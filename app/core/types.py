@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from app.core.images import ImageInput
 
 ModelFormat = Literal["gguf", "mlx"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
@@ -130,6 +133,8 @@ class ChatMessage:
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    # decoded images; ``content`` holds IMAGE_MARKER once per image, in order (app/core/images.py)
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +149,9 @@ class GenerationRequest:
     logprobs: int | None = None  # None = off; N = the sampled token plus the N most likely
     constraint: Constraint | None = None
     prepare_ms: float = 0.0  # spent rendering and tokenizing it (reported in its timings)
+    # the prompt's images in order; each takes a run of negative pseudo-token ids (derived from
+    # its digest) in prompt_tokens, where its embeddings go (app/runtimes/llama_vision.py)
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
