@@ -4,7 +4,6 @@ Hearth's decode loop; the weights are random, so these check the path, never ans
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from dataclasses import dataclass
