@@ -13,9 +13,10 @@ import pytest
 
 from app.core.images import IMAGE_MARKER, ImageInput
 from app.core.library import ModelLibrary
+from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
-from app.errors import ModelLoadFailed
+from app.errors import ContextLengthExceeded, ModelLoadFailed
 from app.runtimes.llama_cpp import LlamaCppModel, LlamaCppRuntime
 from app.runtimes.llama_vision import image_tokens
 from tests.conftest import assert_greedy_close, transcript
@@ -51,7 +52,7 @@ def hearth(rig: Rig, name: str, **options: object) -> Hearth:
     d = rig.root / name
     lib = ModelLibrary(d / "library.json", d / "models")
     rt = LlamaCppRuntime(probe_file=rig.root / "probe.json")  # one probe for the module
-    opts = LoadOptions(context_length=1024, **options)  # type: ignore[arg-type]
+    opts = LoadOptions(**{"context_length": 1024, **options})  # type: ignore[arg-type]
     return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
@@ -203,3 +204,46 @@ def test_image_pseudo_tokens_are_negative_and_keyed_on_the_digest() -> None:
     assert all(t < 0 for t in ta + tb)
     assert len(set(ta)) == N_IMAGE_TOKENS and ta[0] != tb[0]
     assert ta == image_tokens(a.digest, N_IMAGE_TOKENS)
+
+
+async def test_the_memory_estimate_counts_the_projector(rig: Rig) -> None:
+    from app.core.gguf import read_header
+
+    plain, vision = hearth(rig, "est-plain"), hearth(rig, "est-vision")
+    try:
+        a = plain.estimate(pair(plain, rig.model, None))
+        b = vision.estimate(pair(vision, rig.model, rig.projector))
+    finally:
+        await plain.close()
+        await vision.close()
+    proj_weights = sum(t.n_bytes for t in read_header(rig.projector).tensors)
+    assert b["weights"] == a["weights"] + proj_weights
+    # libmtmd logs a 0.02 MiB compute buffer for this projector; the estimate's is 0.04 MiB
+    assert 10_000 < b["compute"] - a["compute"] < 200_000
+    assert b["total"] > a["total"]
+
+
+async def test_image_positions_count_toward_the_context_check(rig: Rig) -> None:
+    h = hearth(rig, "ctx", context_length=256)
+    mid = pair(h, rig.model, rig.projector)
+    try:
+        lm = await h.load(mid)
+
+        async def count(msg: ChatMessage) -> int:
+            return await h.count_tokens(ChatRequest(mid, (msg,)))
+
+        def text(n: int) -> str:
+            return "Look." + " again" * n
+
+        base, ten = await count(with_images(text=text(0))), await count(with_images(text=text(10)))
+        # a text that leaves 8 positions free: room for it, not for an image's 16 too
+        words = (lm.context_length - 8 - base) * 10 // (ten - base)
+        plain = with_images(text=text(words))
+        assert await count(plain) < lm.context_length
+        img = with_images(image(1), text=text(words))
+        assert await count(img) == await count(plain) + N_IMAGE_TOKENS
+        await ask(h, mid, plain, max_tokens=1)
+        with pytest.raises(ContextLengthExceeded):
+            await chat(h, mid, [img], sampling=GREEDY, max_tokens=1)
+    finally:
+        await h.close()
