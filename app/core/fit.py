@@ -133,6 +133,23 @@ def estimate_gguf(
     return MemoryEstimate(weights, kv, attn + act + outputs, LLAMA_OVERHEAD, n_ctx)
 
 
+def with_projector(est: MemoryEstimate, projector: GGUFHeader) -> MemoryEstimate:
+    """``est`` plus a vision projector (mmproj GGUF): its weights, and the compute buffer of
+    its encoder over one image (libmtmd allocates it at load, for an image of image_size)."""
+    m = projector.metadata
+    n_embd = _int(m.get("clip.vision.embedding_length"))
+    n_ff = _int(m.get("clip.vision.feed_forward_length"), 4 * n_embd)
+    n_head = _int(m.get("clip.vision.attention.head_count"), 1) or 1
+    side = _int(m.get("clip.vision.image_size"))
+    n_pos = (side // max(1, _int(m.get("clip.vision.patch_size"), 14))) ** 2 + 1
+    # attention scores, activations, and the image as floats (same shape as estimate_gguf's)
+    compute = n_pos * n_pos * n_head * 4 + n_pos * (8 * n_embd + 3 * n_ff) * 4 + side * side * 12
+    weights = sum(t.n_bytes for t in projector.tensors)
+    return MemoryEstimate(
+        est.weights + weights, est.kv_cache, est.compute + compute, est.overhead, est.context_length
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceMemory:
     """What this machine can hold: free RAM and, per GPU, free VRAM (bytes)."""

@@ -10,11 +10,12 @@ from dataclasses import dataclass, replace
 
 from app.core.chat_template import ChatTemplate
 from app.core.generation import Generation
+from app.core.images import ImageInput
 from app.core.reasoning import reasoning_splitter
 from app.core.requests import ChatRequest
 from app.core.tools import ToolCallParser, ToolSetup
 from app.core.types import Constraint, GenerationRequest, LoadedModel, SamplingParams
-from app.errors import ContextLengthExceeded, InvalidRequest
+from app.errors import ContextLengthExceeded, InvalidRequest, UnsupportedParameter
 
 # what the chat template is given by the service; a request cannot replace them
 RESERVED_TEMPLATE_VARS = frozenset(
@@ -45,6 +46,14 @@ async def tokenize(
     return await asyncio.to_thread(
         lm.tokenize, text, add_special=add_special, parse_special=parse_special
     )
+
+
+async def tokenize_images(lm: LoadedModel, text: str, images: tuple[ImageInput, ...]) -> list[int]:
+    """A prompt with images, tokenized by a model that takes them (image positions count)."""
+    fn = getattr(lm, "tokenize_images", None)
+    if fn is None or "vision" not in lm.capabilities:
+        raise UnsupportedParameter("this model does not take images", param=images[0].where)
+    return list(await fn(text, images))
 
 
 def check_fits(lm: LoadedModel, n_prompt: int, param: str) -> None:
@@ -92,7 +101,11 @@ async def prepare_chat(
 
     # a template is a model's code: it compiles and renders off the event loop, bounded
     template, prompt = await asyncio.to_thread(render)
-    tokens = await tokenize(lm, prompt, "messages", parse_special=True)
+    images = tuple(im for m in messages for im in m.images)
+    if images:  # the runtime places them (llama.cpp: libmtmd; app/runtimes/llama_vision.py)
+        tokens = await tokenize_images(lm, prompt, images)
+    else:
+        tokens = await tokenize(lm, prompt, "messages", parse_special=True)
     bos = special.get("bos_id")
     if bos is not None and len(tokens) > 1 and tokens[0] == tokens[1] == int(bos):
         tokens = tokens[1:]  # the template wrote a BOS and the tokenizer added another
@@ -113,6 +126,7 @@ async def prepare_chat(
             logprobs=req.logprobs,
             constraint=constraint,
             prepare_ms=(time.perf_counter() - t0) * 1000,
+            images=images,
         ),
         call=call,
     )

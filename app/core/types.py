@@ -153,6 +153,9 @@ class GenerationRequest:
     logprobs: int | None = None  # None = off; N = the sampled token plus the N most likely
     constraint: Constraint | None = None
     prepare_ms: float = 0.0  # spent rendering and tokenizing it (reported in its timings)
+    # the prompt's images in order; each takes a run of negative pseudo-token ids (derived from
+    # its digest) in prompt_tokens, where its embeddings go (app/runtimes/llama_vision.py)
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

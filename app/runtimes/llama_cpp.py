@@ -13,11 +13,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.core.images import ImageInput
 from app.core.types import Constraint, GenerationRequest, LoadOptions, LocalModel
-from app.errors import InvalidRequest, ModelUnloaded, RuntimeUnavailable
+from app.errors import InvalidRequest, ModelUnloaded, RuntimeUnavailable, UnsupportedParameter
 from app.runtimes.llama_backend import L, build_info
 from app.runtimes.llama_engine import LlamaEngine
 from app.runtimes.llama_grammar import grammar_for
+from app.runtimes.llama_vision import check_projector, projector_path
 from app.runtimes.worker import DeltaStream, Worker
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,19 @@ class LlamaCppModel:
             return frozenset({"rerank"})
         if self.engine.is_embedding:
             return frozenset({"embeddings", "rerank"})
+        if self.engine.vision is not None:
+            return frozenset({"completion", "chat", "vision"})
         return frozenset({"completion", "chat"})
+
+    async def tokenize_images(self, text: str, images: tuple[ImageInput, ...]) -> list[int]:
+        """The rendered prompt's tokens with each image's positions (its pseudo-tokens), by
+        libmtmd on the worker thread, which owns the projector."""
+        vision = self.engine.vision
+        if vision is None:
+            raise UnsupportedParameter(
+                f"'{self.model_id}' does not take images", param=images[0].where or "messages"
+            )
+        return await self.worker.run(lambda _cancelled: vision.projector.tokenize(text, images))
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
         return self.worker.submit(request)
@@ -164,6 +178,9 @@ class LlamaCppRuntime:
     def load(self, model: LocalModel, options: LoadOptions) -> LlamaCppModel:
         if L is None:
             raise RuntimeUnavailable("llama-cpp-python is not installed")
+        projector = projector_path(model)
+        if projector:  # a mismatched projector is refused before the model loads
+            check_projector(model, projector)
         # our bounds-checked header check, what llama.cpp would assert on, then a child process
         # that loads the file and serves it once: only then llama.cpp in this process
         safe = self.prober.check_model(model, options, build_info=build_info())

@@ -22,6 +22,7 @@ from app.runtimes.llama_backend import (
 )
 from app.runtimes.llama_grammar import grammar_for
 from app.runtimes.llama_slots import Slots
+from app.runtimes.llama_vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
 from app.runtimes.worker import NativeLifetime, Sequence
 
@@ -98,6 +99,14 @@ class LlamaEngine:
         # "auto" threads follow the machine's load (runtimes/threads.py); a set count is kept
         self.tuner = ThreadTuner(threads) if not options.threads and threads > 1 else None
         self.mem = L.llama_get_memory(self.ctx)
+        self.vision: ImageBatch | None = None
+        if projector_path(model):
+            try:
+                self.vision = open_images(model, options, self, cp.flash_attn_type)
+            except Exception:
+                L.llama_free(self.ctx)
+                L.llama_model_free(self.model)
+                raise
         self.max_sequences = parallel  # decoded at once; more slots keep idle caches
         self.peak_batch = 0  # the most sequences decoded in one step so far
         self.preempted = 0  # sequences parked because the shared cache was full
@@ -210,7 +219,8 @@ class LlamaEngine:
             # penalties look at recent history, the prompt included (as llama-server does); fed
             # to this sampler alone: a grammar fed the prompt's tokens aborts the process
             for t in history[-PENALTY_LAST_N:]:
-                L.llama_sampler_accept(pen, t)
+                if t >= 0:  # image positions (negative pseudo-tokens) are no vocabulary
+                    L.llama_sampler_accept(pen, t)
             add(pen)
         if s.temperature <= 0:
             add(L.llama_sampler_init_greedy())
@@ -241,10 +251,10 @@ class LlamaEngine:
             b.logits[n - 1] = 1
         b.n_tokens = n
 
-    def _decode(self) -> int:
+    def _decode(self, batch: Any = None) -> int:
         """llama_decode the batch; when a shared cache has no room, idle caches go first."""
         while True:
-            rc = L.llama_decode(self.ctx, self.batch)
+            rc = L.llama_decode(self.ctx, self.batch if batch is None else batch)
             if rc != 1 or not self.unified or not self.slots.evict_idle():
                 return rc
 
@@ -299,9 +309,8 @@ class LlamaEngine:
                 if seq.cancelled:
                     return
                 start = st.done_upto
-                chunk = tokens[start : start + self.n_batch]
-                self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
-                rc = self._decode()
+                chunk, batch = self._segment(seq, tokens, start, slot)
+                rc = self._decode(batch)
                 if rc == 1 and self._busy() > 1:  # the others hold the shared cache: wait
                     self._park(st)
                     return
@@ -328,7 +337,24 @@ class LlamaEngine:
             st.parked = False
         else:
             seq.t_prompt_done = time.perf_counter()
-        self._sample(seq, st, self.batch.n_tokens - 1)
+        self._sample(seq, st, st.last_rows - 1)
+
+    def _segment(
+        self, seq: Sequence, tokens: list[int], start: int, slot: int
+    ) -> tuple[list[int], Any]:
+        """The next prompt piece from ``start`` in a filled batch: text tokens up to an image
+        (or n_batch), or an image's positions as embeddings (app/runtimes/llama_vision.py)."""
+        chunk = tokens[start : start + self.n_batch]
+        st: _SeqState = seq.engine_state  # type: ignore[assignment]
+        if self.vision is not None and chunk[0] < 0:
+            n = self.vision.fill(tokens, seq.request.images, start, slot)
+            st.last_rows = n
+            return chunk[:n], self.vision.batch
+        if self.vision is not None:  # an image ends the text piece
+            chunk = chunk[: next((i for i, t in enumerate(chunk) if t < 0), len(chunk))]
+        self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
+        st.last_rows = len(chunk)
+        return chunk, self.batch
 
     def _sample(self, seq: Sequence, st: _SeqState, idx: int) -> None:
         """Pick the next token from the logits the last decode left at row ``idx``. Done right
@@ -526,6 +552,9 @@ class LlamaEngine:
 
     def shutdown(self) -> None:
         self.lifetime.retire()  # no other thread is inside the model from here on
+        if self.vision is not None:  # the projector holds the model: it goes first
+            self.vision.close()
+            self.vision = None
         if self.batch is not None:
             L.llama_batch_free(self.batch)
             self.batch = None
@@ -550,6 +579,7 @@ class _SeqState:
         "done_upto",
         "decoder",
         "parked",
+        "last_rows",
     )
 
     def __init__(self, slot: int, sampler: Any) -> None:
@@ -563,5 +593,6 @@ class _SeqState:
         self.next: tuple[int, bytes, tuple[TokenLogprob, ...]] | None = None
         self.ready = False
         self.parked = False  # its cells were freed for others; it reads its tokens again
+        self.last_rows = 0  # rows in the last prompt batch (its last one's logits are sampled)
         # holds back an incomplete UTF-8 character until its last byte arrives
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -28,6 +28,7 @@ from app.server.app import create_app
 from app.settings import ServerSettings
 from tests.core.fakes import FakeRuntime
 from tests.core.gguf_files import CHATML, write_model
+from tests.vision_gguf import write_projector
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -37,7 +38,7 @@ def seer_library(root: Path) -> ModelLibrary:
     lib = ModelLibrary(lib_file, root / "models")
     lib.import_path(write_model(root / "src" / "seer.gguf", chat_template=CHATML))
     index = json.loads(lib_file.read_text())
-    index["models"][0]["extra"]["projector"] = str(root / "mmproj.gguf")
+    index["models"][0]["extra"]["projector"] = str(write_projector(root / "mmproj.gguf"))
     lib_file.write_text(json.dumps(index))
     filecache.shared(lib_file, "library").invalidate()
     return ModelLibrary(lib_file, root / "models")

@@ -45,6 +45,7 @@ from app.settings import ServerSettings, VisionSettings
 from tests.core.fakes import FakeRuntime, ScriptEngine
 from tests.core.gguf_files import CHATML, write_model
 from tests.core.test_images import png_header
+from tests.vision_gguf import write_projector
 
 PUBLIC = "93.184.216.34"  # a public address: the check passes, dial sends it to the test server
 
@@ -147,7 +148,9 @@ async def env(tmp_path: Path, host: str = "127.0.0.1", **server: Any) -> AsyncIt
     index = json.loads(lib_file.read_text())
     for entry in index["models"]:  # pairing is a later part of issue 16: set by hand
         if entry["id"] == seer.id:
-            entry.setdefault("extra", {})["projector"] = str(tmp_path / "mmproj.gguf")
+            entry.setdefault("extra", {})["projector"] = str(
+                write_projector(tmp_path / "mmproj.gguf")
+            )
     lib_file.write_text(json.dumps(index))
     filecache.shared(lib_file, "library").invalidate()  # the index is re-read at most every 2 s
     runtime = RecordingRuntime(delay=0.0, pieces=["ok"])
@@ -238,7 +241,7 @@ async def test_a_model_with_a_projector_takes_images_in_every_api_markers_in_ord
         # what reaches the model is decoded RGB (once the prompt hands images to the runtime:
         # t22-vrt's app/core/prompt.py calls tokenize_images; before it, nothing is handed)
         seen = [im for m in e.runtime.models for ims in m.images_seen for im in ims]
-        assert all((im.width, im.height, len(im.rgb)) == (3, 2, 18) for im in seen)
+        assert seen and all((im.width, im.height, len(im.rgb)) == (3, 2, 18) for im in seen)
         assert {im.digest for im in seen} <= {decode_image(png(), where="").digest}
         # the literal marker the client typed is text, not an image
         assert MARKER_LOOKALIKE in RecordingEngine.prompts[0]
@@ -463,7 +466,7 @@ def test_hearth_serve_reads_vision_settings_and_resolves_names_for_real(tmp_path
     with serving(home, write_model(tmp_path / "src" / "seer.gguf", chat_template=CHATML)) as s:
         lib_file = s.service.library.index_file  # type: ignore[attr-defined]
         index = json.loads(lib_file.read_text())
-        index["models"][0]["extra"]["projector"] = str(tmp_path / "mmproj.gguf")
+        index["models"][0]["extra"]["projector"] = str(write_projector(tmp_path / "mmproj.gguf"))
         lib_file.write_text(json.dumps(index))
         filecache.shared(lib_file, "library").invalidate()
         settings_file = home / "config" / "settings.json"

@@ -198,7 +198,7 @@ class GgufFormat(ModelFormat):
 
     def estimate_local(self, model: Any, options: Any) -> fitlib.MemoryEstimate:
         header = gguf.read_header(model.path)
-        return fitlib.estimate_gguf(
+        est = fitlib.estimate_gguf(
             header,
             context_length=options.context_length or None,
             kv_type=options.kv_type,
@@ -210,6 +210,10 @@ class GgufFormat(ModelFormat):
             parallel=options.parallel,
             prompt_cache=options.prompt_cache,
         )
+        projector = model.extra.get("projector")
+        if projector:  # a vision model's projector is loaded with it
+            est = fitlib.with_projector(est, gguf.read_header(projector))
+        return est
 
 
 GGUF = register(GgufFormat())
