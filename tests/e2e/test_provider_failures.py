@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.engines import Engine, EngineSet, free_port
+from tests.e2e.engines import Engine, EngineSet, free_port, http_request
 from tests.e2e.providers_front import call, cli, model_ids, provider_state, until, wait_ready
 from tests.e2e.serveproc import ServeProc, start_serve
 
@@ -108,10 +108,18 @@ def test_sigstop_times_out_before_the_first_token_then_falls_back(
     front: ServeProc, sleepy: Engine
 ) -> None:
     model = _remote(front, "sleepy")
+    # load the model there first, straight (a load on a busy machine may take longer than the
+    # provider's 3 s first-token bound), then once through the front: only the stop delays it
+    local = http_request(
+        sleepy.root + "/v1/chat/completions",
+        "POST",
+        {"model": sleepy.models[SMOL], "messages": HI, "max_tokens": 2},
+    )
+    assert local.status == 200, local.body
     warm = call(
         front, "POST", "/v1/chat/completions", {"model": model, "messages": HI, "max_tokens": 2}
     )
-    assert warm.status == 200, warm.body  # loaded there: only the stop can delay it now
+    assert warm.status == 200, warm.body
     sleepy.stop()
     try:
         t0 = time.monotonic()
