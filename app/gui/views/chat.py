@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QMimeData, Qt, Signal
 from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
@@ -68,8 +69,15 @@ class PromptEdit(QPlainTextEdit):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setTabChangesFocus(True)
+        # takes a paste (Ctrl+V, the context menu's Paste, a middle click) that is not text
+        # for the box: files, long text (attachments); True when it took it
+        self.take_paste: Callable[[QMimeData], bool] | None = None
 
     submitted = Signal()
+
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 - Qt override
+        if self.take_paste is None or not self.take_paste(source):
+            super().insertFromMimeData(source)
 
     def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 - Qt override
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
