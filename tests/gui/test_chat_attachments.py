@@ -131,6 +131,13 @@ def test_drop_paste_and_remove_make_and_unmake_chips(
     qtbot.keyClick(page.prompt_edit, Qt.Key.Key_V, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: len(bar.chips) == 3, timeout=10_000)
     assert bar.chips[2].attachment.name == "more.txt" and page.prompt_edit.toPlainText() == ""
+    # the context menu's Paste (the box's paste slot) takes the same path
+    (tmp_path / "menu.txt").write_text("from the menu")
+    QApplication.clipboard().setMimeData(_files_mime(tmp_path / "menu.txt"))
+    page.prompt_edit.paste()
+    qtbot.waitUntil(lambda: len(bar.chips) == 4, timeout=10_000)
+    assert bar.chips[3].attachment.name == "menu.txt" and page.prompt_edit.toPlainText() == ""
+    qtbot.mouseClick(bar.chips[3].remove_button, Qt.MouseButton.LeftButton)
     drop(page, tmp_path / "notes.md")  # the same file again: attached once
     qtbot.waitUntil(lambda: not bar.busy, timeout=10_000)
     assert len(bar.chips) == 3

@@ -326,3 +326,45 @@ def test_qt_work_per_render_stays_flat_on_a_long_answer(transcript: Transcript) 
     assert last <= 1.5 * first
     assert len(body.browsers()) > 3  # frozen HTML went into several bounded segments
     assert body.plain_text().count("The dragon kneads") == 400 * 6
+
+
+def test_a_long_open_code_block_streams_with_flat_work_and_shows_what_a_full_render_would(
+    transcript: Transcript,
+) -> None:
+    """While a code block is still open, each render adds only the new code to its box (no
+    parse, no setHtml of the whole block): the work per appended line stays flat, and what the
+    box shows is what setting the block's whole HTML shows. Closing it highlights it once."""
+    view = transcript.add_message("a1", "assistant", header="A")
+    body = view.body
+    view.append_text("Here it is:\n\n```python\n")
+    body.render_now()
+    per_line: list[tuple[int, int]] = []  # (HTML/text handed to Qt, characters parsed)
+    for i in range(1500):
+        before = (body.html_chars, body.incremental.parsed_chars)
+        view.append_text(f"    total += values[{i}] * {i}  # line {i}\n")
+        body.render_now()
+        per_line.append((body.html_chars - before[0], body.incremental.parsed_chars - before[1]))
+        if i in (3, 700, 1499):  # the box shows what the whole block's HTML would
+            tail = body.browsers()[-1]
+            fresh = QTextDocument()
+            fresh.setHtml(body.incremental.html.split("</p>\n", 1)[-1])
+            assert tail.document().toPlainText().rstrip().endswith(fresh.toPlainText().rstrip())
+            last = tail.document().lastBlock()
+            assert last.text() == f"    total += values[{i}] * {i}  # line {i}"
+            # the added lines keep the code format set with the block's HTML (font, background)
+            first = tail.document().find("total += values[0] ").block()
+            font = first.begin().fragment().charFormat().fontFamilies()
+            assert font and last.begin().fragment().charFormat().fontFamilies() == font
+            assert last.blockFormat().background() == first.blockFormat().background()
+    first = [sum(x) for x in zip(*per_line[:200], strict=True)]
+    late = [sum(x) for x in zip(*per_line[-200:], strict=True)]
+    assert late[0] <= 1.5 * first[0] and late[1] <= 1.5 * first[1], (first, late)
+    assert late[0] < 20_000  # not the whole block (~60 KB by then) per line
+    view.append_text("```\n\nDone.")
+    view.finish()
+    codes = body.incremental.codes
+    assert len(codes) == 1 and codes[0].count("total += values") == 1500
+    assert body.plain_text().endswith("Done.")
+    line = "    total += values[1499] * 1499  # line 1499"
+    doc = next(d for d in body.documents() if not d.find(line).isNull())
+    assert len(code_colours(doc, line)) >= 3  # highlighted once closed

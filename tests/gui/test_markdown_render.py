@@ -106,9 +106,12 @@ def test_a_long_open_code_block_is_highlighted_once_when_it_closes() -> None:
         inc.append(line)
         before = inc.parsed_chars
         inc.update()
-        # one pass over the open block (its render): no parse to look for blocks to freeze
-        assert inc.parsed_chars - before == len(inc.markdown) - len("Here:\n\n")
+        # no parse at all while the block stays open: only the new line is added to it
+        assert inc.parsed_chars - before <= len(line)
     assert renderer.highlighted_chars == 0
+    # and what it shows is what the parser makes of the open block
+    whole = "Here:\n\n```python\n" + code
+    assert inc.html == MarkdownRenderer().render(whole, final=False).html
     assert "def f_299(x):" in inc.html and "<pre" in inc.html  # shown, plain, as it streams
     inc.append("```\n\nAfter.")
     inc.update()

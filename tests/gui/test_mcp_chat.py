@@ -211,3 +211,18 @@ def test_calls_sit_in_their_answer_are_saved_and_come_back_on_reopen(
     assert [m.role for m in again.history] == ["user"]
     again.clear()
     bridge.close()
+
+
+def test_text_written_with_the_calls_is_sent_back_once(
+    page: ChatPage, core: Core, qtbot: QtBot
+) -> None:
+    core.script(["Let me add them.", *CALL])
+    send(page)
+    block = block_of(page, qtbot)
+    core.script(ANSWER)
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW):
+        qtbot.mouseClick(block.allow_button, Qt.MouseButton.LeftButton)
+    assert page.answer_text.startswith("Let me add them.")  # shown as it streamed
+    said = [m.content for m in page.history if m.role == "assistant"]
+    assert "".join(said).count("Let me add them.") == 1, said
+    assert page.history[-1].content.strip() == "The sum is 5."

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, QMimeData, QObject, Signal
-from PySide6.QtGui import QDropEvent, QGuiApplication, QKeyEvent, QKeySequence, QPalette
+from PySide6.QtGui import QDropEvent, QPalette
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -196,6 +196,8 @@ class AttachmentBar(QWidget):
         """Take file drops on ``page`` and its ``targets`` (text views: pass their viewport),
         and file or long-text pastes in ``prompt``."""
         self._filter = _DropAndPaste(self, prompt)
+        if hasattr(prompt, "take_paste"):  # the page's PromptEdit: every paste comes here first
+            prompt.take_paste = self.paste
         for w in (page, prompt, *targets):
             w.setAcceptDrops(True)
             w.installEventFilter(self._filter)
@@ -275,7 +277,7 @@ class AttachmentBar(QWidget):
 
 
 class _DropAndPaste(QObject):
-    """Event filter: local files dropped become attachments; Paste goes to :meth:`paste`."""
+    """Event filter: local files dropped become attachments (pastes: PromptEdit.take_paste)."""
 
     def __init__(self, bar: AttachmentBar, prompt: QWidget) -> None:
         super().__init__(bar)
@@ -293,14 +295,6 @@ class _DropAndPaste(QObject):
                 self._bar.add_paths(files)
             e.acceptProposedAction()
             return True
-        elif (
-            t == QEvent.Type.KeyPress
-            and isinstance(e, QKeyEvent)
-            and e.matches(QKeySequence.StandardKey.Paste)
-        ):
-            mime = QGuiApplication.clipboard().mimeData()
-            if mime is not None and self._bar.paste(mime):
-                return True
         return False
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QMimeData, Qt, Signal
 from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
@@ -68,8 +69,15 @@ class PromptEdit(QPlainTextEdit):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setTabChangesFocus(True)
+        # takes a paste (Ctrl+V, the context menu's Paste, a middle click) that is not text
+        # for the box: files, long text (attachments); True when it took it
+        self.take_paste: Callable[[QMimeData], bool] | None = None
 
     submitted = Signal()
+
+    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 - Qt override
+        if self.take_paste is None or not self.take_paste(source):
+            super().insertFromMimeData(source)
 
     def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 - Qt override
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
@@ -430,9 +438,9 @@ class ChatPage(QWidget):
         answer = self.answer_text
         reason = final.finish_reason or "stop"
         view = self._answer_view
-        self._record_tool_calls(turn)
+        said = self._record_tool_calls(turn)  # what the answer wrote before its tool calls
         if answer and view is not None:
-            self.history.append(ChatMessage("assistant", answer))
+            self.history.append(ChatMessage("assistant", answer.removeprefix(said)))
             self.history_ids.append(view.msg_id)
         elif self.history and self.history[-1].role == "user":
             self._pop_user()  # nothing came back: keep user/assistant turns alternating
@@ -461,16 +469,19 @@ class ChatPage(QWidget):
         self.answer_finished.emit("error")
 
     # -- helpers -------------------------------------------------------------------------------------
-    def _record_tool_calls(self, turn: object, *, kept: bool = True) -> None:
+    def _record_tool_calls(self, turn: object, *, kept: bool = True) -> str:
         """MCP: an answer's tool calls and results go in the history before its text (under
-        the answer's id, so regenerate and delete take them along) and are saved with it."""
+        the answer's id, so regenerate and delete take them along) and are saved with it.
+        Returns the text the answer wrote with its calls (already in those messages)."""
         added, self.last_extras = self.mcp.finished(turn)
         view = self._answer_view
-        if added and kept and self.answer_text and view is not None:
-            self.history.extend(added)
-            self.history_ids.extend([view.msg_id] * len(added))
         if self.last_extras and self.session is not None:
             self.session.add_extras(answer=self.last_extras)
+        if not (added and kept and self.answer_text and view is not None):
+            return ""
+        self.history.extend(added)
+        self.history_ids.extend([view.msg_id] * len(added))
+        return "".join(m.content for m in added if m.role == "assistant")
 
     def _place_block(self, block: QWidget) -> None:
         if self._answer_view is not None:

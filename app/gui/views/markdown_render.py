@@ -127,6 +127,10 @@ class MarkdownRenderer:
             body = self._highlight(code, lang, lexer)
         n = env["first"] + len(env["codes"])
         env["codes"].append(code)
+        return self.fence_html(lang, n, body)
+
+    def fence_html(self, lang: str, n: int, body: str) -> str:
+        """A code block: its language, its Copy link (``copy:n``) and its body (HTML)."""
         label = html.escape(lang) + " · " if lang else ""
         return (
             f'<p style="margin-bottom:0"><span style="color:{self._muted}">{label}</span>'
@@ -175,6 +179,9 @@ class Update:
 
     frozen: list[str] = field(default_factory=list)
     tail: str = ""
+    # the tail is the same open code block as at the last update, with this text added to its
+    # end (the view may append it instead of setting ``tail`` again); None: set ``tail``
+    appended: str | None = None
 
 
 class IncrementalMarkdown:
@@ -197,6 +204,7 @@ class IncrementalMarkdown:
         self._frozen_blocks = 0
         self._fence = ""  # the open tail is one fence not closed yet: its opening marker
         self._seen = 0  # the length of the open text's complete lines when last looked at
+        self._shown_code: str | None = None  # an open fence's code as the last update showed it
         self.parsed_chars = 0
 
     @property
@@ -267,10 +275,39 @@ class IncrementalMarkdown:
             # inside an open fence only a closing line can end it: no need to parse until one
             if not self._fence or any(_closes(ln, self._fence) for ln in fresh.split("\n")):
                 tail = self._freeze(tail, complete, out)
+        if not final and self._open_fence(tail, out):
+            return out
+        self._shown_code = None
         self.parsed_chars += len(tail)
         self._tail = self._r.render(tail, first_code=len(self._codes), final=final)
         out.tail = self._tail.html
         return out
+
+    def _open_fence(self, tail: str, out: Update) -> bool:
+        """The tail is one fence still open (at column 0, its opening line complete): show its
+        code as it grows without parsing it again (what the parser would make of it: all the
+        lines after the opening one, unhighlighted). Anything less plain takes the parser."""
+        fence = self._fence
+        nl = tail.find("\n")
+        if not fence or not tail.startswith(fence) or nl < 0 or "\0" in tail:
+            return False
+        if _closes(tail[tail.rfind("\n") + 1 :], fence):  # a closing line being written
+            return False
+        info = tail[len(fence) : nl].strip()
+        if "\\" in info or "&" in info:  # escapes and entities: the parser's to read
+            return False
+        lang = info.split(maxsplit=1)[0] if info else ""
+        code = tail[nl + 1 :]
+        shown = code.rstrip("\n")
+        before = self._shown_code
+        if before and shown.startswith(before):  # (an empty block has nothing to add to)
+            out.appended = shown[len(before) :]
+            self.parsed_chars += len(out.appended)
+        n = len(self._codes)
+        self._tail = Rendered(self._r.fence_html(lang, n, html.escape(shown)), (code,))
+        self._shown_code = shown
+        out.tail = self._tail.html
+        return True
 
 
 def _line_offset(text: str, line: int) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextDocument
+from PySide6.QtGui import QDesktopServices, QGuiApplication, QTextCursor, QTextDocument
 from PySide6.QtWidgets import QFrame, QSizePolicy, QTextBrowser, QVBoxLayout, QWidget
 
 from app.gui.theme import is_dark
@@ -50,7 +50,9 @@ class AutoHeightBrowser(QTextBrowser):
 
     def resizeEvent(self, e: object) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(e)  # type: ignore[arg-type]
-        self.document().setTextWidth(self.viewport().width())
+        width = self.viewport().width()
+        if self.document().textWidth() != width:  # a new height alone: no relayout of it all
+            self.document().setTextWidth(width)
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return QSize(super().sizeHint().width(), self._content_height())
@@ -153,9 +155,17 @@ class MarkdownBody(QWidget):
             self._segment_html[-1] += piece
             self._segments[-1].setHtml(self._segment_html[-1])
             self.html_chars += len(self._segment_html[-1])
-        if up.tail != self._tail_html:  # (a token inside a word often changes nothing shown)
+        if up.appended is not None and self._tail_html and not self._tail.isHidden():
+            # an open code block growing: add the new text at its end, not the whole block again
+            if up.appended:
+                cur = QTextCursor(self._tail.document())
+                cur.movePosition(QTextCursor.MoveOperation.End)
+                cur.insertText(up.appended)
+                self.html_chars += len(up.appended)
             self._tail_html = up.tail
-            self._tail.setHtml(up.tail)
+        elif up.tail != self._tail_html:  # (a token inside a word often changes nothing shown)
+            self._tail_html = up.tail
+            self._tail.setHtml(up.tail.rstrip("\n"))  # Qt shows a trailing newline as a space
             self.html_chars += len(up.tail)
             self._tail.setVisible(bool(up.tail))
 
