@@ -109,9 +109,10 @@ def test_drop_paste_and_remove_make_and_unmake_chips(
     (tmp_path / "photo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(100))
     shown = page.transcript.add_notice("a message in the transcript")
     drop(shown, tmp_path / "notes.md")  # onto a message: it reaches the page's handler
-    qtbot.waitUntil(lambda: len(bar.chips) == 1, timeout=10_000)
+    # (Qt shows a widget added to a shown layout at its next event-loop turn)
+    qtbot.waitUntil(lambda: len(bar.chips) == 1 and bar.chips[0].isVisible(), timeout=10_000)
     chip = bar.chips[0]
-    assert chip.label.text() == "notes.md · 14 B" and chip.isVisible()
+    assert chip.label.text() == "notes.md · 14 B"
     drop(page, tmp_path / "photo.png")  # onto the page itself
     qtbot.waitUntil(lambda: bar.error_label.isVisible(), timeout=10_000)
     assert "photo.png is a binary file" in bar.error_label.text() and len(bar.chips) == 1
