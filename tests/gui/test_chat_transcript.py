@@ -368,3 +368,15 @@ def test_a_long_open_code_block_streams_with_flat_work_and_shows_what_a_full_ren
     line = "    total += values[1499] * 1499  # line 1499"
     doc = next(d for d in body.documents() if not d.find(line).isNull())
     assert len(code_colours(doc, line)) >= 3  # highlighted once closed
+
+
+def test_a_message_shows_when_it_was_written(transcript: Transcript) -> None:
+    import time
+
+    now = transcript.add_message("n", "user", "hi", header="You")
+    assert (
+        now.header_label.text() == f"You  ·  {time.strftime('%H:%M', time.localtime(now.created))}"
+    )
+    then = time.mktime((2025, 3, 4, 9, 30, 0, 0, 0, -1))
+    old = transcript.add_message("o", "user", "hi", header="You", created=then)
+    assert old.created == then and old.header_label.text() == "You  ·  2025-03-04 09:30"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -315,13 +314,8 @@ class ChatSession(QObject):
             reasoning=m.reasoning,
             branch=conv.branch(m.id) if conv is not None else None,
             notice=str(notice),
+            created=m.created,
         )
-        # the time it was written, not shown (the view stamps its creation)
-        view.created = m.created
-        stamp = time.strftime("%H:%M", time.localtime(m.created))
-        if time.localtime(m.created)[:3] != time.localtime()[:3]:
-            stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.created))
-        view.header_label.setText(f"{header}  ·  {stamp}")
         return view
 
     def _remember_settings(self) -> None:

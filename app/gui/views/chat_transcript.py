@@ -83,16 +83,17 @@ class MessageView(QWidget):
         branch: tuple[int, int] | None = None,
         notice: str = "",
         notice_kind: str = "meta",
+        created: float | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.msg_id = msg_id
         self.role = role
-        self.created = time.time()
+        self.created = time.time() if created is None else created
         self._reasoning: list[str] = []
         self._branch: tuple[int, int] | None = None
 
-        stamp = time.strftime("%H:%M", time.localtime(self.created))
+        stamp = _stamp(self.created)
         self.header_label = QLabel(f"{header}  ·  {stamp}" if header else "")
         bold = QFont(self.header_label.font())
         bold.setBold(True)
@@ -388,6 +389,7 @@ class Transcript(QScrollArea):
         branch: tuple[int, int] | None = None,
         notice: str = "",
         notice_kind: str = "meta",
+        created: float | None = None,
     ) -> MessageView:
         """Add a message at the bottom and return its view.
 
@@ -399,6 +401,7 @@ class Transcript(QScrollArea):
             reasoning: the thinking so far, shown collapsed.
             branch: ``(i, n)``: this is version i (1-based) of n; "‹ i/n ›" when n > 1.
             notice: the line under the body; ``notice_kind`` ``meta`` (stats) or ``error``.
+            created: when it was written (a reopened message), else now.
         Raises:
             ValueError: a message with ``msg_id`` is already shown.
         """
@@ -413,6 +416,7 @@ class Transcript(QScrollArea):
             branch=branch,
             notice=notice,
             notice_kind=notice_kind,
+            created=created,
         )
         view.regenerate_clicked.connect(lambda: self.regenerate_requested.emit(msg_id))
         view.edit_submitted.connect(lambda t: self.edit_submitted.emit(msg_id, t))
@@ -489,3 +493,9 @@ class Transcript(QScrollArea):
     def _on_bar_range_changed(self, _lo: int, hi: int) -> None:
         if self.follow:
             self.verticalScrollBar().setValue(hi)
+
+
+def _stamp(created: float) -> str:
+    """A message's time: ``14:05`` today, with the date on other days."""
+    t = time.localtime(created)
+    return time.strftime("%H:%M" if t[:3] == time.localtime()[:3] else "%Y-%m-%d %H:%M", t)
