@@ -130,7 +130,10 @@ class MainWindow(QMainWindow):
         self.downloads_page = DownloadsPage(ctx.service, bridge)
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
         convs = open_store(ctx.paths.conversations_db)  # issue 15: saved conversations
-        self.chat_page = ChatPage(ctx.service, bridge, conversations=convs, mcp=ctx.mcp)
+        self.chat_page = ChatPage(
+            ctx.service, bridge, conversations=convs, mcp=ctx.mcp,
+            settings=ctx.settings_store, cache_root=ctx.paths.cache,
+        )  # fmt: skip
         self.server_page = ServerPage(ctx.server, bridge)
         self.connect_page = ConnectPage(ctx, bridge)  # issue 15: settings for other apps
         self.providers_page = ProvidersPage(ctx.service, bridge)

@@ -235,3 +235,21 @@ def test_a_big_file_without_an_embedding_model_is_not_sent(
     assert page.history == []  # not sent: nothing generated
     assert all(not m.submitted for m in split.fake.models)
     assert page.prompt_edit.toPlainText() == "What is the vault password?"  # to send again
+
+
+def test_the_page_reads_the_settings_and_cache_folder_it_is_given(
+    qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge, tmp_path: Path
+) -> None:
+    """The window passes its own settings store and cache folder (the composition root's),
+    not ones the page would make from the default paths."""
+    from app.settings import ChatSettings, SettingsStore
+
+    store = SettingsStore(tmp_path / "elsewhere" / "settings.json")
+    store.update(chat=ChatSettings(embedding_model="my-embedder"))
+    p = ChatPage(gui_ctx.service, bridge, settings=store, cache_root=tmp_path / "cache")
+    qtbot.addWidget(p)
+    r = p.attachments.retriever
+    assert r.embedding_model() == "my-embedder"
+    store.update(chat=ChatSettings(embedding_model="other"))
+    assert r.embedding_model() == "other"  # read live
+    assert r.cache.folder == tmp_path / "cache" / "attachment-vectors"

@@ -55,11 +55,6 @@ def show_files_notice(page: Any, text: str) -> None:
         view.set_notice(f"{view.notice}\n{text}" if view.notice else text, "meta")
 
 
-def _chat_settings_embedding_model() -> str:
-    """``chat.embedding_model`` from the settings file (cached by mtime: no read per call)."""
-    return SettingsStore(AppPaths.default().settings_file).load().chat.embedding_model
-
-
 class AttachmentChip(QFrame):
     """One attached file: its name and size, and a remove button."""
 
@@ -103,15 +98,23 @@ class AttachmentBar(QWidget):
         bridge: Bridge,
         parent: QWidget | None = None,
         *,
-        embedding_setting: Callable[[], str] = _chat_settings_embedding_model,
-        cache_folder: Path | None = None,
+        settings: SettingsStore | None = None,
+        cache_root: Path | None = None,
     ) -> None:
+        """``settings`` (its ``chat.embedding_model``) and ``cache_root`` (the vectors' folder
+        goes under it): the app's, from its composition root; else the default paths'."""
         super().__init__(parent)
         self._bridge = bridge
-        folder = cache_folder or vector_cache_folder(AppPaths.default().cache)
-        # used on the loop thread only
+        if settings is None or cache_root is None:
+            paths = AppPaths.default()
+            settings = settings or SettingsStore(paths.settings_file)
+            cache_root = cache_root or paths.cache
+        store = settings
+        # used on the loop thread only (the store caches the file by mtime: no read per call)
         self.retriever = Retriever(
-            service, embedding_setting=embedding_setting, cache=VectorCache(folder)
+            service,
+            embedding_setting=lambda: store.load().chat.embedding_model,
+            cache=VectorCache(vector_cache_folder(cache_root)),
         )
         self.chips: list[AttachmentChip] = []
         self.last_prepared: Prepared | None = None

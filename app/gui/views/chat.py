@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from itertools import count
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QMimeData, Qt, Signal
@@ -34,6 +35,7 @@ from app.gui.views.chat_session import ChatSession
 from app.gui.views.chat_transcript import MessageView, Transcript, kind_color
 from app.gui.views.common import PAGE_MARGINS, page_title
 from app.gui.views.mcp_chat import McpChat, McpTurn
+from app.settings import SettingsStore
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +112,8 @@ class ChatPage(QWidget):
         *,
         conversations: ConversationStore | None = None,
         mcp: Any = None,
+        settings: SettingsStore | None = None,
+        cache_root: Path | None = None,
     ) -> None:
         super().__init__(parent)
         self._service = service
@@ -192,7 +196,9 @@ class ChatPage(QWidget):
         layout.addLayout(options)
         layout.addWidget(self.transcript, 1)
         # attachments (issue 15): the Attach button and chips; files dropped or pasted
-        self.attachments = AttachmentBar(service, bridge, self)
+        self.attachments = AttachmentBar(
+            service, bridge, self, settings=settings, cache_root=cache_root
+        )
         self.attachments.install(self, self.prompt_edit, self.transcript.viewport())
         layout.addWidget(self.attachments)
         layout.addLayout(bottom)
