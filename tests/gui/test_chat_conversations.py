@@ -266,18 +266,18 @@ def test_other_parts_extras_are_saved_with_the_turn_and_exported(
     page = window.chat_page
     s = session(page)
     attachments = [{"name": "notes.md", "kind": "markdown", "chars": 120, "whole": True}]
-    s.add_extras(user={"attachments": attachments})
-    s.add_extras(
-        answer={"chunks_used": [{"file": "notes.md", "chunk": 0, "page": None, "score": 0.9}]}
+    s.add_turn_extras({"attachments": attachments})  # before the turn: the next question's
+    s.add_answer_extras(
+        {"tool_calls": [{"id": "c1", "name": "t__x", "server": "t", "arguments": "{}"}]}
     )
     ask(page, qtbot, "Summarise my notes")
     ask(page, qtbot, "Thanks")  # the next turn carries none
     assert s.conversation is not None
     user, answer, user2, answer2 = s.store.load(s.conversation.id).path()
     assert user.extras == {"attachments": attachments}
-    assert answer.extras["chunks_used"][0]["file"] == "notes.md"
+    assert answer.extras["tool_calls"][0]["name"] == "t__x"
     assert answer.extras["finish_reason"] == "stop" and "tokens" in answer.extras["stats"]["text"]
-    assert user2.extras == {} and "chunks_used" not in answer2.extras
+    assert user2.extras == {} and "tool_calls" not in answer2.extras
     out = to_json(s.store.load(s.conversation.id))
     assert out["messages"][0]["extras"] == {"attachments": attachments}
 

@@ -482,7 +482,7 @@ class ChatPage(QWidget):
         added, self.last_extras = self.mcp.finished(turn)
         view = self._answer_view
         if self.last_extras and self.session is not None:
-            self.session.add_extras(answer=self.last_extras)
+            self.session.add_answer_extras(self.last_extras)
         if not (added and kept and self.answer_text and view is not None):
             return ""
         self.history.extend(added)

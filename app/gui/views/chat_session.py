@@ -136,18 +136,15 @@ class ChatSession(QObject):
             self._ids[m.id] = m.id
         p.transcript.set_actions_enabled(not p.streaming)
 
-    def add_extras(
-        self, *, user: dict[str, Any] | None = None, answer: dict[str, Any] | None = None
-    ) -> None:
-        """What other parts of the page record with a turn (names in issue 15's brief:
-        ``attachments``, ``chunks_used``, ``tool_calls``, ``tool_results``): ``user`` goes with
-        the next user message sent, ``answer`` with the answer in flight (or the next one)."""
-        self._user_extras.update(user or {})
-        self._answer_extras.update(answer or {})
+    def add_answer_extras(self, extras: dict[str, Any]) -> None:
+        """What the answer in flight (or the next one) is saved with: its MCP ``tool_calls``
+        and ``tool_results``."""
+        self._answer_extras.update(extras)
 
     def add_turn_extras(self, extras: dict[str, Any]) -> None:
         """Extras for the user message of the turn in flight, known only once it has started
-        (the attached files it carried and the chunks retrieved for it)."""
+        (the ``attachments`` it carried and the ``chunks_used`` for it); before a turn, for
+        the next user message sent."""
         conv, answer = self.conversation, self._answer
         if conv is None or answer is None or answer[1] not in conv:
             self._user_extras.update(extras)  # no turn yet: the next user message
