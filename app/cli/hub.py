@@ -134,9 +134,18 @@ def cmd_pull(args: argparse.Namespace) -> int:
             await service.close()
         bar.close()
         print(model.id)
+        _report_projector(model.extra.get("projector"), model.extra.get("projector_refused"))
         return EXIT_OK
 
     return asyncio.run(main())
+
+
+def _report_projector(path: Any, refused: Any) -> None:
+    """Say whether the pull brought a vision projector, and why not when it was refused."""
+    if refused:
+        print(f"no vision: the projector was refused: {refused}", file=sys.stderr)
+    elif path:
+        print(f"vision: with the projector {path}", file=sys.stderr)
 
 
 def _pull_via_server(base: str, ref: str, key: str | None) -> int:
@@ -159,6 +168,8 @@ def _pull_via_server(base: str, ref: str, key: str | None) -> int:
                 if line.get("status") == "success":
                     bar.close()
                     print(line["model"])
+                    proj = line.get("projector") or {}
+                    _report_projector(proj.get("path"), line.get("projector_refused"))
                     return EXIT_OK
                 if line.get("status") == "error":
                     bar.close()

@@ -34,6 +34,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     print(model.id)
     if not created:
         log.info("already in the library")
+    elif model.extra.get("projector"):
+        print(f"vision: paired with {model.extra['projector']}", file=sys.stderr)
+    if created and model.extra.get("projector_refused"):
+        print(f"not paired with a projector: {model.extra['projector_refused']}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -47,7 +51,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if not models:
         print("No models yet. Add one with: hearth import PATH/model.gguf", file=sys.stderr)
         return EXIT_OK
-    rows = [("ID", "FORMAT", "QUANT", "PARAMS", "SIZE", "CONTEXT")]
+    rows = [("ID", "FORMAT", "QUANT", "PARAMS", "SIZE", "CONTEXT", "INPUT")]
     for m in models:
         rows.append(
             (
@@ -57,6 +61,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 human_count(m.parameters),
                 human_bytes(m.size_bytes),
                 str(m.context_length or "-"),
+                "vision" if "vision" in m.capabilities else "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -28,6 +28,27 @@ KEEP_ARRAY = 64
 POOLING_RANK = 4  # llama.h: LLAMA_POOLING_TYPE_RANK (cross-encoders)
 
 FIRST_SHARD_RE = re.compile(r"^(?P<stem>.+)-00001-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
+QUANT_RE = re.compile(
+    r"(?<![A-Za-z0-9])("
+    r"UD-(?:IQ|Q)\d[A-Z0-9_]*"
+    r"|IQ[1-4]_(?:XXS|XS|NL|S|M)"
+    r"|Q[2-8]_K(?:_(?:XL|S|M|L))?"
+    r"|Q[4-8]_[01]"
+    r"|TQ[12]_0|MXFP4|BF16|F16|F32|FP16|FP32"
+    r")(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+
+
+def quant_of(filename: str) -> str | None:
+    """The quantization named in a file name (``Q4_K_M``, ``IQ4_XS``, ``BF16``...), uppercased."""
+    base = filename.rsplit("/", 1)[-1]
+    m = QUANT_RE.search(base)
+    if not m:
+        return None
+    q = m.group(1).upper()
+    return {"FP16": "F16", "FP32": "F32"}.get(q, q)
+
 
 # GGUF value types
 _U8, _I8, _U16, _I16, _U32, _I32, _F32, _BOOL, _STR, _ARR, _U64, _I64, _F64 = range(13)

@@ -28,6 +28,7 @@ from app.core.fsutil import (
     temp_path,
 )
 from app.core.gguf import FIRST_SHARD_RE, shard_siblings
+from app.core.projector import apply_pairing, is_projector_name, pair_in_folder
 from app.core.types import LocalModel
 from app.errors import InvalidModel, ModelNotFound
 
@@ -210,6 +211,8 @@ class ModelLibrary:
             extra["source"] = str(src)
             src, owned = dest.resolve(), True
         meta = {**meta, "extra": extra}
+        # a projector lying next to the source pairs with it (a --copy keeps pointing there)
+        meta = paired(Path(extra.get("source") or src), meta)
         return self._add(src, meta, owned=owned, origin="imported"), True
 
     def _free_name(self, src: Path) -> Path:
@@ -366,13 +369,21 @@ class ModelLibrary:
                 log.warning("%s: skipping %s: %s", f.origin, f.path, e)
                 continue
             meta = {**meta, "extra": {**(meta.get("extra") or {}), **f.extra}}
+            if f.origin != stores.ORIGIN_OLLAMA:  # Ollama's blobs have no names to pair by
+                meta = paired(f.path, meta)
             added.append(
                 self._add(f.path, meta, owned=False, origin=f.origin, id_hint=_foreign_id(f))
             )
         return added
 
-    def add_downloaded(self, path: Path, *, source: dict[str, Any]) -> LocalModel:
+    def add_downloaded(
+        self, path: Path, *, source: dict[str, Any], projector: Path | None = None
+    ) -> LocalModel:
         """Register a verified download in the models folder (Hearth owns it).
+
+        ``projector``: the vision projector downloaded with it; paired when it matches the
+        model, else the entry's ``extra.projector_refused`` says why (no projector: one lying
+        next to the model is paired, as a scan would).
 
         Raises:
             InvalidModel: the file or folder fails validation.
@@ -380,6 +391,7 @@ class ModelLibrary:
         real = path.resolve()
         meta = describe(real)
         meta = {**meta, "extra": {**(meta.get("extra") or {}), "hub": source}}
+        meta = paired(real, meta, None if projector is None else [projector])
         return self._add(real, meta, owned=True, origin="downloaded", refresh=True)
 
     def _scan_models_folder(self) -> None:
@@ -418,7 +430,8 @@ class ModelLibrary:
             if rp in known:
                 continue
             try:
-                self._add(Path(rp), describe(Path(rp)), owned=True, origin="downloaded")
+                meta = paired(Path(rp), describe(Path(rp)))
+                self._add(Path(rp), meta, owned=True, origin="downloaded")
             except InvalidModel as e:
                 log.warning("models folder: skipping %s: %s", p.name, e)
             except OSError as e:  # e.g. a full disk: listing what is indexed must still work
@@ -440,6 +453,8 @@ def _candidates(root: Path, depth: int = 2) -> list[Path]:
         if not _plain(p):
             continue
         if p.is_file() and p.suffix.lower() == ".gguf":
+            if is_projector_name(p.name):
+                continue  # a vision projector: paired with its model, never a model
             if not _ANY_SHARD_RE.search(p.name) or FIRST_SHARD_RE.match(p.name):
                 out.append(p)
         elif is_mlx_folder(p):
@@ -447,6 +462,18 @@ def _candidates(root: Path, depth: int = 2) -> list[Path]:
         elif p.is_dir() and depth > 0:
             out.extend(_candidates(p, depth - 1))
     return out
+
+
+def paired(
+    path: Path, meta: dict[str, Any], candidates: builtins.list[Path] | None = None
+) -> dict[str, Any]:
+    """``meta`` of a GGUF model with the projector that matches it: among ``candidates``, or the
+    ``mmproj*.gguf`` files next to it (see ``app.core.projector``)."""
+    if meta.get("format") != "gguf":
+        return meta
+    pairing = pair_in_folder(path, candidates)
+    extra = apply_pairing(dict(meta.get("extra") or {}), pairing, model=path.name)
+    return {**meta, "extra": extra}
 
 
 def _prune_empty_parents(folder: Path, root: Path) -> None:

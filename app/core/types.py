@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
@@ -66,7 +67,21 @@ class LocalModel:
             "path": self.path,
             "owned": self.owned,
             "origin": self.origin,
+            "projector": self.projector_summary(),
         }
+
+    def projector_summary(self) -> dict[str, Any] | None:
+        """The paired vision projector, ``{"path": ..., "size": ...}``, or None."""
+        from app.core.images import supports_vision
+
+        if not supports_vision(self):
+            return None
+        path = str(self.extra["projector"])
+        try:
+            size: int | None = os.stat(path).st_size
+        except OSError:  # gone since it was paired: the load says so
+            size = None
+        return {"path": path, "size": size}
 
 
 @dataclass(frozen=True, slots=True)

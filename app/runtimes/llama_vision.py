@@ -15,8 +15,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from app.core.gguf import read_header
 from app.core.images import ImageInput
+from app.core.projector import projector_problem
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
 from app.runtimes.llama_backend import L
@@ -41,19 +41,11 @@ def projector_path(model: LocalModel) -> str | None:
 
 def check_projector(model: LocalModel, path: str) -> None:
     """Refuse a projector that is not a vision projector or does not match the model's
-    embedding width, from the two GGUF headers, before anything is loaded."""
-    if not Path(path).is_file():
-        raise ModelLoadFailed(f"the projector of '{model.id}' is missing: {path}")
-    head = read_header(path)
-    if not head.metadata.get("clip.has_vision_encoder"):
-        raise ModelLoadFailed(f"'{Path(path).name}' is not a vision projector (no vision encoder)")
-    proj_dim = head.metadata.get("clip.vision.projection_dim")
-    n_embd = read_header(model.path).arch_value("embedding_length")
-    if isinstance(proj_dim, int) and isinstance(n_embd, int) and proj_dim != n_embd:
-        raise ModelLoadFailed(
-            f"the projector '{Path(path).name}' does not match '{model.id}': it makes embeddings "
-            f"of {proj_dim} values, the model takes {n_embd}"
-        )
+    embedding width, from the two GGUF headers, before anything is loaded (the library's
+    pairing asks the same question: ``app.core.projector``)."""
+    why = projector_problem(model.path, path)
+    if why is not None:
+        raise ModelLoadFailed(f"'{model.id}': {why}")
 
 
 class Projector:

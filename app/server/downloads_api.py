@@ -121,6 +121,8 @@ async def pull(request: web.Request) -> web.StreamResponse:
                     "model": model.id,
                     "path": model.path,
                     "format": model.format,
+                    "projector": model.projector_summary(),
+                    "projector_refused": model.extra.get("projector_refused"),
                 }
             )
         await resp.write_eof()

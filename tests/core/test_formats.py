@@ -80,10 +80,12 @@ def test_gguf_offers_one_option_per_quantization_with_shards_summed() -> None:
         [*SHARDS, rf("m-Q8_0.gguf", 900), rf("mmproj-f16.gguf")], config=None, tags=[]
     )
     assert offer.refused is None
+    # the projector (mmproj) is not a model: each option fetches it too, its size added
     assert [(o.name, o.size_bytes, len(o.files)) for o in offer.options] == [
-        ("Q4_K_M", 500, 2),
-        ("Q8_0", 900, 1),
+        ("Q4_K_M", 600, 2),
+        ("Q8_0", 1000, 1),
     ]
+    assert {o.projector.path for o in offer.options if o.projector} == {"mmproj-f16.gguf"}
     assert offer.options[0].sharded and not offer.options[1].sharded
     assert GGUF.sharded(SHARDS) and not GGUF.sharded(SHARDS[:1])
 

@@ -149,14 +149,15 @@ def test_group_gguf_shards_are_one_option_with_summed_size() -> None:
         rf("m-Q8_0-00001-of-00003.gguf", 600),
         rf("m-Q8_0-00003-of-00003.gguf", 700),
         rf("m-F16-00001-of-00002.gguf", 900),  # incomplete: shard 2 missing
-        rf("mmproj-m-f16.gguf", 50),  # a vision projector, not a model
+        rf("mmproj-m-f16.gguf", 50),  # a vision projector, not a model: fetched with each
         rf("README.md", 10),
     ]
     options, notes = group_gguf(files)
     by_name = {o.name: o for o in options}
     assert set(by_name) == {"Q4_K_M", "Q8_0"}
     q8 = by_name["Q8_0"]
-    assert q8.size_bytes == 1800 and q8.sharded
+    assert q8.size_bytes == 1800 + 50 and q8.model_bytes == 1800 and q8.sharded
+    assert q8.projector is not None and q8.projector.path == "mmproj-m-f16.gguf"
     assert [f.path for f in q8.files] == [
         "m-Q8_0-00001-of-00003.gguf",
         "m-Q8_0-00002-of-00003.gguf",
@@ -173,12 +174,12 @@ def test_size_range_smallest_and_largest_option() -> None:
         rf("m-Q8_0-00001-of-00003.gguf", 600),
         rf("m-Q8_0-00003-of-00003.gguf", 700),
         rf("m-F16-00001-of-00002.gguf", 9000),  # incomplete: not an option, not in the range
-        rf("mmproj-m-f16.gguf", 50),  # a projector is not a model
+        rf("mmproj-m-f16.gguf", 50),  # a projector is not a model; each option includes it
         rf("README.md", 10),
     ]
     options, _ = group_gguf(files)
-    assert size_range(options) == (400, 1800)
-    assert size_range(options[:1]) == (400, 400)
+    assert size_range(options) == (450, 1850)
+    assert size_range(options[:1]) == (450, 450)
     assert size_range([]) is None
     # a file whose size the Hub did not give leaves its option out of the range
     unknown, _ = group_gguf([rf("a-Q4_K_M.gguf", 400), RepoFile("a-Q8_0.gguf", None, None, None)])

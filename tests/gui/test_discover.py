@@ -152,7 +152,7 @@ def test_each_result_shows_its_size_range_once_the_repos_files_are_read(
             "range-Q4_K_M.gguf": small,
             "Q8_0/range-Q8_0-00001-of-00002.gguf": shards[0],
             "Q8_0/range-Q8_0-00002-of-00002.gguf": shards[1],
-            "mmproj-range-f16.gguf": b"\0" * 900_000,  # not a model: not in the range
+            "mmproj-range-f16.gguf": b"\0" * 900_000,  # a projector: fetched with each option
         },
         tags=["gguf"],
         downloads=3,
@@ -162,7 +162,8 @@ def test_each_result_shows_its_size_range_once_the_repos_files_are_read(
     with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
         page.search("range")
     assert page.results_model.ids() == ["acme/range-GGUF"]
-    want = human_byte_range(len(small), len(shards[0]) + len(shards[1]))  # shards: their sum
+    proj = 900_000  # shards: their sum; each option with the projector it comes with
+    want = human_byte_range(len(small) + proj, len(shards[0]) + len(shards[1]) + proj)
     assert "–" in want
     qtbot.waitUntil(lambda: page.size_text("acme/range-GGUF") == want, timeout=TIMEOUT)
     # the search answer had no sizes (as on the real Hub): each repo's file list gave them

@@ -57,6 +57,13 @@ class DiskLayout:
     def lock_path(self) -> Path:
         return self.target.parent / f".{self.target.name}.lock"
 
+    @property
+    def projector_lock_path(self) -> Path | None:
+        """Held while the projector's bytes may be written: several quantizations of a repo
+        share one projector file, so their downloads take turns on it."""
+        f = self.plan.projector_file
+        return None if f is None else self.final(f).parent / f".{self.final(f).name}.lock"
+
     # -- before the first byte -------------------------------------------------------------------
     def safe_dir(self, folder: Path) -> None:
         """Create ``folder`` under the models folder, refusing symlinks on the way."""
@@ -85,8 +92,9 @@ class DiskLayout:
             check_not_symlink(partial_of(final))
             if final.is_symlink():
                 raise RepoRefused(f"refusing to replace a symlink: {final}")
-        for p in (self.sidecar, self.lock_path):
-            check_not_symlink(p)
+        for p in (self.sidecar, self.lock_path, self.projector_lock_path):
+            if p is not None:
+                check_not_symlink(p)
 
     # -- what is on disk -------------------------------------------------------------------------
     def installed(self) -> bool:
@@ -119,9 +127,12 @@ class DiskLayout:
             self.remove_sidecar()
             raise
 
-    def discard(self) -> None:
-        """Delete this download's partial files (never a finished file outside staging)."""
+    def discard(self, *, keep_projector: bool = False) -> None:
+        """Delete this download's partial files (never a finished file outside staging);
+        ``keep_projector``: another download holds the shared projector's file."""
         for f in self.plan.files:
+            if keep_projector and f.path == self.plan.projector:
+                continue
             with contextlib.suppress(FileNotFoundError):
                 self.partial(f).unlink()
         self.format.discard(self.target)

@@ -246,10 +246,22 @@ class DownloadManager(Transfers):
         if not got:
             log.info("download %s: another process holds its files; not deleting them", job.id)
             return
+        shared = self._projector_lock(job)
         try:
-            await asyncio.to_thread(self._discard, job)
+            keep = shared is not None and not shared.try_acquire()
+        except OSError:
+            keep = True
+        try:
+            await asyncio.to_thread(self._discard, job, keep_projector=keep)
         finally:
+            if shared is not None and not keep:
+                shared.release(unlink=True)
             lock.release(unlink=True)
+
+    @staticmethod
+    def _projector_lock(job: Job) -> FileLock | None:
+        path = job.layout.projector_lock_path
+        return None if path is None else FileLock(path)
 
     def clear_finished(self) -> None:
         """Forget completed, failed and cancelled downloads (the list shows the rest)."""
@@ -400,12 +412,23 @@ class DownloadManager(Transfers):
         await asyncio.to_thread(job.layout.prepare)
         lock = FileLock(job.layout.lock_path)
         # try_acquire never blocks (LOCK_NB); on the loop, a cancellation can't strand a held lock
+        shared = self._projector_lock(job)
         while not lock.try_acquire():
             if job.state != "waiting":
                 log.info("download %s: another process is downloading %s", job.id, job.plan.name)
                 self._set_state(job, "waiting")
             await asyncio.sleep(self.lock_poll)
         done = False
+        try:
+            # another download (a quantization of the same repo) may be fetching the projector
+            while shared is not None and not shared.try_acquire():
+                if job.state != "waiting":
+                    log.info("download %s: waiting for the shared projector", job.id)
+                    self._set_state(job, "waiting")
+                await asyncio.sleep(self.lock_poll)
+        except BaseException:
+            lock.release(unlink=False)
+            raise
         try:
             if await asyncio.to_thread(job.layout.installed):
                 model = await asyncio.to_thread(self._register, job)
@@ -452,6 +475,8 @@ class DownloadManager(Transfers):
             done = True
             return model
         finally:
+            if shared is not None:
+                shared.release(unlink=done)
             lock.release(unlink=done)
 
     async def _check_space(self, job: Job) -> None:
@@ -473,13 +498,22 @@ class DownloadManager(Transfers):
     def _measure(self, job: Job) -> None:
         job.have.update(job.layout.measure())
 
-    def _discard(self, job: Job) -> None:
-        job.layout.discard()
+    def _discard(self, job: Job, *, keep_projector: bool = False) -> None:
+        job.layout.discard(keep_projector=keep_projector)
         for f in job.plan.files:
-            job.have[f.path] = 0
+            if not (keep_projector and f.path == job.plan.projector):
+                job.have[f.path] = 0
 
     def _register(self, job: Job) -> LocalModel:
-        return self.library.add_downloaded(job.target, source=job.plan.source())
+        proj = job.plan.projector_file
+        model = self.library.add_downloaded(
+            job.target,
+            source=job.plan.source(),
+            projector=None if proj is None else job.layout.final(proj),
+        )
+        if model.extra.get("projector_refused"):  # the pull's caller tells the user too
+            log.warning("download %s: %s", job.id, model.extra["projector_refused"])
+        return model
 
     # -- partial downloads left on disk ----------------------------------------------------------
     def _scan_partials(self) -> None:

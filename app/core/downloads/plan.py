@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from app.core.formats import FORMATS, HubFormat, RepoFile, format_named
 from app.core.hub import ModelOption, RepoInfo, check_repo_id, check_repo_path
+from app.core.projector import is_projector_name
 from app.errors import RepoRefused
 
 State = Literal[
@@ -37,7 +38,8 @@ class PullPlan:
     format: HubFormat
     option: str  # the option's name: "Q4_K_M", a file stem, or "mlx"
     quantization: str | None
-    files: tuple[RepoFile, ...]
+    files: tuple[RepoFile, ...]  # the model's, then its vision projector's (when it has one)
+    projector: str | None = None  # the projector's path among ``files``
 
     @classmethod
     def of(cls, info: RepoInfo, opt: ModelOption) -> PullPlan:
@@ -48,9 +50,14 @@ class PullPlan:
         """
         if info.refused:
             raise RepoRefused(f"{info.id}: {info.refused}")
-        if not any(o.name == opt.name and o.files == opt.files for o in info.options):
+        if not any(
+            o.name == opt.name and o.files == opt.files and o.projector == opt.projector
+            for o in info.options
+        ):
             raise RepoRefused(f"{info.id} does not offer {opt.name}")
-        for f in opt.files:
+        # the projector is fetched, verified and installed as one more file of the model
+        files = opt.files + ((opt.projector,) if opt.projector else ())
+        for f in files:
             check_repo_path(f.path)
             if f.size is None:
                 raise RepoRefused(f"{info.id}: the Hub does not give the size of {f.path}")
@@ -60,7 +67,17 @@ class PullPlan:
                 )
             if f.path.lower().endswith((".gguf", ".safetensors")) and not f.sha256:
                 raise RepoRefused(f"{info.id}: {f.path} is not in LFS (no sha256 to verify it)")
-        return cls(info.id, info.revision, opt.format, opt.name, opt.quantization, opt.files)
+        projector = opt.projector.path if opt.projector else None
+        return cls(info.id, info.revision, opt.format, opt.name, opt.quantization, files, projector)
+
+    @property
+    def model_files(self) -> tuple[RepoFile, ...]:
+        """The model's own files (without the projector)."""
+        return tuple(f for f in self.files if f.path != self.projector)
+
+    @property
+    def projector_file(self) -> RepoFile | None:
+        return next((f for f in self.files if f.path == self.projector), None)
 
     @property
     def key(self) -> str:
@@ -84,6 +101,7 @@ class PullPlan:
             "option": self.option,
             "files": [f.path for f in self.files],
             "sha256": {f.path: f.sha256 for f in self.files if f.sha256},
+            "projector": self.projector,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,6 +115,7 @@ class PullPlan:
                 {"path": f.path, "size": f.size, "sha256": f.sha256, "blob_id": f.blob_id}
                 for f in self.files
             ],
+            "projector": self.projector,
         }
 
     @classmethod
@@ -127,6 +146,11 @@ class PullPlan:
         if not isinstance(rev, str) or not rev or "/" in rev or ".." in rev:
             raise ValueError("bad revision")
         q = d.get("quantization")
+        projector = d.get("projector")
+        if projector is not None and (
+            projector not in {f.path for f in files[1:]} or not is_projector_name(projector)
+        ):
+            raise ValueError("bad projector")
         return cls(
             repo_id=check_repo_id(d.get("repo_id", "")),
             revision=rev,
@@ -134,6 +158,7 @@ class PullPlan:
             option=str(d.get("option") or ""),
             quantization=q if isinstance(q, str) else None,
             files=tuple(files),
+            projector=projector,
         )
 
 

@@ -51,10 +51,17 @@ class ModelOption:
     fit: fitlib.Fit | None = None  # None until estimated (or when the header could not be read)
     estimate: fitlib.MemoryEstimate | None = None
     fit_error: str | None = None
+    # a GGUF model's vision projector (mmproj), fetched with it; size_bytes includes it
+    projector: RepoFile | None = None
 
     @property
     def first_file(self) -> RepoFile:
         return self.files[0]
+
+    @property
+    def model_bytes(self) -> int:
+        """The model's own files, without the projector."""
+        return self.size_bytes - (self.projector.size or 0 if self.projector else 0)
 
     @property
     def sharded(self) -> bool:
@@ -70,6 +77,11 @@ class ModelOption:
             "fit": self.fit,
             "memory_bytes": self.estimate.total if self.estimate else None,
             "fit_error": self.fit_error,
+            "projector": (
+                {"file": self.projector.path, "size": self.projector.size}
+                if self.projector
+                else None
+            ),
         }
 
 

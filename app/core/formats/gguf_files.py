@@ -6,9 +6,11 @@ a half-installed sharded model is invisible.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,42 +26,29 @@ from app.core.formats.base import (
     partial_of,
     register,
 )
+from app.core.gguf import QUANT_RE, quant_of  # noqa: F401  (re-exported)
 from app.core.gguf_check import check_for_llama_cpp
-from app.errors import InvalidModel
+from app.core.projector import is_projector_name, projector_rank
+from app.errors import HearthError, InvalidModel
 
-QUANT_RE = re.compile(
-    r"(?<![A-Za-z0-9])("
-    r"UD-(?:IQ|Q)\d[A-Z0-9_]*"
-    r"|IQ[1-4]_(?:XXS|XS|NL|S|M)"
-    r"|Q[2-8]_K(?:_(?:XL|S|M|L))?"
-    r"|Q[4-8]_[01]"
-    r"|TQ[12]_0|MXFP4|BF16|F16|F32|FP16|FP32"
-    r")(?![A-Za-z0-9])",
-    re.IGNORECASE,
-)
+log = logging.getLogger(__name__)
+
 SHARD_RE = re.compile(r"^(?P<stem>.+)-(?P<idx>\d{5})-of-(?P<n>\d{5})\.gguf$", re.IGNORECASE)
-
-
-def quant_of(filename: str) -> str | None:
-    """The quantization named in a file name (``Q4_K_M``, ``IQ4_XS``, ``BF16``...), uppercased."""
-    base = filename.rsplit("/", 1)[-1]
-    m = QUANT_RE.search(base)
-    if not m:
-        return None
-    q = m.group(1).upper()
-    return {"FP16": "F16", "FP32": "F32"}.get(q, q)
 
 
 def group_gguf(files: Iterable[RepoFile]) -> tuple[list[ModelOption], list[str]]:
     """GGUF files grouped by quantization: a sharded model (``-00001-of-00003``) is one option
-    with its summed size; vision projectors (``mmproj``) are not models. Returns (options, notes).
+    with its summed size. Vision projectors (``mmproj*.gguf``) are not models: each option
+    gets the one that goes with it (``app.core.projector.projector_rank``), its size added.
+    Returns (options, notes).
     """
     singles: list[RepoFile] = []
+    projectors = [f for f in files if is_projector_name(f.basename)]
     shards: dict[tuple[str, str], dict[int, RepoFile]] = {}
     notes: list[str] = []
     for f in files:
         base = f.basename
-        if not base.lower().endswith(".gguf") or base.lower().startswith("mmproj"):
+        if not base.lower().endswith(".gguf") or is_projector_name(base):
             continue
         m = SHARD_RE.match(f.path)
         if m:
@@ -90,6 +79,10 @@ def group_gguf(files: Iterable[RepoFile]) -> tuple[list[ModelOption], list[str]]
             stem = SHARD_RE.sub(r"\g<stem>", o.first_file.basename)
             stem = stem[:-5] if stem.lower().endswith(".gguf") else stem
             o = ModelOption(stem, o.format, o.quantization, o.files, o.size_bytes)
+        if projectors:
+            model = o.first_file.path
+            proj = min(projectors, key=lambda f: projector_rank(f.path, f.size, model))
+            o = replace(o, projector=proj, size_bytes=o.size_bytes + (proj.size or 0))
         named.append(o)
     named.sort(key=lambda o: (o.size_bytes, o.name))
     return named, notes
@@ -130,8 +123,15 @@ class GgufFormat(ModelFormat):
         est = fitlib.estimate_gguf(header, context_length=context_length)
         if option.sharded:  # the first shard's tensor table covers only its own tensors
             est = fitlib.MemoryEstimate(
-                option.size_bytes, est.kv_cache, est.compute, est.overhead, est.context_length
+                option.model_bytes, est.kv_cache, est.compute, est.overhead, est.context_length
             )
+        proj = option.projector
+        if proj is not None:  # loaded with the model: its weights and its encoder's buffer
+            try:
+                est = fitlib.with_projector(est, await read_header(proj))
+            except HearthError as e:  # no header: its size stands for its weights
+                log.info("%s: no projector header (%s); counting its size", proj.path, e.message)
+                est = replace(est, weights=est.weights + (proj.size or 0))
         return est
 
     # -- the download on disk --------------------------------------------------------------------

@@ -23,6 +23,7 @@ COLUMNS: tuple[str, ...] = (
     "Size",
     "Context",
     "Chat template",
+    "Input",  # "Text, vision" for a model paired with a vision projector
     "Origin",
     "State",
 )
@@ -75,6 +76,10 @@ class LibraryTableModel(RowTableModel):
         if role == Qt.ItemDataRole.ToolTipRole:
             m = s.model
             lines = [m.name or m.id, m.path]
+            if "vision" in m.capabilities:
+                lines.append(f"Vision projector: {m.extra['projector']}")
+            elif m.extra.get("projector_refused"):
+                lines.append(f"No vision: {m.extra['projector_refused']}")
             if s.state == "loaded" and s.context_length:
                 lines.append(f"Loaded with a {s.context_length:,}-token context ({s.runtime})")
             return "\n".join(lines)
@@ -96,6 +101,7 @@ class LibraryTableModel(RowTableModel):
             human_bytes(m.size_bytes),
             grouped(m.context_length),
             "Yes" if m.has_chat_template else "No",
+            "Text, vision" if "vision" in m.capabilities else "Text",
             ORIGIN_TEXT.get(m.origin, m.origin),
             STATE_TEXT.get(s.state, s.state),
         )

@@ -71,6 +71,9 @@ def mlx_available(service: Hearth) -> bool:
     return runtime is not None and runtime.available()
 
 
+VISION_BADGE = "vision"  # an option that comes with a vision projector (mmproj)
+
+
 def option_label(info: RepoInfo, option: ModelOption) -> str:
     """A GGUF option by its quantization; an MLX option as the one folder it downloads as."""
     return format_named(option.format).option_label(info.id, option)
@@ -168,7 +171,7 @@ class DiscoverPage(QWidget):
         self.repo_title.setWordWrap(True)
         self.repo_title.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.options = QTreeWidget()
-        self.options.setHeaderLabels(["Quantization", "Size", "Fit"])
+        self.options.setHeaderLabels(["Quantization", "Size", "Fit", "Input"])
         self.options.setRootIsDecorated(True)
         self.options.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         self.download_button = QPushButton("Download")
@@ -484,18 +487,30 @@ class DiscoverPage(QWidget):
         self.repo_title.setOpenExternalLinks(True)
         self.options.clear()
         heading = format_named(info.format).option_heading if info.format else GGUF.option_heading
-        self.options.setHeaderLabels([heading, "Size", "Fit"])
+        self.options.setHeaderLabels([heading, "Size", "Fit", "Input"])
         for opt in info.options:
             label = option_label(info, opt)
-            item = QTreeWidgetItem([label, human_bytes(opt.size_bytes), fit_text(opt)])
+            badge = VISION_BADGE if opt.projector else ""
+            item = QTreeWidgetItem([label, human_bytes(opt.size_bytes), fit_text(opt), badge])
             item.setData(0, OPTION_ROLE, opt)
             if opt.estimate is not None:
                 item.setToolTip(2, f"Needs about {human_bytes(opt.estimate.total)}")
             elif opt.fit_error:
                 item.setToolTip(2, opt.fit_error)
             for f in opt.files:
-                child = QTreeWidgetItem([f.path, human_bytes(f.size), ""])
+                child = QTreeWidgetItem([f.path, human_bytes(f.size), "", ""])
                 item.addChild(child)
+            if opt.projector is not None:  # fetched with the model: size and fit include it
+                p = opt.projector
+                item.setToolTip(
+                    1,
+                    f"{human_bytes(opt.model_bytes)} model + {human_bytes(p.size)} vision "
+                    "projector",
+                )
+                item.setToolTip(3, f"Takes images: the vision projector {p.path} comes with it")
+                item.addChild(
+                    QTreeWidgetItem([p.path, human_bytes(p.size), "", "vision projector"])
+                )
             self.options.addTopLevelItem(item)
         if info.refused:
             self.banner.show_message(

@@ -1,0 +1,194 @@
+"""Vision end to end (issue 16): `hearth pull` of a GGUF repo with a projector from the fake
+Hub pairs it in the library, and a real server over the real llama.cpp runtime answers images
+in all four APIs: OpenAI ``image_url``, Anthropic ``image``, Ollama ``images`` and Responses
+``input_image``. Two different images give different logprobs, the same one twice the same.
+
+The repo holds SmolLM2-135M and the tiny real projector of tests/vision_gguf.py (random
+weights: the answers mean nothing, the pixels decide them). One server for the module.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from app.cli import main
+from tests.conftest import REUSE_LOGPROB_TOLERANCE, Served, stop_served, write_settings
+from tests.fakehub import serve
+from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
+
+pytestmark = pytest.mark.model
+
+REPO = "acme/SmolLM2-vision-GGUF"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PROJECTOR = "mmproj-SmolLM2-135M-F16.gguf"
+DEADLINE = 120.0
+
+
+def png(seed: int) -> bytes:
+    buf = io.BytesIO()
+    Image.frombytes("RGB", (IMAGE_SIZE, IMAGE_SIZE), image_rgb(seed)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[Served]:
+    from app.cli import build_service
+    from app.core.loop import LoopThread
+    from app.paths import AppPaths
+    from app.server.runner import ServerController
+    from app.settings import SettingsStore
+
+    root = tmp_path_factory.mktemp("vision-pull")
+    proj = write_projector(root / "build" / "mmproj.gguf").read_bytes()
+    with pytest.MonkeyPatch.context() as mp:
+        for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+            mp.delenv(var, raising=False)
+        home = root / "hearth"
+        mp.setenv("HEARTH_HOME", str(home))
+        mp.setenv("HF_HOME", str(root / "hf-home"))
+        gen = serve()
+        hub = next(gen)
+        try:
+            mp.setenv("HF_ENDPOINT", hub.endpoint)
+            hub.add_repo(
+                REPO, {MODEL_FILE: smollm2_path.read_bytes(), PROJECTOR: proj}, tags=["gguf"]
+            )
+            write_settings(home, port=0)
+            assert main(["pull", REPO]) == 0  # `hearth pull`, in process
+            paths = AppPaths.default(home).ensure()
+            store = SettingsStore(paths.settings_file)
+            service = build_service(paths, store.load())
+            (model,) = service.library.list()
+            loop = LoopThread().start()
+            ctl = ServerController(service, store, paths)
+            url = loop.call(ctl.start("127.0.0.1", 0), 30)
+            s = Served(home, url, ctl.port, model.id, service, loop, ctl)
+            try:
+                yield s
+            finally:
+                stop_served(s)
+        finally:
+            gen.close()
+
+
+def post(s: Served, path: str, body: dict[str, Any]) -> Any:
+    conn = http.client.HTTPConnection("127.0.0.1", int(s.port), timeout=DEADLINE)
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    raw = r.read()
+    assert r.status == 200, raw
+    return json.loads(raw)
+
+
+def openai(s: Served, *images: bytes) -> Any:
+    parts: list[dict[str, Any]] = [{"type": "text", "text": "What is in this picture?"}]
+    parts += [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64," + b64(im)}}
+        for im in images
+    ]
+    body = {
+        "model": s.model_id,
+        "messages": [{"role": "user", "content": parts}],
+        "max_tokens": 2,
+        "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 5,
+    }
+    return post(s, "/v1/chat/completions", body)
+
+
+def first_token(answer: Any) -> tuple[str, float, list[tuple[str, float]]]:
+    lp = answer["choices"][0]["logprobs"]["content"][0]
+    return lp["token"], lp["logprob"], [(t["token"], t["logprob"]) for t in lp["top_logprobs"]]
+
+
+def test_the_pulled_model_has_its_projector(srv: Served) -> None:
+    model = srv.service.library.get(srv.model_id)  # type: ignore[attr-defined]
+    proj = Path(model.path).parent / PROJECTOR
+    assert model.extra["projector"] == str(proj) and proj.is_file()
+    assert model.summary()["projector"] == {"path": str(proj), "size": proj.stat().st_size}
+    assert "vision" in model.capabilities
+    assert main(["ls", "--json"]) == 0
+
+
+def test_images_answer_in_all_four_apis_and_decide_the_logits(srv: Served) -> None:
+    red, other = png(1), png(2)
+    a = openai(srv, red)
+    assert a["usage"]["completion_tokens"] >= 1 and isinstance(
+        a["choices"][0]["message"]["content"], str
+    )
+    # the image's positions count in the prompt (mtmd's count for a 32x32 image)
+    assert a["usage"]["prompt_tokens"] == openai(srv)["usage"]["prompt_tokens"] + N_IMAGE_TOKENS
+    b, a2 = openai(srv, other), openai(srv, red)
+    tok_a, lp_a, top_a = first_token(a)
+    tok_a2, lp_a2, _ = first_token(a2)
+    assert top_a != first_token(b)[2]  # other pixels, other logits
+    assert tok_a2 == tok_a and abs(lp_a2 - lp_a) <= REUSE_LOGPROB_TOLERANCE  # the same again
+
+    m = post(
+        srv,
+        "/v1/messages",
+        {
+            "model": srv.model_id,
+            "max_tokens": 2,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": b64(red)},
+                        },
+                        {"type": "text", "text": "What is in this picture?"},
+                    ],
+                }
+            ],
+        },
+    )
+    assert m["type"] == "message" and m["usage"]["output_tokens"] >= 1
+    assert [c["type"] for c in m["content"]] == ["text"]
+
+    o = post(
+        srv,
+        "/api/chat",
+        {
+            "model": srv.model_id,
+            "stream": False,
+            "options": {"num_predict": 2, "temperature": 0},
+            "messages": [{"role": "user", "content": "What is this?", "images": [b64(red)]}],
+        },
+    )
+    assert o["done"] is True and o["eval_count"] >= 1 and isinstance(o["message"]["content"], str)
+
+    r = post(
+        srv,
+        "/v1/responses",
+        {
+            "model": srv.model_id,
+            "max_output_tokens": 2,
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": "What is in this picture?"},
+                        {"type": "input_image", "image_url": "data:image/png;base64," + b64(red)},
+                    ],
+                }
+            ],
+        },
+    )
+    assert r["status"] in ("completed", "incomplete") and r["usage"]["output_tokens"] >= 1
+    assert any(item["type"] == "message" for item in r["output"])
