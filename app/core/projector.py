@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 PREFIX = "mmproj"
 _QUANT_ORDER = ("F16", "BF16", "Q8_0", "F32")
+
+
 def is_projector_name(name: str) -> bool:
     """A file named like a vision projector: ``mmproj*.gguf`` (case-insensitive)."""
     base = name.rsplit("/", 1)[-1].lower()
@@ -102,10 +104,8 @@ def pair_in_folder(model_path: Path, candidates: Iterable[Path] | None = None) -
     among those that match), and the reasons each one that does not match was refused."""
     if candidates is None:
         candidates = projectors_in(model_path.parent)
-    ranked = sorted(
-        candidates, key=lambda p: projector_rank(p.name, _size(p), model_path.name)
-    )
-    refused = []
+    ranked = sorted(candidates, key=lambda p: projector_rank(p.name, _size(p), model_path.name))
+    refused: list[str] = []
     for p in ranked:
         why = projector_problem(model_path, p)
         if why is None:

@@ -163,9 +163,7 @@ async def test_pull_fetches_verifies_and_pairs_the_projector(
         await dm.pull("acme/see-GGUF:Q4_K_M")
     assert dm.library.list() == []  # nothing entered the library
     # two quantizations at once share the projector file: one file, both paired
-    q4, q8 = await asyncio.gather(
-        dm.pull("acme/see-GGUF:Q4_K_M"), dm.pull("acme/see-GGUF:Q8_0")
-    )
+    q4, q8 = await asyncio.gather(dm.pull("acme/see-GGUF:Q4_K_M"), dm.pull("acme/see-GGUF:Q8_0"))
     proj = tmp_path / "models" / "acme" / "see-GGUF" / "mmproj-see-F16.gguf"
     assert proj.read_bytes() == projectors["good"]
     for m in (q4, q8):

@@ -52,7 +52,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterato
     from app.settings import SettingsStore
 
     root = tmp_path_factory.mktemp("vision-pull")
-    proj = write_projector(root / "build" / "mmproj.gguf").read_bytes()
+    proj = write_projector(root / "mmproj.gguf").read_bytes()
     with pytest.MonkeyPatch.context() as mp:
         for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
             mp.delenv(var, raising=False)
@@ -150,7 +150,11 @@ def test_images_answer_in_all_four_apis_and_decide_the_logits(srv: Served) -> No
                     "content": [
                         {
                             "type": "image",
-                            "source": {"type": "base64", "media_type": "image/png", "data": b64(red)},
+                            "source": {
+                                "type": "base64",
+                                "media_type": "image/png",
+                                "data": b64(red),
+                            },
                         },
                         {"type": "text", "text": "What is in this picture?"},
                     ],

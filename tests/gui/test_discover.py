@@ -251,3 +251,40 @@ class TestWithoutMlx:
         with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
             page.search("")
         assert MLX_REPO not in page.results_model.ids()
+
+
+def test_an_option_with_a_projector_shows_vision_and_its_combined_size_and_fit(
+    hub_window: MainWindow, hub: FakeHub, qtbot: QtBot, tmp_path: Path
+) -> None:
+    from tests.vision_gguf import write_projector
+
+    build = tmp_path / "vision-build"
+    model = gguf_bytes(build, elems=20_000)  # embedding size 64
+    proj = write_projector(build / "p.gguf", projection_dim=64).read_bytes()
+    files = {"see-Q4_K_M.gguf": model, "mmproj-see-F16.gguf": proj}
+    hub.add_repo("acme/see-GGUF", files, tags=["gguf"])
+    hub.add_repo("acme/blind-GGUF", {"see-Q4_K_M.gguf": model}, tags=["gguf"])
+    page = hub_window.discover_page
+    shown = {}
+    for repo in ("acme/blind-GGUF", "acme/see-GGUF"):  # the tree shows one repo at a time
+        with qtbot.waitSignal(page.repo_shown, timeout=TIMEOUT):
+            page.show_repo(repo)
+        item = page.options.topLevelItem(0)
+        assert item is not None
+        kids = [item.child(j) for j in range(item.childCount())]
+        shown[repo] = (
+            [item.text(c) for c in range(4)],
+            [(k.text(0), k.text(3)) for k in kids],
+            page.selected_option(),
+        )
+    assert page.options.headerItem().text(3) == "Input"
+    (name, size, fit, badge), files, opt = shown["acme/see-GGUF"]
+    blind_row, blind_files, blind = shown["acme/blind-GGUF"]
+    assert badge == "vision" and blind_row[3] == ""
+    assert size == human_bytes(len(model) + len(proj))  # the combined size
+    assert files == [("see-Q4_K_M.gguf", ""), ("mmproj-see-F16.gguf", "vision projector")]
+    assert blind_files == [("see-Q4_K_M.gguf", "")]
+    # the fit counts the projector's weights (its header, read remotely) on top of the model's
+    assert opt is not None and blind is not None and opt.estimate and blind.estimate
+    assert opt.estimate.weights - blind.estimate.weights > len(proj) // 2
+    assert fit == "Fits RAM" and name == "Q4_K_M"

@@ -44,6 +44,7 @@ def test_imported_model_shows_its_metadata(
         "Size": "93.8 MiB",
         "Context": "8,192",
         "Chat template": "Yes",
+        "Input": "Text",
         "Origin": "Imported",
         "State": "Not loaded",
     }
@@ -72,6 +73,26 @@ def test_invalid_file_shows_an_inline_error(
     assert page.banner.isVisible()
     assert page.banner.text().startswith("Could not import notes.gguf:")
     assert page.showing_empty_message
+
+
+def test_a_model_imported_beside_its_projector_shows_vision(
+    window: MainWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
+    from tests.fakehub import gguf_bytes
+    from tests.vision_gguf import write_projector
+
+    folder = tmp_path / "lmstudio"
+    folder.mkdir()
+    model = folder / "see-Q4_K_M.gguf"
+    model.write_bytes(gguf_bytes(tmp_path / "build"))  # embedding size 64
+    proj = write_projector(folder / "mmproj-see-F16.gguf", projection_dim=64)
+    page = window.library_page
+    with qtbot.waitSignal(page.model_imported, timeout=10_000):
+        page.import_files([str(model)])
+    qtbot.waitUntil(lambda: page.table_model.rowCount() == 1, timeout=10_000)
+    assert cells(window)["Input"] == "Text, vision"
+    tip = page.table_model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)
+    assert f"Vision projector: {proj}" in tip
 
 
 def _mime(*paths: Path) -> QMimeData:

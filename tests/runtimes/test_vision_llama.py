@@ -99,7 +99,9 @@ async def test_a_mismatched_projector_is_refused_before_the_model_loads(rig: Rig
     h = hearth(rig, "wrong")
     mid = pair(h, rig.model, rig.wrong)
     try:
-        with pytest.raises(ModelLoadFailed, match="embedding size 64 does not match the model.s 576"):
+        with pytest.raises(
+            ModelLoadFailed, match="embedding size 64 does not match the model.s 576"
+        ):
             await h.load(mid)
         assert not h.scheduler.loaded()  # nothing stayed loaded
     finally:
