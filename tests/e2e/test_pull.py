@@ -277,6 +277,8 @@ def test_api_pull_streams_ndjson_and_obeys_pause_resume_cancel(
         "model": "tiny-q4_k_m",
         "path": lines[-1]["path"],
         "format": "gguf",
+        "projector": None,  # this repo has no vision projector
+        "projector_refused": None,
     }
     assert hub.ranges(REPO, FILE)[-1] == "bytes=200000-"
     # cancel: the stream ends with an error line, and nothing is left behind

@@ -17,7 +17,6 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from PIL import Image
 
-from app.core import filecache
 from app.core.library import ModelLibrary
 from app.core.providers.pool import ProviderPool
 from app.core.providers.store import ProviderConfig, ProviderStore
@@ -36,11 +35,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def seer_library(root: Path) -> ModelLibrary:
     lib_file = root / "lib.json"
     lib = ModelLibrary(lib_file, root / "models")
-    lib.import_path(write_model(root / "src" / "seer.gguf", chat_template=CHATML))
-    index = json.loads(lib_file.read_text())
-    index["models"][0]["extra"]["projector"] = str(write_projector(root / "mmproj.gguf"))
-    lib_file.write_text(json.dumps(index))
-    filecache.shared(lib_file, "library").invalidate()
+    seer = write_model(root / "src" / "seer.gguf", chat_template=CHATML)
+    write_projector(seer.parent / "mmproj-seer-F16.gguf")  # paired by the import
+    assert lib.import_path(seer)[0].extra["projector"]
     return ModelLibrary(lib_file, root / "models")
 
 

@@ -144,15 +144,11 @@ async def env(tmp_path: Path, host: str = "127.0.0.1", **server: Any) -> AsyncIt
     lib_file = tmp_path / "lib.json"
     lib = ModelLibrary(lib_file, tmp_path / "models")
     plain = lib.import_path(write_model(tmp_path / "src" / "plain.gguf", chat_template=CHATML))[0]
-    seer = lib.import_path(write_model(tmp_path / "src" / "seer.gguf", chat_template=CHATML))[0]
-    index = json.loads(lib_file.read_text())
-    for entry in index["models"]:  # pairing is a later part of issue 16: set by hand
-        if entry["id"] == seer.id:
-            entry.setdefault("extra", {})["projector"] = str(
-                write_projector(tmp_path / "mmproj.gguf")
-            )
-    lib_file.write_text(json.dumps(index))
-    filecache.shared(lib_file, "library").invalidate()  # the index is re-read at most every 2 s
+    # the seer's projector lies next to it: the import pairs them
+    seer_file = write_model(tmp_path / "seer" / "seer.gguf", chat_template=CHATML)
+    write_projector(seer_file.parent / "mmproj-seer-F16.gguf")
+    seer = lib.import_path(seer_file)[0]
+    assert seer.extra["projector"] and "projector" not in plain.extra
     runtime = RecordingRuntime(delay=0.0, pieces=["ok"])
     h = Hearth(
         ModelLibrary(lib_file, tmp_path / "models"), {"gguf": runtime}, load_defaults=LoadOptions
