@@ -162,8 +162,19 @@ async def test_pull_fetches_verifies_and_pairs_the_projector(
     with pytest.raises(ChecksumMismatch, match="mmproj-see-F16.gguf"):
         await dm.pull("acme/see-GGUF:Q4_K_M")
     assert dm.library.list() == []  # nothing entered the library
-    # two quantizations at once share the projector file: one file, both paired
-    q4, q8 = await asyncio.gather(dm.pull("acme/see-GGUF:Q4_K_M"), dm.pull("acme/see-GGUF:Q8_0"))
+    # two quantizations at once share the projector file: one fetch of it, both paired
+    fetched = len(fake_hub.file_requests("acme/see-GGUF", "mmproj-see-F16.gguf"))
+    gate = fake_hub.hold("acme/see-GGUF", "mmproj-see-F16.gguf", at=1000)
+    pulls = asyncio.gather(dm.pull("acme/see-GGUF:Q4_K_M"), dm.pull("acme/see-GGUF:Q8_0"))
+    await gate.wait_async(timeout=20)
+    for _ in range(500):  # the other download waits for the projector's lock (gated: no timing)
+        if sorted(s.state for s in dm.list()) == ["downloading", "waiting"]:
+            break
+        await asyncio.sleep(0.02)
+    assert sorted(s.state for s in dm.list()) == ["downloading", "waiting"]
+    gate.open()
+    q4, q8 = await pulls
+    assert len(fake_hub.file_requests("acme/see-GGUF", "mmproj-see-F16.gguf")) == fetched + 1
     proj = tmp_path / "models" / "acme" / "see-GGUF" / "mmproj-see-F16.gguf"
     assert proj.read_bytes() == projectors["good"]
     for m in (q4, q8):

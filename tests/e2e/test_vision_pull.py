@@ -115,13 +115,37 @@ def first_token(answer: Any) -> tuple[str, float, list[tuple[str, float]]]:
     return lp["token"], lp["logprob"], [(t["token"], t["logprob"]) for t in lp["top_logprobs"]]
 
 
-def test_the_pulled_model_has_its_projector(srv: Served) -> None:
+def test_the_pulled_model_has_its_projector(
+    srv: Served, capsys: pytest.CaptureFixture[str]
+) -> None:
     model = srv.service.library.get(srv.model_id)  # type: ignore[attr-defined]
     proj = Path(model.path).parent / PROJECTOR
     assert model.extra["projector"] == str(proj) and proj.is_file()
-    assert model.summary()["projector"] == {"path": str(proj), "size": proj.stat().st_size}
     assert "vision" in model.capabilities
+    capsys.readouterr()
     assert main(["ls", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["projector"] == {"path": str(proj), "size": proj.stat().st_size}
+    assert main(["ls"]) == 0
+    head, line = capsys.readouterr().out.splitlines()
+    assert head.split()[-1] == "INPUT" and line.split()[-1] == "vision"
+
+
+def test_import_says_why_a_projector_next_to_a_model_is_not_paired(
+    srv: Served, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from tests.fakehub import gguf_bytes
+
+    model = tmp_path / "tiny-Q4_K_M.gguf"  # embedding size 64: SmolLM2's projector makes 576
+    model.write_bytes(gguf_bytes(tmp_path / "build"))
+    write_projector(tmp_path / "mmproj-F16.gguf")
+    capsys.readouterr()
+    assert main(["import", str(model)]) == 0
+    out = capsys.readouterr()
+    assert "not paired with a projector" in out.err
+    assert "embedding size 576 does not match the model's 64" in out.err
+    mid = out.out.strip()
+    assert srv.service.library.get(mid).summary()["projector"] is None  # type: ignore[attr-defined]
 
 
 def test_images_answer_in_all_four_apis_and_decide_the_logits(srv: Served) -> None:
