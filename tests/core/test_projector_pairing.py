@@ -205,3 +205,16 @@ async def test_a_pulled_projector_that_does_not_match_is_refused_with_the_reason
     index = json.loads(dm.library.index_file.read_text())
     assert "projector" not in index["models"][0]["extra"]
     await dm.close()
+
+
+def test_a_plans_record_keeps_its_projector_and_refuses_a_forged_one() -> None:
+    from app.core.downloads.plan import PullPlan
+
+    model = RepoFile("m-Q4_K_M.gguf", 400, "a" * 64, None)
+    proj = RepoFile("mmproj-m-F16.gguf", 40, "b" * 64, None)
+    plan = PullPlan("acme/m-GGUF", "c" * 40, "gguf", "Q4_K_M", "Q4_K_M", (model, proj), proj.path)
+    again = PullPlan.from_dict(json.loads(json.dumps(plan.to_dict())))  # the sidecar's round trip
+    assert again == plan and again.model_files == (model,) and again.projector_file == proj
+    for forged in ("m-Q4_K_M.gguf", "mmproj-other.gguf"):  # the model itself; not in the plan
+        with pytest.raises(ValueError, match="bad projector"):
+            PullPlan.from_dict({**plan.to_dict(), "projector": forged})
