@@ -43,7 +43,14 @@ def header_problem(model: GGUFHeader, projector: GGUFHeader, *, name: str) -> st
         return f"'{name}' is not a vision projector (no vision encoder)"
     proj_dim = meta.get("clip.vision.projection_dim")
     n_embd = model.arch_value("embedding_length")
-    if isinstance(proj_dim, int) and isinstance(n_embd, int) and proj_dim != n_embd:
+    # converters write the text model's width; llama.cpp's input width adds deepstack layers'
+    deep = model.arch_value("n_deepstack_layers")
+    deep = deep if isinstance(deep, int) and not isinstance(deep, bool) and deep > 0 else 0
+    if (
+        isinstance(proj_dim, int)
+        and isinstance(n_embd, int)
+        and proj_dim not in (n_embd, n_embd * (1 + deep))
+    ):
         return (
             f"the projector '{name}' does not match the model: its embedding size {proj_dim} "
             f"does not match the model's {n_embd}"
