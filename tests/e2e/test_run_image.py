@@ -16,6 +16,7 @@ from PIL import Image
 
 from app.cli import main
 from app.paths import AppPaths
+from tests.core.test_chat_images import noise_png
 from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
 pytestmark = pytest.mark.model
@@ -37,17 +38,13 @@ def run(
     return rc, err, [(int(p), int(c)) for p, c, _ in STATS.findall(err)]
 
 
-def imported(
-    home: Path, model: Path, projector: Path | None, monkeypatch: pytest.MonkeyPatch
-) -> str:
+def give_projector(home: Path, projector: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pair the library's model with ``projector`` by hand (pairing on import is another part)."""
     monkeypatch.setenv("HEARTH_HOME", str(home))
-    assert main(["import", str(model)]) == 0
     index = AppPaths.default().library_file
     data = json.loads(index.read_text())
-    if projector is not None:  # paired by hand (pairing on import is another part)
-        data["models"][0].setdefault("extra", {})["projector"] = str(projector)
-        index.write_text(json.dumps(data))
-    return str(data["models"][0]["id"])
+    data["models"][0].setdefault("extra", {})["projector"] = str(projector)
+    index.write_text(json.dumps(data))
 
 
 def test_image_command_attaches_to_the_next_message(
@@ -61,19 +58,18 @@ def test_image_command_attaches_to_the_next_message(
         Image.frombytes("RGB", (IMAGE_SIZE, IMAGE_SIZE), image_rgb(seed)).save(
             tmp_path / f"{seed}.png"
         )
-    (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(40))
+    (tmp_path / "bad.png").write_bytes(noise_png()[:1500])  # cut short
     question = "What is this?\n"
 
-    plain_home = tmp_path / "plain"
-    plain = imported(plain_home, smollm2_path, None, monkeypatch)
-    rc, err, stats = run(
-        plain_home, plain, f"/image {tmp_path}/1.png\n" + question, monkeypatch, capsys
-    )
-    assert rc == 0 and f"{plain} cannot see images" in err and "projector" in err
+    home = tmp_path / "home"  # one home: the runtime's one-time probe runs once
+    monkeypatch.setenv("HEARTH_HOME", str(home))
+    assert main(["import", str(smollm2_path)]) == 0
+    mid = capsys.readouterr().out.strip()
+    rc, err, stats = run(home, mid, f"/image {tmp_path}/1.png\n" + question, monkeypatch, capsys)
+    assert rc == 0 and f"{mid} cannot see images" in err and "projector" in err
     ((text_only, _),) = stats  # the question went without the image
 
-    home = tmp_path / "vision"
-    mid = imported(home, smollm2_path, projector, monkeypatch)
+    give_projector(home, projector, monkeypatch)
     script = (
         f"/image {tmp_path}/missing.png\n/image {tmp_path}/bad.png\n/image\n"
         f"/image {tmp_path}/1.png\n/image {tmp_path}/2.png\n" + question + "And now?\n/bye\n"

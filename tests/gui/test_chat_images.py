@@ -7,7 +7,6 @@ vision refuses images; a bomb or a corrupt file is refused with the reason, no c
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
@@ -207,4 +206,3 @@ def test_a_model_without_vision_refuses_and_bad_images_say_why(
     assert "cannot see images" in bar.error_label.text()
     assert page.prompt_edit.toPlainText() == "What is this?" and len(bar.image_chips) == 1
     assert page.history == [] and not page.streaming
-

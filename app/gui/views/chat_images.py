@@ -62,7 +62,7 @@ def pasted_png(mime: QMimeData) -> bytes | None:
         return None
     buf = QBuffer()
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    img.save(buf, b"PNG")
+    img.save(buf, "PNG")  # type: ignore[call-overload]  # the stubs say bytes; str works
     return bytes(QByteArray(buf.data()).data())
 
 
