@@ -282,10 +282,10 @@ class ChatPage(QWidget):
 
     def edit_and_resend(self, msg_id: str, text: str) -> bool:
         """Replace that user message with ``text``, dropping what follows, and send it."""
-        if self.streaming or not text.strip() or self.current_model_id() is None:
-            return False
         view = self.transcript.message(msg_id)
         images = list(view.images) if view is not None else []  # they go again with it
+        if self.streaming or not (text.strip() or images) or self.current_model_id() is None:
+            return False
         i = self._history_index(msg_id)
         if i is not None:
             self._truncate(i)
