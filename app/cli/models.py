@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from app.cli.common import (
@@ -22,8 +23,10 @@ from app.cli.common import (
 )
 from app.cli.compose import build_service
 from app.cli.load_flags import add_load_flags, load_options_from_args
+from app.core.chat_images import ChatImage, decode_messages, read_image_file, user_message
+from app.core.images import ImageLimits, InvalidImage, supports_vision
 from app.core.requests import ChatRequest
-from app.core.types import ChatMessage, SamplingParams
+from app.core.types import ChatMessage, LocalModel, SamplingParams
 from app.errors import HearthError
 
 
@@ -84,15 +87,40 @@ def cmd_rm(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def attach_image(model: LocalModel, arg: str, limits: ImageLimits) -> ChatImage | None:
+    """``/image PATH``: the image checked for the next message, or None (said on stderr)."""
+    if not arg:
+        print("usage: /image PATH (attaches an image to your next message)", file=sys.stderr)
+        return None
+    if not supports_vision(model):
+        print(
+            f"{model.id} cannot see images: it has no vision projector; run a vision model "
+            f"(one with its mmproj projector) to send images",
+            file=sys.stderr,
+        )
+        return None
+    try:
+        img = read_image_file(Path(arg).expanduser(), limits)
+    except InvalidImage as e:
+        print(f"image not attached: {e.message}", file=sys.stderr)
+        return None
+    print(f"attached {img.name} ({img.width}×{img.height}) to your next message", file=sys.stderr)
+    return img
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     paths, store = context()
-    service = build_service(paths, store.load())
+    settings = store.load()
+    service = build_service(paths, settings)
     interactive = sys.stdin.isatty()
+    vcfg = settings.vision
+    limits = ImageLimits(max_pixels=vcfg.max_pixels, max_bytes=vcfg.max_image_bytes)
 
     async def main() -> int:
         model = await service.resolve_model(args.model)
         await service.load(model.id, load_options_from_args(args) or None)
         history: list[ChatMessage] = []
+        images: list[ChatImage] = []  # /image: for the next message
         if args.system:
             history.append(ChatMessage("system", args.system))
         loop = asyncio.get_running_loop()
@@ -108,9 +136,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                 text = line.rstrip("\n")
                 if text.strip() == "/bye":
                     break
+                if text.strip() == "/image" or text.startswith("/image "):
+                    arg = text.strip()[len("/image") :].strip()
+                    img = await loop.run_in_executor(None, attach_image, model, arg, limits)
+                    if img is not None:
+                        images.append(img)
+                    continue
                 if not text.strip():
                     continue
-                history.append(ChatMessage("user", text))
+                msg = user_message(text, images)
+                if images:  # decoded once, sent with every later turn in the history
+                    msg = (await asyncio.to_thread(decode_messages, [msg], limits))[0]
+                images = []
+                history.append(msg)
                 req = ChatRequest(
                     model.id,
                     tuple(history),
@@ -126,6 +164,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                         sys.stdout.flush()
                     if d.finish_reason == "error":
                         raise HearthError(d.error or "generation failed")
+                    if d.finish_reason is not None and args.stats and d.usage is not None:
+                        u = d.usage
+                        print(
+                            f"\n[prompt {u.prompt_tokens} tokens ({u.cached_tokens} cached), "
+                            f"answer {u.completion_tokens} tokens]",
+                            end="",
+                            file=sys.stderr,
+                        )
                 sys.stdout.write("\n")
                 sys.stdout.flush()
                 history.append(ChatMessage("assistant", "".join(parts)))
@@ -233,8 +279,16 @@ def add_parsers(sub: Any) -> None:
     )
     s.set_defaults(func=cmd_rm)
 
-    s = sub.add_parser("run", help="chat with a model in the terminal (/bye to leave)")
+    s = sub.add_parser(
+        "run",
+        help="chat with a model in the terminal (/image PATH attaches an image, /bye leaves)",
+    )
     s.add_argument("model", metavar="ID_OR_PATH")
+    s.add_argument(
+        "--stats",
+        action="store_true",
+        help="after each answer, its token counts (prompt, cached, answer) on stderr",
+    )
     s.add_argument("--system", default=None, help="system prompt")
     s.add_argument("--temperature", type=float, default=0.7)
     s.add_argument("--max-tokens", type=int, default=None)

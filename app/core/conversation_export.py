@@ -8,7 +8,10 @@ JSON shape (``"format": "hearth.conversation/1"``)::
      "messages": [{"id", "parent_id" (null for a first message), "role", "content",
                    "reasoning", "created" (ISO-8601 UTC), "model", "extras"}, ...]}
 
-``messages`` is in creation order, so siblings (branches) keep their order.
+``messages`` is in creation order, so siblings (branches) keep their order. A user message's
+``extras.images`` lists the images it carried, as references, not bytes: ``file`` (the image's
+file in the data folder's ``chat-images/``, named by the SHA-256 of its bytes), ``sha256``,
+``name``, ``width``, ``height``, ``bytes``. Markdown names each image under its message.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from app.core.chat_images import image_refs
 from app.core.conversations import Conversation, Message
 from app.errors import InvalidRequest
 
@@ -126,4 +130,7 @@ def to_markdown(conv: Conversation, *, thinking: bool = True) -> str:
                 "",
             ]
         out += [m.content, ""]
+        for ref in image_refs(m.extras):
+            size = f", {ref.get('width')}×{ref.get('height')}" if ref.get("width") else ""
+            out += [f"*[image: {ref.get('name') or ref['file']}{size} · {ref['file']}]*", ""]
     return "\n".join(out).rstrip() + "\n"

@@ -384,6 +384,21 @@ class ConversationStore:
             self._known[cid] = known
         return conv
 
+    def extras_values(self, key: str) -> tuple[Any, ...]:
+        """``extras[key]`` of every stored message that has it, deleted conversations still in
+        their undo window included (what the image cleanup keeps)."""
+        pattern = _like(json.dumps(key))
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT extras FROM messages WHERE extras LIKE ? ESCAPE '\\'", (pattern,)
+            ).fetchall()
+        out = []
+        for (raw,) in rows:
+            extras = json.loads(raw)
+            if isinstance(extras, dict) and key in extras:
+                out.append(extras[key])
+        return tuple(out)
+
     # -- writing ---------------------------------------------------------------------------------
     def save(self, conv: Conversation) -> None:
         """Write ``conv`` in one transaction (created or replaced; undeletes it)."""

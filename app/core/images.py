@@ -107,6 +107,18 @@ def neutralise_markers(text: str) -> str:
     return text.replace(IMAGE_MARKER, MARKER_LOOKALIKE) if IMAGE_MARKER in text else text
 
 
+def marked_text(text: str, n_images: int) -> str:
+    """A message's text with its ``n_images`` images first: one IMAGE_MARKER each, then the
+    text with any literal marker neutralised (Ollama's ``images`` shape; the Chat page and
+    ``hearth run`` build their messages with it too)."""
+    return IMAGE_MARKER * n_images + neutralise_markers(text)
+
+
+def strip_markers(content: str) -> str:
+    """A message's text without its image markers (what a person wrote)."""
+    return content.replace(IMAGE_MARKER, "")
+
+
 def decode_image(
     data: bytes,
     *,

@@ -3,6 +3,10 @@ that puts the files into a message (whole, or the retrieved chunks) on the loop 
 
 The files belong to the conversation: they stay attached (as chips) for the next questions,
 until removed or a new chat; each message retrieves what it needs from them.
+
+Images (issue 16) come the same ways (a pasted screenshot too) and go with the next message
+only: sent, their chips leave the bar. They are checked with the server's decoder and bounds
+(``vision`` settings) off the GUI thread; a model without vision refuses them at once.
 """
 
 from __future__ import annotations
@@ -26,6 +30,14 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.attachments import Attachment, attachment_from_text, read_attachment
+from app.core.chat_images import (
+    ChatImage,
+    decode_messages,
+    image_from_bytes,
+    is_image_name,
+    read_image_file,
+)
+from app.core.images import ImageLimits
 from app.core.retrieval import Prepared, Retriever, vector_cache_folder
 from app.core.service import Hearth
 from app.core.types import ChatMessage
@@ -33,6 +45,7 @@ from app.core.units import human_bytes
 from app.core.vector_cache import VectorCache
 from app.errors import HearthError
 from app.gui.bridge import Bridge, log_failure
+from app.gui.views.chat_images import ImageChip, pasted_png
 from app.paths import AppPaths
 from app.settings import SettingsStore
 
@@ -40,6 +53,10 @@ log = logging.getLogger(__name__)
 
 LONG_PASTE_CHARS = 2000  # a paste longer than this becomes an attachment, not prompt text
 FILE_FILTER = (
+    "Images, text, code, Markdown and PDF (*.png *.jpg *.jpeg *.webp *.gif *.bmp *.txt *.md "
+    "*.markdown *.rst *.pdf *.py *.js *.ts *.json *.yaml *.yml *.toml *.csv *.html *.css *.c "
+    "*.h *.cpp *.rs *.go *.java *.sh *.sql *.log);;"
+    "Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp);;"
     "Text, code, Markdown and PDF (*.txt *.md *.markdown *.rst *.pdf *.py *.js *.ts *.json "
     "*.yaml *.yml *.toml *.csv *.html *.css *.c *.h *.cpp *.rs *.go *.java *.sh *.sql *.log);;"
     "All files (*)"
@@ -110,6 +127,7 @@ class AttachmentBar(QWidget):
             settings = settings or SettingsStore(paths.settings_file)
             cache_root = cache_root or paths.cache
         store = settings
+        self._settings = settings
         # used on the loop thread only (the store caches the file by mtime: no read per call)
         self.retriever = Retriever(
             service,
@@ -117,13 +135,18 @@ class AttachmentBar(QWidget):
             cache=VectorCache(vector_cache_folder(cache_root)),
         )
         self.chips: list[AttachmentChip] = []
+        self.image_chips: list[ImageChip] = []
+        # why the chosen model takes no images (None: it does); set by the page
+        self.image_refusal: Callable[[], str | None] = lambda: None
+        self._pasted_images = 0
         self.last_prepared: Prepared | None = None
         self._pasted = 0
         self._reading = 0
 
         self.attach_button = QPushButton("Attach…")
         self.attach_button.setToolTip(
-            "Attach text, code, Markdown or PDF files (or drop them on the page, or paste them)"
+            "Attach images (for a vision model), text, code, Markdown or PDF files (or drop them "
+            "on the page, or paste them: a screenshot too)"
         )
         self.error_label = QLabel("")
         self.error_label.setWordWrap(True)
@@ -147,20 +170,74 @@ class AttachmentBar(QWidget):
         return [c.attachment for c in self.chips]
 
     @property
+    def images(self) -> list[ChatImage]:
+        """The images waiting to go with the next message."""
+        return [c.image for c in self.image_chips]
+
+    def image_limits(self) -> ImageLimits:
+        """The server's image bounds (``vision`` in settings.json)."""
+        cfg = self._settings.load().vision
+        return ImageLimits(max_pixels=cfg.max_pixels, max_bytes=cfg.max_image_bytes)
+
+    @property
     def busy(self) -> bool:
         """Files still being read."""
         return self._reading > 0
 
     # -- adding and removing -------------------------------------------------------------------
     def add_paths(self, paths: Sequence[str | Path]) -> None:
-        """Read each file off the GUI thread and add a chip (or say why it was refused)."""
-        for p in paths:
+        """Read each file off the GUI thread and add a chip (or say why it was refused);
+        image files become image chips."""
+        images = [p for p in paths if is_image_name(p)]
+        if images:
+            self.add_images(images)
+        for p in (p for p in paths if not is_image_name(p)):
             self._reading += 1
             self._bridge.run(
                 asyncio.to_thread(read_attachment, p),
                 on_done=self._on_file_read,
                 on_error=self._on_file_refused,
             )
+
+    def add_images(self, paths: Sequence[str | Path]) -> None:
+        """Check each image off the GUI thread and add a chip with its thumbnail (or say why
+        not: the model takes no images, or the image is refused)."""
+        if self._refused():
+            return
+        limits = self.image_limits()
+        for p in paths:
+            self._reading += 1
+            self._bridge.run(
+                asyncio.to_thread(read_image_file, p, limits),
+                on_done=self._on_image_read,
+                on_error=self._on_file_refused,
+            )
+
+    def add_image_bytes(self, name: str, data: bytes) -> None:
+        """An image's encoded bytes (a pasted screenshot), checked as a file is."""
+        if self._refused():
+            return
+        self._reading += 1
+        self._bridge.run(
+            asyncio.to_thread(image_from_bytes, name, data, self.image_limits()),
+            on_done=self._on_image_read,
+            on_error=self._on_file_refused,
+        )
+
+    def take_images(self) -> list[ChatImage]:
+        """The images waiting, for the message being sent: their chips leave the bar."""
+        images = self.images
+        for chip in self.image_chips:
+            self._row.removeWidget(chip)
+            chip.deleteLater()
+        self.image_chips.clear()
+        if images:
+            self.attachments_changed.emit()
+        return images
+
+    def say(self, text: str) -> None:
+        """Show ``text`` (a refusal and its fix) beside the chips; "" clears it."""
+        self._say(text)
 
     def add_text(self, text: str) -> None:
         """Pasted text as an attachment (``pasted-N.txt``)."""
@@ -180,15 +257,22 @@ class AttachmentBar(QWidget):
     def clear(self) -> None:
         for a in self.attachments:
             self.remove(a)
+        self.take_images()
         self.last_prepared = None
         self._say("")
 
     def paste(self, mime: QMimeData) -> bool:
-        """Take a paste: local files become attachments, and so does text longer than
-        :data:`LONG_PASTE_CHARS`. Returns False for a paste the prompt box should take."""
+        """Take a paste: local files become attachments, an image (a screenshot) an image
+        chip, and text longer than :data:`LONG_PASTE_CHARS` an attachment. Returns False for
+        a paste the prompt box should take."""
         files = [u.toLocalFile() for u in mime.urls() if u.isLocalFile()] if mime.hasUrls() else []
         if files:
             self.add_paths(files)
+            return True
+        png = pasted_png(mime)
+        if png is not None:
+            self._pasted_images += 1
+            self.add_image_bytes(f"pasted-image-{self._pasted_images}.png", png)
             return True
         if mime.hasText() and len(mime.text()) > LONG_PASTE_CHARS:
             self.add_text(mime.text())
@@ -209,17 +293,25 @@ class AttachmentBar(QWidget):
             prompt.viewport().installEventFilter(self._filter)
 
     # -- the send path (chat.py's hooks) -------------------------------------------------------
-    def preparer(self, model_id: str, max_tokens: int | None) -> Prepare | None:
+    def preparer(
+        self, model_id: str, max_tokens: int | None, *, images: bool = False
+    ) -> Prepare | None:
         """For the send in progress: a coroutine function the answer runs on the loop thread
-        before it starts, putting the attached files into the messages (None: no files)."""
+        before it starts, decoding the messages' images (``images``: there are some) and
+        putting the attached files into the messages (None: neither)."""
         files = tuple(self.attachments)
         self.last_prepared = None
-        if not files:
+        if not files and not images:
             return None
         retriever = self.retriever
         progress = self.progress_streamed.emit  # queued to the GUI thread
+        limits = self.image_limits()
 
         async def prepare(messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
+            if images:  # the encoded bytes, decoded with the server's bounds, off the loop
+                messages = await asyncio.to_thread(decode_messages, messages, limits)
+            if not files:
+                return messages
             p = await retriever.prepare(
                 model_id, messages, files, max_tokens=max_tokens, progress=progress
             )
@@ -255,6 +347,24 @@ class AttachmentBar(QWidget):
         self._reading -= 1
         self._say(log_failure(log, "attach", exc))
 
+    def _on_image_read(self, image: ChatImage) -> None:
+        self._reading -= 1
+        if any(c.image.sha256 == image.sha256 for c in self.image_chips):
+            return  # the same image twice: once is enough
+        chip = ImageChip(image)
+        chip.removed.connect(self._on_image_chip_removed)
+        self._row.insertWidget(1 + len(self.chips) + len(self.image_chips), chip)
+        self.image_chips.append(chip)
+        self._say("")
+        self.attachments_changed.emit()
+
+    def _on_image_chip_removed(self, image: ChatImage) -> None:
+        for chip in [c for c in self.image_chips if c.image is image]:
+            self.image_chips.remove(chip)
+            self._row.removeWidget(chip)
+            chip.deleteLater()
+        self.attachments_changed.emit()
+
     def _on_self_prepared_streamed(self, prepared: Prepared) -> None:
         self.status_label.clear()
         self.last_prepared = prepared
@@ -264,12 +374,18 @@ class AttachmentBar(QWidget):
         self.remove(attachment)
 
     # -- helpers -------------------------------------------------------------------------------
+    def _refused(self) -> bool:
+        why = self.image_refusal()
+        if why:
+            self._say(why)
+        return bool(why)
+
     def _add(self, a: Attachment) -> None:
         if any(c.attachment.digest == a.digest and c.attachment.name == a.name for c in self.chips):
             return  # the same file twice: once is enough
         chip = AttachmentChip(a)
         chip.removed.connect(self._on_chip_removed)
-        self._row.insertWidget(1 + len(self.chips), chip)
+        self._row.insertWidget(1 + len(self.chips) + len(self.image_chips), chip)
         self.chips.append(chip)
         self._say("")
         self.attachments_changed.emit()

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Sequence
 from functools import partial
 from itertools import count
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QMimeData, Qt, Signal
-from PySide6.QtGui import QColor, QKeyEvent, QKeySequence, QPalette, QShortcut
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -25,12 +24,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.chat_images import ChatImage, has_sources, user_message
 from app.core.conversations import ConversationStore
+from app.core.images import supports_vision
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.attachments import AttachmentBar
 from app.gui.views.chat_answer import AnswerTurn, stream_answer
+from app.gui.views.chat_parts import ChatModel, PromptEdit, stats_text
 from app.gui.views.chat_session import ChatSession
 from app.gui.views.chat_transcript import MessageView, Transcript, kind_color
 from app.gui.views.common import PAGE_MARGINS, page_title
@@ -48,46 +50,6 @@ CPU_BUSY_NOTICE = (
 def role_color(kind: str) -> QColor:
     """The transcript colour of ``kind`` for the palette in use (light or dark)."""
     return QColor(kind_color(kind))
-
-
-@dataclass(frozen=True, slots=True)
-class ChatModel:
-    """An entry of the model picker: a local model, or a remote one (its provider's name)."""
-
-    id: str
-    loaded: bool
-    remote: str | None = None
-
-    @property
-    def label(self) -> str:
-        if self.remote is not None:
-            return f"{self.id}  (remote: {self.remote})"
-        return self.id + ("  (loaded)" if self.loaded else "")
-
-
-class PromptEdit(QPlainTextEdit):
-    """Enter sends; Shift+Enter starts a new line; Tab moves the focus on (no tab characters)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setTabChangesFocus(True)
-        # takes a paste (Ctrl+V, the context menu's Paste, a middle click) that is not text
-        # for the box: files, long text (attachments); True when it took it
-        self.take_paste: Callable[[QMimeData], bool] | None = None
-
-    submitted = Signal()
-
-    def insertFromMimeData(self, source: QMimeData) -> None:  # noqa: N802 - Qt override
-        if self.take_paste is None or not self.take_paste(source):
-            super().insertFromMimeData(source)
-
-    def keyPressEvent(self, e: QKeyEvent) -> None:  # noqa: N802 - Qt override
-        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-            e.modifiers() & Qt.KeyboardModifier.ShiftModifier
-        ):
-            self.submitted.emit()
-            return
-        super().keyPressEvent(e)
 
 
 class ChatPage(QWidget):
@@ -126,6 +88,7 @@ class ChatPage(QWidget):
         self._thinking = False  # the answer in flight has reasoned (its text follows)
         self._answer_view: MessageView | None = None
         self._sent_text = ""  # back into the prompt box if the attached files stop the send
+        self._models: dict[str, ChatModel] = {}  # the picker's entries by id
 
         self.model_combo = QComboBox()
         self.model_combo.setMinimumContentsLength(28)
@@ -200,6 +163,7 @@ class ChatPage(QWidget):
             service, bridge, self, settings=settings, cache_root=cache_root
         )
         self.attachments.install(self, self.prompt_edit, self.transcript.viewport())
+        self.attachments.image_refusal = self.image_refusal  # images: a vision model only
         layout.addWidget(self.attachments)
         layout.addLayout(bottom)
         layout.addWidget(self.stats_label)
@@ -258,23 +222,48 @@ class ChatPage(QWidget):
         for s in self._service.models():
             rt = self._service.runtimes.get(s.model.format)
             if rt is not None and rt.available():
-                out.append(ChatModel(s.model.id, s.state == "loaded"))
-        out += [ChatModel(r.id, False, remote=r.provider) for r in self._service.remote_models()]
+                vision = supports_vision(s.model)
+                out.append(ChatModel(s.model.id, s.state == "loaded", vision=vision))
+        remote = self._service.remote_models()
+        out += [ChatModel(r.id, False, remote=r.provider, vision=True) for r in remote]
         return out
 
-    def send(self, text: str) -> bool:
-        """Send a user message and stream the answer. Returns False when nothing was sent."""
+    def image_refusal(self) -> str | None:
+        """Why the chosen model takes no images, with the fix (None: it takes them)."""
+        model_id = self.current_model_id()
+        m = self._models.get(model_id) if model_id is not None else None
+        if m is None or m.vision:
+            return None
+        return (
+            f"{m.id} cannot see images: it has no vision projector. Pick a vision model (one "
+            f"with a projector, e.g. pulled with its mmproj file) to send images."
+        )
+
+    def send(self, text: str, images: Sequence[ChatImage] | None = None) -> bool:
+        """Send a user message with ``images`` (default: the images attached in the bar) and
+        stream the answer. Returns False when nothing was sent."""
         text = text.strip()
         model_id = self.current_model_id()
-        if not text or self.streaming:
+        pending = self.attachments.images if images is None else list(images)
+        if (not text and not pending) or self.streaming:
             return False
         if model_id is None:
             self.transcript.add_notice("Import a model on the Library page first.", "error")
             return False
+        refusal = self.image_refusal() if pending or has_sources(self.history) else None
+        if refusal:  # not sent: the text stays in the box, the images in the bar
+            self.attachments.say(refusal)
+            return False
+        if images is None:
+            self.attachments.take_images()
         msg_id = self._new_id("u")
-        self.history.append(ChatMessage("user", text))
+        self.history.append(user_message(text, pending))
         self.history_ids.append(msg_id)
-        self.transcript.add_message(msg_id, "user", text, header="You")
+        view = self.transcript.add_message(msg_id, "user", text, header="You")
+        if pending:
+            view.set_images(pending)
+            if self.session is not None:  # saved with the question (extras.images)
+                self.session.keep_images(pending)
         self.transcript.scroll_to_end()  # sending follows the answer, even after scrolling up
         self._ask(model_id)
         return True
@@ -293,14 +282,16 @@ class ChatPage(QWidget):
 
     def edit_and_resend(self, msg_id: str, text: str) -> bool:
         """Replace that user message with ``text``, dropping what follows, and send it."""
-        if self.streaming or not text.strip() or self.current_model_id() is None:
+        view = self.transcript.message(msg_id)
+        images = list(view.images) if view is not None else []  # they go again with it
+        if self.streaming or not (text.strip() or images) or self.current_model_id() is None:
             return False
         i = self._history_index(msg_id)
         if i is not None:
             self._truncate(i)
         else:  # a message whose turn failed: shown, no longer in the history
             self.transcript.remove_from(msg_id)
-        return self.send(text)
+        return self.send(text, images)
 
     def delete_message(self, msg_id: str) -> None:
         """Remove one message from the conversation (not the answer in flight)."""
@@ -327,7 +318,8 @@ class ChatPage(QWidget):
         self._turn = turn
         max_tokens = self.max_tokens_spin.value() or None
         self._sent_text = self.history[-1].content if self.history else ""
-        prepare = self.attachments.preparer(model_id, max_tokens)  # attachments (issue 15)
+        # attachments (issue 15); images decoded for the model (issue 16)
+        prepare = self.attachments.preparer(model_id, max_tokens, images=has_sources(messages))
         sampling = SamplingParams(temperature=self.temperature_spin.value())
         busy = partial(self._cpu_busy_streamed.emit, turn)
         run = self.mcp.answer if tools else partial(stream_answer, self._service, on_cpu_busy=busy)
@@ -394,6 +386,7 @@ class ChatPage(QWidget):
 
     def _on_models_listed(self, models: list[ChatModel]) -> None:
         keep = self.current_model_id()
+        self._models = {m.id: m for m in models}
         self.model_combo.blockSignals(True)
         self.model_combo.clear()
         for m in models:
@@ -450,7 +443,7 @@ class ChatPage(QWidget):
             self.history_ids.append(view.msg_id)
         elif self.history and self.history[-1].role == "user":
             self._pop_user()  # nothing came back: keep user/assistant turns alternating
-        stats = _stats_text(final)
+        stats = stats_text(final)
         if final.error and reason == "error":
             self._end_answer(f"Error: {final.error}", "error")
         else:
@@ -540,24 +533,3 @@ class ChatPage(QWidget):
         self.stop_button.setEnabled(busy)
         self.model_combo.setEnabled(not busy)
         self.transcript.set_actions_enabled(not busy)
-
-
-def _stats_text(final: Delta) -> str:
-    parts = []
-    t = final.timings
-    n = final.usage.completion_tokens if final.usage else (t.predicted_n if t else 0)
-    parts.append(f"{n} tokens")
-    if final.usage is not None and final.usage.reasoning_tokens:
-        parts.append(f"{final.usage.reasoning_tokens} thinking")
-    if final.usage is not None and final.usage.cached_tokens:
-        parts.append(f"{final.usage.cached_tokens} prompt tokens from cache")
-    if t is not None and t.predicted_per_second > 0:
-        parts.append(f"{t.predicted_per_second:.1f} tok/s")
-    if t is not None and t.cpu_busy:
-        parts.append("CPU busy")
-    reason = final.finish_reason or "stop"
-    if reason == "length":
-        parts.append("stopped at the token limit")
-    elif reason == "cancelled":
-        parts.append("stopped")
-    return " · ".join(parts)

@@ -6,6 +6,11 @@ shows it); this module mirrors each turn into a ``Conversation`` tree and saves 
 regenerate and edit-and-resend drop the old turn from ``history``; here the new message is
 added as a sibling, so the old one stays in the tree, one "‹ i/n ›" click away. Switching a
 branch or deleting a message re-shows the selected path and makes it the page's ``history``.
+
+Images (issue 16) are kept in the data folder's ``chat-images/``, one file per content,
+referenced from the question's ``extras["images"]``; reopened, they are shown again and go back
+to the model with the history. Image files no stored message references are removed when the
+page starts and once a deleted conversation's undo window has passed.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QSplitter
 
+from app.core.chat_images import IMAGES_FOLDER, ChatImage, ImageStore, image_refs, user_message
 from app.core.conversations import Conversation, ConversationStore, Message
+from app.core.images import strip_markers
 from app.core.mcp.toolloop import messages_from_extras
 from app.core.types import ChatMessage
 from app.errors import HearthError, NotFound
@@ -52,6 +59,7 @@ class ChatSession(QObject):
         self.page = page
         self.store = store
         self.sidebar = ConversationList(store)
+        self.images = ImageStore(store.path.parent / IMAGES_FOLDER)
         self.conversation: Conversation | None = None
         self._ids: dict[str, str] = {}  # the transcript's message id -> the tree's
         self._answer: tuple[str, str] | None = None  # (view id, parent id) of the turn in flight
@@ -87,6 +95,7 @@ class ChatSession(QObject):
         self.sidebar.new_chat_requested.connect(self._on_sidebar_new_chat_requested)
         self.sidebar.conversation_deleted.connect(self._on_sidebar_conversation_deleted)
         self.sidebar.conversation_renamed.connect(self._on_sidebar_conversation_renamed)
+        self.collect_images()
 
     # -- actions -------------------------------------------------------------------------------------
     def open(self, conv_id: str) -> None:
@@ -131,10 +140,45 @@ class ChatSession(QObject):
                 calls = messages_from_extras(m.extras)
                 p.history += calls
                 p.history_ids += [m.id] * len(calls)
-            p.history.append(ChatMessage(m.role, m.content))
+            refs = image_refs(m.extras) if m.role == "user" else []
+            if refs:  # issue 16: shown again, and sent again with the history
+                found = [self.images.load(r) for r in refs]
+                images = [i for i in found if i is not None]
+                view.set_images(images)
+                if len(images) < len(refs):
+                    view.set_notice(f"{len(refs) - len(images)} image(s) missing", "error")
+                p.history.append(user_message(m.content, images))
+            else:
+                p.history.append(ChatMessage(m.role, m.content))
             p.history_ids.append(m.id)
             self._ids[m.id] = m.id
         p.transcript.set_actions_enabled(not p.streaming)
+
+    def keep_images(self, images: list[ChatImage]) -> None:
+        """Store the next question's images and reference them from its ``extras``."""
+        refs = []
+        for img in images:
+            try:
+                refs.append(self.images.save(img))
+            except OSError as e:  # a full disk: the image is sent, not kept
+                log.warning("could not keep image %s: %s", img.name, e)
+        if refs:
+            self.add_turn_extras({"images": refs})
+
+    def collect_images(self) -> int:
+        """Remove the image files no stored message references (conversations purged after
+        their undo window no longer count); how many went."""
+        try:
+            self.store.purge_deleted()
+            used = {
+                r["file"]
+                for v in self.store.extras_values("images")
+                for r in image_refs({"images": v})
+            }
+        except (HearthError, sqlite3.Error) as e:
+            log.warning("images not cleaned up: %s", e)
+            return 0
+        return self.images.remove_unused(used)
 
     def add_answer_extras(self, extras: dict[str, Any]) -> None:
         """What the answer in flight (or the next one) is saved with: its MCP ``tool_calls``
@@ -188,7 +232,7 @@ class ChatSession(QObject):
             user = conv.add(
                 before if before in conv else None,
                 "user",
-                p.history[-1].content,
+                strip_markers(p.history[-1].content),  # the images are in extras
                 extras=self._user_extras,
             )
             self._user_extras = {}
@@ -255,6 +299,9 @@ class ChatSession(QObject):
         self.page.new_chat()
 
     def _on_sidebar_conversation_deleted(self, conv_id: str) -> None:
+        # its images go once its undo window has passed (unless another message uses them)
+        wait_ms = int((self.store.undo_seconds + 1) * 1000)
+        QTimer.singleShot(wait_ms, self, self.collect_images)
         if self.conversation is not None and self.conversation.id == conv_id:
             self.conversation = None  # so the page's clear saves nothing back
             self._answer = None

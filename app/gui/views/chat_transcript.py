@@ -10,14 +10,17 @@ API (what the page and the conversation store wire to):
   The transcript changes nothing itself on these: the page decides (and removes views).
 - ``MessageView``: ``append_text``, ``append_reasoning``, ``set_text``, ``set_caption`` (a line
   above the body, e.g. the CPU-busy notice), ``set_notice`` (the stats or error line under it),
-  ``set_branch``, ``finish``, ``plain_text``, ``markdown`` (the raw text).
+  ``set_branch``, ``finish``, ``plain_text``, ``markdown`` (the raw text); ``set_images``
+  (a user message's thumbnails, issue 16; ``images`` holds them).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from itertools import count
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import (
@@ -38,7 +41,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.gui.theme import pick, theme_signals
+from app.gui.views.chat_images import ImageStrip
 from app.gui.views.markdown_view import MarkdownBody
+
+if TYPE_CHECKING:
+    from app.core.chat_images import ChatImage
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +99,8 @@ class MessageView(QWidget):
         self.created = time.time() if created is None else created
         self._reasoning: list[str] = []
         self._branch: tuple[int, int] | None = None
+        self.images: list[ChatImage] = []  # the message's images (a user message's)
+        self.image_strip: ImageStrip | None = None
 
         stamp = _stamp(self.created)
         self.header_label = QLabel(f"{header}  ·  {stamp}" if header else "")
@@ -239,6 +248,16 @@ class MessageView(QWidget):
         if isinstance(lay, QVBoxLayout):
             lay.insertWidget(lay.indexOf(self.body), widget)
 
+    def set_images(self, images: Sequence[ChatImage]) -> None:
+        """Show the message's images as thumbnails above its text (a click opens one)."""
+        if self.image_strip is not None:
+            self.image_strip.deleteLater()
+            self.image_strip = None
+        self.images = list(images)
+        if self.images:
+            self.image_strip = ImageStrip(self.images)
+            self.add_block(self.image_strip)
+
     def set_caption(self, text: str) -> None:
         """A dimmed, italic line above the body (e.g. why this answer is slow)."""
         self._show_muted(self.caption_label, text, "meta")
@@ -293,6 +312,8 @@ class MessageView(QWidget):
         parts = [self.header_label.text(), self.caption_label.text()]
         if self._reasoning:
             parts += [self.thinking_button.text(), self.reasoning]
+        if self.image_strip is not None:
+            parts.append(self.image_strip.text())
         parts += [self.body.plain_text(), self.notice_label.text()]
         return "\n".join(p for p in parts if p)
 

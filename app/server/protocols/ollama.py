@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from app.core.images import IMAGE_MARKER, ImageSource, neutralise_markers
+from app.core.images import ImageSource, marked_text, neutralise_markers
 from app.core.requests import (
     MAX_EMBED_INPUTS,
     ChatRequest,
@@ -240,7 +240,7 @@ def parse_history(raw: Any) -> list[ChatMessage]:
         out.append(
             ChatMessage(
                 role,
-                IMAGE_MARKER * len(images) + _content_text(content, f"{where}.content"),
+                marked_text(_content_text(content, f"{where}.content"), len(images)),
                 name=name,
                 tool_calls=calls,
                 tool_call_id=call_id,
@@ -319,9 +319,7 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
     else:
         system = b.text("system")
         messages = (ChatMessage("system", neutralise_markers(system)),) if system else ()
-        user = ChatMessage(
-            "user", IMAGE_MARKER * len(images) + neutralise_markers(prompt), image_sources=images
-        )
+        user = ChatMessage("user", marked_text(prompt, len(images)), image_sources=images)
         req = ChatRequest(
             model=model,
             messages=(*messages, user),

@@ -1,0 +1,158 @@
+"""Images on the Chat page (issue 16): the chip of an image waiting to be sent, the
+thumbnails in a message, the dialog that shows one larger, and a pasted image's bytes.
+
+Every image shown here was checked by Pillow with the server's bounds first
+(:mod:`app.core.chat_images`): the thumbnails are Pillow's small PNGs, and the larger view is
+decoded by Pillow (bounded) and scaled down before Qt sees it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMimeData, QSize, Qt, Signal
+from PySide6.QtGui import QGuiApplication, QIcon, QImage, QPixmap
+from PySide6.QtWidgets import (
+    QDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QScrollArea,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.core.chat_images import ChatImage, thumbnail_png
+from app.core.images import InvalidImage, decode_image
+from app.core.units import human_bytes
+
+log = logging.getLogger(__name__)
+
+CHIP_THUMB = 40  # px: a chip's thumbnail height
+MESSAGE_THUMB = 120  # px: a thumbnail in a message, its longer side at most
+LARGE_SIDE = 1600  # px: the larger view's longer side at most
+
+
+def pixmap(png: bytes, side: int) -> QPixmap:
+    """A PNG (Pillow's thumbnail) as a pixmap at most ``side`` pixels a side."""
+    pm = QPixmap()
+    pm.loadFromData(png, "PNG")
+    if pm.isNull():
+        return pm
+    if pm.width() > side or pm.height() > side:
+        pm = pm.scaled(
+            side,
+            side,
+            Qt.AspectRatioMode.KeepAspectRatio,
+            Qt.TransformationMode.SmoothTransformation,
+        )
+    return pm
+
+
+def pasted_png(mime: QMimeData) -> bytes | None:
+    """The image on the clipboard (a screenshot, an image copied in a browser) as PNG bytes;
+    None when the paste holds no image."""
+    if not mime.hasImage():
+        return None
+    data = mime.imageData()
+    img = data if isinstance(data, QImage) else QImage(data) if data is not None else QImage()
+    if img.isNull():
+        return None
+    buf = QBuffer()
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    img.save(buf, "PNG")  # type: ignore[call-overload]  # the stubs say bytes; str works
+    return bytes(QByteArray(buf.data()).data())
+
+
+class ImageChip(QFrame):
+    """An image waiting to be sent: its thumbnail, name and size, and a remove button."""
+
+    removed = Signal(object)  # the ChatImage
+
+    def __init__(self, image: ChatImage, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.image = image
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.thumb_label = QLabel()
+        self.thumb_label.setPixmap(pixmap(image.thumb, CHIP_THUMB))
+        self.label = QLabel(f"{image.name} · {human_bytes(len(image.data))}")
+        self.setToolTip(f"{image.name}: {image.width}×{image.height} pixels")
+        self.remove_button = QToolButton()
+        self.remove_button.setText("×")
+        self.remove_button.setToolTip(f"Remove {image.name}")
+        self.remove_button.setAutoRaise(True)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 2, 0, 2)
+        row.setSpacing(4)
+        row.addWidget(self.thumb_label)
+        row.addWidget(self.label)
+        row.addWidget(self.remove_button)
+        self.remove_button.clicked.connect(self._on_remove_button_clicked)
+
+    def _on_remove_button_clicked(self) -> None:
+        self.removed.emit(self.image)
+
+
+class ImageStrip(QWidget):
+    """A message's images as thumbnails (at most MESSAGE_THUMB px); a click opens one larger."""
+
+    def __init__(self, images: Sequence[ChatImage], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.images = list(images)
+        self.buttons: list[QToolButton] = []
+        self.dialog: ImageDialog | None = None
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 2, 0, 2)
+        for img in self.images:
+            b = QToolButton()
+            pm = pixmap(img.thumb, MESSAGE_THUMB)
+            b.setIcon(QIcon(pm))
+            b.setIconSize(pm.size() if not pm.isNull() else QSize(MESSAGE_THUMB, MESSAGE_THUMB))
+            b.setAutoRaise(True)
+            b.setToolTip(f"{img.name} ({img.width}×{img.height}): click to open it larger")
+            b.setAccessibleName(f"image {img.name}")
+            b.clicked.connect(lambda _=False, img=img: self.open(img))
+            row.addWidget(b)
+            self.buttons.append(b)
+        row.addStretch(1)
+
+    def open(self, image: ChatImage) -> ImageDialog:
+        """Show ``image`` larger, in a dialog of its own (one at a time)."""
+        if self.dialog is not None:
+            self.dialog.close()
+        self.dialog = ImageDialog(image, self.window())
+        self.dialog.show()
+        return self.dialog
+
+    def text(self) -> str:
+        return "\n".join(f"[image: {i.name}]" for i in self.images)
+
+
+class ImageDialog(QDialog):
+    """One image, at most LARGE_SIDE pixels a side (and the screen), scrollable."""
+
+    def __init__(self, image: ChatImage, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"{image.name} · {image.width}×{image.height}")
+        self.image_label = QLabel()
+        self.image_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        screen = QGuiApplication.primaryScreen()
+        side = LARGE_SIDE
+        if screen is not None:
+            avail = screen.availableGeometry()
+            side = max(200, min(side, int(min(avail.width(), avail.height()) * 0.85)))
+        try:  # decoded by Pillow with the bounds the image passed when attached
+            png = thumbnail_png(decode_image(image.data, where=image.name), side)
+            self.image_label.setPixmap(pixmap(png, side))
+        except InvalidImage as e:
+            self.image_label.setText(e.message)
+        scroll = QScrollArea()
+        scroll.setWidget(self.image_label)
+        scroll.setWidgetResizable(True)
+        lay = QVBoxLayout(self)
+        lay.addWidget(scroll)
+        pm = self.image_label.pixmap()
+        if pm is not None and not pm.isNull():
+            self.resize(pm.width() + 40, pm.height() + 40)
