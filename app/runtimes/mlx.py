@@ -74,7 +74,9 @@ class MlxEngine:
         # an mlx-vlm folder (a vision tower in its config) loads through mlx-vlm when it is
         # here; its language model is then driven like any other (app/runtimes/mlx_vision.py)
         self.vision: VisionModel | None = None
-        text_cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+        self.model: Any = None
+        raw_text = cfg.get("text_config")
+        text_cfg: dict[str, Any] = raw_text if isinstance(raw_text, dict) else {}
         if is_vision_config(cfg) and vlm_available():
             from mlx_lm.utils import load_tokenizer
 
@@ -85,7 +87,9 @@ class MlxEngine:
             try:
                 self.tokenizer = load_tokenizer(path, eos_token_ids=eos_ids)
             except (ValueError, OSError, KeyError) as e:
-                raise ModelLoadFailed(f"mlx-lm could not load the tokenizer of '{model.id}': {e}") from e
+                raise ModelLoadFailed(
+                    f"mlx-lm could not load the tokenizer of '{model.id}': {e}"
+                ) from e
         else:
             try:
                 self.model, self.tokenizer = mlx_load(str(path))
