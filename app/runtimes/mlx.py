@@ -94,7 +94,8 @@ class MlxEngine:
             try:
                 self.model, self.tokenizer = mlx_load(str(path))
             except (ValueError, OSError, KeyError) as e:
-                raise ModelLoadFailed(f"mlx-lm could not load '{model.id}': {e}") from e
+                hint = " (a vision model: install mlx-vlm)" if is_vision_config(cfg) else ""
+                raise ModelLoadFailed(f"mlx-lm could not load '{model.id}'{hint}: {e}") from e
         trained = int(
             cfg.get("max_position_embeddings") or text_cfg.get("max_position_embeddings") or 4096
         )

@@ -113,7 +113,13 @@ class VisionModel:
         lookalike = self._image_token[:1] + "\u200b" + self._image_token[1:]
         safe = [p.replace(self._image_token, lookalike) for p in pieces]
         prompt = self.placeholder.join(safe)
-        out = self.processor(text=[prompt], images=self._pil(images))
+        try:
+            out = self.processor(text=[prompt], images=self._pil(images))
+        except (ValueError, TypeError) as e:  # an image its processor cannot take (too small)
+            raise InvalidRequest(
+                f"the model's image processor refused the image: {e}",
+                param=images[0].where or "messages",
+            ) from e
         ids = [int(t) for t in _row(out["input_ids"])]
         return self._mark(ids, images)
 

@@ -194,3 +194,14 @@ def test_an_image_through_the_openai_api(served: Served) -> None:
     assert r.usage.prompt_tokens >= text.usage.prompt_tokens + IMAGE_TOKENS
     assert r.choices[0].finish_reason in ("length", "stop")
     assert json.loads(r.model_dump_json())["object"] == "chat.completion"
+
+
+async def test_odd_image_shapes_are_taken(rig: Rig) -> None:
+    h = hearth(rig, "shapes")
+    try:
+        model, _ = h.import_model(rig.vlm)
+        for size in ((1, 1), (600, 2), (3, 500)):
+            got = await ask(h, model.id, with_images(decode_image(png(RED, size), where="x")))
+            assert got[2].usage.completion_tokens >= 1
+    finally:
+        await h.close()
