@@ -24,7 +24,7 @@ def test_core_imports_without_qt_aiohttp_or_runtimes() -> None:
     """A machine without Qt, aiohttp or a runtime library can still import every core module."""
     code = r"""
 import importlib, pkgutil, sys
-BLOCKED = ("PySide6", "aiohttp", "llama_cpp", "mlx", "mlx_lm")
+BLOCKED = ("PySide6", "aiohttp", "llama_cpp", "mlx", "mlx_lm", "mlx_vlm")
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:

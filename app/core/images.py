@@ -96,8 +96,22 @@ def image_digest(width: int, height: int, rgb: bytes) -> str:
     return h.hexdigest()
 
 
+_MASK = (1 << 62) - 1
+
+
+def image_tokens(digest: str, n: int) -> list[int]:
+    """The pseudo-token ids of an image's ``n`` prompt positions: negative (never a real
+    token), and from its digest, so a prompt cache that compares token lists reuses an image's
+    positions only for the same image at the same place."""
+    base = int(digest[:16], 16)
+    return [-1 - ((base ^ (i * 0x9E3779B97F4A7C15)) & _MASK) for i in range(n)]
+
+
 def supports_vision(model: LocalModel) -> bool:
-    """A GGUF model with a paired projector (``extra["projector"]``: an mmproj GGUF's path)."""
+    """A GGUF model with a paired projector (``extra["projector"]``: an mmproj GGUF's path),
+    or an MLX folder whose config describes a vision model (``extra["vision"]``, mlx-vlm)."""
+    if model.format == "mlx":
+        return model.extra.get("vision") is True
     projector = model.extra.get("projector")
     return model.format == "gguf" and isinstance(projector, str) and bool(projector)
 
@@ -244,7 +258,8 @@ def check_vision(req: ChatRequest, lookup: Callable[[str], LocalModel]) -> None:
         return
     model = lookup(req.model)
     if not supports_vision(model):
+        why = "is not a vision model" if model.format == "mlx" else "has no projector"
         raise UnsupportedParameter(
-            f"{where}: an image needs a vision model; '{model.id}' has no projector",
+            f"{where}: an image needs a vision model; '{model.id}' {why}",
             param=where,
         )

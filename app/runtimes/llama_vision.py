@@ -15,7 +15,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from app.core.images import ImageInput
+from app.core.images import ImageInput, image_tokens
 from app.core.projector import projector_problem
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
@@ -24,14 +24,7 @@ from app.runtimes.llama_backend import L
 log = logging.getLogger(__name__)
 
 _CHUNK_TEXT, _CHUNK_IMAGE = 0, 1  # mtmd_input_chunk_type
-_MASK = (1 << 62) - 1
 _ENCODED_KEPT = 4  # images whose embeddings stay encoded (the same image in the next turn)
-
-
-def image_tokens(digest: str, n: int) -> list[int]:
-    """The pseudo-token ids of an image's ``n`` positions: negative, and from its digest."""
-    base = int(digest[:16], 16)
-    return [-1 - ((base ^ (i * 0x9E3779B97F4A7C15)) & _MASK) for i in range(n)]
 
 
 def projector_path(model: LocalModel) -> str | None:

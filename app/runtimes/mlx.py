@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from app.core.images import ImageInput
 from app.core.types import (
     Constraint,
     GenerationRequest,
@@ -21,8 +22,9 @@ from app.core.types import (
     SamplingParams,
     TokenLogprob,
 )
-from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable
+from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable, UnsupportedParameter
 from app.runtimes.guidance import Guide
+from app.runtimes.mlx_vision import VisionModel, is_vision_config, vlm_available
 from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
 
 log = logging.getLogger(__name__)
@@ -69,11 +71,34 @@ class MlxEngine:
             raise InvalidModel(
                 f"'{model.id}' needs custom code (trust_remote_code); Hearth never runs it"
             )
-        try:
-            self.model, self.tokenizer = mlx_load(str(path))
-        except (ValueError, OSError, KeyError) as e:
-            raise ModelLoadFailed(f"mlx-lm could not load '{model.id}': {e}") from e
-        trained = int(cfg.get("max_position_embeddings") or 4096)
+        # an mlx-vlm folder (a vision tower in its config) loads through mlx-vlm when it is
+        # here; its language model is then driven like any other (app/runtimes/mlx_vision.py)
+        self.vision: VisionModel | None = None
+        self.model: Any = None
+        raw_text = cfg.get("text_config")
+        text_cfg: dict[str, Any] = raw_text if isinstance(raw_text, dict) else {}
+        if is_vision_config(cfg) and vlm_available():
+            from mlx_lm.utils import load_tokenizer
+
+            self.vision = VisionModel(path, model.id)
+            self.model = self.vision.language
+            eos = cfg.get("eos_token_id", text_cfg.get("eos_token_id"))
+            eos_ids = [eos] if isinstance(eos, int) else eos if isinstance(eos, list) else None
+            try:
+                self.tokenizer = load_tokenizer(path, eos_token_ids=eos_ids)
+            except (ValueError, OSError, KeyError) as e:
+                raise ModelLoadFailed(
+                    f"mlx-lm could not load the tokenizer of '{model.id}': {e}"
+                ) from e
+        else:
+            try:
+                self.model, self.tokenizer = mlx_load(str(path))
+            except (ValueError, OSError, KeyError) as e:
+                hint = " (a vision model: install mlx-vlm)" if is_vision_config(cfg) else ""
+                raise ModelLoadFailed(f"mlx-lm could not load '{model.id}'{hint}: {e}") from e
+        trained = int(
+            cfg.get("max_position_embeddings") or text_cfg.get("max_position_embeddings") or 4096
+        )
         self.n_ctx = min(options.context_length or 4096, trained)
         self.seed = options.seed
         self._stream: Any = None
@@ -93,7 +118,10 @@ class MlxEngine:
         )
         self.guide = Guide(
             self.tokenizer._tokenizer,
-            n_vocab=max(int(cfg.get("vocab_size") or 0), len(self.tokenizer._tokenizer)),
+            n_vocab=max(
+                int(cfg.get("vocab_size") or text_cfg.get("vocab_size") or 0),
+                len(self.tokenizer._tokenizer),
+            ),
             eos_tokens=sorted(int(t) for t in self.tokenizer.eos_token_ids),
         )
 
@@ -149,11 +177,16 @@ class MlxEngine:
         )
         tokens = list(req.prompt_tokens)
         cache, cached = self._reuse(tokens)
+        embeddings, real = self._embeddings(tokens, req.images, cached)
+        if embeddings is not None and cached and self.vision and self.vision.language.positional:
+            # positions came with the embeddings (M-RoPE): computed from the start
+            cache, cached = self._cache_mod.make_prompt_cache(self.model), 0
+            self._cache_tokens, self._exact = [], 0
         seq.cached = cached
         if processors and cached:
             # mlx-lm shows processors only the tokens it was given: put back the cached
             # prompt's tail, so penalties see the same history as in an uncached run
-            head = mx.array(tokens[max(0, cached - PENALTY_CONTEXT) : cached])
+            head = mx.array(real[max(0, cached - PENALTY_CONTEXT) : cached])
             processors = [_with_history(p, head, mx) for p in processors]
 
         def progress(done: int, total: int) -> None:
@@ -166,7 +199,7 @@ class MlxEngine:
         remaining = self.n_ctx - len(req.prompt_tokens)
         limit = remaining if req.max_tokens is None else min(req.max_tokens, remaining)
         gen = self._generate_step(
-            mx.array(tokens[cached:]),
+            mx.array(real[cached:]),
             self.model,
             prompt_cache=cache,
             stream=self._stream,
@@ -175,6 +208,7 @@ class MlxEngine:
             logits_processors=processors,
             prefill_step_size=PREFILL_STEP,
             prompt_progress_callback=progress,
+            input_embeddings=embeddings[cached:] if embeddings is not None else None,
         )
         detok = self.tokenizer.detokenizer
         detok.reset()
@@ -192,6 +226,23 @@ class MlxEngine:
         # whole prefill chunks of this prompt (its last token is computed with the first step)
         n = len(tokens) - 1
         self._cache, self._cache_tokens, self._exact = cache, tokens, n - n % PREFILL_STEP
+
+    def _embeddings(
+        self, tokens: list[int], images: tuple[ImageInput, ...], cached: int
+    ) -> tuple[Any, list[int]]:
+        """The prompt's merged input embeddings when its uncached part holds image positions
+        (else None: mlx-lm embeds the tokens), and its token ids with images as the model's
+        image token (what the penalties see)."""
+        vision = self.vision
+        if vision is None or not any(t < 0 for t in tokens):
+            if any(t < 0 for t in tokens):
+                raise UnsupportedParameter("this model does not take images", param="messages")
+            return None, tokens
+        real = vision.real_ids(tokens)
+        if not any(t < 0 for t in tokens[cached:]):
+            return None, real  # the images are in the cache already
+        with self._mx.stream(self._stream):
+            return vision.embeddings(self._mx, tokens, images), real
 
     def step(self, seqs: list[Sequence]) -> None:
         for seq in seqs:
@@ -250,8 +301,13 @@ class MlxEngine:
                     self._cache = None
         if seq.error is not None or seq.finish_reason == "error" or not self.prompt_cache:
             self._cache = None  # a failed step may have left the layers' caches uneven
+        if self.vision is not None and self.vision.language.positional:
+            self._cache = None  # M-RoPE positions: never continued from (mlx_vision.py)
+            self.vision.language.extra = {}
 
     def shutdown(self) -> None:
+        if self.vision is not None:
+            self.vision.close()
         self.model = None
         self.tokenizer = None
 
@@ -316,7 +372,20 @@ class MlxModel:
 
     @property
     def capabilities(self) -> frozenset[str]:
+        if self.engine.vision is not None:
+            return frozenset({"completion", "chat", "vision"})
         return frozenset({"completion", "chat"})
+
+    async def tokenize_images(self, text: str, images: tuple[ImageInput, ...]) -> list[int]:
+        """The rendered prompt's tokens with each image's positions (its pseudo-tokens), by
+        mlx-vlm's processor on the worker thread, which owns the model."""
+        vision = self.engine.vision
+        if vision is None:
+            raise UnsupportedParameter(
+                f"'{self.model_id}' does not take images (a vision model needs mlx-vlm)",
+                param=images[0].where or "messages",
+            )
+        return await self.worker.run(lambda _cancelled: vision.tokenize(text, images))
 
     @property
     def pending(self) -> int:

@@ -212,9 +212,11 @@ class MlxFormat(ModelFormat):
             "quantization": f"{q.get('bits')}bit"
             if isinstance(q, dict) and q.get("bits")
             else None,
-            "context_length": cfg.get("max_position_embeddings"),
+            "context_length": cfg.get("max_position_embeddings")
+            or (cfg.get("text_config") or {}).get("max_position_embeddings"),
             "chat_template": template if isinstance(template, str) else None,
-            "extra": {},
+            # mlx-vlm's folders describe their vision tower: images are taken (issue 16)
+            "extra": {"vision": True} if isinstance(cfg.get("vision_config"), dict) else {},
         }
 
     def estimate_local(self, model: Any, options: Any) -> fitlib.MemoryEstimate:
