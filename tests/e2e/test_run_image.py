@@ -6,7 +6,6 @@ in the history (the next turn reuses their cached cells); a model without vision
 from __future__ import annotations
 
 import io
-import json
 import re
 import sys
 from pathlib import Path
@@ -15,7 +14,6 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from app.paths import AppPaths
 from tests.core.test_chat_images import noise_png
 from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
@@ -38,22 +36,16 @@ def run(
     return rc, err, [(int(p), int(c)) for p, c, _ in STATS.findall(err)]
 
 
-def give_projector(home: Path, projector: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Pair the library's model with ``projector`` by hand (pairing on import is another part)."""
-    monkeypatch.setenv("HEARTH_HOME", str(home))
-    index = AppPaths.default().library_file
-    data = json.loads(index.read_text())
-    data["models"][0].setdefault("extra", {})["projector"] = str(projector)
-    index.write_text(json.dumps(data))
-
-
 def test_image_command_attaches_to_the_next_message(
     tmp_path: Path,
     smollm2_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    projector = write_projector(tmp_path / "mmproj-test.gguf")
+    seer = tmp_path / "seer" / smollm2_path.name  # a copy with its projector beside it
+    seer.parent.mkdir()
+    seer.write_bytes(smollm2_path.read_bytes())
+    write_projector(seer.parent / "mmproj-test.gguf")
     for seed in (1, 2):
         Image.frombytes("RGB", (IMAGE_SIZE, IMAGE_SIZE), image_rgb(seed)).save(
             tmp_path / f"{seed}.png"
@@ -69,7 +61,8 @@ def test_image_command_attaches_to_the_next_message(
     assert rc == 0 and f"{mid} cannot see images" in err and "projector" in err
     ((text_only, _),) = stats  # the question went without the image
 
-    give_projector(home, projector, monkeypatch)
+    assert main(["import", str(seer)]) == 0  # pairs the projector lying next to it
+    mid = capsys.readouterr().out.strip()
     script = (
         f"/image {tmp_path}/missing.png\n/image {tmp_path}/bad.png\n/image\n"
         f"/image {tmp_path}/1.png\n/image {tmp_path}/2.png\n" + question + "And now?\n/bye\n"

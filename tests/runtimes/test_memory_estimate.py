@@ -50,9 +50,9 @@ def check(name: str, d: dict) -> None:
 
 
 @pytest.mark.model
-@pytest.mark.parametrize("ctx", [1024, 4096])
-def test_llama_chat_model(tmp_path: Path, smollm2_path: Path, ctx: int) -> None:
-    check(f"SmolLM2-135M Q4_1 ctx {ctx}", measure("gguf", smollm2_path, ctx, tmp_path))
+def test_llama_chat_model(tmp_path: Path, smollm2_path: Path) -> None:
+    """One sequence, its own cache (4096 is covered shared by four, below; the bench runs more)."""
+    check("SmolLM2-135M Q4_1 ctx 1024", measure("gguf", smollm2_path, 1024, tmp_path))
 
 
 @pytest.mark.model
