@@ -23,7 +23,6 @@ CORPUS = [
 
 def build_tiny_mlx_model(folder: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_lm.models import llama
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -70,7 +69,16 @@ def build_tiny_mlx_model(folder: Path, *, layers: int = 2, hidden: int = 64, see
     mx.random.seed(seed)
     args = llama.ModelArgs.from_dict(config)
     model = llama.Model(args)
-    # random, larger-than-default weights so greedy decoding wanders over the vocabulary
+    save_random_weights(model, folder)
+    return folder
+
+
+def save_random_weights(model, folder: Path) -> None:  # type: ignore[no-untyped-def]
+    """Random, larger-than-default weights (so greedy decoding wanders over the vocabulary and
+    an image moves the logits visibly) saved as ``folder/model.safetensors``."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
     weights = {
         k: (
             mx.random.normal(v.shape) * (1.0 if "norm" in k else 0.3)
@@ -79,4 +87,3 @@ def build_tiny_mlx_model(folder: Path, *, layers: int = 2, hidden: int = 64, see
         for k, v in tree_flatten(model.parameters())
     }
     mx.save_safetensors(str(folder / "model.safetensors"), weights)
-    return folder

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.mlx_model import CHATML, CORPUS
+from tests.mlx_model import CHATML, CORPUS, save_random_weights
 
 IMAGE_SIZE = 32
 PATCH = 8
@@ -21,7 +21,6 @@ IMAGE_TOKENS = (IMAGE_SIZE // PATCH) ** 2  # CLS is dropped ("default" feature s
 
 def build_tiny_mlx_vlm_model(folder: Path, *, hidden: int = 64, seed: int = 0) -> Path:
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_vlm.models import llava
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -125,14 +124,5 @@ def build_tiny_mlx_vlm_model(folder: Path, *, hidden: int = 64, seed: int = 0) -
     cfg.text_config = llava.TextConfig.from_dict(text)
     cfg.vision_config = llava.VisionConfig.from_dict(vision)
     model = llava.Model(cfg)
-    # random, larger-than-default weights so greedy decoding wanders over the vocabulary and
-    # the image moves the logits visibly
-    weights = {
-        k: (
-            mx.random.normal(v.shape) * (1.0 if "norm" in k else 0.3)
-            + (1.0 if "norm" in k else 0.0)
-        ).astype(mx.float16)
-        for k, v in tree_flatten(model.parameters())
-    }
-    mx.save_safetensors(str(folder / "model.safetensors"), weights)
+    save_random_weights(model, folder)
     return folder
