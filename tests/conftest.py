@@ -151,8 +151,10 @@ def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object
 
 # Greedy answers with the "reuse" prompt cache (a shared KV cache) vs an uncached solo run:
 # the cells a prompt continues from lie elsewhere, and batched sequences' cells interleave, so
-# attention sums in other orders; logprobs moved by up to ~0.1 on SmolLM2 (measured)
-REUSE_LOGPROB_TOLERANCE = 0.15
+# attention sums in other orders (and the 8-bit activations round differently); logprobs moved
+# by up to ~0.1 on SmolLM2 on one CPU and by 0.1995 on CI's, four streams batched (measured).
+# A sequence that read another's cells would move by whole units and pick other tokens.
+REUSE_LOGPROB_TOLERANCE = 0.3
 
 
 def assert_greedy_close(a: list[tuple], b: list[tuple], what: str = "") -> bool:

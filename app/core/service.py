@@ -206,6 +206,10 @@ class Hearth:
         """Every alias and its targets (a fallback chain when more than one), in file order."""
         return self.gateway.visible_aliases()  # those a key's --models scope reaches
 
+    def alias(self, name: str) -> tuple[str, ...] | None:
+        """One alias's targets, or None; an alias another process just wrote is found."""
+        return self.gateway.visible_aliases(name).get(name)
+
     def is_routable(self, name: str) -> bool:
         """True for a name the gateway answers besides a local model id (an alias, ``auto``,
         a provider's ``PREFIX/id``)."""

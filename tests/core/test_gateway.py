@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.core.gateway import AliasStore, AutoRule, Gateway, RequestFacts, Routing, parse_rules
+from app.core.fsutil import atomic_write_json
 from app.core.gateway.aliases import AliasCycle
 from app.errors import (
     ConfigError,
@@ -63,6 +64,18 @@ def test_resolution_order(tmp_path: Path) -> None:
     assert gw.targets("", RequestFacts()) == ["small"]  # default_model, itself an alias
     with pytest.raises(ModelNotFound):
         gw.targets("gpt-4o-mini", RequestFacts())
+
+
+def test_an_alias_another_process_just_wrote_resolves_on_the_next_request(tmp_path: Path) -> None:
+    """The alias cache re-reads the file within a second; a name it does not know makes it look
+    at once (another process wrote ``aliases.json``: the server's gateway test got a 404)."""
+    gw = _gw(tmp_path)
+    gw.aliases.set("first", ["small"], MODELS.__contains__)  # type: ignore[union-attr]
+    assert gw.targets("first", RequestFacts()) == ["small"]  # the file is cached now
+    # what ``hearth alias set`` in another process does: replace the file (a new inode)
+    atomic_write_json(tmp_path / "aliases.json", {"aliases": {"first": ["small"], "new": ["big"]}})
+    assert gw.is_routable("new")
+    assert gw.targets("new", RequestFacts()) == ["big"]
 
 
 def test_no_model_and_no_default_is_a_400(tmp_path: Path) -> None:

@@ -38,15 +38,16 @@ class AliasStore:
         self.path = path
         self._cache: FileCache[Aliases] = filecache.shared(path, "aliases")
 
-    def all(self) -> Aliases:
-        return self._cache.get(self._read)
+    def all(self, *, fresh: bool = False) -> Aliases:
+        """Every alias; ``fresh`` checks the file now (one stat) rather than within a second."""
+        return self._cache.get(self._read, fresh=fresh)
 
     def get(self, name: str) -> tuple[str, ...] | None:
         """The alias's targets. A miss checks the file at once (one stat), so an alias another
         process (``hearth alias set``) just wrote is found by the very next request."""
         found = self.all().get(name)
         if found is None:
-            found = self._cache.get(self._read, fresh=True).get(name)
+            found = self.all(fresh=True).get(name)
         return found
 
     def _read(self) -> Aliases:

@@ -42,12 +42,20 @@ class Gateway:
         self._is_model = is_model
         self._is_loaded = is_loaded
 
-    def alias_map(self) -> dict[str, tuple[str, ...]]:
-        return self.aliases.all() if self.aliases is not None else {}
+    def alias_map(self, name: str = "") -> dict[str, tuple[str, ...]]:
+        """The aliases; when ``name`` is neither a model nor a known alias, the file is checked
+        at once, so an alias another process (``hearth alias set``) just wrote is found by the
+        very next request."""
+        if self.aliases is None:
+            return {}
+        found = self.aliases.all()
+        if name and name not in found and not self._is_model(name):
+            found = self.aliases.all(fresh=True)
+        return found
 
     def is_routable(self, name: str) -> bool:
         """A name the gateway answers for besides a model id: an alias or ``auto``."""
-        return name == AUTO or name in self.alias_map()
+        return name == AUTO or name in self.alias_map(name)
 
     def targets(self, model: str, facts: RequestFacts) -> list[str]:
         """The model ids to try, in order.
@@ -66,7 +74,7 @@ class Gateway:
         if model == AUTO:
             model = pick(routing.auto, facts, self._loaded_target)
         out: list[str] = []
-        self._expand(model, self.alias_map(), out)
+        self._expand(model, self.alias_map(model), out)
         out = [t for t in out if access.allowed(t)]  # a key's --models scope (issue 14)
         if not out:  # the answer an unknown name gets: the key cannot learn the model exists
             raise ModelNotFound(
@@ -74,9 +82,10 @@ class Gateway:
             )
         return out
 
-    def visible_aliases(self) -> dict[str, tuple[str, ...]]:
-        """The aliases the request's scope reaches (every alias outside a scope)."""
-        aliases = self.alias_map()
+    def visible_aliases(self, name: str = "") -> dict[str, tuple[str, ...]]:
+        """The aliases the request's scope reaches (every alias outside a scope); a ``name`` to
+        look up is checked in the file at once when it is not known yet (as ``alias_map``)."""
+        aliases = self.alias_map(name)
         if not access.active():
             return aliases
         out: dict[str, tuple[str, ...]] = {}

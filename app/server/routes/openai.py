@@ -95,7 +95,7 @@ async def get_model(request: web.Request) -> web.Response:
     remote = service.remote_listing(model_id)  # 503 when its provider is down, 404 unlisted
     if remote is not None:
         return web.json_response(remote_object(remote))
-    targets = service.aliases().get(model_id)
+    targets = service.alias(model_id)
     if targets is not None:
         return web.json_response(alias_object(model_id, targets))
     return web.json_response(model_object(service.model_status(model_id)))
