@@ -21,11 +21,9 @@ from PySide6.QtCore import QEvent, QMimeData, QObject, Signal
 from PySide6.QtGui import QDropEvent, QPalette
 from PySide6.QtWidgets import (
     QFileDialog,
-    QFrame,
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QToolButton,
     QWidget,
 )
 
@@ -41,11 +39,10 @@ from app.core.images import ImageLimits
 from app.core.retrieval import Prepared, Retriever, vector_cache_folder
 from app.core.service import Hearth
 from app.core.types import ChatMessage
-from app.core.units import human_bytes
 from app.core.vector_cache import VectorCache
 from app.errors import HearthError
 from app.gui.bridge import Bridge, log_failure
-from app.gui.views.chat_images import ImageChip, pasted_png
+from app.gui.views.chat_images import Chip, ImageChip, pasted_png
 from app.paths import AppPaths
 from app.settings import SettingsStore
 
@@ -72,31 +69,19 @@ def show_files_notice(page: Any, text: str) -> None:
         view.set_notice(f"{view.notice}\n{text}" if view.notice else text, "meta")
 
 
-class AttachmentChip(QFrame):
+class AttachmentChip(Chip):
     """One attached file: its name and size, and a remove button."""
 
-    removed = Signal(object)  # the Attachment
-
     def __init__(self, attachment: Attachment, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.attachment = attachment
-        self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.label = QLabel(f"{attachment.name} · {human_bytes(attachment.size_bytes)}")
         pages = f", {len(attachment.pages)} pages" if attachment.kind == "pdf" else ""
-        self.setToolTip(f"{attachment.kind}{pages}, {attachment.chars:,} characters")
-        self.remove_button = QToolButton()
-        self.remove_button.setText("×")
-        self.remove_button.setToolTip(f"Remove {attachment.name}")
-        self.remove_button.setAutoRaise(True)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(6, 0, 0, 0)
-        row.setSpacing(2)
-        row.addWidget(self.label)
-        row.addWidget(self.remove_button)
-        self.remove_button.clicked.connect(self._on_remove_button_clicked)
-
-    def _on_remove_button_clicked(self) -> None:
-        self.removed.emit(self.attachment)
+        super().__init__(
+            attachment,
+            attachment.name,
+            attachment.size_bytes,
+            f"{attachment.kind}{pages}, {attachment.chars:,} characters",
+            parent=parent,
+        )
+        self.attachment = attachment
 
 
 class AttachmentBar(QWidget):

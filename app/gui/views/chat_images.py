@@ -66,33 +66,59 @@ def pasted_png(mime: QMimeData) -> bytes | None:
     return bytes(QByteArray(buf.data()).data())
 
 
-class ImageChip(QFrame):
-    """An image waiting to be sent: its thumbnail, name and size, and a remove button."""
+class Chip(QFrame):
+    """Something waiting to be sent with the next message (a file, an image): a label, an
+    optional leading widget (a thumbnail) and a × button that emits ``removed(item)``."""
 
-    removed = Signal(object)  # the ChatImage
+    removed = Signal(object)  # the item
 
-    def __init__(self, image: ChatImage, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        item: object,
+        name: str,
+        size_bytes: int,
+        tooltip: str,
+        *,
+        leading: QWidget | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
-        self.image = image
+        self.item = item
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.thumb_label = QLabel()
-        self.thumb_label.setPixmap(pixmap(image.thumb, CHIP_THUMB))
-        self.label = QLabel(f"{image.name} · {human_bytes(len(image.data))}")
-        self.setToolTip(f"{image.name}: {image.width}×{image.height} pixels")
+        self.setToolTip(tooltip)
+        self.label = QLabel(f"{name} · {human_bytes(size_bytes)}")
         self.remove_button = QToolButton()
         self.remove_button.setText("×")
-        self.remove_button.setToolTip(f"Remove {image.name}")
+        self.remove_button.setToolTip(f"Remove {name}")
         self.remove_button.setAutoRaise(True)
         row = QHBoxLayout(self)
-        row.setContentsMargins(4, 2, 0, 2)
-        row.setSpacing(4)
-        row.addWidget(self.thumb_label)
+        row.setContentsMargins(4 if leading else 6, 2 if leading else 0, 0, 2 if leading else 0)
+        row.setSpacing(4 if leading else 2)
+        if leading is not None:
+            row.addWidget(leading)
         row.addWidget(self.label)
         row.addWidget(self.remove_button)
         self.remove_button.clicked.connect(self._on_remove_button_clicked)
 
     def _on_remove_button_clicked(self) -> None:
-        self.removed.emit(self.image)
+        self.removed.emit(self.item)
+
+
+class ImageChip(Chip):
+    """An image waiting to be sent: its thumbnail, name and size, and a remove button."""
+
+    def __init__(self, image: ChatImage, parent: QWidget | None = None) -> None:
+        self.thumb_label = QLabel()
+        self.thumb_label.setPixmap(pixmap(image.thumb, CHIP_THUMB))
+        super().__init__(
+            image,
+            image.name,
+            len(image.data),
+            f"{image.name}: {image.width}×{image.height} pixels",
+            leading=self.thumb_label,
+            parent=parent,
+        )
+        self.image = image
 
 
 class ImageStrip(QWidget):
