@@ -360,14 +360,17 @@ class LlamaEngine:
         """Pick the next token from the logits the last decode left at row ``idx``. Done right
         after each decode: the next one (another sequence's prompt) overwrites the logits."""
         tok = L.llama_sampler_sample(st.sampler, self.ctx, idx)
+        st.next = tok
         if L.llama_vocab_is_eog(self.vocab, tok):
-            st.next = (tok, b"", ())
+            seq.finish("stop")
             return
         k = L.llama_token_to_piece(self.vocab, tok, self._piece, 256, 0, False)
         raw = self._piece.raw[:k] if k >= 0 else self._piece_of(tok, False)
         lp = seq.request.logprobs
         entry = (self._logprob(idx, tok, raw, lp),) if lp is not None else ()
-        st.next = (tok, raw, entry)
+        # sent now, not at the next step: the worker hands it to the client before the next
+        # decode (a first token used to wait for the second one's decode, ~10 ms of TTFT)
+        seq.emit_text(st.decoder.decode(raw), 1, entry)
 
     def step(self, seqs: list[Sequence]) -> None:
         """Emit each sequence's sampled token, decode them all in one batch, sample the next."""
@@ -381,12 +384,7 @@ class LlamaEngine:
             if not st.ready or st.next is None:
                 seq.finish("cancelled" if seq.cancelled else "error")
                 continue
-            tok, raw, entry = st.next
-            st.next = None
-            if L.llama_vocab_is_eog(self.vocab, tok):
-                seq.finish("stop")
-                continue
-            seq.emit_text(st.decoder.decode(raw), 1, entry)
+            tok, st.next = st.next, None  # sampled and sent (_sample); now decoded
             if seq.finish_reason is not None:
                 continue
             if st.pos + 1 >= self.n_ctx:
@@ -590,7 +588,7 @@ class _SeqState:
         self.failed = False
         self.pos = 0
         # the token sampled after the last decode: (id, its bytes, its logprob entry)
-        self.next: tuple[int, bytes, tuple[TokenLogprob, ...]] | None = None
+        self.next: int | None = None  # the token sampled and sent, to decode at the next step
         self.ready = False
         self.parked = False  # its cells were freed for others; it reads its tokens again
         self.last_rows = 0  # rows in the last prompt batch (its last one's logits are sampled)
