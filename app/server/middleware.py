@@ -29,7 +29,7 @@ from app.server.protocols import OLLAMA, OPENAI
 from app.server.protocols.base import Protocol
 from app.server.routes import owner
 from app.server.state import REQUEST_LOG, SERVICE, STATE, ServerState
-from app.server.streaming import DEADLINE
+from app.server.streaming import DEADLINE, ClientGone
 from app.settings import key_matches
 
 log = logging.getLogger(__name__)
@@ -246,7 +246,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             raise
         code = {404: "not_found", 405: "method_not_allowed"}.get(e.status, "http_error")
         resp = _error(request, HTTPStatusError(e.status, e.reason or "error", code), protocol)
-    except asyncio.CancelledError:  # the client went away (or the server is stopping)
+    except (asyncio.CancelledError, ClientGone):  # the client went away (or the server stops)
         records.note_error(request, GenerationCancelled("the client went away"))
         records.submit(request, GenerationCancelled.status, started)
         raise

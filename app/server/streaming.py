@@ -100,6 +100,12 @@ def final_error(request: web.Request, final: Delta | None) -> HearthError | None
     return None
 
 
+class ClientGone(ConnectionResetError):
+    """A stream's write found the connection closed by the client: recorded as the client going
+    away (499, ``cancelled``), as the cancel aiohttp sends when it sees the close first; aiohttp
+    ignores a ``ConnectionError`` from a handler."""
+
+
 class FrameWriter:
     """Writes an adapter's frames: SSE events (``event:`` line when named) or NDJSON lines."""
 
@@ -127,6 +133,12 @@ class FrameWriter:
     async def write(self, frames: list[Frame]) -> None:
         if not frames:
             return
+        try:
+            await self._write(frames)
+        except ConnectionResetError as e:  # the client closed it before the loop saw it go
+            raise ClientGone("the client went away") from e
+
+    async def _write(self, frames: list[Frame]) -> None:
         out = bytearray()
         for f in frames:
             data = f.data if isinstance(f.data, str) else json.dumps(f.data, separators=(",", ":"))
@@ -139,7 +151,10 @@ class FrameWriter:
         await self.response.write(bytes(out))
 
     async def close(self) -> web.StreamResponse:
-        await self.response.write_eof()
+        try:
+            await self.response.write_eof()
+        except ConnectionResetError as e:
+            raise ClientGone("the client went away") from e
         return self.response
 
 

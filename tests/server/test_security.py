@@ -347,6 +347,17 @@ def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Serve
             assert time.monotonic() < deadline, f"never {n} pending"
             time.sleep(0.01)
 
+    def post(path: str, body: dict) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", plain.port, timeout=120)
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        status = conn.getresponse().status
+        conn.close()
+        return status
+
+    # one sequence at a time: with the default parallel (4) the second runs beside the first
+    # as soon as the worker admits it, and the third may find the queue empty (it did)
+    load = {"model": plain.model_id, "options": {"parallel": 1}}
+    assert post("/api/v1/models/load", load) == 200
     cats = "The list: cat, cat, cat, cat, cat,"
     t1 = threading.Thread(target=stream, args=("first", cats, 1000))
     t1.start()
@@ -375,6 +386,7 @@ def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Serve
         "length",
     }
     assert set(results) == {"first", "second"}
+    assert post("/api/v1/models/unload", {"model": plain.model_id}) == 200
 
 
 def test_jit_concurrent_requests_load_once(tmp_path: Path, smollm2_path: Path) -> None:
