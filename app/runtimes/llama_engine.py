@@ -373,7 +373,8 @@ class LlamaEngine:
         seq.emit_text(st.decoder.decode(raw), 1, entry)
 
     def step(self, seqs: list[Sequence]) -> None:
-        """Emit each sequence's sampled token, decode them all in one batch, sample the next."""
+        """Decode each sequence's sampled (already sent) token in one batch; sample and send
+        the next ones."""
         decoded: list[tuple[Sequence, _SeqState]] = []
         reading: list[tuple[Sequence, _SeqState]] = []
         for seq in seqs:
@@ -587,8 +588,7 @@ class _SeqState:
         self.done_upto = 0  # prompt tokens already in the cache
         self.failed = False
         self.pos = 0
-        # the token sampled after the last decode: (id, its bytes, its logprob entry)
-        self.next: int | None = None  # the token sampled and sent, to decode at the next step
+        self.next: int | None = None  # the token sampled (and sent) after the last decode
         self.ready = False
         self.parked = False  # its cells were freed for others; it reads its tokens again
         self.last_rows = 0  # rows in the last prompt batch (its last one's logits are sampled)

@@ -11,9 +11,10 @@ protocol writes as its own error event or error body.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -133,12 +134,6 @@ class FrameWriter:
     async def write(self, frames: list[Frame]) -> None:
         if not frames:
             return
-        try:
-            await self._write(frames)
-        except ConnectionResetError as e:  # the client closed it before the loop saw it go
-            raise ClientGone("the client went away") from e
-
-    async def _write(self, frames: list[Frame]) -> None:
         out = bytearray()
         for f in frames:
             data = f.data if isinstance(f.data, str) else json.dumps(f.data, separators=(",", ":"))
@@ -148,14 +143,22 @@ class FrameWriter:
                 if f.event:
                     out += b"event: " + f.event.encode() + b"\n"
                 out += b"data: " + data.encode() + b"\n\n"
-        await self.response.write(bytes(out))
+        with _client_gone():
+            await self.response.write(bytes(out))
 
     async def close(self) -> web.StreamResponse:
-        try:
+        with _client_gone():
             await self.response.write_eof()
-        except ConnectionResetError as e:
-            raise ClientGone("the client went away") from e
         return self.response
+
+
+@contextlib.contextmanager
+def _client_gone() -> Iterator[None]:
+    """A write that finds the connection closed by the client (before the loop saw it go)."""
+    try:
+        yield
+    except ConnectionResetError as e:
+        raise ClientGone("the client went away") from e
 
 
 async def collect(request: web.Request, gen: Generation) -> Completion:

@@ -81,7 +81,10 @@ class AttachmentChip(Chip):
             f"{attachment.kind}{pages}, {attachment.chars:,} characters",
             parent=parent,
         )
-        self.attachment = attachment
+
+    @property
+    def attachment(self) -> Attachment:
+        return self.item  # type: ignore[return-value]
 
 
 class AttachmentBar(QWidget):

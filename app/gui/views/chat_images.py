@@ -92,9 +92,12 @@ class Chip(QFrame):
         self.remove_button.setToolTip(f"Remove {name}")
         self.remove_button.setAutoRaise(True)
         row = QHBoxLayout(self)
-        row.setContentsMargins(4 if leading else 6, 2 if leading else 0, 0, 2 if leading else 0)
-        row.setSpacing(4 if leading else 2)
-        if leading is not None:
+        if leading is None:
+            row.setContentsMargins(6, 0, 0, 0)
+            row.setSpacing(2)
+        else:  # a thumbnail: a little room around it
+            row.setContentsMargins(4, 2, 0, 2)
+            row.setSpacing(4)
             row.addWidget(leading)
         row.addWidget(self.label)
         row.addWidget(self.remove_button)
@@ -108,17 +111,21 @@ class ImageChip(Chip):
     """An image waiting to be sent: its thumbnail, name and size, and a remove button."""
 
     def __init__(self, image: ChatImage, parent: QWidget | None = None) -> None:
-        self.thumb_label = QLabel()
-        self.thumb_label.setPixmap(pixmap(image.thumb, CHIP_THUMB))
+        thumb = QLabel()
+        thumb.setPixmap(pixmap(image.thumb, CHIP_THUMB))
         super().__init__(
             image,
             image.name,
             len(image.data),
             f"{image.name}: {image.width}×{image.height} pixels",
-            leading=self.thumb_label,
+            leading=thumb,
             parent=parent,
         )
-        self.image = image
+        self.thumb_label = thumb
+
+    @property
+    def image(self) -> ChatImage:
+        return self.item  # type: ignore[return-value]
 
 
 class ImageStrip(QWidget):
