@@ -182,7 +182,7 @@ def test_arguments_stream_token_by_token_and_stay_valid_when_cut(served: Served)
     with a.messages.stream(
         model=served.model_id,
         max_tokens=40,
-        temperature=0,
+        extra_body={"temperature": 0},  # this SDK no longer takes sampling parameters
         messages=NOTE_ASK,
         tools=tools,
         tool_choice={"type": "any", "disable_parallel_tool_use": True},
