@@ -67,11 +67,18 @@ KEPT_SLOTS = 8  # sequence ids of a shared cache: the conversations it keeps at 
 MAX_SLOTS = 64
 
 
-def cache_slots(parallel: int, prompt_cache: str) -> int:
-    """The sequence ids a llama.cpp context gets: one per parallel request with separate caches
-    ("exact"); more in a shared cache, where idle ones keep other conversations' prompts."""
+def separate_caches(prompt_cache: str, kv_layout: str) -> bool:
+    """Whether each parallel request gets its own cache of the context length (a llama.cpp
+    cache stream per sequence): with the "per-sequence" layout, and always with the exact
+    prompt cache (a sequence's cells then lie as in a solo run)."""
+    return prompt_cache == "exact" or kv_layout == "per-sequence"
+
+
+def cache_slots(parallel: int, prompt_cache: str, kv_layout: str = "shared") -> int:
+    """The sequence ids a llama.cpp context gets: one per parallel request with separate caches;
+    more in a shared cache, where idle ones keep other conversations' prompts."""
     parallel = max(1, parallel)
-    if prompt_cache == "exact":
+    if separate_caches(prompt_cache, kv_layout):
         return parallel
     return min(MAX_SLOTS, max(2 * parallel, KEPT_SLOTS))
 
@@ -87,6 +94,7 @@ def estimate_gguf(
     embedding: bool | None = None,
     parallel: int = 1,
     prompt_cache: str = "reuse",
+    kv_layout: str = "shared",
 ) -> MemoryEstimate:
     """Estimate the resident memory of a GGUF model loaded with these options and run to a full
     context (what llama.cpp really touches, not just what it reserves).
@@ -101,8 +109,10 @@ def estimate_gguf(
         embedding: an embedding model (pooled outputs for every token, no KV cache for
             non-causal encoders); None = decide from the header.
         parallel: sequences decoded together: they share one ``context_length`` of cache,
-            or, with ``prompt_cache`` "exact", each has its own.
+            or, with separate caches (``kv_layout`` "per-sequence" or ``prompt_cache``
+            "exact"), each has its own.
         prompt_cache: the load's prompt-cache mode (reuse, exact, off).
+        kv_layout: the load's cache layout (shared, per-sequence).
 
     The per-element constants were fitted to resident-memory measurements of llama.cpp on a
     135M chat model at 1-4k context and a MiniLM embedder (see tests/runtimes/test_memory_estimate.py).
@@ -120,8 +130,9 @@ def estimate_gguf(
     is_embedding = header.is_embedding_model if embedding is None else embedding
     causal = header.arch_value("attention.causal") is not False
     per_elem = KV_BYTES.get(kv_type.lower(), 2.0)
-    streams = 1 if is_embedding or prompt_cache != "exact" else max(1, parallel)
-    slots = 1 if is_embedding else cache_slots(parallel, prompt_cache)
+    separate = separate_caches(prompt_cache, kv_layout)
+    streams = max(1, parallel) if separate and not is_embedding else 1
+    slots = 1 if is_embedding else cache_slots(parallel, prompt_cache, kv_layout)
     kv = int(n_layer * n_ctx * n_head_kv * (head_k + head_v) * per_elem) * streams if causal else 0
     vocab = n_vocab or header.array_lengths.get("tokenizer.ggml.tokens") or 32000
     # an embedding context takes a whole input as one micro-batch

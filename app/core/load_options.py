@@ -105,6 +105,7 @@ KV_TYPES = ("f16", "q8_0", "q4_0")
 FLASH = ("auto", "on", "off")
 ROPE = ("none", "linear", "yarn")
 PROMPT_CACHE = ("reuse", "exact", "off")
+KV_LAYOUTS = ("shared", "per-sequence")
 
 _TABLE = (
     OptionSpec(
@@ -142,6 +143,12 @@ _TABLE = (
         "conversations); exact: reuse only what keeps answers bit-identical to an uncached "
         "run; off: no reuse",
         "--prompt-cache", choices=PROMPT_CACHE, mlx=True,
+    ),
+    OptionSpec(
+        "kv_layout", "choice", "KV cache layout",
+        "shared: the parallel requests share one cache of the context length; per-sequence: "
+        "each gets its own (memory grows with parallel; faster with many streams at once)",
+        "--kv-layout", choices=KV_LAYOUTS, advanced=True,
     ),
     OptionSpec(
         "threads", "int", "CPU threads", "CPU threads (0 = auto: the physical cores, fewer while other programs keep them busy)", "--threads",

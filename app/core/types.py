@@ -110,6 +110,11 @@ class LoadOptions:
     # batches of an earlier prompt are reused, so answers and logprobs are bit-identical to an
     # uncached solo run; off: nothing is kept
     prompt_cache: str = "reuse"
+    # shared: the sequences share one cache of context_length cells (llama-server's default);
+    # per-sequence: each of the `parallel` requests gets its own cache of context_length cells
+    # (llama-server's explicit -np N): memory grows with `parallel`, but a step's attention
+    # reads only the sequence's own cells, so batched decoding of many streams is faster
+    kv_layout: str = "shared"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import random
 import time
 from typing import Any
 
-from app.core.fit import cache_slots
+from app.core.fit import cache_slots, separate_caches
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, SamplingParams, TokenLogprob
 from app.errors import InvalidRequest, ModelLoadFailed
 from app.runtimes.llama_backend import (
@@ -21,6 +21,7 @@ from app.runtimes.llama_backend import (
     release_free_memory,
 )
 from app.runtimes.llama_grammar import grammar_for
+from app.runtimes.llama_pooled import PooledOutputs
 from app.runtimes.llama_slots import Slots
 from app.runtimes.llama_vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
@@ -33,7 +34,7 @@ CACHE_MODES = ("reuse", "exact", "off")
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 
 
-class LlamaEngine:
+class LlamaEngine(PooledOutputs):
     """The native state of one model and the decode loop the worker drives."""
 
     def __init__(self, model: LocalModel, options: LoadOptions, *, extra_bufts: bool) -> None:
@@ -58,11 +59,15 @@ class LlamaEngine:
         self.is_reranker = bool(model.extra.get("reranker"))
         self.cache_mode = options.prompt_cache if options.prompt_cache in CACHE_MODES else "reuse"
         parallel = 1 if self.is_embedding else max(1, options.parallel)
-        # "reuse"/"off": one cache of n_ctx cells that the sequences share (llama-server's
+        # kv_layout "shared": one cache of n_ctx cells that the sequences share (llama-server's
         # default), so memory does not grow with `parallel`; more sequence ids than `parallel`
-        # keep idle conversations' caches until their cells are needed. "exact": a stream of
-        # n_ctx cells per sequence, so a sequence's cells lie as in a solo run (bit-identical)
-        self.unified = self.cache_mode != "exact" and not self.is_embedding
+        # keep idle conversations' caches until their cells are needed. "per-sequence" (and
+        # always the "exact" prompt cache): a stream of n_ctx cells per sequence, where a
+        # step's attention reads only its own cells (and, for "exact", they lie as in a solo
+        # run, bit-identical)
+        self.unified = not self.is_embedding and not separate_caches(
+            self.cache_mode, options.kv_layout
+        )
         n_seq = cache_slots(parallel, self.cache_mode) if self.unified else parallel
         cp = L.llama_context_default_params()
         cp.n_ctx = n_ctx if self.unified else n_ctx * parallel
@@ -78,7 +83,9 @@ class LlamaEngine:
         cp.n_threads = threads
         cp.n_threads_batch = threads
         cp.no_perf = True
-        cp.flash_attn_type = flash_attn_type(options.flash_attention, shared_cache=self.unified)
+        cp.flash_attn_type = flash_attn_type(
+            options.flash_attention, exact_cache=self.cache_mode == "exact" or self.is_embedding
+        )
         cp.type_k = cp.type_v = _KV_TYPES[options.kv_type]
         cp.rope_scaling_type = {"none": -1, "linear": 1, "yarn": 2}[options.rope_scaling]
         if options.rope_freq_base > 0:
@@ -456,70 +463,6 @@ class LlamaEngine:
                 else "the CPU is free again",
             )
             self.threads = threads
-
-    def _decode_whole(self, tokens: list[int]) -> None:
-        """Decode one input as sequence 0 with every position's output kept (what pooling
-        reads), after forgetting whatever sequence 0 held."""
-        self.slots.forget(0)
-        self._fill(tokens, 0, 0, logits_last=False)
-        for i in range(len(tokens)):
-            self.batch.logits[i] = 1
-        rc = L.llama_decode(self.ctx, self.batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode failed on the input (code {rc})")
-
-    def embed(self, tokens: list[int]) -> list[float]:
-        """The pooled, L2-normalized embedding of one input (worker thread only)."""
-        if not tokens:
-            raise ValueError("empty input")
-        if self.is_reranker:  # its pooled output is n_cls_out floats: n_embd would overread
-            raise InvalidRequest("a cross-encoder scores pairs; it has no embeddings")
-        self._decode_whole(tokens)
-        n_embd = L.llama_model_n_embd(self.model)
-        ptr = L.llama_get_embeddings_seq(self.ctx, 0)
-        if not ptr:
-            ptr = L.llama_get_embeddings_ith(self.ctx, len(tokens) - 1)
-        vec = [float(ptr[i]) for i in range(n_embd)]
-        L.llama_memory_seq_rm(self.mem, 0, -1, -1)
-        norm = sum(x * x for x in vec) ** 0.5
-        return [x / norm for x in vec] if norm > 0 else vec
-
-    def rank_pair(self, query: list[int], doc: list[int]) -> list[int]:
-        """A cross-encoder's input, framed as llama.cpp's server frames it (BOS query EOS SEP
-        document EOS, each special token where the vocabulary asks for it)."""
-        eos = L.llama_vocab_eos(self.vocab)
-        if eos < 0:
-            eos = L.llama_vocab_sep(self.vocab)
-        out: list[int] = []
-        if L.llama_vocab_get_add_bos(self.vocab):
-            out.append(L.llama_vocab_bos(self.vocab))
-        out += query
-        if L.llama_vocab_get_add_eos(self.vocab):
-            out.append(eos)
-        if L.llama_vocab_get_add_sep(self.vocab):
-            out.append(L.llama_vocab_sep(self.vocab))
-        out += doc
-        if L.llama_vocab_get_add_eos(self.vocab):
-            out.append(eos)
-        return out
-
-    def score(self, tokens: list[int]) -> float:
-        """A cross-encoder's relevance score for one framed pair (rank pooling: the sequence's
-        output is ``n_cls_out`` floats, the first the score; worker thread only)."""
-        if not tokens:
-            raise ValueError("empty input")
-        if len(tokens) > self.n_ctx:
-            raise InvalidRequest(
-                f"a query and document take {len(tokens)} tokens; this model takes at most "
-                f"{self.n_ctx}",
-                param="documents",
-            )
-        self._decode_whole(tokens)
-        ptr = L.llama_get_embeddings_seq(self.ctx, 0)
-        L.llama_memory_seq_rm(self.mem, 0, -1, -1)
-        if not ptr:
-            raise RuntimeError("llama.cpp gave no rank score (is the model a cross-encoder?)")
-        return float(ptr[0])
 
     def _logprob(self, idx: int, tok: int, raw: bytes, top_n: int) -> TokenLogprob:
         """Log-softmax of this position's logits (one row, never the whole context's)."""

@@ -2,9 +2,10 @@
 prompt reuses them (the prompt cache). Worker thread only.
 
 A slot is a llama.cpp sequence id. Each remembers the tokens its cells hold (prompt and
-generated answer). "reuse" continues a prompt from the whole prefix it shares with a slot; in a
-shared (unified) cache a common prefix can also be shared into another slot, the cells counted
-once, so several conversations keep their caches. "exact" also counts how many tokens were
+generated answer). "reuse" continues a prompt from the whole prefix it shares with a slot; a
+common prefix can also be given to another slot, so several conversations keep their caches: in
+a shared (unified) cache by sharing its cells (counted once), with a stream per sequence by
+copying the stream when the prefix is long enough to be worth it (COPY_MIN). "exact" also counts how many tokens were
 computed as whole micro-batches aligned at multiples of n_ubatch, the way a fresh run computes a
 prompt, and reuses only those: the rest is computed in the same batches as a fresh run would, so
 the output is bit-identical to an uncached run. "off" keeps nothing.
@@ -17,6 +18,10 @@ from typing import Any
 
 from app.runtimes.llama_backend import L
 from app.runtimes.worker import common_prefix
+
+# with a stream per sequence, a common prefix this long or longer is copied into another slot's
+# stream (llama.cpp copies the whole stream's buffer) rather than computed again
+COPY_MIN = 64
 
 
 class Slots:
@@ -39,25 +44,52 @@ class Slots:
 
     def take(self, tokens: list[int]) -> int:
         """A free slot for ``tokens``: the one whose cache shares the longest prefix with them.
-        In a shared cache, when that cache also holds more (another conversation's turn), the
-        common prefix is shared into an empty or the least recently used slot instead, so the
-        other conversation keeps its cache."""
+        When that cache also holds more (another conversation's turn), the common prefix goes
+        to an empty or the least recently used slot instead, so the other conversation keeps
+        its cache."""
         free, kv = self.free, self.kv
         best = max(free, key=lambda sl: (common_prefix(kv[sl], tokens), -len(kv[sl])))
         slot = best
-        if self.shared and self.mode != "off" and len(free) > 1:
+        if self.mode == "reuse" and len(free) > 1:
             shared = min(common_prefix(kv[best], tokens), len(tokens) - 1)
-            if shared < len(kv[best]):
+            if shared < len(kv[best]) and self._elsewhere(best, shared):
                 slot = min(
                     (sl for sl in free if sl != best),
                     key=lambda sl: (bool(kv[sl]), self._last_used[sl]),
                 )
                 self.forget(slot)
                 if shared > 0 and not self._breaks_swa(best, shared):
-                    L.llama_memory_seq_cp(self.mem, best, slot, 0, shared)
-                    kv[slot] = kv[best][:shared]
+                    self._give_prefix(best, slot, shared)
         free.remove(slot)
         return slot
+
+    def _elsewhere(self, best: int, shared: int) -> bool:
+        """Whether a prompt sharing ``shared`` tokens with slot ``best`` (which holds more)
+        goes to another slot. In a shared cache always (its spare slots keep idle caches). With
+        a stream per sequence, each slot is one conversation's cache: to an empty stream if one
+        is free; else only when little is in common (another conversation, so the least
+        recently used one gives up its stream), and a prompt that keeps most of ``best``
+        (its own follow-up, a regenerated answer) continues there."""
+        if self.shared:
+            return True
+        if any(not self.kv[sl] for sl in self.free if sl != best):
+            return True
+        return shared * 2 < len(self.kv[best])
+
+    def _give_prefix(self, src: int, dst: int, n: int) -> None:
+        """Slot ``dst`` (empty) starts with the first ``n`` cached tokens of ``src``."""
+        if self.shared:
+            L.llama_memory_seq_cp(self.mem, src, dst, 0, n)
+        elif n >= COPY_MIN:
+            # across streams llama.cpp copies a whole stream (at the next decode); then the
+            # copy's tail is dropped
+            L.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
+            if not L.llama_memory_seq_rm(self.mem, dst, n, -1):
+                L.llama_memory_seq_rm(self.mem, dst, -1, -1)
+                return
+        else:
+            return
+        self.kv[dst] = self.kv[src][:n]
 
     def _breaks_swa(self, slot: int, keep: int) -> bool:
         """Sliding-window layers forget old positions: continuing at ``keep`` needs the last

@@ -7,7 +7,9 @@ Without LLAMA_SERVER the binary is looked for as tests/e2e/engines.py does (HEAR
 PATH, the build of the sources vendored in the llama-cpp-python sdist); build one with the steps
 that prints. Engines run one at a time, never together:
 - llama-server `-np 8 -c 16384 -t T` (T = physical cores), and `-np 1` for the tiny-prompt TTFT;
-- `hearth serve` with the default load, and with `--parallel 8`.
+- `hearth serve` with the default load, with `--parallel 8` (shared cache), and with
+  `--parallel 8 --kv-layout per-sequence --ctx 2048`: a cache stream of 2,048 tokens per
+  request, the same memory and per-request limit as llama-server's `-np 8 -c 16384`.
 Each is measured with the same client: 128-token greedy chat streams from 1, 4 and 8 clients at
 once (aggregate tok/s = all tokens / wall time of the round), the time to first token of a tiny
 prompt (median of 9), and the follow-up turn's TTFT over the first turn's on a ~1.5k-token
@@ -213,8 +215,14 @@ def main() -> int:
                 cols["llama-server -np 8"]["tiny prompt TTFT ms"] = tiny_ttft(root, "m") * 1000
             finally:
                 p.kill()
-        runs = [("Hearth default", ())] + (
-            [] if a.skip_parallel else [("Hearth --parallel 8", ("--parallel", "8"))]
+        per_seq = {"parallel": 8, "kv_layout": "per-sequence", "context_length": 2048}
+        runs: list[tuple[str, dict[str, Any]]] = [("Hearth default", {})] + (
+            []
+            if a.skip_parallel
+            else [
+                ("Hearth --parallel 8", {"parallel": 8}),
+                ("Hearth 8 per-sequence", per_seq),
+            ]
         )
         for label, extra in runs:
             home = Path(tempfile.mkdtemp(prefix="hearth-vs-"))
@@ -222,7 +230,7 @@ def main() -> int:
             try:
                 mid = next(iter(s.models.values()))
                 if extra:
-                    opts = {"model": mid, "options": {"parallel": 8}}
+                    opts = {"model": mid, "options": extra}
                     st, b = s.post("/api/v1/models/load", opts)
                     if st != 200:
                         sys.exit(f"load failed: {st} {b}")
@@ -235,22 +243,26 @@ def main() -> int:
         label: {r: statistics.median(x[label][r] for x in rounds) for r in rounds[0][label]}
         for label in rounds[0]
     }
-    ratios: dict[str, float] = {}
+    # ratios Hearth / llama-server: the default load, and the best Hearth column
+    shown = [h for h in ("Hearth default", "Hearth 8 per-sequence") if h in cols]
+    ratios: dict[str, dict[str, float]] = {h: {} for h in shown}
     if "llama-server -np 8" in cols:
-        for r in cols["Hearth default"]:
-            ratios[r] = statistics.median(
-                x["Hearth default"][r] / x["llama-server -np 8"][r] for x in rounds
-            )
+        for h in shown:
+            for r in cols[h]:
+                ratios[h][r] = statistics.median(
+                    x[h][r] / x["llama-server -np 8"][r] for x in rounds
+                )
     rows = list(next(iter(cols.values())))
     print(
         f"{model.name}, {t} physical cores, {a.tokens}-token greedy chat streams, "
         f"medians of {a.rounds} interleaved rounds"
     )
-    print("| | " + " | ".join(cols) + " | Hearth default / llama-server |")
-    print("|---" * (len(cols) + 2) + "|")
+    print("| | " + " | ".join(cols) + "".join(f" | {h} / llama-server" for h in shown) + " |")
+    print("|---" * (len(cols) + 1 + len(shown)) + "|")
     for r in rows:
-        vals = " | ".join(f"{c[r]:.3g}" for c in cols.values())
-        print(f"| {r} | {vals} | {ratios.get(r, float('nan')):.2f} |")
+        vals = " | ".join(f"{c[r]:.3g}" if r in c else "" for c in cols.values())
+        rat = "".join(f" | {ratios[h].get(r, float('nan')):.2f}" for h in shown)
+        print(f"| {r} | {vals}{rat} |")
     return 0
 
 

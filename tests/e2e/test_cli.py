@@ -168,6 +168,15 @@ def test_serve_preload_path_sigterm_and_cli_clients(tmp_path: Path, smollm2_path
         assert row["cache_tokens"] == row["context_length"] > 0
         assert hearth(home, "unload", mid).returncode == 0
         assert json.loads(hearth(home, "ps", "--json").stdout) == []
+        # a cache stream per request: cache_tokens is parallel x context_length
+        load = hearth(home, "load", mid, "--kv-layout", "per-sequence", "--parallel", "2")
+        assert load.returncode == 0, load.stderr
+        (row,) = json.loads(hearth(home, "ps", "--json").stdout)
+        assert row["options"]["kv_layout"] == "per-sequence"
+        assert row["cache_tokens"] == 2 * row["context_length"] > 0
+        bad = hearth(home, "load", mid, "--kv-layout", "split")
+        assert bad.returncode != 0 and "kv-layout" in bad.stderr
+        assert hearth(home, "unload", mid).returncode == 0
         assert hearth(home, "load", mid).returncode == 0
         assert [m["id"] for m in json.loads(hearth(home, "ps", "--json").stdout)] == [mid]
         # a second server on the same port: clear error, exit 1

@@ -128,6 +128,15 @@ def test_estimate_follows_the_options(
     dialog.prompt_cache_combo.setCurrentIndex(dialog.prompt_cache_combo.findData("reuse"))
     qtbot.waitUntil(lambda: "×" not in dialog.kv_label.text(), timeout=10_000)
     assert int(wait_estimate(qtbot, dialog, context_length=8192)["kv_cache"]) == int(q8["kv_cache"])
+    # the per-sequence layout gives each request its own cache too, with the reuse cache
+    dialog.option_form.editors["kv_layout"].setCurrentIndex(
+        dialog.option_form.editors["kv_layout"].findData("per-sequence")
+    )
+    qtbot.waitUntil(lambda: "4 × 8,192 tokens" in dialog.kv_label.text(), timeout=10_000)
+    assert int(wait_estimate(qtbot, dialog, context_length=8192)["kv_cache"]) == int(
+        par["kv_cache"]
+    )
+    assert dialog.options()["kv_layout"] == "per-sequence"
     assert dialog.options()["parallel"] == 4
     dialog.reject()
     assert gui_ctx.service.scheduler.loaded() == []  # Cancel loads nothing

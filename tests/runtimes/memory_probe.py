@@ -36,7 +36,12 @@ async def main(
         runtimes["mlx"] = MlxRuntime()
     lib = ModelLibrary(Path(home) / "lib.json", Path(home) / "models")
     model, _ = lib.import_path(path)
-    options = LoadOptions(context_length=ctx, use_mmap=False, parallel=parallel, prompt_cache=mode)
+    # mode: a prompt-cache mode, or "per-sequence" (reuse, a cache stream per sequence)
+    layout = "per-sequence" if mode == "per-sequence" else "shared"
+    cache = "reuse" if mode == "per-sequence" else mode
+    options = LoadOptions(
+        context_length=ctx, use_mmap=False, parallel=parallel, prompt_cache=cache, kv_layout=layout
+    )
     h = Hearth(lib, runtimes, load_defaults=lambda: options, budget_bytes=lambda: 1 << 40)
     estimate = formats.estimate_model(model, options)
     if fmt == "gguf":  # the probe child runs once, outside this measurement
@@ -61,7 +66,7 @@ async def main(
     else:
         words = "the lighthouse keeper watched the sea "
         # separate caches: each sequence fills its own; a shared one: they fill it together
-        share = 1 if mode == "exact" else parallel
+        share = 1 if fit.separate_caches(cache, layout) else parallel
         tokens = lm.tokenize(words * 2000, add_special=True, parse_special=False)[
             : lm.context_length // share - 2
         ]

@@ -62,6 +62,19 @@ def test_llama_parallel_sequences(tmp_path: Path, smollm2_path: Path) -> None:
 
 
 @pytest.mark.model
+def test_llama_per_sequence_layout(tmp_path: Path, smollm2_path: Path) -> None:
+    """kv_layout per-sequence (reuse cache): four 1024-token cache streams, all filled; the
+    estimate counts four caches, as for the exact cache."""
+    d = measure("gguf", smollm2_path, 1024, tmp_path, 4, "per-sequence")
+    check("SmolLM2-135M Q4_1 ctx 1024 x 4 per-sequence", d)
+    from app.core.fit import estimate_gguf
+    from app.core.gguf import read_header
+
+    one = estimate_gguf(read_header(smollm2_path), context_length=1024, parallel=1)
+    assert d["parts"]["kv_cache"] == 4 * one.kv_cache
+
+
+@pytest.mark.model
 def test_llama_default_load_shares_one_cache(tmp_path: Path, smollm2_path: Path) -> None:
     """The default load: four parallel sequences in one shared cache of the context length
     (flash attention on), filled together: the memory of one context's cache, not four."""

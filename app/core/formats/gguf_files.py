@@ -203,12 +203,13 @@ class GgufFormat(ModelFormat):
             context_length=options.context_length or None,
             kv_type=options.kv_type,
             batch_size=options.ubatch_size or options.batch_size,
-            # "auto" is on for a shared cache (app/runtimes/llama_backend.flash_attn_type)
+            # "auto" is on but for the exact cache (app/runtimes/llama_backend.flash_attn_type)
             flash_attention=options.flash_attention == "on"
             or (options.flash_attention == "auto" and options.prompt_cache != "exact"),
             embedding=bool(model.extra.get("embedding")),
             parallel=options.parallel,
             prompt_cache=options.prompt_cache,
+            kv_layout=options.kv_layout,
         )
         projector = model.extra.get("projector")
         if projector:  # a vision model's projector is loaded with it

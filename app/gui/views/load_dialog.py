@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.fit import separate_caches
 from app.core.presets import validate_options
 from app.core.service import Hearth
 from app.core.types import LoadedModel, LoadOptions, LocalModel
@@ -366,9 +367,11 @@ class LoadDialog(QDialog):
         self.estimate = est
         kv_type = options.get("kv_type", "f16")  # MLX caches keys and values in f16
         self.weights_label.setText(human_bytes(est["weights"]))
-        # separate cache streams only with the exact prompt cache; else one shared cache
-        exact = options.get("prompt_cache") == "exact"
-        streams = int(options.get("parallel", 1) or 1) if exact else 1
+        # a cache stream per request with the per-sequence layout or the exact prompt cache
+        separate = separate_caches(
+            str(options.get("prompt_cache", "reuse")), str(options.get("kv_layout", "shared"))
+        )
+        streams = int(options.get("parallel", 1) or 1) if separate else 1
         per = f"{grouped(est['context_length'])} tokens"
         per = f"{streams} × {per}" if streams > 1 else per
         self.kv_label.setText(f"{human_bytes(est['kv_cache'])}  ({per}, {kv_type})")
