@@ -52,7 +52,7 @@ class Slots:
         slot = best
         if self.mode == "reuse" and len(free) > 1:
             shared = min(common_prefix(kv[best], tokens), len(tokens) - 1)
-            if shared < len(kv[best]) and self._elsewhere(best, shared):
+            if shared < len(kv[best]) and self._elsewhere(best, shared, len(tokens)):
                 slot = min(
                     (sl for sl in free if sl != best),
                     key=lambda sl: (bool(kv[sl]), self._last_used[sl]),
@@ -63,18 +63,18 @@ class Slots:
         free.remove(slot)
         return slot
 
-    def _elsewhere(self, best: int, shared: int) -> bool:
-        """Whether a prompt sharing ``shared`` tokens with slot ``best`` (which holds more)
-        goes to another slot. In a shared cache always (its spare slots keep idle caches). With
-        a stream per sequence, each slot is one conversation's cache: to an empty stream if one
-        is free; else only when little is in common (another conversation, so the least
-        recently used one gives up its stream), and a prompt that keeps most of ``best``
-        (its own follow-up, a regenerated answer) continues there."""
+    def _elsewhere(self, best: int, shared: int, n_prompt: int) -> bool:
+        """Whether a prompt of ``n_prompt`` tokens sharing ``shared`` with slot ``best`` (which
+        holds more) goes to another slot. In a shared cache always (its spare slots keep idle
+        caches). With a stream per sequence, each slot is one conversation's cache: to an empty
+        stream if one is free; else only when the prompt parts from ``best`` early (another
+        conversation: the least recently used one gives up its stream). A prompt wholly in
+        ``best`` (a regenerated answer) or keeping most of it (its own follow-up) stays."""
         if self.shared:
             return True
         if any(not self.kv[sl] for sl in self.free if sl != best):
             return True
-        return shared * 2 < len(self.kv[best])
+        return shared < n_prompt - 1 and shared * 2 < len(self.kv[best])
 
     def _give_prefix(self, src: int, dst: int, n: int) -> None:
         """Slot ``dst`` (empty) starts with the first ``n`` cached tokens of ``src``."""

@@ -129,11 +129,20 @@ async def test_a_short_common_prefix_is_computed_not_copied(
     h = hearth(tmp_path, parallel=2, kv_layout="per-sequence")
     model, _ = h.import_model(smollm2_path)
     try:
-        a = [ChatMessage("user", "Tell me about cats.")]
-        b = [ChatMessage("user", "Tell me about dogs.")]
-        text, _, _ = await ask(h, model.id, a, 8)
-        _, _, fb = await ask(h, model.id, b, 8)
+        a = [ChatMessage("user", "Write a long story about cats.")]
+        b = [ChatMessage("user", "Write a long story about dogs.")]
+        text, _, fa1 = await ask(h, model.id, a, 64)
+        # the stream then holds more answer than prompt (what the rule below looks at)
+        assert fa1.usage.completion_tokens > fa1.usage.prompt_tokens
+        text_b, _, fb = await ask(h, model.id, b, 8)
         assert fb.usage.cached_tokens == 0
+        # both streams are taken: asking the first prompt again (a regenerated answer) goes on
+        # in its own stream, wholly cached, and takes nothing from the other conversation
+        _, _, again = await ask(h, model.id, a, 8)
+        assert again.usage.cached_tokens == again.usage.prompt_tokens - 1
+        b += [ChatMessage("assistant", text_b), ChatMessage("user", "More.")]
+        _, _, fb2 = await ask(h, model.id, b, 4)
+        assert fb2.usage.cached_tokens > fb.usage.prompt_tokens, "the other kept its stream"
         a += [ChatMessage("assistant", text), ChatMessage("user", "More.")]
         _, _, fa = await ask(h, model.id, a, 4)
         assert fa.usage.cached_tokens > 0, "the first conversation kept its stream"
