@@ -147,7 +147,8 @@ _TABLE = (
     OptionSpec(
         "kv_layout", "choice", "KV cache layout",
         "shared: the parallel requests share one cache of the context length; per-sequence: "
-        "each gets its own (memory grows with parallel; faster with many streams at once)",
+        "each gets its own of the context length (memory grows with parallel; none waits for "
+        "another's cells)",
         "--kv-layout", choices=KV_LAYOUTS, advanced=True,
     ),
     OptionSpec(

@@ -92,7 +92,8 @@ def flash_attn_type(choice: str, *, exact_cache: bool = False) -> int:
     (as llama-server's auto is): in a shared cache the kernel skips the other sequences' cells,
     and without it the masked attention over interleaved cells moved greedy logprobs of SmolLM2
     by up to 0.2 (with it: at most 0.03, measured); with per-sequence caches it decoded 8
-    streams at once ~20% faster than without (178.7 vs 148.5 tok/s, 2 AVX2 cores). For the
+    streams at once faster than without in llama.cpp alone (178.7 vs 148.5 tok/s, one run of
+    3 rounds on 2 AVX2 cores, a noisy machine). For the
     exact prompt cache it stays off, where it once measured ~20% slower on 2 threads.
     """
     if choice == "on":
