@@ -3,6 +3,7 @@ whole as sequence 0, every position's output kept). Part of LlamaEngine; worker 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from app.errors import InvalidRequest
@@ -19,8 +20,7 @@ class PooledOutputs:
     n_ctx: int
     is_reranker: bool
 
-    def _fill(self, tokens: list[int], start_pos: int, seq_id: int, *, logits_last: bool) -> None:
-        raise NotImplementedError  # LlamaEngine's
+    _fill: Callable[..., None]  # LlamaEngine's: one input's tokens into its batch
 
     def _decode_whole(self, tokens: list[int]) -> None:
         """Decode one input as sequence 0 with every position's output kept (what pooling
