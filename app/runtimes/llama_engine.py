@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 PENALTY_LAST_N = 64
 CACHE_MODES = ("reuse", "exact", "off")
+# a mixed batch with this many prompt tokens or more runs under the abort callback (checked per
+# graph node: for a handful of tokens the checks would cost more than the step)
+ABORT_MIN_TOKENS = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 
 
@@ -119,12 +122,15 @@ class LlamaEngine(PooledOutputs):
         self.preempted = 0  # sequences parked because the shared cache was full
         self.batch = L.llama_batch_init(self.n_batch, 0, 1)
         self._piece = ctypes.create_string_buffer(256)
-        self._aborting: Sequence | None = None
+        self._aborting: tuple[Sequence, ...] = ()  # a cancel of one of these aborts the decode
         self._abort_cb = L.ggml_abort_callback(self._should_abort)
         self._no_abort = L.ggml_abort_callback()
         self._room_freed = False  # cells were freed since a sequence was parked
         n_ubatch = int(L.llama_n_ubatch(self.ctx))
         self.prompt_cache = self.cache_mode != "off"
+        # new prompts are read in the running streams' decode batches (llama-server's way), not
+        # in decodes of their own; the exact cache reads them as a fresh run would instead
+        self.mixed = self.cache_mode != "exact"
         self.slots = Slots(
             self.mem,
             n_seq,
@@ -191,8 +197,7 @@ class LlamaEngine(PooledOutputs):
 
     # -- worker thread ----------------------------------------------------------------------
     def _should_abort(self, _data: object) -> bool:
-        seq = self._aborting
-        return bool(seq is not None and seq.cancelled)
+        return any(seq.cancelled for seq in self._aborting)
 
     @staticmethod
     def _uses_penalties(s: SamplingParams) -> bool:
@@ -246,17 +251,10 @@ class LlamaEngine(PooledOutputs):
         return chain
 
     def _fill(self, tokens: list[int], start_pos: int, seq_id: int, *, logits_last: bool) -> None:
-        b = self.batch
         n = len(tokens)
         for i, t in enumerate(tokens):
-            b.token[i] = t
-            b.pos[i] = start_pos + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq_id
-            b.logits[i] = 0
-        if logits_last and n:
-            b.logits[n - 1] = 1
-        b.n_tokens = n
+            self._put(i, t, start_pos + i, seq_id, logits=logits_last and i == n - 1)
+        self.batch.n_tokens = n
 
     def _decode(self, batch: Any = None) -> int:
         """llama_decode the batch; when a shared cache has no room, idle caches go first."""
@@ -293,9 +291,13 @@ class LlamaEngine(PooledOutputs):
         cached = self.slots.reuse(slot, tokens)
         seq.cached = cached
         state.prompt, state.done_upto = tokens, cached
-        # alone, the whole prompt now; with others generating, one chunk per step, so their
-        # streams keep going while a long prompt is read
-        self._prefill(seq, state, whole=self._alone())
+        # alone, the whole prompt now; with others running, their streams keep going while it
+        # is read: in the next steps' batches beside their tokens (mixed), or one chunk of its
+        # own per step (exact mode, whose chunks must lie as a fresh run's)
+        if self._alone():
+            self._prefill(seq, state, whole=True)
+        elif not self.mixed:
+            self._prefill(seq, state, whole=False)
 
     def _alone(self) -> bool:
         return self._busy() <= 1
@@ -309,7 +311,7 @@ class LlamaEngine(PooledOutputs):
         tokens, slot, kv = st.prompt, st.slot, self.slots.kv[st.slot]
         # abort callback only while processing the prompt: checking it per graph node during
         # single-token decode would cost a GIL round trip per node
-        self._aborting = seq
+        self._aborting = (seq,)
         L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
         try:
             while st.done_upto < len(tokens):
@@ -337,14 +339,18 @@ class LlamaEngine(PooledOutputs):
             self.slots.computed_whole(slot, len(tokens))
         finally:
             L.llama_set_abort_callback(self.ctx, self._no_abort, None)
-            self._aborting = None
-        st.pos = len(tokens)
+            self._aborting = ()
+        self._prompt_read(seq, st, st.last_rows - 1)
+
+    def _prompt_read(self, seq: Sequence, st: _SeqState, row: int) -> None:
+        """The whole prompt is in the cache: sample its first token from batch row ``row``."""
+        st.pos = len(st.prompt)
         st.ready = True
         if st.parked:  # read again after a park: its pending token's logits are fresh
             st.parked = False
         else:
             seq.t_prompt_done = time.perf_counter()
-        self._sample(seq, st, st.last_rows - 1)
+        self._sample(seq, st, row)
 
     def _segment(
         self, seq: Sequence, tokens: list[int], start: int, slot: int
@@ -381,7 +387,7 @@ class LlamaEngine(PooledOutputs):
 
     def step(self, seqs: list[Sequence]) -> None:
         """Decode each sequence's sampled (already sent) token in one batch; sample and send
-        the next ones."""
+        the next ones; then read the next pieces of the prompts that are joining."""
         decoded: list[tuple[Sequence, _SeqState]] = []
         reading: list[tuple[Sequence, _SeqState]] = []
         for seq in seqs:
@@ -400,47 +406,112 @@ class LlamaEngine(PooledOutputs):
                 continue
             self.slots.kv[st.slot].append(tok)
             decoded.append((seq, st))
+        if not self.unified:  # a multi-stream cache batches only consecutive sequence ids
+            decoded.sort(key=lambda d: d[1].slot)
         while decoded:
             rc = self._decode_step(decoded)
             if rc == 0:
                 break
             # the shared cache is full: the youngest sequence holding cells waits
-            holders = decoded + [r for r in reading if not r[1].parked and r[1].done_upto]
+            holders = decoded + [r for r in reading if r[1].done_upto]  # parked: none
             if rc == 1 and len(holders) > 1:
                 victim = max(holders, key=lambda d: d[0].t_start)
                 if victim in decoded:
                     decoded.remove(victim)
                 self._park(victim[1])
                 continue
-            for seq in seqs:
-                if isinstance(seq.engine_state, _SeqState):
-                    self.slots.forget(seq.engine_state.slot)
-            raise RuntimeError(f"llama_decode failed (code {rc})")
+            self._fail(seqs, rc)
         n = len(decoded)
-        busy = self.tuner is not None and self.threads < self.tuner.max_threads
         for i, (seq, st) in enumerate(decoded):
-            st.pos += 1
-            seq.batch_sum += n
-            seq.batch_steps += 1
-            seq.threads, seq.cpu_busy = self.threads, busy
+            self._decoded(seq, st, n)
             self._sample(seq, st, i)
         room = self._room_freed
         self._room_freed = False
-        for seq, st in reading:  # then one chunk of each prompt being read
-            if st.parked and decoded and not room:
-                continue  # nothing was freed since it was parked
+        # a parked sequence reads again only once something freed cells
+        joining = [r for r in reading if not (r[1].parked and decoded and not r[1].done_upto
+                                             and not room)]  # fmt: skip
+        if self.mixed and len(joining) > 1 and self._read_together(joining):
+            joining = [r for r in joining if self.vision is not None and not r[1].ready
+                       and r[1].prompt[r[1].done_upto] < 0]  # fmt: skip
+        for seq, st in joining:  # one chunk of each prompt being read (an image: always)
             self._prefill(seq, st, whole=not decoded and len(reading) == 1)
+
+    def _read_together(self, joining: list[tuple[Sequence, _SeqState]]) -> bool:
+        """One llama_decode of the next pieces of every prompt being read, oldest first, as
+        much as the batch holds (llama-server reads new prompts together; the running
+        streams' tokens stay in their own step, whose numbers then match a solo run's as
+        closely as before). False when the cache had no room for it all, or a joining request
+        was cancelled mid-batch: nothing of it stays in the cache, and the caller reads the
+        prompts one by one."""
+        n = 0
+        pieces: list[tuple[Sequence, _SeqState, list[int], int]] = []
+        for seq, st in joining:
+            start = st.done_upto
+            chunk = st.prompt[start : start + self.n_batch - n]
+            if self.vision is not None:  # text up to the next image
+                chunk = chunk[: next((i for i, t in enumerate(chunk) if t < 0), len(chunk))]
+            if not chunk:
+                continue
+            last = start + len(chunk) == len(st.prompt)
+            for j, t in enumerate(chunk):
+                self._put(n + j, t, start + j, st.slot, logits=last and j == len(chunk) - 1)
+            n += len(chunk)
+            pieces.append((seq, st, chunk, n - 1))
+        if len(pieces) < 2:  # one prompt (or an image next): the usual chunk of its own
+            return False
+        self.batch.n_tokens = n
+        self.peak_batch = max(self.peak_batch, len(pieces))
+        guard = n >= ABORT_MIN_TOKENS
+        if guard:
+            self._aborting = tuple(p[0] for p in pieces)
+            L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        try:
+            rc = self._decode()
+        finally:
+            if guard:
+                L.llama_set_abort_callback(self.ctx, self._no_abort, None)
+                self._aborting = ()
+        if rc == 2:  # aborted: drop what the batch's earlier micro-batches wrote
+            for _, st, _, _ in pieces:
+                L.llama_memory_seq_rm(self.mem, st.slot, st.done_upto, -1)
+        if rc in (1, 2):
+            return False
+        if rc != 0:
+            self._fail([p[0] for p in pieces], rc)
+        for seq, st, chunk, row in pieces:
+            self.slots.kv[st.slot].extend(chunk)
+            st.done_upto += len(chunk)
+            if st.done_upto == len(st.prompt):
+                self._prompt_read(seq, st, row)
+        return True
+
+    def _put(self, i: int, token: int, pos: int, slot: int, *, logits: bool) -> None:
+        b = self.batch
+        b.token[i] = token
+        b.pos[i] = pos
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = slot
+        b.logits[i] = int(logits)
+
+    def _decoded(self, seq: Sequence, st: _SeqState, n_seqs: int) -> None:
+        """Its pending token is in the cache now, decoded in a step of ``n_seqs`` sequences."""
+        st.pos += 1
+        seq.batch_sum += n_seqs
+        seq.batch_steps += 1
+        seq.threads = self.threads
+        seq.cpu_busy = self.tuner is not None and self.threads < self.tuner.max_threads
+
+    def _fail(self, seqs: list[Sequence], rc: int) -> None:
+        for seq in seqs:
+            if isinstance(seq.engine_state, _SeqState):
+                self.slots.forget(seq.engine_state.slot)
+        raise RuntimeError(f"llama_decode failed (code {rc})")
 
     def _decode_step(self, decoded: list[tuple[Sequence, _SeqState]]) -> int:
         """One decode of each sequence's last token; returns llama_decode's code."""
-        b = self.batch
         for i, (_, st) in enumerate(decoded):
-            b.token[i] = self.slots.kv[st.slot][-1]
-            b.pos[i] = st.pos
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = st.slot
-            b.logits[i] = 1
-        n = b.n_tokens = len(decoded)
+            self._put(i, self.slots.kv[st.slot][-1], st.pos, st.slot, logits=True)
+        n = self.batch.n_tokens = len(decoded)
         self.peak_batch = max(self.peak_batch, n)
         t0 = time.perf_counter()
         rc = self._decode()

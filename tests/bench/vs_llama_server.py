@@ -9,7 +9,9 @@ that prints. Engines run one at a time, never together:
 - llama-server `-np 8 -c 16384 -t T` (T = physical cores), and `-np 1` for the tiny-prompt TTFT;
 - `hearth serve` with the default load, with `--parallel 8` (shared cache), and with
   `--parallel 8 --kv-layout per-sequence --ctx 2048`: a cache stream of 2,048 tokens per
-  request, the same memory and per-request limit as llama-server's `-np 8 -c 16384`.
+  request, the same memory and per-request limit as llama-server's `-np 8 -c 16384`;
+- with `--baseline DIR`, the same loads of another checkout (`git worktree add DIR main`), to
+  measure a change against what it changes in one run.
 Each is measured with the same client: 128-token greedy chat streams from 1, 4 and 8 clients at
 once (aggregate tok/s = all tokens / wall time of the round), the time to first token of a tiny
 prompt (median of 9), and the follow-up turn's TTFT over the first turn's on a ~1.5k-token
@@ -141,18 +143,29 @@ def followup_ratio(root: str, model: str, conversations: int, history_tokens: in
     return statistics.mean(ratios)
 
 
+NO_REPACK: list[str] = []  # ["--no-repack"] once llama-server crashed with repacked weights
+
+
 def llama_server(
     exe: Path, model: Path, np_: int, ctx: int, threads: int
 ) -> tuple[subprocess.Popen[Any], str]:
+    """A ready llama-server. One that dies at start (SIGILL: llama.cpp's AMX/repack path on
+    some Xeons, where Hearth's probe turns the same buffers off) is started again with
+    `--no-repack`, as Hearth then runs, and the table says so."""
     port = free_port()
     env = {**os.environ, "LD_LIBRARY_PATH": f"{exe.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
+    argv = llama_server_argv(exe, model, port, alias="m", n_ctx=ctx, threads=threads, parallel=np_)
     p = subprocess.Popen(
-        llama_server_argv(exe, model, port, alias="m", n_ctx=ctx, threads=threads, parallel=np_),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
+        argv + NO_REPACK, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     root = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
+        if p.poll() is not None:
+            if NO_REPACK:
+                sys.exit(f"llama-server exited with code {p.returncode}")
+            NO_REPACK.append("--no-repack")
+            return llama_server(exe, model, np_, ctx, threads)
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             c.request("GET", "/health")
@@ -187,6 +200,16 @@ def main() -> int:
     ap.add_argument("--verbose", action="store_true", help="each stream's usage on stderr")
     ap.add_argument("--only-hearth", action="store_true", help="skip llama-server (diagnosis)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
+    ap.add_argument(
+        "--no-per-sequence", action="store_true", help="no `--kv-layout per-sequence` run"
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout of Hearth (e.g. a git worktree of main) also measured, in the "
+        "same rounds: its default and `--parallel 8` loads",
+    )
     a = ap.parse_args()
     global VERBOSE
     VERBOSE = a.verbose
@@ -216,17 +239,18 @@ def main() -> int:
             finally:
                 p.kill()
         per_seq = {"parallel": 8, "kv_layout": "per-sequence", "context_length": 2048}
-        runs: list[tuple[str, dict[str, Any]]] = [("Hearth default", {})] + (
-            []
-            if a.skip_parallel
-            else [
-                ("Hearth --parallel 8", {"parallel": 8}),
-                ("Hearth 8 per-sequence", per_seq),
-            ]
-        )
-        for label, extra in runs:
+        runs: list[tuple[str, dict[str, Any], Path | None]] = [("Hearth default", {}, None)]
+        if not a.skip_parallel:
+            runs.append(("Hearth --parallel 8", {"parallel": 8}, None))
+            if not a.no_per_sequence:
+                runs.append(("Hearth 8 per-sequence", per_seq, None))
+        if a.baseline is not None:
+            runs.append(("baseline default", {}, a.baseline))
+            if not a.skip_parallel:
+                runs.append(("baseline --parallel 8", {"parallel": 8}, a.baseline))
+        for label, extra, tree in runs:
             home = Path(tempfile.mkdtemp(prefix="hearth-vs-"))
-            s = start_serve(home, model, settings={"load": {"context_length": 4096}})
+            s = start_serve(home, model, settings={"load": {"context_length": 4096}}, cwd=tree)
             try:
                 mid = next(iter(s.models.values()))
                 if extra:
@@ -244,7 +268,7 @@ def main() -> int:
         for label in rounds[0]
     }
     # ratios Hearth / llama-server: the default load, and the best Hearth column
-    shown = [h for h in ("Hearth default", "Hearth 8 per-sequence") if h in cols]
+    shown = [h for h in ("Hearth default", "Hearth --parallel 8", "baseline default") if h in cols]
     ratios: dict[str, dict[str, float]] = {h: {} for h in shown}
     if "llama-server -np 8" in cols:
         for h in shown:
@@ -256,6 +280,11 @@ def main() -> int:
     print(
         f"{model.name}, {t} physical cores, {a.tokens}-token greedy chat streams, "
         f"medians of {a.rounds} interleaved rounds"
+        + (
+            ", llama-server with --no-repack (it crashed with repacked weights)"
+            if NO_REPACK
+            else ""
+        )
     )
     print("| | " + " | ".join(cols) + "".join(f" | {h} / llama-server" for h in shown) + " |")
     print("|---" * (len(cols) + 1 + len(shown)) + "|")

@@ -96,10 +96,12 @@ def start_serve(
     args: tuple[str, ...] = (),
     new_session: bool = False,
     verbose: int = 0,
+    cwd: Path | None = None,
 ) -> ServeProc:
     """Import ``model_files`` into a fresh HEARTH_HOME and run `hearth serve --port 0` there.
 
     ``new_session`` puts the server in its own process group (tests that SIGSTOP/SIGKILL it).
+    ``cwd`` runs the `app` package of another checkout (a benchmark's baseline).
     """
     cfg = home / "config"
     cfg.mkdir(parents=True, exist_ok=True)
@@ -114,6 +116,7 @@ def start_serve(
         r = subprocess.run(
             [sys.executable, "-m", "app", "import", str(f)],
             env=env,
+            cwd=cwd,
             capture_output=True,
             text=True,
             timeout=120,
@@ -137,6 +140,7 @@ def start_serve(
         stderr=err,
         text=True,
         env=env,
+        cwd=cwd,
         start_new_session=new_session,
     )
     line = proc.stdout.readline().strip() if proc.stdout else ""

@@ -1,0 +1,180 @@
+"""Prompts that join running streams are read together (llama-server reads new prompts in one
+batch), not in a decode of their own each: after the streams' step, one llama_decode carries the
+next pieces of every joining prompt. The streams' tokens keep their own step, so their numbers
+stay as close to a solo run's as before. The tests hold the first decode step at a gate until
+the others have joined, so they do not depend on the machine's speed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.library import ModelLibrary
+from app.core.service import Hearth
+from app.core.types import ChatMessage, LoadOptions, SamplingParams
+from app.runtimes.llama_cpp import LlamaCppRuntime
+from tests.conftest import assert_greedy_close, transcript
+from tests.service_calls import chat, complete
+
+pytestmark = pytest.mark.model
+
+GREEDY = SamplingParams(temperature=0)
+PROMPTS = [f"Write a short story about a {x}." for x in ("cat", "lighthouse", "dragon", "robot")]
+LONG = "The keeper climbed the stairs of the lighthouse every night. " * 40  # ~500 tokens
+
+
+def hearth(tmp_path: Path, **options: Any) -> Hearth:
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    opts = LoadOptions(context_length=2048, **options)
+    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+
+
+class Recorder:
+    """Wraps an engine's llama_decode: each call's (tokens, sequence ids, output rows), and
+    an optional hook that runs on the worker thread just before the call."""
+
+    def __init__(self, engine: Any, hook: Any = None) -> None:
+        self.calls: list[tuple[int, frozenset[int], int]] = []
+        self.engine = engine
+        self.hook = hook
+        real = engine._decode
+
+        def decode(batch: Any = None) -> int:
+            b = engine.batch if batch is None else batch
+            n = int(b.n_tokens)
+            seqs = frozenset(int(b.seq_id[i][0]) for i in range(n))
+            self.calls.append((n, seqs, sum(int(b.logits[i]) for i in range(n))))
+            if self.hook is not None:
+                self.hook(engine, n)
+            return real(batch)
+
+        engine._decode = decode
+
+
+def gate_first_step(engine: Any) -> threading.Event:
+    """The first pure decode step waits until the returned event is set."""
+    opened = threading.Event()
+    step = engine._decode_step
+
+    def gated(decoded: Any) -> int:
+        assert opened.wait(120), "the test never opened the gate"
+        return step(decoded)
+
+    engine._decode_step = gated
+    return opened
+
+
+async def one(h: Hearth, model_id: str, prompt: str, max_tokens: int = 24) -> Any:
+    return await chat(
+        h, model_id, [ChatMessage("user", prompt)], sampling=GREEDY, max_tokens=max_tokens,
+        logprobs=2,
+    )  # fmt: skip
+
+
+async def test_joining_prompts_are_read_in_the_running_streams_batch(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
+    model, _ = solo_h.import_model(smollm2_path)
+    try:
+        solo = [await transcript(await one(solo_h, model.id, p)) for p in PROMPTS]
+    finally:
+        await solo_h.close()
+    h = hearth(tmp_path / "batched")  # the default load: reuse cache, shared, parallel 4
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        rec = Recorder(engine)
+        first = await one(h, model.id, PROMPTS[0])
+        it = first.__aiter__()
+        head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
+        others = [await one(h, model.id, p) for p in PROMPTS[1:]]
+        await asyncio.sleep(0.2)  # (not needed for correctness: a late joiner only mixes later)
+        opened.set()
+        rest = [d async for d in it]
+        results = [
+            (
+                "".join(d.text for d in [head, *rest]),
+                [(x.token, x.logprob, x.top) for d in [head, *rest] for x in d.logprobs],
+                rest[-1],
+            )
+        ] + [await transcript(g) for g in others]
+        together = [c for c in rec.calls if len(c[1]) == 3 and c[0] > 3 and c[2] == 3]
+        assert together, f"the three prompts were not read in one decode: {rec.calls[:8]}"
+        # before it, only the first request's own prompt was decoded (and its stream's step):
+        # the others' prompts had no decodes of their own
+        before = rec.calls[: rec.calls.index(together[0])]
+        assert len([c for c in before if c[0] > 1]) == 1, before
+        for i, (a, b) in enumerate(zip(solo, results, strict=True)):
+            if not assert_greedy_close(a[1], b[1], f"request {i}"):
+                assert a[0] == b[0], f"request {i}: the text changed in a mixed batch"
+        assert all(r[2].usage.completion_tokens == s[2].usage.completion_tokens
+                   for r, s in zip(results, solo, strict=True))  # fmt: skip
+        assert engine.peak_batch == 4  # then the four streams decoded together
+    finally:
+        await h.close()
+
+
+async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """A long prompt is cancelled while the batch that reads it with another joining prompt
+    decodes (the abort callback stops llama.cpp): the running stream and the other prompt go
+    on with the answers solo runs give, and the long prompt asked again reads from a cache
+    that holds nothing half-written."""
+    solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
+    model, _ = solo_h.import_model(smollm2_path)
+    try:
+        solo_run = await transcript(await one(solo_h, model.id, PROMPTS[0], 32))
+        solo_other = await transcript(await one(solo_h, model.id, PROMPTS[1], 16))
+        solo_long = await transcript(
+            await complete(solo_h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=2)
+        )
+    finally:
+        await solo_h.close()
+    h = hearth(tmp_path / "batched", ubatch_size=128)  # several micro-batches per decode
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        aborted: list[int] = []
+
+        def cancel_the_joiner(eng: Any, n: int) -> None:
+            if len(eng._aborting) == 2 and not aborted:  # the joiners' batch, under the callback
+                aborted.append(n)
+                longest = max(eng._aborting, key=lambda s: len(s.request.prompt_tokens))
+                longest.stream.cancel()
+
+        rec = Recorder(engine, cancel_the_joiner)
+        running = await one(h, model.id, PROMPTS[0], 32)
+        it = running.__aiter__()
+        head = await asyncio.wait_for(it.__anext__(), 60)
+        joiner = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=2)
+        other = await one(h, model.id, PROMPTS[1], 16)
+        opened.set()
+        rest = [d async for d in it]
+        got = [d async for d in joiner]
+        other_run = await transcript(other)
+        assert aborted and aborted[0] > 64, f"no mixed batch was aborted: {rec.calls[:6]}"
+        assert got[-1].finish_reason == "cancelled"
+        lps = [(x.token, x.logprob, x.top) for d in [head, *rest] for x in d.logprobs]
+        if not assert_greedy_close(solo_run[1], lps, "the running stream"):
+            assert "".join(d.text for d in [head, *rest]) == solo_run[0]
+        if not assert_greedy_close(solo_other[1], other_run[1], "the other joiner"):
+            assert other_run[0] == solo_other[0]
+        again = await transcript(
+            await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=2)
+        )
+        if not assert_greedy_close(solo_long[1], again[1], "the prompt asked again"):
+            assert again[0] == solo_long[0]
+        assert lm.pending == 0
+    finally:
+        await h.close()
