@@ -4,10 +4,12 @@ thread (tokenize, decode, sample, detokenize; sequences share one batch; prompt 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import ctypes
 import logging
 import random
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from app.core.fit import cache_slots, separate_caches
@@ -31,8 +33,8 @@ log = logging.getLogger(__name__)
 
 PENALTY_LAST_N = 64
 CACHE_MODES = ("reuse", "exact", "off")
-# a mixed batch with this many prompt tokens or more runs under the abort callback (checked per
-# graph node: for a handful of tokens the checks would cost more than the step)
+# prompt decodes of this many tokens or more run under the abort callback (a Python call per
+# graph node: for a handful of tokens the calls cost more than the decode)
 ABORT_MIN_TOKENS = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 
@@ -309,11 +311,7 @@ class LlamaEngine(PooledOutputs):
         """Process the prompt from ``st.done_upto``: all of it, or one chunk. The chunks start
         where a fresh run's do, so the numbers are the same however the prompt is split."""
         tokens, slot, kv = st.prompt, st.slot, self.slots.kv[st.slot]
-        # abort callback only while processing the prompt: checking it per graph node during
-        # single-token decode would cost a GIL round trip per node
-        self._aborting = (seq,)
-        L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
-        try:
+        with self._abortable((seq,), len(tokens) - st.done_upto):
             while st.done_upto < len(tokens):
                 if seq.cancelled:
                     return
@@ -337,10 +335,24 @@ class LlamaEngine(PooledOutputs):
                     return  # the rest in the next steps
             # whole micro-batches of the prompt: what a later prompt may reuse exactly
             self.slots.computed_whole(slot, len(tokens))
+        self._prompt_read(seq, st, st.last_rows - 1)
+
+    @contextlib.contextmanager
+    def _abortable(self, seqs: tuple[Sequence, ...], n_tokens: int) -> Iterator[None]:
+        """llama.cpp's abort callback (a cancel of one of ``seqs`` stops the decode) while
+        ``n_tokens`` prompt tokens decode, when they are that many: it is a Python call (a GIL
+        round trip) per graph node, about a thousand a decode, which made a short prompt's
+        decode take twice its time (e.g. 7 tokens: ~40 ms instead of ~20 on a slow CPU)."""
+        if n_tokens < ABORT_MIN_TOKENS:
+            yield
+            return
+        self._aborting = seqs
+        L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        try:
+            yield
         finally:
             L.llama_set_abort_callback(self.ctx, self._no_abort, None)
             self._aborting = ()
-        self._prompt_read(seq, st, st.last_rows - 1)
 
     def _prompt_read(self, seq: Sequence, st: _SeqState, row: int) -> None:
         """The whole prompt is in the cache: sample its first token from batch row ``row``."""
@@ -461,16 +473,8 @@ class LlamaEngine(PooledOutputs):
             return False
         self.batch.n_tokens = n
         self.peak_batch = max(self.peak_batch, len(pieces))
-        guard = n >= ABORT_MIN_TOKENS
-        if guard:
-            self._aborting = tuple(p[0] for p in pieces)
-            L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
-        try:
+        with self._abortable(tuple(p[0] for p in pieces), n):
             rc = self._decode()
-        finally:
-            if guard:
-                L.llama_set_abort_callback(self.ctx, self._no_abort, None)
-                self._aborting = ()
         if rc == 2:  # aborted: drop what the batch's earlier micro-batches wrote
             for _, st, _, _ in pieces:
                 L.llama_memory_seq_rm(self.mem, st.slot, st.done_upto, -1)
