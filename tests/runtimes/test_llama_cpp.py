@@ -76,9 +76,10 @@ def test_probe_verdict_is_remembered_and_true_to_the_machine(
     # remembered: no child for a second load
     assert check() is verdict
     assert len(list(gate.glob("*.running"))) == n
-    # another llama.cpp build is a different question
+    # another llama.cpp build is a different question: one child where the extra buffer types
+    # survive, two where they crash (an AMX Xeon: the same question again without them)
     check(info + "x")
-    assert len(list(gate.glob("*.running"))) == n + 1
+    assert len(list(gate.glob("*.running"))) == n + (1 if verdict else 2)
 
 
 def test_physical_cores_is_sane() -> None:

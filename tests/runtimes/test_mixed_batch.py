@@ -178,3 +178,36 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
         assert lm.pending == 0
     finally:
         await h.close()
+
+
+async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
+    tmp_path: Path, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp calls the abort callback once per graph node, a Python call each: a short
+    prompt decodes without it (it doubled such a decode); a long one keeps it, so a cancel
+    still stops it mid-prompt (test_llama_cpp.py's abort test)."""
+    from app.runtimes import llama_engine
+
+    h = hearth(tmp_path)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        armed: list[int] = []
+        real = llama_engine.L.llama_set_abort_callback
+
+        def set_callback(ctx: Any, cb: Any, data: Any) -> None:
+            if cb is engine._abort_cb:
+                armed.append(len(engine._aborting))
+            real(ctx, cb, data)
+
+        monkeypatch.setattr(llama_engine.L, "llama_set_abort_callback", set_callback)
+        short = await transcript(await one(h, model.id, "Hi", 2))
+        assert short[2].usage.prompt_tokens - short[2].usage.cached_tokens < 64
+        assert armed == [], "a short prompt decoded under the abort callback"
+        await transcript(
+            await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=2, logprobs=2)
+        )
+        assert armed == [1], "a long prompt decoded without the abort callback"
+    finally:
+        await h.close()
