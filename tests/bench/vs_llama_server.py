@@ -154,10 +154,10 @@ def llama_server(
     `--no-repack`, as Hearth then runs, and the table says so."""
     port = free_port()
     env = {**os.environ, "LD_LIBRARY_PATH": f"{exe.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}"}
-    argv = llama_server_argv(exe, model, port, alias="m", n_ctx=ctx, threads=threads, parallel=np_)
-    p = subprocess.Popen(
-        argv + NO_REPACK, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    argv = llama_server_argv(
+        exe, model, port, alias="m", n_ctx=ctx, threads=threads, parallel=np_, repack=not NO_REPACK
     )
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     root = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:

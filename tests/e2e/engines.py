@@ -436,7 +436,7 @@ def start_llama_cpp_python(
             cfg["api_key"] = api_key
         path = d / "config.json"
         path.write_text(json.dumps(cfg, indent=1))
-        return [sys.executable, "-m", "llama_cpp.server", "--config_file", str(path)]
+        return [sys.executable, "-c", _NO_EXTRA_BUFTS_SERVER, "--config_file", str(path)]
 
     env = {**os.environ}
     env.pop("CONFIG_FILE", None)  # it would override --config_file
@@ -522,6 +522,21 @@ def start_llama_server(
     )
 
 
+# llama-cpp-python's server with llama.cpp's extra buffer types off, as Hearth runs on a CPU
+# whose AMX path crashes (some Xeons; the server has no setting for it)
+_NO_EXTRA_BUFTS_SERVER = """
+import runpy
+import llama_cpp.llama_cpp as C
+_defaults = C.llama_model_default_params
+def _params():
+    p = _defaults()
+    p.use_extra_bufts = False
+    return p
+C.llama_model_default_params = _params
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 def llama_server_argv(
     exe: Path,
     gguf: Path,
@@ -532,11 +547,16 @@ def llama_server_argv(
     threads: int = 1,
     parallel: int = 1,
     api_key: str | None = None,
+    repack: bool = False,
 ) -> list[str]:
-    """The command line of a loopback llama-server (the tests', the recorder's, the bench's)."""
+    """The command line of a loopback llama-server (the tests', the recorder's, the bench's).
+    Without ``repack``, its extra buffer types are off (`--no-repack`): llama.cpp's AMX path
+    crashes on some Xeons, where Hearth's probe turns them off too."""
     a = [str(exe), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
          "-t", str(threads), "-tb", str(threads), "-c", str(n_ctx), "--alias", alias,
          "-np", str(parallel)]  # fmt: skip
+    if not repack:
+        a.append("--no-repack")
     if api_key:
         a += ["--api-key", api_key]
     return a

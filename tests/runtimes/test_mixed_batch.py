@@ -211,3 +211,35 @@ async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
         assert armed == [1], "a long prompt decoded without the abort callback"
     finally:
         await h.close()
+
+
+async def test_per_sequence_steps_list_the_streams_in_order(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """With a cache stream per sequence, llama.cpp puts sequences in one micro-batch only when
+    their ids follow each other in the batch (else each run of them is a compute of its own):
+    a step lists its sequences by slot, whatever order they came in."""
+    h = hearth(tmp_path, parallel=4, kv_layout="per-sequence", context_length=512)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        rec = Recorder(engine)
+        order: list[list[int]] = []
+        real = engine._decode
+
+        def decode(batch: Any = None) -> int:
+            b = engine.batch if batch is None else batch
+            order.append([int(b.seq_id[i][0]) for i in range(int(b.n_tokens))])
+            return real(batch)
+
+        engine._decode = decode
+        for rnd in range(3):  # later rounds find the slots in another order
+            prompts = [f"{p} ({rnd})" for p in (PROMPTS if rnd % 2 else PROMPTS[::-1])]
+            await asyncio.gather(*(transcript(await one(h, model.id, p, 12)) for p in prompts))
+        steps = [o for o in order if len(o) > 1 and len(set(o)) == len(o)]
+        assert steps and rec.calls
+        assert all(o == sorted(o) for o in steps), [o for o in steps if o != sorted(o)][:3]
+        assert any(len(o) == 4 for o in steps)
+    finally:
+        await h.close()
