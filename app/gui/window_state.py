@@ -95,7 +95,15 @@ class PageScroller(QScrollArea):
         least = page.minimumSizeHint().expandedTo(page.minimumSize())
         bar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, self)
         w, h = self.width(), self.height()
+        layout = page.layout()
         for _ in range(2):  # a scroll bar in one direction can make the other one needed
+            if layout is not None and layout.hasHeightForWidth():
+                # wrapped text needs more height when the page is narrow than its minimum
+                # size says (a long Runtime report was squeezed): the least height at this
+                # width, the tables and splitters still at their minimum
+                least = least.expandedTo(
+                    QSize(0, layout.totalMinimumHeightForWidth(max(w, least.width())))
+                )
             need_v = least.height() > h
             need_h = least.width() > w
             w = self.width() - (bar if need_v else 0)

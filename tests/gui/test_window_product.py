@@ -203,8 +203,13 @@ def overlaps(root: QWidget) -> list[str]:
         for k, least in managed:
             if not parent.rect().contains(k.geometry()):
                 problems.append(f"{_name(k)} {k.geometry()} past {_name(parent)} {parent.rect()}")
-            # squeezed below its minimum: drawn cut off, or (at height 0) not at all
-            if k.width() < least.width() or k.height() < least.height():
+            # squeezed below its minimum: drawn cut off, or (at height 0) not at all. Wrapped
+            # text needs the height of its lines at the width it got (its minimum size is
+            # for its narrowest width: more lines)
+            height = least.height()
+            if k.hasHeightForWidth() and k.heightForWidth(k.width()) >= 0:
+                height = k.heightForWidth(k.width())
+            if k.width() < least.width() or k.height() < height:
                 problems.append(f"{_name(k)} squeezed to {k.size()} (needs {least})")
     return problems
 

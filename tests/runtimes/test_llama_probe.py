@@ -147,8 +147,9 @@ def test_a_file_that_kills_llama_cpp_kills_only_the_child_and_stays_refused(
     words: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # the extra-buffer question settled: one child per file (see the next test for both)
-    monkeypatch.setenv(llama_probe.ENV_OVERRIDE, "1")
+    # the extra-buffer question settled: one child per file (see the next test for both); "0",
+    # since with them on, some CPUs (AMX Xeons) crash on any file's first request
+    monkeypatch.setenv(llama_probe.ENV_OVERRIDE, "0")
     path = tiny(tmp_path, "bad", make())  # type: ignore[operator]
     probe_file = tmp_path / "cache" / "runtime-probe.json"
     with pytest.raises(ModelLoadFailed) as e:
@@ -198,21 +199,25 @@ def test_one_child_answers_both_questions_and_a_known_file_pays_a_lookup(
     t0 = time.perf_counter()
     bufts = run_check(prober, path)
     first = time.perf_counter() - t0
-    assert len(children(gate)) == 1
+    # one child where the extra buffer types work; where they crash (an AMX Xeon) a second
+    # one, without them, clears the file
+    n = len(children(gate))
+    assert n == (1 if bufts else 2)
     record = verdicts(probe_file)
     files = [v for k, v in record.items() if k.startswith("file:")]
     amx = [v for k, v in record.items() if not k.startswith("file:")]
     assert len(files) == 1 and files[0]["ok"] is True and files[0]["extra_bufts"] is bufts
     # the same child answered the extra-buffer-type question for this CPU, build and weights
-    assert len(amx) == 1 and amx[0]["extra_bufts_ok"] is True and bufts is True
+    assert len(amx) == 1 and amx[0]["extra_bufts_ok"] is bufts
     t0 = time.perf_counter()
     assert run_check(Prober(probe_file), path) is bufts
     known = time.perf_counter() - t0
-    assert len(children(gate)) == 1, "a known file runs no child"
+    assert len(children(gate)) == n, "a known file runs no child"
     print(f"\nprobe: unknown tiny file {first:.3f}s, known {known * 1000:.1f}ms")
-    # other options that change llama.cpp's code path are another question
+    # other options that change llama.cpp's code path are another question (the CPU's is
+    # answered: one child)
     run_check(prober, path, LoadOptions(rope_freq_base=20000.0))
-    assert len(children(gate)) == 2
+    assert len(children(gate)) == n + 1
 
 
 def test_the_extra_buffer_override_still_checks_the_file(
@@ -224,8 +229,16 @@ def test_the_extra_buffer_override_still_checks_the_file(
     assert len(children(gate)) == 1
     (entry,) = verdicts(probe_file).values()  # the file's verdict only: the CPU's was forced
     assert entry["ok"] is True and entry["extra_bufts"] is False
+    # "1" is taken as said: extra buffer types on. Where they crash (what an unforced check
+    # finds here), the file's check then crashes and the file is refused
+    monkeypatch.delenv(llama_probe.ENV_OVERRIDE)
+    safe = run_check(Prober(tmp_path / "unforced.json"), tiny(tmp_path, "unforced"))
     monkeypatch.setenv(llama_probe.ENV_OVERRIDE, "1")
-    assert run_check(Prober(probe_file), tiny(tmp_path)) is True
+    if safe:
+        assert run_check(Prober(probe_file), tiny(tmp_path)) is True
+    else:
+        with pytest.raises(ModelLoadFailed, match="on its first request"):
+            run_check(Prober(probe_file), tiny(tmp_path))
 
 
 def test_a_check_past_its_time_is_killed_and_not_remembered(

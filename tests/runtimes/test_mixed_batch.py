@@ -95,8 +95,7 @@ async def test_joining_prompts_are_read_in_the_running_streams_batch(
         first = await one(h, model.id, PROMPTS[0])
         it = first.__aiter__()
         head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
-        others = [await one(h, model.id, p) for p in PROMPTS[1:]]
-        await asyncio.sleep(0.2)  # (not needed for correctness: a late joiner only mixes later)
+        others = [await one(h, model.id, p) for p in PROMPTS[1:]]  # queued when this returns
         opened.set()
         rest = [d async for d in it]
         results = [
@@ -219,7 +218,7 @@ async def test_per_sequence_steps_list_the_streams_in_order(
     """With a cache stream per sequence, llama.cpp puts sequences in one micro-batch only when
     their ids follow each other in the batch (else each run of them is a compute of its own):
     a step lists its sequences by slot, whatever order they came in."""
-    h = hearth(tmp_path, parallel=4, kv_layout="per-sequence", context_length=512)
+    h = hearth(tmp_path, parallel=4, kv_layout="per-sequence")
     model, _ = h.import_model(smollm2_path)
     try:
         lm = await h.load(model.id)
@@ -234,9 +233,13 @@ async def test_per_sequence_steps_list_the_streams_in_order(
             return real(batch)
 
         engine._decode = decode
+
+        async def run(prompt: str) -> Any:
+            return await transcript(await one(h, model.id, prompt, 12))
+
         for rnd in range(3):  # later rounds find the slots in another order
             prompts = [f"{p} ({rnd})" for p in (PROMPTS if rnd % 2 else PROMPTS[::-1])]
-            await asyncio.gather(*(transcript(await one(h, model.id, p, 12)) for p in prompts))
+            await asyncio.gather(*(run(p) for p in prompts))
         steps = [o for o in order if len(o) > 1 and len(set(o)) == len(o)]
         assert steps and rec.calls
         assert all(o == sorted(o) for o in steps), [o for o in steps if o != sorted(o)][:3]
