@@ -417,8 +417,10 @@ async def test_shared_cache_batches_and_matches_solo_within_tolerance(
     g = SamplingParams(temperature=0)
 
     async def one(h: Hearth, model_id: str, p: str) -> tuple[str, list]:
+        # three alternatives: a three-way near-tie is still seen as one (a batch of joining
+        # prompts reads them another way than a solo run, and tiny differences pick another)
         gen = await chat(
-            h, model_id, [ChatMessage("user", p)], sampling=g, max_tokens=40, logprobs=2
+            h, model_id, [ChatMessage("user", p)], sampling=g, max_tokens=40, logprobs=3
         )
         text, lps, final = await transcript(gen)
         assert final.timings is not None

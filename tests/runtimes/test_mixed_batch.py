@@ -72,7 +72,7 @@ def gate_first_step(engine: Any) -> threading.Event:
 async def one(h: Hearth, model_id: str, prompt: str, max_tokens: int = 24) -> Any:
     return await chat(
         h, model_id, [ChatMessage("user", prompt)], sampling=GREEDY, max_tokens=max_tokens,
-        logprobs=2,
+        logprobs=3,
     )  # fmt: skip
 
 
