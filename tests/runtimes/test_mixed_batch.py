@@ -76,7 +76,7 @@ async def one(h: Hearth, model_id: str, prompt: str, max_tokens: int = 24) -> An
     )  # fmt: skip
 
 
-async def test_joining_prompts_are_read_in_the_running_streams_batch(
+async def test_joining_prompts_are_read_together_in_one_decode(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
