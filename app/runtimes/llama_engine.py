@@ -129,8 +129,9 @@ class LlamaEngine(PooledOutputs, Sampling):
         self._room_freed = False  # cells were freed since a sequence was parked
         n_ubatch = int(L.llama_n_ubatch(self.ctx))
         self.prompt_cache = self.cache_mode != "off"
-        # new prompts are read in the running streams' decode batches (llama-server's way), not
-        # in decodes of their own; the exact cache reads them as a fresh run would instead
+        # prompts that join running streams are read together, one decode a step for all of
+        # them (llama-server reads new prompts in one batch); the exact cache reads each as a
+        # fresh run would instead
         self.mixed = self.cache_mode != "exact"
         self.slots = Slots(
             self.mem,
@@ -242,8 +243,8 @@ class LlamaEngine(PooledOutputs, Sampling):
         seq.cached = cached
         state.prompt, state.done_upto = tokens, cached
         # alone, the whole prompt now; with others running, their streams keep going while it
-        # is read: in the next steps' batches beside their tokens (mixed), or one chunk of its
-        # own per step (exact mode, whose chunks must lie as a fresh run's)
+        # is read a piece per step: after their step, with the other joining prompts (mixed),
+        # or in a decode of its own (exact mode, whose chunks must lie as a fresh run's)
         if self._alone():
             self._prefill(seq, state, whole=True)
         elif not self.mixed:
@@ -387,7 +388,8 @@ class LlamaEngine(PooledOutputs, Sampling):
             self._sample(seq, st, i)
         room = self._room_freed
         self._room_freed = False
-        # a parked sequence reads again only once something freed cells
+        # a parked sequence reads again only once something freed cells (one already reading
+        # again goes on)
         joining = [r for r in reading if not (r[1].parked and decoded and not r[1].done_upto
                                              and not room)]  # fmt: skip
         if self.mixed and len(joining) > 1 and self._read_together(joining):
