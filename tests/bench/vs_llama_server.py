@@ -268,7 +268,16 @@ def main() -> int:
         for label in rounds[0]
     }
     # ratios Hearth / llama-server: the default load, and the best Hearth column
-    shown = [h for h in ("Hearth default", "Hearth --parallel 8", "baseline default") if h in cols]
+    shown = [
+        h
+        for h in (
+            "Hearth default",
+            "Hearth --parallel 8",
+            "Hearth 8 per-sequence",
+            "baseline default",
+        )
+        if h in cols
+    ]
     ratios: dict[str, dict[str, float]] = {h: {} for h in shown}
     if "llama-server -np 8" in cols:
         for h in shown:
