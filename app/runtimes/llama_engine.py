@@ -132,7 +132,7 @@ class LlamaEngine(PooledOutputs, Sampling):
         # prompts that join running streams are read together, one decode a step for all of
         # them (llama-server reads new prompts in one batch); the exact cache reads each as a
         # fresh run would instead
-        self.mixed = self.cache_mode != "exact"
+        self.prompts_together = self.cache_mode != "exact"
         self.slots = Slots(
             self.mem,
             n_seq,
@@ -243,11 +243,11 @@ class LlamaEngine(PooledOutputs, Sampling):
         seq.cached = cached
         state.prompt, state.done_upto = tokens, cached
         # alone, the whole prompt now; with others running, their streams keep going while it
-        # is read a piece per step: after their step, with the other joining prompts (mixed),
+        # is read a piece per step: after their step, with the other joining prompts,
         # or in a decode of its own (exact mode, whose chunks must lie as a fresh run's)
         if self._alone():
             self._prefill(seq, state, whole=True)
-        elif not self.mixed:
+        elif not self.prompts_together:
             self._prefill(seq, state, whole=False)
 
     def _alone(self) -> bool:
@@ -318,17 +318,22 @@ class LlamaEngine(PooledOutputs, Sampling):
     ) -> tuple[list[int], Any]:
         """The next prompt piece from ``start`` in a filled batch: text tokens up to an image
         (or n_batch), or an image's positions as embeddings (app/runtimes/llama_vision.py)."""
-        chunk = tokens[start : start + self.n_batch]
         st: _SeqState = seq.engine_state  # type: ignore[assignment]
-        if self.vision is not None and chunk[0] < 0:
+        if self.vision is not None and tokens[start] < 0:
             n = self.vision.fill(tokens, seq.request.images, start, slot)
             st.last_rows = n
-            return chunk[:n], self.vision.batch
-        if self.vision is not None:  # an image ends the text piece
-            chunk = chunk[: next((i for i, t in enumerate(chunk) if t < 0), len(chunk))]
+            return tokens[start : start + min(n, self.n_batch)], self.vision.batch
+        chunk = self._text_piece(tokens, start, self.n_batch)
         self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
         st.last_rows = len(chunk)
         return chunk, self.batch
+
+    def _text_piece(self, tokens: list[int], start: int, most: int) -> list[int]:
+        """Up to ``most`` prompt tokens from ``start``, ending before an image's positions."""
+        chunk = tokens[start : start + most]
+        if self.vision is not None:
+            chunk = chunk[: next((i for i, t in enumerate(chunk) if t < 0), len(chunk))]
+        return chunk
 
     def _sample(self, seq: Sequence, st: _SeqState, idx: int) -> None:
         """Pick the next token from the logits the last decode left at row ``idx``. Done right
@@ -392,7 +397,7 @@ class LlamaEngine(PooledOutputs, Sampling):
         # again goes on)
         joining = [r for r in reading if not (r[1].parked and decoded and not r[1].done_upto
                                              and not room)]  # fmt: skip
-        if self.mixed and len(joining) > 1 and self._read_together(joining):
+        if self.prompts_together and len(joining) > 1 and self._read_together(joining):
             joining = [r for r in joining if self.vision is not None and not r[1].ready
                        and r[1].prompt[r[1].done_upto] < 0]  # fmt: skip
         for seq, st in joining:  # one chunk of each prompt being read (an image: always)
@@ -409,9 +414,7 @@ class LlamaEngine(PooledOutputs, Sampling):
         pieces: list[tuple[Sequence, _SeqState, list[int], int]] = []
         for seq, st in joining:
             start = st.done_upto
-            chunk = st.prompt[start : start + self.n_batch - n]
-            if self.vision is not None:  # text up to the next image
-                chunk = chunk[: next((i for i, t in enumerate(chunk) if t < 0), len(chunk))]
+            chunk = self._text_piece(st.prompt, start, self.n_batch - n)
             if not chunk:
                 continue
             last = start + len(chunk) == len(st.prompt)
