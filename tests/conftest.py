@@ -150,21 +150,29 @@ def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object
 
 
 # Greedy answers with the "reuse" prompt cache (a shared KV cache) vs an uncached solo run:
-# the cells a prompt continues from lie elsewhere, and batched sequences' cells interleave, so
-# attention sums in other orders (and the 8-bit activations round differently); logprobs moved
-# by up to ~0.1 on SmolLM2 on one CPU and by 0.1995 on CI's, four streams batched (measured).
-# A sequence that read another's cells would move by whole units and pick other tokens.
-REUSE_LOGPROB_TOLERANCE = 0.3
+# the cells a prompt continues from lie elsewhere, batched sequences' cells interleave, and
+# joining prompts are read together in one batch (64 rows or more: llama.cpp's tiled
+# flash-attention kernel instead of the solo run's), so sums run in other orders and the 8-bit
+# activations round differently. Measured on SmolLM2 (test_batching, 25 runs on an AMX Xeon):
+# tokens the model itself would pick moved by up to 0.239; tokens far in the tail (below
+# TAIL_LOGPROB, emitted only because a grammar forces them, e.g. '{' at -8.57) by up to 0.493.
+# A sequence that read another's cells moves by whole units and picks other tokens.
+REUSE_LOGPROB_TOLERANCE = 0.35
+TAIL_LOGPROB = -5.0
+TAIL_LOGPROB_TOLERANCE = 1.0
 
 
 def assert_greedy_close(a: list[tuple], b: list[tuple], what: str = "") -> bool:
     """Two greedy transcripts' (token, logprob, top) lists agree: the same tokens with logprobs
-    within REUSE_LOGPROB_TOLERANCE, up to a near-tie, where the two runs may pick differently
-    (each run's pick is the other's close second) and go their own ways from there. Needs
-    logprobs with at least 2 alternatives. Returns whether they diverged at a near-tie."""
+    within REUSE_LOGPROB_TOLERANCE (TAIL_LOGPROB_TOLERANCE in the tail), up to a near-tie,
+    where the two runs may pick differently (each run's pick is among the other's close
+    alternatives) and go their own ways from there. Needs logprobs with at least 3 alternatives
+    (three tokens can tie). Returns whether they diverged at a near-tie."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x[0] == y[0]:
-            assert abs(x[1] - y[1]) <= REUSE_LOGPROB_TOLERANCE, (
+            tail = min(x[1], y[1]) < TAIL_LOGPROB
+            tol = TAIL_LOGPROB_TOLERANCE if tail else REUSE_LOGPROB_TOLERANCE
+            assert abs(x[1] - y[1]) <= tol, (
                 f"{what}: token {i} {x[0]!r} logprob moved by {abs(x[1] - y[1]):.4f}"
             )
             continue

@@ -39,7 +39,7 @@ def assert_close(a: tuple, b: tuple, what: str) -> None:
 
 async def ask(h: Hearth, model_id: str, messages: list[ChatMessage], n: int) -> tuple:
     text, lps, final = await transcript(
-        await chat(h, model_id, messages, sampling=GREEDY, max_tokens=n, logprobs=1)
+        await chat(h, model_id, messages, sampling=GREEDY, max_tokens=n, logprobs=3)
     )
     return text, lps, final
 

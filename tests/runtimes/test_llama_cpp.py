@@ -259,7 +259,7 @@ async def _turns(
     for turn in range(3):
         if fresh:
             await h.unload(model_id)
-        gen = await chat(h, model_id, conv, sampling=g, max_tokens=24, logprobs=2)
+        gen = await chat(h, model_id, conv, sampling=g, max_tokens=24, logprobs=3)
         text, lps, final = await transcript(gen)
         out.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
         conv += [

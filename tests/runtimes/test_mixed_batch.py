@@ -134,7 +134,7 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
         solo_run = await transcript(await one(solo_h, model.id, PROMPTS[0], 32))
         solo_other = await transcript(await one(solo_h, model.id, PROMPTS[1], 16))
         solo_long = await transcript(
-            await complete(solo_h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=2)
+            await complete(solo_h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=3)
         )
     finally:
         await solo_h.close()
@@ -156,7 +156,7 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
         running = await one(h, model.id, PROMPTS[0], 32)
         it = running.__aiter__()
         head = await asyncio.wait_for(it.__anext__(), 60)
-        joiner = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=2)
+        joiner = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=3)
         other = await one(h, model.id, PROMPTS[1], 16)
         opened.set()
         rest = [d async for d in it]
@@ -170,7 +170,7 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
         if not assert_greedy_close(solo_other[1], other_run[1], "the other joiner"):
             assert other_run[0] == solo_other[0]
         again = await transcript(
-            await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=2)
+            await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=3)
         )
         if not assert_greedy_close(solo_long[1], again[1], "the prompt asked again"):
             assert again[0] == solo_long[0]
@@ -205,7 +205,7 @@ async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
         assert short[2].usage.prompt_tokens - short[2].usage.cached_tokens < 64
         assert armed == [], "a short prompt decoded under the abort callback"
         await transcript(
-            await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=2, logprobs=2)
+            await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=2, logprobs=3)
         )
         assert armed == [1], "a long prompt decoded without the abort callback"
     finally:

@@ -288,7 +288,7 @@ def test_concurrent_streams_match_solo(served: Served) -> None:
     tolerance, up to a near-tie where a run may pick the close second (tests/conftest.py)."""
     kw = dict(
         model=served.model_id, messages=MSG, max_tokens=40, temperature=0, logprobs=True,
-        top_logprobs=2,
+        top_logprobs=3,
     )  # fmt: skip
 
     def entries(items: list) -> list[tuple]:
@@ -403,7 +403,7 @@ def test_n_choices_stream_and_not(served: Served) -> None:
         temperature=0,
         n=2,
         logprobs=True,
-        top_logprobs=2,
+        top_logprobs=3,
     )
     assert [ch.index for ch in r.choices] == [0, 1]
     # greedy choices agree, up to a near-tie: the two decode side by side in a shared cache,
