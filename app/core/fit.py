@@ -8,7 +8,7 @@ machine's free memory (RAM, and VRAM from a device probe that tests can replace)
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,6 +28,9 @@ KV_BYTES = {
 LLAMA_OVERHEAD = 12 * 1024 * 1024  # context structs, graph metadata, thread pools
 MLX_OVERHEAD = 21 * 1024 * 1024  # MLX's allocator and kernel caches on first use
 RUNTIME_OVERHEAD = LLAMA_OVERHEAD
+# the most host memory one model's idle conversation caches take (a shared "reuse" cache moves
+# them there, up to its own size: llama_slots.py)
+STASH_CAP = 1 << 30
 
 Fit = Literal["fits-gpu", "fits-ram", "too-large"]
 
@@ -39,10 +42,11 @@ class MemoryEstimate:
     compute: int
     overhead: int
     context_length: int
+    prompt_ram: int = 0  # idle conversations' caches kept in host memory, at most
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.compute + self.overhead
+        return self.weights + self.kv_cache + self.compute + self.overhead + self.prompt_ram
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +54,7 @@ class MemoryEstimate:
             "kv_cache": self.kv_cache,
             "compute": self.compute,
             "overhead": self.overhead,
+            "prompt_ram": self.prompt_ram,
             "total": self.total,
             "context_length": self.context_length,
         }
@@ -114,6 +119,9 @@ def estimate_gguf(
         prompt_cache: the load's prompt-cache mode (reuse, exact, off).
         kv_layout: the load's cache layout (shared, per-sequence).
 
+    A shared "reuse" cache also keeps idle conversations' caches in host memory, up to the
+    cache's own size (at most STASH_CAP): ``prompt_ram``.
+
     The per-element constants were fitted to resident-memory measurements of llama.cpp on a
     135M chat model at 1-4k context and a MiniLM embedder (see tests/runtimes/test_memory_estimate.py).
     """
@@ -141,7 +149,9 @@ def estimate_gguf(
     act = ub * (8 * n_embd + (3 * n_ff if causal else 0)) * 4
     # pooled embeddings make llama.cpp keep an output row per token; generation keeps one
     outputs = n_ctx * (vocab + n_embd) * 4 if is_embedding else vocab * 4 * slots
-    return MemoryEstimate(weights, kv, attn + act + outputs, LLAMA_OVERHEAD, n_ctx)
+    stash = kv and not separate and prompt_cache == "reuse" and not is_embedding
+    prompt_ram = min(kv, STASH_CAP) if stash else 0
+    return MemoryEstimate(weights, kv, attn + act + outputs, LLAMA_OVERHEAD, n_ctx, prompt_ram)
 
 
 def with_projector(est: MemoryEstimate, projector: GGUFHeader) -> MemoryEstimate:
@@ -156,9 +166,7 @@ def with_projector(est: MemoryEstimate, projector: GGUFHeader) -> MemoryEstimate
     # attention scores, activations, and the image as floats (same shape as estimate_gguf's)
     compute = n_pos * n_pos * n_head * 4 + n_pos * (8 * n_embd + 3 * n_ff) * 4 + side * side * 12
     weights = sum(t.n_bytes for t in projector.tensors)
-    return MemoryEstimate(
-        est.weights + weights, est.kv_cache, est.compute + compute, est.overhead, est.context_length
-    )
+    return replace(est, weights=est.weights + weights, compute=est.compute + compute)
 
 
 @dataclass(frozen=True, slots=True)

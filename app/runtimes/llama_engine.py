@@ -140,6 +140,8 @@ class LlamaEngine(PooledOutputs, Sampling):
             shared=self.unified,
             align=n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch),
             n_swa=int(L.llama_model_n_swa(self.model)),
+            ctx=self.ctx,
+            cells=int(self.cache_tokens),
         )
         # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
         self.lifetime = NativeLifetime()
@@ -232,6 +234,8 @@ class LlamaEngine(PooledOutputs, Sampling):
         if len(tokens) >= self.n_ctx:
             raise ValueError("prompt does not fit the context")
         slot = self.slots.take(tokens)
+        # idle caches in a shared cache would cost this sequence's attention: to host memory
+        self.slots.stash_idle(keep=slot)
         try:
             sampler = self._sampler(req.sampling, grammar_for(req.constraint), req.prompt_tokens)
         except (ValueError, InvalidRequest):
@@ -497,6 +501,8 @@ class LlamaEngine(PooledOutputs, Sampling):
         if isinstance(st, _SeqState):
             L.llama_sampler_free(st.sampler)
             self.slots.release(st.slot, keep=self.prompt_cache and not st.parked)
+            if self._busy():  # the others' steps would walk its cells
+                self.slots.stash(st.slot)
             self._room_freed = True
             seq.engine_state = None
 

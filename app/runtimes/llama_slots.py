@@ -9,26 +9,66 @@ copying the stream when the prefix is long enough to be worth it (COPY_MIN). "ex
 computed as whole micro-batches aligned at multiples of n_ubatch, the way a fresh run computes a
 prompt, and reuses only those: the rest is computed in the same batches as a fresh run would, so
 the output is bit-identical to an uncached run. "off" keeps nothing.
+
+In a shared cache every step's attention walks all used cells, idle conversations' included
+(they made a 10-token prompt's decode 25% slower with 3,000 idle cells, and a batch of 8
+streams ~8% slower). So a "reuse" shared cache moves idle caches to host memory (llama.cpp's
+sequence state, a copy: ~4 us a token for SmolLM2) when another sequence needs the cache, and
+restores one when a prompt continues it further than any cache in place, within a byte bound
+that the memory estimate counts (``fit.prompt_ram``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
+from dataclasses import dataclass
 from typing import Any
 
+from app.core.fit import STASH_CAP
 from app.runtimes.llama_backend import L
 from app.runtimes.worker import common_prefix
 
+# a host copy holding this many tokens more than a prompt shares with it (another answer to the
+# same question) is kept when the prompt's part is restored; with fewer, the copy is the prompt's
+KEEP_TAIL_MIN = 16
 # with a stream per sequence, a common prefix this long or longer is copied into another slot's
 # stream (llama.cpp copies the whole stream's buffer) rather than computed again
 COPY_MIN = 64
 
 
+@dataclass(slots=True)
+class _Stashed:
+    """An idle cache in host memory: the tokens its cells held and llama.cpp's state of them."""
+
+    tokens: list[int]
+    data: Any  # a ctypes byte array
+    size: int
+    last_used: float
+
+
 class Slots:
     def __init__(
-        self, mem: Any, n_slots: int, *, mode: str, shared: bool, align: int, n_swa: int
+        self,
+        mem: Any,
+        n_slots: int,
+        *,
+        mode: str,
+        shared: bool,
+        align: int,
+        n_swa: int,
+        ctx: Any = None,
+        cells: int = 0,
     ) -> None:
         self.mem = mem
+        self.ctx = ctx
+        # idle caches go to host memory only from a shared "reuse" cache, up to as many bytes as
+        # the cache's ``cells`` take (at most STASH_CAP)
+        self.stash_cells = cells if shared and mode == "reuse" and ctx is not None else 0
+        self.stashed: list[_Stashed] = []
+        self.stashed_bytes = 0
+        self.stash_limit = 0  # bytes, known from the first copy
+        self.restores = 0  # caches brought back from host memory so far
         self.mode = mode
         self.shared = shared  # one unified cache: cells can be shared between slots
         self.align = align
@@ -49,6 +89,10 @@ class Slots:
         its cache."""
         free, kv = self.free, self.kv
         best = max(free, key=lambda sl: (common_prefix(kv[sl], tokens), -len(kv[sl])))
+        restored = self._restore_for(tokens, min(common_prefix(kv[best], tokens), len(tokens) - 1))
+        if restored is not None:
+            free.remove(restored)
+            return restored
         slot = best
         if self.mode == "reuse" and len(free) > 1:
             shared = min(common_prefix(kv[best], tokens), len(tokens) - 1)
@@ -137,9 +181,78 @@ class Slots:
         self._last_used[slot] = time.monotonic()
 
     def evict_idle(self) -> bool:
-        """Free the least recently used idle cache of a shared cache; False when none is left."""
+        """Free the cells of the least recently used idle cache of a shared cache (to host
+        memory if it fits there); False when none is left."""
         idle = [sl for sl in self.free if self.kv[sl]]
         if not idle:
             return False
-        self.forget(min(idle, key=lambda sl: self._last_used[sl]))
+        slot = min(idle, key=lambda sl: self._last_used[sl])
+        if not self.stash(slot):
+            self.forget(slot)
         return True
+
+    # -- idle caches in host memory (a shared "reuse" cache) -----------------------------------
+    def stash_idle(self, keep: int | None = None) -> None:
+        """Move every idle cache but slot ``keep``'s to host memory."""
+        for slot in self.free:
+            if slot != keep and self.kv[slot]:
+                self.stash(slot)
+
+    def stash(self, slot: int) -> bool:
+        """Copy an idle slot's cache to host memory and free its cells. The least recently used
+        copies make room; False (the cache stays in place) when it cannot be kept there."""
+        tokens = self.kv[slot]
+        if not self.stash_cells or not tokens:
+            return False
+        size = L.llama_state_seq_get_size(self.ctx, slot)
+        # the bound: the cache's cells at this copy's bytes a token
+        bound = self.stash_limit = min(STASH_CAP, self.stash_cells * size // len(tokens))
+        if size == 0 or size > bound:
+            return False
+        # a copy whose tokens begin this one's is contained in it
+        for e in [e for e in self.stashed if tokens[: len(e.tokens)] == e.tokens]:
+            self._drop(e)
+        while self.stashed_bytes + size > bound:
+            self._drop(min(self.stashed, key=lambda e: e.last_used))
+        data = (ctypes.c_uint8 * size)()
+        if L.llama_state_seq_get_data(self.ctx, data, size, slot) != size:
+            return False
+        self.stashed.append(_Stashed(list(tokens), data, size, self._last_used[slot]))
+        self.stashed_bytes += size
+        self.forget(slot)
+        return True
+
+    def _drop(self, e: _Stashed) -> None:
+        self.stashed.remove(e)
+        self.stashed_bytes -= e.size
+
+    def _restore_for(self, tokens: list[int], beat: int) -> int | None:
+        """A free slot holding the host copy that shares the longest prefix with ``tokens``,
+        when that is longer than ``beat`` (the best cache in place); None otherwise."""
+        best, n = None, beat
+        for e in self.stashed:
+            shared = min(common_prefix(e.tokens, tokens), len(tokens) - 1)
+            if shared > n:
+                best, n = e, shared
+        if best is None:
+            return None
+        # a copy holding more than the prompt shares (another turn of that conversation) stays
+        # for it; one the prompt continues leaves host memory (stashed again when idle)
+        partial = len(best.tokens) - n >= KEEP_TAIL_MIN
+        if partial:
+            best.last_used = time.monotonic()
+        else:
+            self._drop(best)
+        slot = min(self.free, key=lambda sl: (bool(self.kv[sl]), self._last_used[sl]))
+        if self.kv[slot] and not self.stash(slot):
+            self.forget(slot)
+        if L.llama_state_seq_set_data(self.ctx, best.data, best.size, slot) != best.size:
+            L.llama_memory_seq_rm(self.mem, slot, -1, -1)  # no room for it now
+            if not partial and self.stashed_bytes + best.size <= self.stash_limit:
+                self.stashed.append(best)  # kept for later
+                self.stashed_bytes += best.size
+            return None
+        self.kv[slot] = list(best.tokens)
+        self._exact[slot] = 0
+        self.restores += 1
+        return slot

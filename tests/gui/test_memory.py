@@ -104,6 +104,9 @@ def test_estimate_follows_the_options(
     small_kv_text = dialog.kv_label.text()
     assert small_kv_text == f"{human_bytes(int(small['kv_cache']))}  (2,048 tokens, f16)"
     assert dialog.weights_label.text() == human_bytes(int(small["weights"]))
+    # the default shared "reuse" cache keeps idle conversations' caches in RAM, up to its size
+    assert int(small["prompt_ram"]) == int(small["kv_cache"]) > 0
+    assert dialog.idle_label.text().startswith(f"up to {human_bytes(int(small['kv_cache']))}")
     assert dialog.total_label.text().startswith(human_bytes(int(small["calibrated_total"])))
 
     dialog.context_spin.setValue(8192)
@@ -124,6 +127,7 @@ def test_estimate_follows_the_options(
     qtbot.waitUntil(lambda: "4 × 8,192 tokens" in dialog.kv_label.text(), timeout=10_000)
     par = wait_estimate(qtbot, dialog, context_length=8192)
     assert int(par["kv_cache"]) == 4 * int(q8["kv_cache"])
+    assert int(par["prompt_ram"]) == 0 and dialog.idle_label.text() == "none"  # streams of its own
     # the default (reuse) shares one cache among them: one context's KV cache again
     dialog.prompt_cache_combo.setCurrentIndex(dialog.prompt_cache_combo.findData("reuse"))
     qtbot.waitUntil(lambda: "×" not in dialog.kv_label.text(), timeout=10_000)

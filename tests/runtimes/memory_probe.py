@@ -84,6 +84,8 @@ async def main(
             await gen.collect()
 
         await asyncio.gather(*(fill(i) for i in range(parallel)))
+        if estimate.prompt_ram:  # other conversations fill it again: the first go to host memory
+            await asyncio.gather(*(fill(parallel + i) for i in range(parallel)))
     after = fit.current_rss()
     print(
         json.dumps(

@@ -122,9 +122,7 @@ class GgufFormat(ModelFormat):
         header = await read_header(option.first_file)
         est = fitlib.estimate_gguf(header, context_length=context_length)
         if option.sharded:  # the first shard's tensor table covers only its own tensors
-            est = fitlib.MemoryEstimate(
-                option.model_bytes, est.kv_cache, est.compute, est.overhead, est.context_length
-            )
+            est = replace(est, weights=option.model_bytes)
         proj = option.projector
         if proj is not None:  # loaded with the model: its weights and its encoder's buffer
             try:

@@ -157,6 +157,7 @@ class LoadDialog(QDialog):
         # -- estimate -------------------------------------------------------------------------
         self.weights_label = QLabel("…")
         self.kv_label = QLabel("…")
+        self.idle_label = QLabel("…")  # idle conversations' caches in host memory, at most
         self.compute_label = QLabel("…")
         self.overhead_label = QLabel("…")
         self.total_label = QLabel("…")
@@ -178,6 +179,7 @@ class LoadDialog(QDialog):
         ef.addRow("Context", self.context_reason_label)
         ef.addRow("Weights", self.weights_label)
         ef.addRow("KV cache", self.kv_label)
+        ef.addRow("Idle caches (RAM)", self.idle_label)
         ef.addRow("Compute buffers", self.compute_label)
         ef.addRow("Runtime overhead", self.overhead_label)
         ef.addRow("Total", self.total_label)
@@ -375,6 +377,10 @@ class LoadDialog(QDialog):
         per = f"{grouped(est['context_length'])} tokens"
         per = f"{streams} × {per}" if streams > 1 else per
         self.kv_label.setText(f"{human_bytes(est['kv_cache'])}  ({per}, {kv_type})")
+        idle = int(est.get("prompt_ram", 0))
+        self.idle_label.setText(
+            f"up to {human_bytes(idle)}  (other conversations' caches)" if idle else "none"
+        )
         reason = str(est.get("context_reason", ""))
         self.context_reason_label.setText(
             f"{grouped(est['context_length'])} tokens: {reason}" if reason else ""
