@@ -106,6 +106,7 @@ FLASH = ("auto", "on", "off")
 ROPE = ("none", "linear", "yarn")
 PROMPT_CACHE = ("reuse", "exact", "off")
 KV_LAYOUTS = ("shared", "per-sequence")
+SPECULATIVE = ("ngram", "off")
 
 _TABLE = (
     OptionSpec(
@@ -150,6 +151,13 @@ _TABLE = (
         "each gets its own of the context length (memory grows with parallel; none waits for "
         "another's cells)",
         "--kv-layout", choices=KV_LAYOUTS, advanced=True,
+    ),
+    OptionSpec(
+        "speculative", "choice", "Speculative decoding",
+        "ngram: a request decoding alone drafts what followed its last tokens earlier in its "
+        "prompt or answer and checks the draft in one step (repeats and edits come out several "
+        "tokens a step; the same answers); off: one token a step",
+        "--speculative", choices=SPECULATIVE, advanced=True,
     ),
     OptionSpec(
         "threads", "int", "CPU threads", "CPU threads (0 = auto: the physical cores, fewer while other programs keep them busy)", "--threads",

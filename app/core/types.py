@@ -115,6 +115,10 @@ class LoadOptions:
     # (llama-server's explicit -np N): memory grows with `parallel`, but a step's attention
     # reads only the sequence's own cells, so batched decoding of many streams is faster
     kv_layout: str = "shared"
+    # ngram: a request decoding alone drafts the tokens that followed its last few tokens
+    # earlier in its prompt or answer and checks them in one batch (speculative decoding by
+    # prompt lookup; the same answers); off: one token a step
+    speculative: str = "ngram"
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +216,8 @@ class Timings:
     batch_size: float = 0.0  # sequences decoded together per step, on average
     threads: int = 0  # decode threads at the end (0: not a local llama.cpp model)
     cpu_busy: bool = False  # fewer threads than the cores: other programs keep the CPU busy
+    draft_n: int = 0  # speculative decoding: tokens drafted (llama-server's names)
+    draft_n_accepted: int = 0  # of them, those the sampler picked
 
     @property
     def predicted_per_second(self) -> float:
@@ -235,6 +241,8 @@ class Timings:
             "batch_size": round(self.batch_size, 2),
             "threads": self.threads,
             "cpu_busy": self.cpu_busy,
+            "draft_n": self.draft_n,
+            "draft_n_accepted": self.draft_n_accepted,
         }
 
 

@@ -25,6 +25,7 @@ from app.runtimes.llama_grammar import grammar_for
 from app.runtimes.llama_pooled import PooledOutputs
 from app.runtimes.llama_sampling import Sampling
 from app.runtimes.llama_slots import Slots
+from app.runtimes.llama_spec import Speculation
 from app.runtimes.llama_vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
 from app.runtimes.worker import NativeLifetime, Sequence
@@ -38,7 +39,7 @@ ABORT_MIN_TOKENS = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 
 
-class LlamaEngine(PooledOutputs, Sampling):
+class LlamaEngine(PooledOutputs, Sampling, Speculation):
     """The native state of one model and the decode loop the worker drives."""
 
     def __init__(self, model: LocalModel, options: LoadOptions, *, extra_bufts: bool) -> None:
@@ -133,6 +134,8 @@ class LlamaEngine(PooledOutputs, Sampling):
         # them (llama-server reads new prompts in one batch); the exact cache reads each as a
         # fresh run would instead
         self.prompts_together = self.cache_mode != "exact"
+        # a sequence decoding alone drafts by prompt lookup (llama_spec.py)
+        self.speculative = options.speculative == "ngram" and not self.is_embedding
         self.slots = Slots(
             self.mem,
             n_seq,
@@ -378,6 +381,8 @@ class LlamaEngine(PooledOutputs, Sampling):
             decoded.append((seq, st))
         if not self.unified:  # a multi-stream cache batches only consecutive sequence ids
             decoded.sort(key=lambda d: d[1].slot)
+        if self.speculative and len(decoded) == 1 and not reading and self._speculate(*decoded[0]):
+            return
         while decoded:
             rc = self._decode_step(decoded)
             if rc == 0:
@@ -536,6 +541,7 @@ class _SeqState:
         "decoder",
         "parked",
         "last_rows",
+        "drafts",
     )
 
     def __init__(self, slot: int, sampler: Any) -> None:
@@ -549,5 +555,6 @@ class _SeqState:
         self.ready = False
         self.parked = False  # its cells were freed for others; it reads its tokens again
         self.last_rows = 0  # rows in the last prompt batch (its last one's logits are sampled)
+        self.drafts: Any = None  # its n-gram index, once it decodes alone (llama_spec.Drafts)
         # holds back an incomplete UTF-8 character until its last byte arrives
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

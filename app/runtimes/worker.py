@@ -216,6 +216,8 @@ class Sequence:
         self.batch_steps = 0
         self.threads = 0  # the engine's decode threads (set by engines that tune them)
         self.cpu_busy = False  # fewer than the cores: other programs keep the CPU busy
+        self.drafted = 0  # speculative decoding: tokens drafted, and those the sampler kept
+        self.draft_kept = 0
         self.engine_state: object = None
         self.unloaded = False  # cancelled because its model is being freed
 
@@ -260,6 +262,8 @@ class Sequence:
             batch_size=self.batch_sum / self.batch_steps if self.batch_steps else 0.0,
             threads=self.threads,
             cpu_busy=self.cpu_busy,
+            draft_n=self.drafted,
+            draft_n_accepted=self.draft_kept,
         )
         usage = Usage(len(self.request.prompt_tokens), self.generated, self.cached)
         self.stream.push(
