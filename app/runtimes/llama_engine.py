@@ -482,7 +482,11 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         t0 = time.perf_counter()
         rc = self._decode()
         if rc == 0 and self.tuner is not None:
-            context = max(st.pos for _, st in decoded)
+            # what a step attends over: its own cells, or in a shared cache all used cells
+            # (8 growing streams slowed their steps by a third within one context bucket of
+            # the longest, read as contention)
+            kv = self.slots.kv
+            context = sum(map(len, kv)) if self.unified else max(st.pos for _, st in decoded)
             self._tune(self.tuner, time.perf_counter() - t0, n, context)
         return rc
 

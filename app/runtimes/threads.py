@@ -47,6 +47,12 @@ class ThreadTuner:
         shape = (batch, context // CONTEXT_BUCKET)
         if shape != self._shape:  # another shape costs differently: start a new window
             self._shape, self._steps, self._sum = shape, 0, 0.0
+            if self._trial_from is not None:
+                # a trial is judged against its own shape only: cut short, it goes back (a
+                # trial begun late in a batch of 8 streams was judged on the next request's
+                # one-stream steps, "faster", and kept one thread on a quiet machine)
+                back, self._trial_from = self._trial_from, None
+                return self._set(back)
         self._steps += 1
         self._sum += seconds
         if self._steps < WINDOW:

@@ -70,3 +70,18 @@ def test_one_thread_never_goes_lower() -> None:
     t = ThreadTuner(1)
     run(t, BUSY.__getitem__, WINDOW * 50)
     assert t.current == 1 and t.changes == 0
+
+
+def test_a_trial_cut_short_by_another_shape_goes_back() -> None:
+    """A trial of fewer threads begun late in one shape (the last window of a batch of 8
+    streams) is not judged on another's steps (the next request alone, naturally faster): it
+    goes back. It used to be kept, and a quiet machine decoded with one thread from then on."""
+    t = ThreadTuner(2)
+    for _ in range(WINDOW * 2):
+        t.observe(QUIET[t.current] * 4, 8)
+    for _ in range(WINDOW):  # slower, at the same shape: a trial of one thread begins
+        t.observe(QUIET[t.current] * 6, 8)
+    assert t.current == 1
+    for _ in range(WINDOW * 4):  # the streams ended; one request decodes alone
+        t.observe(QUIET[t.current], 1)
+    assert t.current == 2
