@@ -517,6 +517,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
 
     def shutdown(self) -> None:
         self.lifetime.retire()  # no other thread is inside the model from here on
+        self.slots.clear_stash()
         if self.vision is not None:  # the projector holds the model: it goes first
             self.vision.close()
             self.vision = None

@@ -21,6 +21,7 @@ that the memory estimate counts (``fit.prompt_ram``).
 from __future__ import annotations
 
 import ctypes
+import mmap
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +43,14 @@ class _Stashed:
     """An idle cache in host memory: the tokens its cells held and llama.cpp's state of them."""
 
     tokens: list[int]
-    data: Any  # a ctypes byte array
+    data: mmap.mmap  # its own anonymous mapping: dropped, its memory goes back to the system
     size: int
     last_used: float
+
+
+def _bytes(m: mmap.mmap) -> Any:
+    """A ctypes view of ``m`` for llama.cpp (deleted before ``m`` closes)."""
+    return (ctypes.c_uint8 * len(m)).from_buffer(m)
 
 
 class Slots:
@@ -214,17 +220,28 @@ class Slots:
             self._drop(e)
         while self.stashed_bytes + size > bound:
             self._drop(min(self.stashed, key=lambda e: e.last_used))
-        data = (ctypes.c_uint8 * size)()
-        if L.llama_state_seq_get_data(self.ctx, data, size, slot) != size:
+        data = mmap.mmap(-1, size)
+        view = _bytes(data)
+        n = L.llama_state_seq_get_data(self.ctx, view, size, slot)
+        del view
+        if n != size:
+            data.close()
             return False
         self.stashed.append(_Stashed(list(tokens), data, size, self._last_used[slot]))
         self.stashed_bytes += size
         self.forget(slot)
         return True
 
-    def _drop(self, e: _Stashed) -> None:
+    def _drop(self, e: _Stashed, *, close: bool = True) -> None:
         self.stashed.remove(e)
         self.stashed_bytes -= e.size
+        if close:
+            e.data.close()
+
+    def clear_stash(self) -> None:
+        """Give every host copy's memory back (the model is being freed)."""
+        for e in list(self.stashed):
+            self._drop(e)
 
     def _restore_for(self, tokens: list[int], beat: int) -> int | None:
         """A free slot holding the host copy that shares the longest prefix with ``tokens``,
@@ -239,18 +256,25 @@ class Slots:
         # a copy holding more than the prompt shares (another turn of that conversation) stays
         # for it; one the prompt continues leaves host memory (stashed again when idle)
         partial = len(best.tokens) - n >= KEEP_TAIL_MIN
-        if partial:
-            best.last_used = time.monotonic()
-        else:
-            self._drop(best)
+        self._drop(best, close=False)  # out of the list while it is restored
+        # the idle caches in place go first (the caller would move them next): the copy's
+        # cells then lie in the order they were computed in, so its sums add up as they did
+        self.stash_idle()
         slot = min(self.free, key=lambda sl: (bool(self.kv[sl]), self._last_used[sl]))
-        if self.kv[slot] and not self.stash(slot):
-            self.forget(slot)
-        if L.llama_state_seq_set_data(self.ctx, best.data, best.size, slot) != best.size:
+        if self.kv[slot]:
+            self.forget(slot)  # an idle cache that did not fit in host memory
+        view = _bytes(best.data)
+        restored = L.llama_state_seq_set_data(self.ctx, view, best.size, slot) == best.size
+        del view
+        if not restored:
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)  # no room for it now
-            if not partial and self.stashed_bytes + best.size <= self.stash_limit:
-                self.stashed.append(best)  # kept for later
-                self.stashed_bytes += best.size
+        if (partial or not restored) and self.stashed_bytes + best.size <= self.stash_limit:
+            best.last_used = time.monotonic()
+            self.stashed.append(best)  # kept for later
+            self.stashed_bytes += best.size
+        else:
+            best.data.close()
+        if not restored:
             return None
         self.kv[slot] = list(best.tokens)
         self._exact[slot] = 0

@@ -47,6 +47,13 @@ def run_until(db: Path, saves: int, *, hold: bool = False) -> dict[int, set[int]
     finally:
         proc.kill()
         proc.wait(60)
+        # it runs ahead of this reader: a save it began before the kill landed is in the pipe
+        # still (seen: round 5 of the next conversation written, its line not yet read)
+        for line in proc.stdout:
+            word, *rest = line.split()
+            if word == "saving":
+                j, r = map(int, rest)
+                begun[j].add(r)
         proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
     return begun
