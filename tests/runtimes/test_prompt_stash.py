@@ -136,6 +136,10 @@ async def test_host_copies_stay_within_the_bound_the_estimate_counts(
         texts = [b"".join(engine.pieces(e.tokens)).decode(errors="replace") for e in slots.stashed]
         assert any(topics[-2] in t for t in texts), "the most recently used copy is kept"
         assert not any(topics[0] in t for t in texts), "the least recently used went first"
+        maps = [e.data for e in slots.stashed]
+        await h.unload(model.id)  # freeing the model gives the copies' memory back
+        assert not slots.stashed and slots.stashed_bytes == 0
+        assert all(m.closed for m in maps)
     finally:
         await h.close()
 
