@@ -46,15 +46,16 @@ class Drafts:
         if self.pause:
             self.pause -= 1
             return []
-        hist = array.array("i", tokens).tobytes()
-        key = hist[-4 * n :]
+        # 8 bytes a token: an image's pseudo-ids go down to -2**62 (core/images.py)
+        hist = array.array("q", tokens).tobytes()
+        key = hist[-8 * n :]
         # an earlier occurrence with a token after it: it ends before the last token
-        pos = hist.rfind(key, 0, len(hist) - 4)
-        while pos > 0 and pos % 4:  # matched across token boundaries: look further back
+        pos = hist.rfind(key, 0, len(hist) - 8)
+        while pos > 0 and pos % 8:  # matched across token boundaries: look further back
             pos = hist.rfind(key, 0, pos + len(key) - 1)
-        if pos < 0 or pos % 4:
+        if pos < 0 or pos % 8:
             return []
-        start = pos // 4 + n
+        start = pos // 8 + n
         draft = tokens[start : start + min(self.size, room)]
         for i, t in enumerate(draft):
             if t < 0:  # an image's place: never drafted

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from app.core.images import image_tokens
 from app.core.library import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
@@ -66,6 +67,10 @@ def test_a_draft_is_what_followed_the_last_tokens_before() -> None:
     img = Drafts()
     assert img.propose([1, 2, 3, -4, -4, 9, 1, 2, 3], room=10) == []
     assert img.propose([1, 2, 3, 4, -4, 9, 1, 2, 3], room=10) == [4]
+    # an image's pseudo-ids are as low as -2**62 (core/images.py): they are looked up too
+    pic = image_tokens("ab" * 32, 3)
+    assert min(pic) < -(2**60)
+    assert Drafts().propose([*pic, 7, 8, 1, *pic], room=10) == [7, 8, 1]
 
 
 def test_one_token_drafts_that_keep_missing_pause_the_lookups() -> None:
