@@ -83,7 +83,6 @@ class Speculation:
     n_batch: int
     n_ctx: int
     slots: Any
-    peak_batch: int
 
     def _speculate(self, seq: Sequence, st: Any) -> bool:
         """One step of ``seq`` (decoding alone, its pending token appended to its cache list)

@@ -65,7 +65,8 @@ async def test_an_idle_cache_moves_to_host_memory_and_its_follow_up_restores_it(
         engine = lm.engine  # type: ignore[attr-defined]
         slots = engine.slots
         a1 = await ask(h, model.id, [ChatMessage("user", A)])
-        assert a1[0] == first[0] or assert_greedy_close(first[1], a1[1], "turn 1")
+        if not assert_greedy_close(first[1], a1[1], "turn 1"):
+            assert a1[0] == first[0]
         (a_slot,) = [sl for sl in slots.free if slots.kv[sl]]
         held = len(slots.kv[a_slot])
         assert cells_of(engine, a_slot) == held > 150
