@@ -167,7 +167,9 @@ def test_llama_cpp_context_and_loading() -> None:
     # recorded from a real llama-server run with -c 1024 --alias smollm2: meta.n_ctx (the
     # context it runs with: 1024), not n_ctx_train (8192)
     assert (state, err) == ("ready", None)
-    assert models == (RemoteModel("smollm2", 1024),)
+    # /props says "modalities": {"vision": false}: a stated no to images
+    assert models == (RemoteModel("smollm2", 1024, stated=True),)
+    assert models[0].refuses_images()
     # an older server without meta.n_ctx: /props' n_ctx, then n_ctx_train
     body = rec("llama.cpp", "models")
     del body["data"][0]["meta"]["n_ctx"]
@@ -177,6 +179,10 @@ def test_llama_cpp_context_and_loading() -> None:
     assert models[0].context_length == 2048
     _, models, _ = interpret("llama.cpp", {MODELS: Answer(200, body)})
     assert models[0].context_length == 8192
+    assert not models[0].stated and not models[0].refuses_images()  # no /props: not said
+    props["modalities"]["vision"] = True
+    _, models, _ = interpret("llama.cpp", {MODELS: Answer(200, body), "/props": Answer(200, props)})
+    assert "vision" in models[0].capabilities and not models[0].refuses_images()
     # loading: 503 on /v1/models and /health
     loading = Answer(503, rec("llama.cpp", "health_loading"))
     assert interpret("llama.cpp", {MODELS: loading, "/health": loading}) == (
@@ -193,7 +199,12 @@ def test_llama_cpp_router_lists_every_model() -> None:
     )
     # two models: /props' single n_ctx is not spread over both
     assert state == "ready"
-    assert models == (RemoteModel("qwen2.5-7b", 16384), RemoteModel("gemma-3-4b", None))
+    # each entry's architecture.input_modalities says whether it takes images
+    assert models == (
+        RemoteModel("qwen2.5-7b", 16384, stated=True),
+        RemoteModel("gemma-3-4b", None, CHAT + ("vision",), stated=True),
+    )
+    assert models[0].refuses_images() and not models[1].refuses_images()
 
 
 def test_ollama_show_followups_and_details() -> None:
@@ -212,22 +223,28 @@ def test_ollama_show_followups_and_details() -> None:
     assert state == "ready"
     assert models == (
         # model_info["llama.context_length"]; capabilities ["completion", "tools"]
-        RemoteModel("llama3.2:latest", 131072, CHAT),
+        RemoteModel("llama3.2:latest", 131072, CHAT, stated=True),
         # its parameters set num_ctx 8192: what Ollama runs it with; ["embedding"]
-        RemoteModel("nomic-embed-text:latest", 8192, EMBED),
+        RemoteModel("nomic-embed-text:latest", 8192, EMBED, stated=True),
     )
+    assert models[0].refuses_images()  # capabilities listed, "vision" not among them
     # a cross-encoder ("reranking", newer Ollama) reranks only
     rr = {
         "capabilities": ["reranking"],
         "model_info": {"general.architecture": "bert", "bert.context_length": 512},
     }
     _, models, _ = interpret("ollama", first | {"show:llama3.2:latest": Answer(200, rr)})
-    assert models[0] == RemoteModel("llama3.2:latest", 512, ("rerank",))
+    assert models[0] == RemoteModel("llama3.2:latest", 512, ("rerank",), stated=True)
+    # "vision" with "completion" (llava, gemma3): takes images
+    vl = {"capabilities": ["completion", "vision"], "model_info": {}}
+    _, models, _ = interpret("ollama", first | {"show:llama3.2:latest": Answer(200, vl)})
+    assert models[0].capabilities == CHAT + ("vision",) and not models[0].refuses_images()
     # no show answer (failed or not asked): the model is still listed, context unknown
     _, models, _ = interpret(
         "ollama", first | {"show:llama3.2:latest": Answer(500, {"error": "x"})}
     )
     assert [m.context_length for m in models] == [None, None]
+    assert not any(m.stated or m.refuses_images() for m in models)  # nothing said: forwarded
 
 
 def test_ollama_followups_after_detection_and_cap() -> None:
@@ -277,8 +294,8 @@ def test_hearth_lists_context_and_capabilities() -> None:
     state, models, _ = interpret("hearth", {MODELS: ok("hearth", "models")})
     assert state == "ready"
     assert models == (
-        RemoteModel("all-minilm-l6-v2-q8_0", 512, EMBED),
-        RemoteModel("smollm2-135m-instruct.q4_1", 8192, CHAT),
+        RemoteModel("all-minilm-l6-v2-q8_0", 512, EMBED, stated=True),
+        RemoteModel("smollm2-135m-instruct.q4_1", 8192, CHAT, stated=True),
     )
 
 

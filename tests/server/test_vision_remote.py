@@ -38,6 +38,8 @@ def seer_library(root: Path) -> ModelLibrary:
     seer = write_model(root / "src" / "seer.gguf", chat_template=CHATML)
     write_projector(seer.parent / "mmproj-seer-F16.gguf")  # paired by the import
     assert lib.import_path(seer)[0].extra["projector"]
+    plain = write_model(root / "plain" / "plain.gguf", chat_template=CHATML)
+    assert "projector" not in lib.import_path(plain)[0].extra  # no projector beside it
     return ModelLibrary(lib_file, root / "models")
 
 
@@ -92,10 +94,30 @@ async def test_images_go_to_a_remote_model_as_png_data_urls(tmp_path: Path) -> N
             assert out["choices"][0]["message"]["content"] == "ok"
             # the engine's listing says the model takes images; the front lists it so
             assert "vision" in front.remote_listing("up/seer").model.capabilities  # type: ignore[union-attr]
+            # its listing says this one takes none: a 400 naming the image, nothing sent
+            body["model"] = "up/plain"
+            async with session.post(srv.make_url("/v1/chat/completions"), json=body) as r:
+                assert r.status == 400
+                err = (await r.json())["error"]
+            assert err["param"] == "messages[0].content[1].image_url.url"
+            assert "takes no images" in err["message"]
+            # the same through Anthropic's shape
+            anth = {"model": "up/plain", "max_tokens": 4, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/webp",
+                                             "data": url.split(",", 1)[1]}},
+            ]}]}  # fmt: skip
+            async with session.post(srv.make_url("/v1/messages"), json=anth) as r:
+                assert r.status == 400, await r.text()
+            async with session.post(
+                srv.make_url("/v1/chat/completions"),
+                json=body | {"messages": [{"role": "user", "content": "text alone"}]},  # fmt: skip
+            ) as r:
+                assert r.status == 200, await r.text()  # text to it goes on as before
     finally:
         await front.close()
         await upstream.close()
-    (sent,) = bodies
+    sent, text_only = bodies  # the refused requests never reached the engine
+    assert text_only["model"] == "plain" and text_only["messages"][0]["content"] == "text alone"
     parts = sent["messages"][0]["content"]
     assert [p["type"] for p in parts] == ["text", "image_url", "text"]
     assert parts[0]["text"] == "what is" and parts[2]["text"] == "?"

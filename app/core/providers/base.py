@@ -15,11 +15,19 @@ STATES = ("ready", "starting", "unreachable", "unauthorized", "error")
 @dataclass(frozen=True, slots=True)
 class RemoteModel:
     """A model an engine serves: its own id (case kept), its context length where the engine
-    tells it, and what it serves (chat and completion unless the engine says otherwise)."""
+    tells it, and what it serves (chat and completion unless the engine says otherwise).
+    ``stated``: the engine said what this model takes (a Hearth's or Ollama's capabilities,
+    llama.cpp's modalities), so a capability missing from the list is a "no"; otherwise the
+    list is a default and whether it takes images is the engine's to say on the request."""
 
     id: str
     context_length: int | None = None
     capabilities: tuple[str, ...] = ("completion", "chat")
+    stated: bool = False
+
+    def refuses_images(self) -> bool:
+        """True when the engine said this model takes no images."""
+        return self.stated and "vision" not in self.capabilities
 
 
 class Answer(NamedTuple):

@@ -9,9 +9,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
+from app.core import images
 from app.core import prompt as prompting
 from app.core import rerank as ranking
 from app.core.generation import Choices, Generation
+from app.core.providers.base import RemoteModel
 from app.core.providers.pool import ProviderPool
 from app.core.requests import (
     MAX_EMBED_INPUTS,
@@ -23,7 +25,13 @@ from app.core.requests import (
     Reranking,
     RerankRequest,
 )
-from app.errors import InvalidRequest, NotSupported, ProviderError, ProviderUnavailable
+from app.errors import (
+    InvalidRequest,
+    NotSupported,
+    ProviderError,
+    ProviderUnavailable,
+    UnsupportedParameter,
+)
 
 T = TypeVar("T")
 
@@ -36,9 +44,22 @@ async def _call(pool: ProviderPool, model_id: str, fn: Callable[[], Awaitable[T]
         raise
 
 
+def _check_images(req: ChatRequest, found: RemoteModel | None) -> None:
+    """Images go on to a remote model unless its engine said it takes none (then a 400 naming
+    the first image, as for a local model without a projector, before anything is sent)."""
+    where = images.first_image(req)
+    if where is not None and found is not None and found.refuses_images():
+        raise UnsupportedParameter(
+            f"{where}: an image needs a vision model; its engine says '{req.model}' takes no"
+            " images",
+            param=where,
+        )
+
+
 async def chat(pool: ProviderPool, req: ChatRequest) -> Choices:
     """``req``'s ``n`` choices, each its own upstream stream (choice ``i`` seeded ``seed+i``)."""
-    client, remote_id, _ = await pool.client_for(req.model)
+    client, remote_id, found = await pool.client_for(req.model)
+    _check_images(req, found)
     gens: list[Generation] = []
     try:
         for i in range(req.n):
@@ -104,5 +125,6 @@ async def rerank(pool: ProviderPool, req: RerankRequest) -> Reranking:
 async def count_tokens(pool: ProviderPool, req: ChatRequest) -> int:
     """The prompt tokens as the engine renders and counts them (NotSupported where it has no
     endpoint for it)."""
-    client, remote_id, _ = await pool.client_for(req.model)
+    client, remote_id, found = await pool.client_for(req.model)
+    _check_images(req, found)
     return await _call(pool, req.model, lambda: client.count_tokens(remote_id, req))

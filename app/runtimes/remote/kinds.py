@@ -210,38 +210,57 @@ def _models(
         if mid is None or mid in out:
             continue
         ctx = _int(e.get("max_model_len")) or _int(e.get("context_length"))
-        caps = _DEFAULT_CAPS
+        caps, stated = _DEFAULT_CAPS, False
         if kind == "llama.cpp":
             meta = e["meta"] if isinstance(e.get("meta"), dict) else {}
             # the slot context the server runs with, before what the model was trained for
             ctx = _int(meta.get("n_ctx")) or (props_ctx if len(entries) == 1 else None) or ctx
             ctx = ctx or _int(meta.get("n_ctx_train"))
+            vision = _llama_vision(e, props if len(entries) == 1 else None)
+            if vision is not None:
+                caps, stated = _DEFAULT_CAPS + (("vision",) if vision else ()), True
         elif kind == "hearth":
-            caps = _hearth_caps(e.get("capabilities"))
+            caps, stated = _hearth_caps(e.get("capabilities"))
         elif kind == "ollama":
-            ctx, caps = _ollama_show(_ok(answers, f"show:{mid}"))
+            ctx, caps, stated = _ollama_show(_ok(answers, f"show:{mid}"))
         elif kind == "tgi" and info:
             ctx = (
                 _int(info.get("max_total_tokens"))
                 or _int(info.get("max_input_tokens"))
                 or _int(info.get("max_input_length"))
             )
-        out[mid] = RemoteModel(mid, ctx, caps)
+        out[mid] = RemoteModel(mid, ctx, caps, stated)
     return tuple(out.values())
 
 
-def _hearth_caps(v: Any) -> tuple[str, ...]:
+def _llama_vision(entry: dict[str, Any], props: dict[str, Any] | None) -> bool | None:
+    """Whether a llama.cpp server's model takes images: its router entry's
+    ``architecture.input_modalities``, else a one-model server's ``/props`` ``modalities``;
+    None when neither says."""
+    arch = entry.get("architecture")
+    mods = arch.get("input_modalities") if isinstance(arch, dict) else None
+    if isinstance(mods, list):
+        return "image" in mods
+    said = props.get("modalities") if props else None
+    if isinstance(said, dict) and isinstance(said.get("vision"), bool):
+        return bool(said["vision"])
+    return None
+
+
+def _hearth_caps(v: Any) -> tuple[tuple[str, ...], bool]:
+    """A Hearth's ``capabilities`` (and whether it listed them)."""
     if not isinstance(v, list):
-        return _DEFAULT_CAPS
+        return _DEFAULT_CAPS, False
     caps = tuple(c for c in _HEARTH_CAPS if c in v)
-    return caps or _DEFAULT_CAPS
+    return (caps, True) if caps else (_DEFAULT_CAPS, False)
 
 
-def _ollama_show(show: dict[str, Any] | None) -> tuple[int | None, tuple[str, ...]]:
+def _ollama_show(show: dict[str, Any] | None) -> tuple[int | None, tuple[str, ...], bool]:
     """Context length and capabilities from an /api/show answer: ``num_ctx`` when the model's
-    parameters set it (what Ollama runs it with), else ``model_info["<arch>.context_length"]``."""
+    parameters set it (what Ollama runs it with), else ``model_info["<arch>.context_length"]``;
+    and whether the answer listed capabilities."""
     if show is None:
-        return None, _DEFAULT_CAPS
+        return None, _DEFAULT_CAPS, False
     ctx = None
     params = show.get("parameters")
     if isinstance(params, str):
@@ -268,7 +287,7 @@ def _ollama_show(show: dict[str, Any] | None) -> tuple[int | None, tuple[str, ..
             caps += ("rerank",)
         if "vision" in raw and "completion" in raw:
             caps += ("vision",)
-    return ctx, caps or _DEFAULT_CAPS
+    return ctx, caps or _DEFAULT_CAPS, bool(caps)
 
 
 # -- errors ------------------------------------------------------------------------------------
