@@ -7,6 +7,7 @@ import binascii
 import json
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from app.core.constraints import (
@@ -20,7 +21,7 @@ from app.core.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_
 from app.core.keep_alive import parse_keep_alive
 from app.core.requests import UNSET, ToolChoice
 from app.core.tools import Tool
-from app.core.types import Constraint, SamplingParams
+from app.core.types import Constraint, SamplingParams, TokenLogprob
 from app.errors import InvalidRequest, UnsupportedParameter
 
 MAX_TOKENS_LIMIT = 1 << 20
@@ -28,6 +29,7 @@ MAX_STOP = 16
 MAX_STOP_LEN = 1024
 MAX_MESSAGES = 100_000
 MAX_N = 16
+MAX_TOP_LOGPROBS = 20  # the most alternatives a token's logprob comes with, on every protocol
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 
 
@@ -473,6 +475,27 @@ def parse_tools(b: Body) -> tuple[list[Tool], ToolChoice]:
         parallel=b.flag("parallel_tool_calls", True),
         param="tool_choice",
     )
+
+
+def parse_top_logprobs(b: Body) -> int | None:
+    """``top_logprobs``: how many alternatives each token's logprob comes with (0-20), or None
+    when absent. Whether logprobs are on at all is each protocol's own field."""
+    return b.integer("top_logprobs", None, lo=0, hi=MAX_TOP_LOGPROBS)
+
+
+def token_logprobs(lps: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
+    """Each token's ``token``/``logprob``/``bytes`` and its ``top_logprobs`` alternatives (the
+    same three fields): OpenAI chat's ``logprobs.content``, the Responses ``output_text``
+    ``logprobs`` and Ollama's ``logprobs`` all take this list."""
+    return [
+        {
+            "token": t.token,
+            "logprob": t.logprob,
+            "bytes": list(t.bytes),
+            "top_logprobs": [{"token": s, "logprob": lp, "bytes": list(bs)} for s, lp, bs in t.top],
+        }
+        for t in lps
+    ]
 
 
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")

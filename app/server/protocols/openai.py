@@ -27,6 +27,7 @@ from app.server.protocols.common import (
     parse_template_vars,
     parse_tools,
     parse_ttl,
+    token_logprobs,
 )
 from app.server.protocols.openai_fields import (
     StreamOptions,
@@ -163,20 +164,7 @@ def usage(finals: Sequence[Delta]) -> dict[str, Any]:
 
 def chat_logprobs(lps: Sequence[TokenLogprob]) -> dict[str, Any]:
     """OpenAI's chat shape: content[].token/logprob/bytes/top_logprobs."""
-    return {
-        "content": [
-            {
-                "token": t.token,
-                "logprob": t.logprob,
-                "bytes": list(t.bytes),
-                "top_logprobs": [
-                    {"token": s, "logprob": lp, "bytes": list(bs)} for s, lp, bs in t.top
-                ],
-            }
-            for t in lps
-        ],
-        "refusal": None,
-    }
+    return {"content": token_logprobs(lps), "refusal": None}
 
 
 def completion_logprobs(lps: Sequence[TokenLogprob], offset: int = 0) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from app.server.protocols.common import (
     ROLES,
     Body,
     parse_content,
+    parse_top_logprobs,
     schema_constraint,
 )
 
@@ -195,14 +196,11 @@ def parse_embedding_input(b: Body) -> list[str | list[int]]:
     return out
 
 
-MAX_TOP_LOGPROBS = 20
-
-
 def parse_logprobs(b: Body, *, chat: bool) -> int | None:
     """Chat: `logprobs` true + `top_logprobs` 0-20. Legacy completions: `logprobs` 0-5."""
     if chat:
         on = b.flag("logprobs")
-        top = b.integer("top_logprobs", None, lo=0, hi=MAX_TOP_LOGPROBS)
+        top = parse_top_logprobs(b)
         if top is not None and not on:
             raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
         return (top or 0) if on else None
