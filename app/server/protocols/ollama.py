@@ -21,6 +21,10 @@ streaming path. The model listings (/api/tags, /api/show, /api/ps) are in ``olla
   templates switch thinking off for ``think: false``; reasoning that a model writes anyway
   stays in ``content`` inside ``<think>…</think>``, as Ollama shows it, rather than being
   dropped. A ``raw`` /api/generate is never parsed for reasoning; ``format`` applies to it too.
+- ``logprobs`` / ``top_logprobs`` (0-20): each token's log-probability and that many likely
+  alternatives, as Ollama (0.12.11+) writes them: a top-level ``logprobs`` list on each line for
+  its tokens (a line with no text carries the logprobs of text still held back), the whole list
+  in a ``"stream": false`` answer, and no field at all when they are off.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from app.server.protocols.common import (
     b64_image,
     check_stop,
     parse_tools,
+    parse_top_logprobs,
     schema_constraint,
 )
 
@@ -146,6 +151,17 @@ def think_vars(b: Body) -> dict[str, Any]:
     if v in THINK_LEVELS:
         return {"enable_thinking": True, "reasoning_effort": v}
     return {}
+
+
+def parse_logprobs(b: Body) -> int | None:
+    """``logprobs`` (a boolean) and ``top_logprobs`` (0-20): None when off, else how many
+    alternatives each token comes with. ``top_logprobs: 0`` is Ollama's default (its clients
+    may send it with logprobs off); more without ``logprobs: true`` is a 400, not ignored."""
+    on = b.flag("logprobs")
+    top = parse_top_logprobs(b)
+    if top and not on:
+        raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    return (top or 0) if on else None
 
 
 def parse_ttl(b: Body) -> Any:
@@ -259,6 +275,7 @@ def parse_chat(data: dict[str, Any], resolve: Resolve) -> Parsed:
     # tools: Ollama's shape is OpenAI's; `tool_choice` / `parallel_tool_calls` are Hearth's
     # extension here (Ollama's API has none: auto is the default), in OpenAI's spellings
     tools, choice = parse_tools(b)
+    logprobs = parse_logprobs(b)
     ttl = parse_ttl(b)
     stream = b.flag("stream", True)
     if not b.data.get("messages"):
@@ -275,6 +292,7 @@ def parse_chat(data: dict[str, Any], resolve: Resolve) -> Parsed:
         tool_choice=choice,
         constraint=constraint,
         template_vars=think_vars(b),
+        logprobs=logprobs,
         ttl=ttl,
     )
     return Parsed(model, req, "message", stream, think, ttl)
@@ -289,6 +307,7 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
     if b.data.get("tools"):
         raise UnsupportedParameter("'tools' need /api/chat", param="tools")
     constraint, think = parse_format(b), parse_think(b)
+    logprobs = parse_logprobs(b)
     ttl = parse_ttl(b)
     stream = b.flag("stream", True)
     prompt = b.text("prompt", default="") or ""
@@ -314,6 +333,7 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
             max_tokens=max_tokens,
             stop=stop,
             constraint=constraint,
+            logprobs=logprobs,
             ttl=ttl,
         )
     else:
@@ -328,6 +348,7 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
             stop=stop,
             constraint=constraint,
             template_vars=think_vars(b),
+            logprobs=logprobs,
             ttl=ttl,
         )
     return Parsed(model, req, "response", stream, think, ttl)

@@ -1,6 +1,7 @@
 """Ollama's answers from core results: NDJSON lines of a stream (a tool call once whole, the
-reasoning in ``thinking`` or back in the content for ``think: false``), the one object of a
-``"stream": false`` answer, and the load/unload and embedding answers. Pure (no aiohttp)."""
+reasoning in ``thinking`` or back in the content for ``think: false``, each line's tokens'
+``logprobs`` when asked for), the one object of a ``"stream": false`` answer, and the
+load/unload and embedding answers. Pure (no aiohttp)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from app.core import jsonsafe
 from app.core.generation import Completion
 from app.core.reasoning import CLOSE_TAG, OPEN_TAG
 from app.core.requests import Embeddings
-from app.core.types import Delta
+from app.core.types import Delta, TokenLogprob
 from app.errors import HearthError
 from app.server.protocols.base import Context, Frame, StreamRenderer
+from app.server.protocols.common import token_logprobs
 from app.server.protocols.ollama import Key, error_body, now_iso
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,11 @@ def _piece(
     return {"response": content, **({"thinking": thinking} if thinking else {})}
 
 
+def _logprobs(lps: Sequence[TokenLogprob]) -> dict[str, Any]:
+    """Ollama's top-level ``logprobs``: absent when there are none (off, as Ollama omits it)."""
+    return {"logprobs": token_logprobs(lps)} if lps else {}
+
+
 def final_fields(final: Delta, ctx: Context, now_ns: int) -> dict[str, Any]:
     """``done_reason`` and Ollama's counters (durations in ns since the request arrived)."""
     t, u = final.timings, final.usage
@@ -136,6 +143,7 @@ def whole_response(
         **_piece(key, content, thinking, calls),
         "done": True,
         **final_fields(r.final, ctx, perf_ns()),
+        **_logprobs(r.logprobs),
     }
 
 
@@ -161,7 +169,11 @@ class NdjsonStream(StreamRenderer):
         self.perf_ns = perf_ns
 
     def _line(
-        self, content: str, thinking: str = "", calls: Sequence[dict[str, Any]] = ()
+        self,
+        content: str,
+        thinking: str = "",
+        calls: Sequence[dict[str, Any]] = (),
+        lps: Sequence[TokenLogprob] = (),
     ) -> Frame:
         return Frame(
             {
@@ -169,12 +181,17 @@ class NdjsonStream(StreamRenderer):
                 "created_at": now_iso(self.clock()),
                 **_piece(self.key, content, thinking, calls),
                 "done": False,
+                **_logprobs(lps),
             }
         )
 
     def delta(self, i: int, d: Delta) -> list[Frame]:
         content, thinking, calls = self.shaper.feed(d)
-        return [self._line(content, thinking, calls)] if content or thinking or calls else []
+        # a line for the logprobs alone too: their tokens' text is held back (a stop string's
+        # start, a tool call's arguments), as Ollama sends them while its parsers buffer
+        if content or thinking or calls or d.logprobs:
+            return [self._line(content, thinking, calls, d.logprobs)]
+        return []
 
     def end_choice(self, i: int, final: Delta) -> list[Frame]:
         # calls whose arguments never became a JSON object still go out, before the end

@@ -1,6 +1,7 @@
 """The Ollama adapter on recorded delta sequences: no model, no server. Exact NDJSON lines for
-text, thinking, tool calls split at every point, an error mid-stream, a cut stream and usage;
-and the request parsing with the shared bounds (stop, tools) every protocol has."""
+text, thinking, tool calls split at every point, logprobs, an error mid-stream, a cut stream and
+usage; and the request parsing with the shared bounds (stop, tools, top_logprobs) every protocol
+has."""
 
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ import pytest
 
 from app.core.generation import Completion
 from app.core.requests import ChatRequest, CompletionRequest, ToolChoice
-from app.core.types import ChatMessage, Constraint, Delta, Timings, ToolCall, ToolCallDelta, Usage
+from app.core.types import (
+    ChatMessage,
+    Constraint,
+    Delta,
+    Timings,
+    TokenLogprob,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 from app.errors import GenerationTimeout, InvalidRequest, ModelNotFound, UnsupportedParameter
 from app.server.protocols import OLLAMA
 from app.server.protocols import ollama as wire
@@ -166,6 +176,74 @@ def test_thinking_goes_to_its_field_or_back_into_content_with_think_false() -> N
         "role": "assistant",
         "content": "<think>hm",
     }
+
+
+def lp(token: str, logprob: float, *top: tuple[str, float]) -> TokenLogprob:
+    return TokenLogprob(
+        token, logprob, tuple(token.encode()), tuple((t, x, tuple(t.encode())) for t, x in top)
+    )
+
+
+def lp_json(token: str, logprob: float, *top: tuple[str, float]) -> dict[str, Any]:
+    """Ollama's Logprob: the token's TokenLogprob fields and its top_logprobs."""
+    return {
+        "token": token,
+        "logprob": logprob,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": t, "logprob": x, "bytes": list(t.encode())} for t, x in top],
+    }
+
+
+def test_each_line_carries_its_tokens_logprobs_and_the_whole_answer_all_of_them() -> None:
+    deltas = [
+        Delta(text="Hel", logprobs=(lp("Hel", -0.5, ("Hel", -0.5), ("Hi", -1.0)),)),
+        # the text of a held-back token (a stop string's start) comes later: a line for its
+        # logprobs alone, as Ollama sends them while its parsers buffer
+        Delta(logprobs=(lp("lo", -0.25, ("lo", -0.25), ("p", -2.0)),)),
+        Delta(text="lo!", logprobs=(lp("!", -0.125, ("!", -0.125), (".", -3.0)),)),
+        FINAL,
+    ]
+    assert play(deltas) == [
+        {
+            **line({"role": "assistant", "content": "Hel"}),
+            "logprobs": [lp_json("Hel", -0.5, ("Hel", -0.5), ("Hi", -1.0))],
+        },
+        {
+            **line({"role": "assistant", "content": ""}),
+            "logprobs": [lp_json("lo", -0.25, ("lo", -0.25), ("p", -2.0))],
+        },
+        {
+            **line({"role": "assistant", "content": "lo!"}),
+            "logprobs": [lp_json("!", -0.125, ("!", -0.125), (".", -3.0))],
+        },
+        DONE,
+    ]
+    assert whole([completion(deltas)]) == {
+        **DONE,
+        "message": {"role": "assistant", "content": "Hello!"},
+        "logprobs": [
+            lp_json("Hel", -0.5, ("Hel", -0.5), ("Hi", -1.0)),
+            lp_json("lo", -0.25, ("lo", -0.25), ("p", -2.0)),
+            lp_json("!", -0.125, ("!", -0.125), (".", -3.0)),
+        ],
+    }
+    # /api/generate: the same list beside "response"; top_logprobs 0: each token alone
+    gen = [Delta(text="4", logprobs=(lp("4", -0.1),)), FINAL]
+    assert play(gen, key="response")[0] == {
+        "model": "m",
+        "created_at": STAMP,
+        "response": "4",
+        "done": False,
+        "logprobs": [lp_json("4", -0.1)],
+    }
+    assert whole([completion(gen)], key="response")["logprobs"] == [lp_json("4", -0.1)]
+
+
+def test_without_logprobs_there_is_no_logprobs_field() -> None:
+    deltas = [Delta(text="Hi"), Delta(reasoning="hm"), FINAL]
+    for key in ("message", "response"):
+        assert all("logprobs" not in x for x in play(deltas, key=key))  # type: ignore[arg-type]
+        assert "logprobs" not in whole([completion(deltas)], key=key)  # type: ignore[arg-type]
 
 
 ARGS = '{"city": "Paris", "days": [1, 2]}'
@@ -401,12 +479,49 @@ def _tool(name: str, params: Any = None) -> dict[str, Any]:
             "messages[0].tool_calls[0]",
         ),
         (chat_body(messages="hello"), "messages"),
+        (chat_body(logprobs="yes"), "logprobs"),
+        (chat_body(top_logprobs=3), "top_logprobs"),
+        (chat_body(logprobs=False, top_logprobs=3), "top_logprobs"),
+        (chat_body(logprobs=True, top_logprobs=21), "top_logprobs"),
+        (chat_body(logprobs=True, top_logprobs=-1), "top_logprobs"),
+        (chat_body(logprobs=True, top_logprobs="5"), "top_logprobs"),
     ],
 )
 def test_bad_chat_bodies_are_400_naming_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidRequest) as ei:
         wire.parse_chat(body, ident)
     assert ei.value.param == param, ei.value.message
+
+
+def test_logprobs_and_top_logprobs_on_chat_and_generate() -> None:
+    gens = [
+        {"model": "m", "prompt": "1, 2,", "raw": True},  # a completion
+        {"model": "m", "prompt": "Hi"},  # a templated chat
+    ]
+
+    def asked(**kw: Any) -> list[int | None]:
+        chat = wire.parse_chat(chat_body(**kw), ident).request
+        reqs = [chat, *(wire.parse_generate({**g, **kw}, ident).request for g in gens)]
+        assert isinstance(reqs[1], CompletionRequest) and isinstance(reqs[2], ChatRequest)
+        return [r.logprobs for r in reqs]  # type: ignore[union-attr]
+
+    assert asked() == [None, None, None]
+    assert asked(logprobs=False) == [None, None, None]
+    assert asked(logprobs=True) == [0, 0, 0]
+    assert asked(logprobs=True, top_logprobs=5) == [5, 5, 5]
+    assert asked(logprobs=True, top_logprobs=20) == [20, 20, 20]
+    # 0 is Ollama's default for top_logprobs (its clients may send it with logprobs off)
+    assert asked(top_logprobs=0) == [None, None, None]
+    for bad in ({"top_logprobs": 2}, {"logprobs": True, "top_logprobs": 21}):
+        for g in gens:
+            with pytest.raises(InvalidRequest) as ei:
+                wire.parse_generate({**g, **bad}, ident)
+            assert ei.value.param == "top_logprobs"
+    # checked before an empty prompt loads the model, as every field is
+    with pytest.raises(InvalidRequest) as ei:
+        wire.parse_generate({"model": "m", "top_logprobs": 4}, ident)
+    # Ollama's error shape, as every other error of these routes
+    assert OLLAMA.error_body(ei.value) == {"error": "'top_logprobs' needs 'logprobs': true"}
 
 
 def test_the_stop_bound_is_the_one_of_every_protocol() -> None:
