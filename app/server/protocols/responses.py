@@ -4,6 +4,13 @@ events carrying ``sequence_number`` (pure, no aiohttp).
 Output items in order: a ``reasoning`` item for a reasoning model's think text (its
 ``reasoning_text`` content), the assistant ``message``, then one ``function_call`` per call.
 Errors have OpenAI's shape (the route belongs to the OpenAI protocol).
+
+Logprobs, as OpenAI: ``include: ["message.output_text.logprobs"]`` turns them on and
+``top_logprobs`` (0-20) says how many alternatives each token comes with (alone it changes
+nothing). The ``output_text`` part's ``logprobs`` then lists every generated token (as chat
+completions' ``logprobs.content`` does); each ``response.output_text.delta`` carries those of its
+text (and of tokens before it that wrote none, such as held-back text), and
+``response.output_text.done`` the whole list. Off, they are ``[]``.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from app.core.generation import Completion
 from app.core.images import neutralise_markers
 from app.core.requests import ChatRequest, ToolChoice
 from app.core.tools import Tool
-from app.core.types import ChatMessage, Constraint, Delta, SamplingParams, ToolCall
+from app.core.types import ChatMessage, Constraint, Delta, SamplingParams, TokenLogprob, ToolCall
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.protocols.base import Context, Frame, StreamRenderer
 from app.server.protocols.common import (
@@ -28,13 +35,16 @@ from app.server.protocols.common import (
     make_tool,
     parse_content,
     parse_template_vars,
+    parse_top_logprobs,
     parse_ttl,
     schema_constraint,
+    token_logprobs,
     tool_choice,
 )
 from app.server.protocols.openai import model_field
 
 TOOL_CHOICES = ("none", "auto", "required")
+LOGPROBS_INCLUDE = "message.output_text.logprobs"  # the ``include`` entry that asks for them
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -50,6 +60,7 @@ class Echo:
     # tool name -> the ``namespace`` tool it came in (Codex groups MCP and agent tools so):
     # a call of it names the namespace again, as the client dispatches on both
     namespaces: dict[str, str] = field(default_factory=dict)
+    top_logprobs: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +177,18 @@ HOSTED_TOOLS = frozenset(
 )  # fmt: skip
 
 
+def parse_logprobs(b: Body, top: int | None) -> int | None:
+    """None unless ``include`` has "message.output_text.logprobs"; then ``top`` (the request's
+    ``top_logprobs``), 0 when absent. Other ``include`` entries (Codex asks for
+    ``reasoning.encrypted_content``) name nothing Hearth makes, and change nothing."""
+    include = b.data.get("include")
+    if include is None:
+        return None
+    if not isinstance(include, list) or not all(isinstance(x, str) for x in include):
+        raise InvalidRequest("'include' must be an array of strings", param="include")
+    return (top or 0) if LOGPROBS_INCLUDE in include else None
+
+
 def parse_tools(b: Body) -> tuple[list[Tool], ToolChoice, dict[str, str]]:
     """Responses tools: {"type": "function", "name", "description", "parameters"}, and
     ``namespace`` groups of them (flattened; the map says which namespace a name came in);
@@ -235,6 +258,7 @@ def parse_request(data: dict[str, Any]) -> Parsed:
     messages = parse_input(b)
     constraint, fmt = parse_text_format(b)
     max_tokens = b.integer("max_output_tokens", None, lo=1, hi=MAX_TOKENS_LIMIT)
+    top_logprobs = parse_top_logprobs(b)
     sampling = SamplingParams(
         temperature=b.number("temperature", 1.0, lo=0.0, hi=2.0),
         top_p=b.number("top_p", 1.0, lo=0.0, hi=1.0),
@@ -248,10 +272,17 @@ def parse_request(data: dict[str, Any]) -> Parsed:
         tool_choice=choice,
         constraint=constraint,
         template_vars=_template_vars(b),
+        logprobs=parse_logprobs(b, top_logprobs),
         ttl=parse_ttl(b),
     )
     echo = Echo(
-        b.text("instructions"), max_tokens, sampling.temperature, sampling.top_p, fmt, namespaces
+        b.text("instructions"),
+        max_tokens,
+        sampling.temperature,
+        sampling.top_p,
+        fmt,
+        namespaces,
+        top_logprobs,
     )
     return Parsed(req, b.flag("stream"), echo)
 
@@ -291,6 +322,7 @@ def response_object(
         "store": False,
         "temperature": echo.temperature,
         "top_p": echo.top_p,
+        "top_logprobs": echo.top_logprobs,
         "text": {"format": echo.text_format},
         "tool_choice": "auto",
         "tools": [],
@@ -321,15 +353,18 @@ def function_call(
     return item
 
 
-def message(mid: str, text: str, status: str) -> dict[str, Any]:
+def output_text(text: str, lps: Sequence[TokenLogprob] = ()) -> dict[str, Any]:
+    """The message's ``output_text`` part: its text and its tokens' logprobs (``[]`` when off)."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": token_logprobs(lps)}
+
+
+def message(mid: str, text: str, status: str, lps: Sequence[TokenLogprob] = ()) -> dict[str, Any]:
     return {
         "type": "message",
         "id": mid,
         "status": status,
         "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}]
-        if status == "completed" or text
-        else [],
+        "content": [output_text(text, lps)] if status == "completed" or text else [],
     }
 
 
@@ -348,7 +383,7 @@ def response_body(echo: Echo, results: Sequence[Completion], ctx: Context) -> di
     r = results[0]
     output = [reasoning("rs_" + ctx.id, r.reasoning, "completed")] if r.reasoning else []
     if r.text.strip() or not r.tool_calls:
-        output.append(message("msg_" + ctx.id, r.text, "completed"))
+        output.append(message("msg_" + ctx.id, r.text, "completed", r.logprobs))
     output += [function_call(c.id, c.name, c.arguments, "completed", echo) for c in r.tool_calls]
     return response_object(ctx, echo, "completed", output, r.final)
 
@@ -376,6 +411,8 @@ class ResponseStream(StreamRenderer):
         self.mid = "msg_" + ctx.id
         self.message_index: int | None = None
         self.text = ""
+        self.logprobs: list[TokenLogprob] = []  # every token's, for the done events
+        self.unsent = 0  # how many of them no output_text.delta has carried yet
         self.calls: dict[int, list[Any]] = {}  # tool index -> [output index, id, name, args]
 
     def _event(self, kind: str, **data: Any) -> Frame:
@@ -445,12 +482,14 @@ class ResponseStream(StreamRenderer):
                 item_id=self.mid,
                 output_index=index,
                 content_index=0,
-                part={"type": "output_text", "text": "", "annotations": []},
+                part=output_text(""),
             ),
         ]
 
     def delta(self, i: int, d: Delta) -> list[Frame]:
         out: list[Frame] = []
+        self.logprobs += d.logprobs
+        self.unsent += len(d.logprobs)
         if d.reasoning:
             r = self.reasoning
             if r is None:
@@ -494,6 +533,8 @@ class ResponseStream(StreamRenderer):
                 )
         if d.text:
             self.text += d.text
+            lps = self.logprobs[len(self.logprobs) - self.unsent :]
+            self.unsent = 0
             out.append(
                 self._event(
                     "response.output_text.delta",
@@ -501,7 +542,7 @@ class ResponseStream(StreamRenderer):
                     output_index=mi,
                     content_index=0,
                     delta=d.text,
-                    logprobs=[],
+                    logprobs=token_logprobs(lps),
                 )
             )
         return out
@@ -511,10 +552,15 @@ class ResponseStream(StreamRenderer):
         mi, opened = self._open_message()
         out += opened
         where = {"item_id": self.mid, "output_index": mi, "content_index": 0}
-        part = {"type": "output_text", "text": self.text, "annotations": []}
-        item = self.done[mi] = message(self.mid, self.text, "completed")
+        part = output_text(self.text, self.logprobs)
+        item = self.done[mi] = message(self.mid, self.text, "completed", self.logprobs)
         out += [
-            self._event("response.output_text.done", **where, text=self.text, logprobs=[]),
+            self._event(
+                "response.output_text.done",
+                **where,
+                text=self.text,
+                logprobs=part["logprobs"],
+            ),
             self._event("response.content_part.done", **where, part=part),
             self._event("response.output_item.done", output_index=mi, item=item),
         ]

@@ -1,5 +1,5 @@
 """The Responses adapter on recorded deltas: exact events with a reasoning item, tool calls split
-at every point, errors mid-stream and cut streams, usage, and the request bounds."""
+at every point, logprobs, errors mid-stream and cut streams, usage, and the request bounds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.core.types import Delta, ToolCallDelta, Usage
+from app.core.types import Delta, TokenLogprob, ToolCallDelta, Usage
 from app.errors import GenerationTimeout, InvalidRequest, UnsupportedParameter
 from app.server.protocols import responses as wire
 from app.server.protocols.base import Context
@@ -60,7 +60,7 @@ def test_reasoning_text_and_a_call_exact_events() -> None:
         "id": "msg_ID",
         "status": "completed",
         "role": "assistant",
-        "content": [{"type": "output_text", "text": "Sure.", "annotations": []}],
+        "content": [{"type": "output_text", "text": "Sure.", "annotations": [], "logprobs": []}],
     }
     call_done = {
         "type": "function_call",
@@ -110,7 +110,7 @@ def test_reasoning_text_and_a_call_exact_events() -> None:
         ),
         (
             "response.content_part.added",
-            {**msg, "part": {"type": "output_text", "text": "", "annotations": []}},
+            {**msg, "part": {"type": "output_text", "text": "", "annotations": [], "logprobs": []}},
         ),
         ("response.output_text.delta", {**msg, "delta": "Sure.", "logprobs": []}),
         (
@@ -124,7 +124,10 @@ def test_reasoning_text_and_a_call_exact_events() -> None:
         ("response.output_text.done", {**msg, "text": "Sure.", "logprobs": []}),
         (
             "response.content_part.done",
-            {**msg, "part": {"type": "output_text", "text": "Sure.", "annotations": []}},
+            {
+                **msg,
+                "part": {"type": "output_text", "text": "Sure.", "annotations": [], "logprobs": []},
+            },
         ),
         ("response.output_item.done", {"output_index": 1, "item": message_done}),
         (
@@ -164,6 +167,77 @@ def test_split_at_every_point_gives_the_whole_answer(k: int) -> None:
         assert [o["type"] for o in final["output"]] == ["reasoning", "message", "function_call"]
         whole = wire.response_body(ECHO, [completion(ds)], ctx())
         assert whole["output"] == final["output"]
+
+
+def lp(token: str, logprob: float, *top: tuple[str, float]) -> TokenLogprob:
+    return TokenLogprob(
+        token, logprob, tuple(token.encode()), tuple((t, x, tuple(t.encode())) for t, x in top)
+    )
+
+
+def lp_json(token: str, logprob: float, *top: tuple[str, float]) -> dict[str, Any]:
+    """OpenAI's output_text logprob: token, logprob, bytes and top_logprobs of the same."""
+    return {
+        "token": token,
+        "logprob": logprob,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": t, "logprob": x, "bytes": list(t.encode())} for t, x in top],
+    }
+
+
+def test_logprobs_go_with_the_text_they_wrote_and_whole_in_the_done_events() -> None:
+    ds = [
+        Delta(text="It", logprobs=(lp("It", -0.5, ("It", -0.5), ("This", -1.5)),)),
+        # a token whose text is held back (a stop string's start): its logprobs wait for the
+        # next text delta
+        Delta(logprobs=(lp(" is", -0.25, (" is", -0.25), ("'s", -2.0)),)),
+        Delta(text=" is 4", logprobs=(lp(" 4", -0.125, (" 4", -0.125), (" four", -3.0)),)),
+        Delta(finish_reason="stop", usage=Usage(7, 3)),
+    ]
+    evs = stream(ds)
+    every = [
+        lp_json("It", -0.5, ("It", -0.5), ("This", -1.5)),
+        lp_json(" is", -0.25, (" is", -0.25), ("'s", -2.0)),
+        lp_json(" 4", -0.125, (" 4", -0.125), (" four", -3.0)),
+    ]
+    msg = {"item_id": "msg_ID", "output_index": 0, "content_index": 0}
+    assert [d for k, d in evs if k == "response.output_text.delta"] == [
+        {**msg, "delta": "It", "logprobs": every[:1]},
+        {**msg, "delta": " is 4", "logprobs": every[1:]},
+    ]
+    part = {"type": "output_text", "text": "It is 4", "annotations": [], "logprobs": every}
+    assert [d for k, d in evs if k == "response.output_text.done"] == [
+        {**msg, "text": "It is 4", "logprobs": every}
+    ]
+    assert [d for k, d in evs if k == "response.content_part.done"] == [{**msg, "part": part}]
+    (item,) = [d["item"] for k, d in evs if k == "response.output_item.done"]
+    assert item["content"] == [part]
+    final = evs[-1][1]["response"]
+    assert final["output"] == [item]
+    assert wire.response_body(ECHO, [completion(ds)], ctx())["output"] == [item]
+
+
+def test_logprobs_are_asked_for_with_include_and_counted_by_top_logprobs() -> None:
+    inc = ["message.output_text.logprobs"]
+
+    def asked(**kw: Any) -> tuple[int | None, int | None]:
+        p = wire.parse_request(_body(**kw))
+        return p.request.logprobs, p.echo.top_logprobs
+
+    assert asked() == (None, None)
+    assert asked(include=inc) == (0, None)
+    assert asked(include=inc, top_logprobs=5) == (5, 5)
+    assert asked(include=["reasoning.encrypted_content", *inc], top_logprobs=20) == (20, 20)
+    # as OpenAI: top_logprobs alone asks for none (the count is echoed back)
+    assert asked(top_logprobs=5) == (None, 5)
+    assert asked(include=["reasoning.encrypted_content"], top_logprobs=5) == (None, 5)
+    echoed = wire.response_body(
+        wire.parse_request(_body(top_logprobs=3)).echo,
+        [completion([Delta(text="a"), Delta(finish_reason="stop")])],
+        ctx(),
+    )
+    assert echoed["top_logprobs"] == 3
+    assert echoed["output"][0]["content"][0]["logprobs"] == []
 
 
 def test_an_error_mid_stream_is_the_last_event() -> None:
@@ -214,6 +288,11 @@ def _fn(name: str, **kw: Any) -> dict[str, Any]:
         ({"tools": [_fn("t")], "tool_choice": {"type": "function", "name": "u"}}, "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"text": "json"}, "text"),
+        ({"top_logprobs": 21}, "top_logprobs"),
+        ({"top_logprobs": -1, "include": ["message.output_text.logprobs"]}, "top_logprobs"),
+        ({"top_logprobs": "5"}, "top_logprobs"),
+        ({"include": "message.output_text.logprobs"}, "include"),
+        ({"include": [1]}, "include"),
     ],
 )
 def test_bounds_shared_with_chat_completions(extra: dict[str, Any], param: str) -> None:
