@@ -1,7 +1,9 @@
 """Vision end to end (issue 16): `hearth pull` of a GGUF repo with a projector from the fake
 Hub pairs it in the library, and a real server over the real llama.cpp runtime answers images
 in all four APIs: OpenAI ``image_url``, Anthropic ``image``, Ollama ``images`` and Responses
-``input_image``. Two different images give different logprobs, the same one twice the same.
+``input_image``. In each API that has logprobs (OpenAI, Ollama, Responses) two different images
+give different logprobs, the same one twice the same; in every API the image's positions count in
+the prompt.
 
 The repo holds SmolLM2-135M and the tiny real projector of tests/vision_gguf.py (random
 weights: the answers mean nothing, the pixels decide them). One server for the module.
@@ -13,7 +15,7 @@ import base64
 import http.client
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +112,81 @@ def openai(s: Served, *images: bytes) -> Any:
     return post(s, "/v1/chat/completions", body)
 
 
-def first_token(answer: Any) -> tuple[str, float, list[tuple[str, float]]]:
-    lp = answer["choices"][0]["logprobs"]["content"][0]
+def anthropic(s: Served, *images: bytes) -> Any:
+    parts: list[dict[str, Any]] = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(im)}}
+        for im in images
+    ]
+    parts.append({"type": "text", "text": "What is in this picture?"})
+    body = {
+        "model": s.model_id,
+        "max_tokens": 2,
+        "messages": [{"role": "user", "content": parts}],
+    }
+    return post(s, "/v1/messages", body)
+
+
+def ollama(s: Served, *images: bytes) -> Any:
+    msg: dict[str, Any] = {"role": "user", "content": "What is this?"}
+    if images:
+        msg["images"] = [b64(im) for im in images]
+    body = {
+        "model": s.model_id,
+        "stream": False,
+        "options": {"num_predict": 2, "temperature": 0},
+        "logprobs": True,
+        "top_logprobs": 5,
+        "messages": [msg],
+    }
+    return post(s, "/api/chat", body)
+
+
+def responses(s: Served, *images: bytes) -> Any:
+    parts: list[dict[str, Any]] = [{"type": "input_text", "text": "What is in this picture?"}]
+    parts += [
+        {"type": "input_image", "image_url": "data:image/png;base64," + b64(im)} for im in images
+    ]
+    body = {
+        "model": s.model_id,
+        "max_output_tokens": 2,
+        "temperature": 0,
+        "top_logprobs": 5,
+        "include": ["message.output_text.logprobs"],
+        "input": [{"role": "user", "content": parts}],
+    }
+    return post(s, "/v1/responses", body)
+
+
+Logprob = tuple[str, float, list[tuple[str, float]]]
+
+
+def _first(lp: dict[str, Any]) -> Logprob:
     return lp["token"], lp["logprob"], [(t["token"], t["logprob"]) for t in lp["top_logprobs"]]
+
+
+def first_token(answer: Any) -> Logprob:
+    return _first(answer["choices"][0]["logprobs"]["content"][0])
+
+
+def ollama_first_token(answer: Any) -> Logprob:
+    return _first(answer["logprobs"][0])
+
+
+def responses_first_token(answer: Any) -> Logprob:
+    (msg,) = [item for item in answer["output"] if item["type"] == "message"]
+    return _first(msg["content"][0]["logprobs"][0])
+
+
+def assert_images_decide(
+    ask: Callable[[bytes], Any], first: Callable[[Any], Logprob], a: Any, red: bytes, other: bytes
+) -> None:
+    """``a`` is ``ask(red)``'s answer. Other pixels, other top alternatives; the same image
+    again, the same first token with its logprob within the reuse tolerance."""
+    tok_a, lp_a, top_a = first(a)
+    assert len(top_a) == 5
+    assert top_a != first(ask(other))[2]  # other pixels, other logits
+    tok_a2, lp_a2, _ = first(ask(red))
+    assert tok_a2 == tok_a and abs(lp_a2 - lp_a) <= REUSE_LOGPROB_TOLERANCE  # the same again
 
 
 def test_the_pulled_model_has_its_projector(
@@ -156,67 +230,20 @@ def test_images_answer_in_all_four_apis_and_decide_the_logits(srv: Served) -> No
     )
     # the image's positions count in the prompt (mtmd's count for a 32x32 image)
     assert a["usage"]["prompt_tokens"] == openai(srv)["usage"]["prompt_tokens"] + N_IMAGE_TOKENS
-    b, a2 = openai(srv, other), openai(srv, red)
-    tok_a, lp_a, top_a = first_token(a)
-    tok_a2, lp_a2, _ = first_token(a2)
-    assert top_a != first_token(b)[2]  # other pixels, other logits
-    assert tok_a2 == tok_a and abs(lp_a2 - lp_a) <= REUSE_LOGPROB_TOLERANCE  # the same again
+    assert_images_decide(lambda im: openai(srv, im), first_token, a, red, other)
 
-    m = post(
-        srv,
-        "/v1/messages",
-        {
-            "model": srv.model_id,
-            "max_tokens": 2,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "image",
-                            "source": {
-                                "type": "base64",
-                                "media_type": "image/png",
-                                "data": b64(red),
-                            },
-                        },
-                        {"type": "text", "text": "What is in this picture?"},
-                    ],
-                }
-            ],
-        },
-    )
+    m = anthropic(srv, red)
     assert m["type"] == "message" and m["usage"]["output_tokens"] >= 1
     assert [c["type"] for c in m["content"]] == ["text"]
+    assert m["usage"]["input_tokens"] == anthropic(srv)["usage"]["input_tokens"] + N_IMAGE_TOKENS
 
-    o = post(
-        srv,
-        "/api/chat",
-        {
-            "model": srv.model_id,
-            "stream": False,
-            "options": {"num_predict": 2, "temperature": 0},
-            "messages": [{"role": "user", "content": "What is this?", "images": [b64(red)]}],
-        },
-    )
+    o = ollama(srv, red)
     assert o["done"] is True and o["eval_count"] >= 1 and isinstance(o["message"]["content"], str)
+    assert o["prompt_eval_count"] == ollama(srv)["prompt_eval_count"] + N_IMAGE_TOKENS
+    assert_images_decide(lambda im: ollama(srv, im), ollama_first_token, o, red, other)
 
-    r = post(
-        srv,
-        "/v1/responses",
-        {
-            "model": srv.model_id,
-            "max_output_tokens": 2,
-            "input": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "input_text", "text": "What is in this picture?"},
-                        {"type": "input_image", "image_url": "data:image/png;base64," + b64(red)},
-                    ],
-                }
-            ],
-        },
-    )
+    r = responses(srv, red)
     assert r["status"] in ("completed", "incomplete") and r["usage"]["output_tokens"] >= 1
     assert any(item["type"] == "message" for item in r["output"])
+    assert r["usage"]["input_tokens"] == responses(srv)["usage"]["input_tokens"] + N_IMAGE_TOKENS
+    assert_images_decide(lambda im: responses(srv, im), responses_first_token, r, red, other)
