@@ -23,7 +23,13 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from tests.conftest import REUSE_LOGPROB_TOLERANCE, Served, stop_served, write_settings
+from tests.conftest import (
+    REUSE_LOGPROB_TOLERANCE,
+    Served,
+    assert_greedy_close,
+    stop_served,
+    write_settings,
+)
 from tests.fakehub import serve
 from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
@@ -86,13 +92,17 @@ def srv(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterato
             gen.close()
 
 
-def post(s: Served, path: str, body: dict[str, Any]) -> Any:
+def post_raw(s: Served, path: str, body: dict[str, Any]) -> bytes:
     conn = http.client.HTTPConnection("127.0.0.1", int(s.port), timeout=DEADLINE)
     conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = conn.getresponse()
     raw = r.read()
     assert r.status == 200, raw
-    return json.loads(raw)
+    return raw
+
+
+def post(s: Served, path: str, body: dict[str, Any]) -> Any:
+    return json.loads(post_raw(s, path, body))
 
 
 def openai(s: Served, *images: bytes) -> Any:
@@ -126,35 +136,42 @@ def anthropic(s: Served, *images: bytes) -> Any:
     return post(s, "/v1/messages", body)
 
 
-def ollama(s: Served, *images: bytes) -> Any:
+def ollama_body(s: Served, *images: bytes, stream: bool = False) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "user", "content": "What is this?"}
     if images:
         msg["images"] = [b64(im) for im in images]
-    body = {
+    return {
         "model": s.model_id,
-        "stream": False,
+        "stream": stream,
         "options": {"num_predict": 2, "temperature": 0},
         "logprobs": True,
         "top_logprobs": 5,
         "messages": [msg],
     }
-    return post(s, "/api/chat", body)
 
 
-def responses(s: Served, *images: bytes) -> Any:
+def ollama(s: Served, *images: bytes) -> Any:
+    return post(s, "/api/chat", ollama_body(s, *images))
+
+
+def responses_body(s: Served, *images: bytes, stream: bool = False) -> dict[str, Any]:
     parts: list[dict[str, Any]] = [{"type": "input_text", "text": "What is in this picture?"}]
     parts += [
         {"type": "input_image", "image_url": "data:image/png;base64," + b64(im)} for im in images
     ]
-    body = {
+    return {
         "model": s.model_id,
+        "stream": stream,
         "max_output_tokens": 2,
         "temperature": 0,
         "top_logprobs": 5,
         "include": ["message.output_text.logprobs"],
         "input": [{"role": "user", "content": parts}],
     }
-    return post(s, "/v1/responses", body)
+
+
+def responses(s: Served, *images: bytes) -> Any:
+    return post(s, "/v1/responses", responses_body(s, *images))
 
 
 Logprob = tuple[str, float, list[tuple[str, float]]]
@@ -247,3 +264,39 @@ def test_images_answer_in_all_four_apis_and_decide_the_logits(srv: Served) -> No
     assert any(item["type"] == "message" for item in r["output"])
     assert r["usage"]["input_tokens"] == responses(srv)["usage"]["input_tokens"] + N_IMAGE_TOKENS
     assert_images_decide(lambda im: responses(srv, im), responses_first_token, r, red, other)
+
+
+def _transcript(lps: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """An answer's logprobs as assert_greedy_close reads them: (token, logprob, top)."""
+    return [
+        (
+            lp["token"],
+            lp["logprob"],
+            [(t["token"], t["logprob"], t["bytes"]) for t in lp["top_logprobs"]],
+        )
+        for lp in lps
+    ]
+
+
+def test_streamed_logprobs_of_an_image_are_those_of_the_whole_answer(srv: Served) -> None:
+    red = png(1)
+    # Ollama: each line's logprobs, joined, are the whole answer's list; the done line has none
+    raw = post_raw(srv, "/api/chat", ollama_body(srv, red, stream=True)).decode()
+    lines = [json.loads(x) for x in raw.splitlines() if x]
+    streamed = [lp for x in lines for lp in x.get("logprobs", [])]
+    whole = ollama(srv, red)["logprobs"]
+    assert lines[-1]["done"] and "logprobs" not in lines[-1]
+    assert streamed and all(len(lp["top_logprobs"]) == 5 for lp in streamed)
+    assert_greedy_close(_transcript(streamed), _transcript(whole), "ollama")  # up to a near-tie
+    # Responses: the output_text.delta events' lists, joined, start output_text.done's (a last
+    # token that wrote no text is only there), which is the whole answer's output_text part's
+    raw = post_raw(srv, "/v1/responses", responses_body(srv, red, stream=True)).decode()
+    events = [json.loads(x[6:]) for x in raw.splitlines() if x.startswith("data: ")]
+    deltas = [
+        lp for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]
+    ]
+    (done,) = [e["logprobs"] for e in events if e["type"] == "response.output_text.done"]
+    (msg,) = [item for item in responses(srv, red)["output"] if item["type"] == "message"]
+    whole = msg["content"][0]["logprobs"]
+    assert deltas and done[: len(deltas)] == deltas
+    assert_greedy_close(_transcript(done), _transcript(whole), "responses")
