@@ -151,13 +151,14 @@ def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object
 
 # Greedy answers with the "reuse" prompt cache (a shared KV cache) vs an uncached solo run:
 # the cells a prompt continues from lie elsewhere, batched sequences' cells interleave, and
-# joining prompts are read together in one batch (64 rows or more: llama.cpp's tiled
-# flash-attention kernel instead of the solo run's), so sums run in other orders and the 8-bit
-# activations round differently. Measured on SmolLM2 (test_batching, 25 runs on an AMX Xeon):
-# tokens the model itself would pick moved by up to 0.239; tokens far in the tail (below
-# TAIL_LOGPROB, emitted only because a grammar forces them, e.g. '{' at -8.57) by up to 0.493.
-# A sequence that read another's cells moves by whole units and picks other tokens.
-REUSE_LOGPROB_TOLERANCE = 0.35
+# joining prompts are read together in one batch (other matrix kernels than the solo run's
+# for 64 rows or more), so sums run in other orders and the 8-bit activations round
+# differently. Measured on SmolLM2 (test_batching's jobs, 25 runs each on an AMX Xeon): tokens
+# the model itself would pick moved by up to 0.319 with flash attention off (the CPU default
+# since), 0.239 with it on; tokens far in the tail (below TAIL_LOGPROB, emitted only because a
+# grammar forces them, e.g. '{' at -8.57) by up to 0.493. A sequence that read another's cells
+# moves by whole units and picks other tokens.
+REUSE_LOGPROB_TOLERANCE = 0.45
 TAIL_LOGPROB = -5.0
 TAIL_LOGPROB_TOLERANCE = 1.0
 

@@ -85,16 +85,17 @@ def physical_cores() -> int:
     return max(1, n)
 
 
-def flash_attn_type(choice: str, *, exact_cache: bool = False) -> int:
+def flash_attn_type(choice: str) -> int:
     """llama.cpp's flash-attention setting for ``auto`` / ``on`` / ``off``.
 
-    ``auto`` means llama.cpp's own auto where a GPU backend exists. On CPU-only builds it is on
-    (as llama-server's auto is): in a shared cache the kernel skips the other sequences' cells,
-    and without it the masked attention over interleaved cells moved greedy logprobs of SmolLM2
-    by up to 0.2 (with it: at most 0.03, measured); with per-sequence caches it decoded 8
-    streams at once faster than without in llama.cpp alone (178.7 vs 148.5 tok/s, one run of
-    3 rounds on 2 AVX2 cores, a noisy machine). For the
-    exact prompt cache it stays off, where it once measured ~20% slower on 2 threads.
+    ``auto`` means llama.cpp's own auto where a GPU backend exists, and off on CPU-only builds
+    (llama-server's auto turns it on there). Measured in process on SmolLM2 Q4_1, 2 threads of
+    an AMX Xeon, decode tok/s after a prompt of 37 / 197 / 560 / 1,461 / 2,188 tokens: on
+    160-175 / 87-100 / 55-64 / 30-34 / 16-18, off 148-151 / 140-146 / 107-119 / 73 / 47; a
+    follow-up turn's few rows over a long cache likewise (0.30 s on, 0.107 s off). llama.cpp's
+    CPU kernel walks the cache a cell at a time, so every cell costs each decoded token. On
+    wins only below ~100 cells and in reading long prompts (2,188 tokens: 10.5 s on, 12.4 s
+    off).
     """
     if choice == "on":
         return 1
@@ -102,7 +103,7 @@ def flash_attn_type(choice: str, *, exact_cache: bool = False) -> int:
         return 0
     if L.llama_supports_gpu_offload():
         return -1
-    return 0 if exact_cache else 1
+    return 0
 
 
 def build_info() -> str:

@@ -88,9 +88,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         cp.n_threads = threads
         cp.n_threads_batch = threads
         cp.no_perf = True
-        cp.flash_attn_type = flash_attn_type(
-            options.flash_attention, exact_cache=self.cache_mode == "exact" or self.is_embedding
-        )
+        cp.flash_attn_type = flash_attn_type(options.flash_attention)
         cp.type_k = cp.type_v = _KV_TYPES[options.kv_type]
         cp.rope_scaling_type = {"none": -1, "linear": 1, "yarn": 2}[options.rope_scaling]
         if options.rope_freq_base > 0:

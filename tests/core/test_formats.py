@@ -320,7 +320,7 @@ def test_estimate_model_asks_the_model_s_format(tmp_path: Path) -> None:
         context_length=256,
         kv_type=opts.kv_type,
         batch_size=opts.ubatch_size or opts.batch_size,
-        flash_attention=True,  # "auto" with the shared (reuse) prompt cache
+        flash_attention=False,  # "auto": off on CPU, and the larger buffer where it may be on
         embedding=False,
         parallel=opts.parallel,
         prompt_cache="reuse",

@@ -201,9 +201,9 @@ class GgufFormat(ModelFormat):
             context_length=options.context_length or None,
             kv_type=options.kv_type,
             batch_size=options.ubatch_size or options.batch_size,
-            # "auto" is on but for the exact cache (app/runtimes/llama_backend.flash_attn_type)
-            flash_attention=options.flash_attention == "on"
-            or (options.flash_attention == "auto" and options.prompt_cache != "exact"),
+            # "auto" is off on CPU (app/runtimes/llama_backend.flash_attn_type), llama.cpp's
+            # choice with a GPU: counted off, the larger compute buffer
+            flash_attention=options.flash_attention == "on",
             embedding=bool(model.extra.get("embedding")),
             parallel=options.parallel,
             prompt_cache=options.prompt_cache,
