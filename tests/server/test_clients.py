@@ -32,7 +32,11 @@ def test_responses_create_and_stream(served: Served) -> None:
         max_output_tokens=12,
         temperature=0,
     )
-    assert items.output_text == r.output_text, "a string input = the same message as an item"
+    # a string input is the same message as an item: the same prompt, wholly reused from the
+    # first request's cache but for its last token (whose logits are needed). The answers may
+    # differ at a near-tie: that token was read alone here, in a batch of the whole prompt there
+    assert items.usage.input_tokens == r.usage.input_tokens
+    assert items.usage.input_tokens_details.cached_tokens == r.usage.input_tokens - 1
     events = list(
         c.responses.create(
             model=served.model_id,
@@ -50,7 +54,7 @@ def test_responses_create_and_stream(served: Served) -> None:
         "response.incomplete",
     )
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
-    assert deltas == r.output_text
+    assert deltas == items.output_text  # read from the cache the same way as the second
     with c.responses.stream(
         model=served.model_id,
         input="Say hello.",
@@ -59,7 +63,7 @@ def test_responses_create_and_stream(served: Served) -> None:
         temperature=0,
     ) as stream:
         final = stream.get_final_response()
-    assert final.status == "completed" and final.output_text.startswith(r.output_text)
+    assert final.status == "completed" and final.output_text.startswith(items.output_text)
     with pytest.raises(openai.BadRequestError) as ei:
         c.responses.create(model=served.model_id, input="x", previous_response_id="resp_123")
     assert ei.value.body["param"] == "previous_response_id"
