@@ -10,7 +10,7 @@ from typing import Any
 from app.core.generation import Completion, Generation
 from app.core.reasoning import ReasoningSplitter
 from app.core.tools import ToolCallParser
-from app.core.types import Delta, Usage
+from app.core.types import Delta, TokenLogprob, Usage
 from app.errors import HearthError
 from app.server.protocols.base import Frame, StreamRenderer
 
@@ -83,3 +83,21 @@ def render(r: StreamRenderer, ds: Sequence[Delta], error: HearthError | None = N
 
 def events(frames: Sequence[Frame]) -> list[tuple[str | None, Any]]:
     return [(f.event, f.data) for f in frames]
+
+
+def lp(token: str, logprob: float, *top: tuple[str, float]) -> TokenLogprob:
+    """A token's logprob with its alternatives (bytes: the text's UTF-8)."""
+    return TokenLogprob(
+        token, logprob, tuple(token.encode()), tuple((t, x, tuple(t.encode())) for t, x in top)
+    )
+
+
+def lp_json(token: str, logprob: float, *top: tuple[str, float]) -> dict[str, Any]:
+    """The same on the wire, as OpenAI's chat and output_text logprobs and Ollama's Logprob
+    write it: token, logprob, bytes, and top_logprobs of the same three."""
+    return {
+        "token": token,
+        "logprob": logprob,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": t, "logprob": x, "bytes": list(t.encode())} for t, x in top],
+    }

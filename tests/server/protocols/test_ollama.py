@@ -18,7 +18,6 @@ from app.core.types import (
     Constraint,
     Delta,
     Timings,
-    TokenLogprob,
     ToolCall,
     ToolCallDelta,
     Usage,
@@ -29,6 +28,8 @@ from app.server.protocols import ollama as wire
 from app.server.protocols import ollama_render as render
 from app.server.protocols.base import Context, Frame
 from app.server.protocols.common import MAX_STOP, MAX_TOOLS
+
+from .replay import lp, lp_json
 
 T0 = 1_700_000_000.0
 STAMP = "2023-11-14T22:13:20Z"  # T0 as Ollama writes it
@@ -175,22 +176,6 @@ def test_thinking_goes_to_its_field_or_back_into_content_with_think_false() -> N
     assert whole([completion([Delta(reasoning="hm"), FINAL])], think=False)["message"] == {
         "role": "assistant",
         "content": "<think>hm",
-    }
-
-
-def lp(token: str, logprob: float, *top: tuple[str, float]) -> TokenLogprob:
-    return TokenLogprob(
-        token, logprob, tuple(token.encode()), tuple((t, x, tuple(t.encode())) for t, x in top)
-    )
-
-
-def lp_json(token: str, logprob: float, *top: tuple[str, float]) -> dict[str, Any]:
-    """Ollama's Logprob: the token's TokenLogprob fields and its top_logprobs."""
-    return {
-        "token": token,
-        "logprob": logprob,
-        "bytes": list(token.encode()),
-        "top_logprobs": [{"token": t, "logprob": x, "bytes": list(t.encode())} for t, x in top],
     }
 
 

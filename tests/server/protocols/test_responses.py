@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from app.core.types import Delta, TokenLogprob, ToolCallDelta, Usage
+from app.core.types import Delta, ToolCallDelta, Usage
 from app.errors import GenerationTimeout, InvalidRequest, UnsupportedParameter
 from app.server.protocols import responses as wire
 from app.server.protocols.base import Context
 from app.server.streaming import StreamBroken
 
-from .replay import completion, deltas, events, render
+from .replay import completion, deltas, events, lp, lp_json, render
 
 ECHO = wire.Echo()
 THINK_TOOL = (
@@ -167,22 +167,6 @@ def test_split_at_every_point_gives_the_whole_answer(k: int) -> None:
         assert [o["type"] for o in final["output"]] == ["reasoning", "message", "function_call"]
         whole = wire.response_body(ECHO, [completion(ds)], ctx())
         assert whole["output"] == final["output"]
-
-
-def lp(token: str, logprob: float, *top: tuple[str, float]) -> TokenLogprob:
-    return TokenLogprob(
-        token, logprob, tuple(token.encode()), tuple((t, x, tuple(t.encode())) for t, x in top)
-    )
-
-
-def lp_json(token: str, logprob: float, *top: tuple[str, float]) -> dict[str, Any]:
-    """OpenAI's output_text logprob: token, logprob, bytes and top_logprobs of the same."""
-    return {
-        "token": token,
-        "logprob": logprob,
-        "bytes": list(token.encode()),
-        "top_logprobs": [{"token": t, "logprob": x, "bytes": list(t.encode())} for t, x in top],
-    }
 
 
 def test_logprobs_go_with_the_text_they_wrote_and_whole_in_the_done_events() -> None:
