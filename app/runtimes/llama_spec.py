@@ -26,10 +26,8 @@ PAUSE = 16
 
 
 class Drafts:
-    """A sequence's next draft's length, and the lookup. The tokens are searched as bytes
-    (C speed, no Python object per position: with an index of tuples the soak's server held
-    67-102 MiB more after unloading every model, over its 96 MiB leak bound twice; with this
-    search 25, one run each)."""
+    """A sequence's next draft's length, and the lookup. The tokens are searched as bytes (C
+    speed, and no index to keep: a dict of n-gram tuples held a Python object per position)."""
 
     __slots__ = ("size", "pause")
 

@@ -15,7 +15,7 @@ from app.core.library import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes import llama_probe
-from app.runtimes.llama_backend import build_info, physical_cores
+from app.runtimes.llama_backend import L, build_info, flash_attn_type, physical_cores
 from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.runtimes.llama_probe_child import GATE_ENV
 from tests.conftest import assert_greedy_close, transcript
@@ -80,6 +80,13 @@ def test_probe_verdict_is_remembered_and_true_to_the_machine(
     # survive, two where they crash (an AMX Xeon: the same question again without them)
     check(info + "x")
     assert len(list(gate.glob("*.running"))) == n + (1 if verdict else 2)
+
+
+def test_flash_attention_auto_is_off_on_cpu() -> None:
+    # llama.cpp's CPU kernel makes every decoded token pay for every cached cell (README:
+    # `flash_attention`); with a GPU, llama.cpp's own auto
+    assert flash_attn_type("auto") == (-1 if L.llama_supports_gpu_offload() else 0)
+    assert (flash_attn_type("on"), flash_attn_type("off")) == (1, 0)
 
 
 def test_physical_cores_is_sane() -> None:

@@ -483,6 +483,18 @@ def parse_top_logprobs(b: Body) -> int | None:
     return b.integer("top_logprobs", None, lo=0, hi=MAX_TOP_LOGPROBS)
 
 
+def parse_logprobs_flag(b: Body, *, zero_alone: bool = False) -> int | None:
+    """``logprobs`` (a boolean) with ``top_logprobs`` (0-20), as chat completions and Ollama
+    take them: None when off, else how many alternatives each token comes with.
+    ``top_logprobs`` without ``logprobs: true`` is a 400, except 0 where ``zero_alone`` (Ollama's
+    default, which its clients send with logprobs off)."""
+    on = b.flag("logprobs")
+    top = parse_top_logprobs(b)
+    if top is not None and not on and (top or not zero_alone):
+        raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
+    return (top or 0) if on else None
+
+
 def token_logprobs(lps: Sequence[TokenLogprob]) -> list[dict[str, Any]]:
     """Each token's ``token``/``logprob``/``bytes`` and its ``top_logprobs`` alternatives (the
     same three fields): OpenAI chat's ``logprobs.content``, the Responses ``output_text``

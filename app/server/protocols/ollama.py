@@ -55,8 +55,8 @@ from app.server.protocols.common import (
     _content_text,
     b64_image,
     check_stop,
+    parse_logprobs_flag,
     parse_tools,
-    parse_top_logprobs,
     schema_constraint,
 )
 
@@ -151,17 +151,6 @@ def think_vars(b: Body) -> dict[str, Any]:
     if v in THINK_LEVELS:
         return {"enable_thinking": True, "reasoning_effort": v}
     return {}
-
-
-def parse_logprobs(b: Body) -> int | None:
-    """``logprobs`` (a boolean) and ``top_logprobs`` (0-20): None when off, else how many
-    alternatives each token comes with. ``top_logprobs: 0`` is Ollama's default (its clients
-    may send it with logprobs off); more without ``logprobs: true`` is a 400, not ignored."""
-    on = b.flag("logprobs")
-    top = parse_top_logprobs(b)
-    if top and not on:
-        raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
-    return (top or 0) if on else None
 
 
 def parse_ttl(b: Body) -> Any:
@@ -275,7 +264,7 @@ def parse_chat(data: dict[str, Any], resolve: Resolve) -> Parsed:
     # tools: Ollama's shape is OpenAI's; `tool_choice` / `parallel_tool_calls` are Hearth's
     # extension here (Ollama's API has none: auto is the default), in OpenAI's spellings
     tools, choice = parse_tools(b)
-    logprobs = parse_logprobs(b)
+    logprobs = parse_logprobs_flag(b, zero_alone=True)
     ttl = parse_ttl(b)
     stream = b.flag("stream", True)
     if not b.data.get("messages"):
@@ -307,7 +296,7 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
     if b.data.get("tools"):
         raise UnsupportedParameter("'tools' need /api/chat", param="tools")
     constraint, think = parse_format(b), parse_think(b)
-    logprobs = parse_logprobs(b)
+    logprobs = parse_logprobs_flag(b, zero_alone=True)
     ttl = parse_ttl(b)
     stream = b.flag("stream", True)
     prompt = b.text("prompt", default="") or ""

@@ -17,7 +17,7 @@ from app.server.protocols.common import (
     ROLES,
     Body,
     parse_content,
-    parse_top_logprobs,
+    parse_logprobs_flag,
     schema_constraint,
 )
 
@@ -199,11 +199,7 @@ def parse_embedding_input(b: Body) -> list[str | list[int]]:
 def parse_logprobs(b: Body, *, chat: bool) -> int | None:
     """Chat: `logprobs` true + `top_logprobs` 0-20. Legacy completions: `logprobs` 0-5."""
     if chat:
-        on = b.flag("logprobs")
-        top = parse_top_logprobs(b)
-        if top is not None and not on:
-            raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
-        return (top or 0) if on else None
+        return parse_logprobs_flag(b)
     return b.integer("logprobs", None, lo=0, hi=5)
 
 

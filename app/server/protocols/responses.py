@@ -552,8 +552,8 @@ class ResponseStream(StreamRenderer):
         mi, opened = self._open_message()
         out += opened
         where = {"item_id": self.mid, "output_index": mi, "content_index": 0}
-        part = output_text(self.text, self.logprobs)
         item = self.done[mi] = message(self.mid, self.text, "completed", self.logprobs)
+        part = item["content"][0]
         out += [
             self._event(
                 "response.output_text.done",
