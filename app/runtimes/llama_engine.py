@@ -24,7 +24,7 @@ from app.runtimes.llama_backend import (
 from app.runtimes.llama_grammar import grammar_for
 from app.runtimes.llama_pooled import PooledOutputs
 from app.runtimes.llama_sampling import Sampling
-from app.runtimes.llama_slots import Slots
+from app.runtimes.llama_slots import Slots, copy_costs
 from app.runtimes.llama_spec import Speculation
 from app.runtimes.llama_vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
@@ -143,6 +143,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             n_swa=int(L.llama_model_n_swa(self.model)),
             ctx=self.ctx,
             cells=int(self.cache_tokens),
+            **copy_costs(self.model, v_transposed=cp.flash_attn_type == 0),
         )
         # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
         self.lifetime = NativeLifetime()
@@ -211,11 +212,16 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         self.batch.n_tokens = n
 
     def _decode(self, batch: Any = None) -> int:
-        """llama_decode the batch; when a shared cache has no room, idle caches go first."""
+        """llama_decode the batch; when a shared cache has no room, idle caches go first. Each
+        of its tokens attended every idle cell in place: charged to those caches."""
+        b = self.batch if batch is None else batch
         while True:
-            rc = L.llama_decode(self.ctx, self.batch if batch is None else batch)
+            rc = L.llama_decode(self.ctx, b)
             if rc != 1 or not self.unified or not self.slots.evict_idle():
-                return rc
+                break
+        if rc == 0 and self.slots.stash_cells:
+            self.slots.charge(int(b.n_tokens))
+        return rc
 
     def _park(self, st: _SeqState) -> None:
         """Free a sequence's cells for the others (the shared cache is full); it reads its
@@ -235,8 +241,6 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         if len(tokens) >= self.n_ctx:
             raise ValueError("prompt does not fit the context")
         slot = self.slots.take(tokens)
-        # idle caches in a shared cache would cost this sequence's attention: to host memory
-        self.slots.stash_idle(keep=slot)
         try:
             sampler = self._sampler(req.sampling, grammar_for(req.constraint), req.prompt_tokens)
         except (ValueError, InvalidRequest):
@@ -264,7 +268,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
     def _prefill(self, seq: Sequence, st: _SeqState, *, whole: bool) -> None:
         """Process the prompt from ``st.done_upto``: all of it, or one chunk. The chunks start
         where a fresh run's do, so the numbers are the same however the prompt is split."""
-        tokens, slot, kv = st.prompt, st.slot, self.slots.kv[st.slot]
+        tokens, slot = st.prompt, st.slot
         with self._abortable((seq,), len(tokens) - st.done_upto):
             while st.done_upto < len(tokens):
                 if seq.cancelled:
@@ -283,7 +287,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
                     self.slots.forget(slot)
                     st.failed = True
                     raise RuntimeError(f"llama_decode failed on the prompt (code {rc})")
-                kv.extend(chunk)
+                self.slots.append(slot, chunk)
                 st.done_upto = start + len(chunk)
                 if not whole and st.done_upto < len(tokens):
                     return  # the rest in the next steps
@@ -375,7 +379,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             if st.pos + 1 >= self.n_ctx:
                 seq.finish("length")
                 continue
-            self.slots.kv[st.slot].append(tok)
+            self.slots.append(st.slot, [tok])
             decoded.append((seq, st))
         if not self.unified:  # a multi-stream cache batches only consecutive sequence ids
             decoded.sort(key=lambda d: d[1].slot)
@@ -443,7 +447,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         if rc != 0:
             self._fail([p[0] for p in pieces], rc)
         for seq, st, chunk, row in pieces:
-            self.slots.kv[st.slot].extend(chunk)
+            self.slots.append(st.slot, chunk)
             st.done_upto += len(chunk)
             if st.done_upto == len(st.prompt):
                 self._prompt_read(seq, st, row)
@@ -507,9 +511,9 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         st = seq.engine_state
         if isinstance(st, _SeqState):
             L.llama_sampler_free(st.sampler)
+            # its cells stay in place: the others' steps pay for them until that adds up to the
+            # cost of copying them to host memory (Slots.charge)
             self.slots.release(st.slot, keep=self.prompt_cache and not st.parked)
-            if self._busy():  # the others' steps would walk its cells
-                self.slots.stash(st.slot)
             self._room_freed = True
             seq.engine_state = None
 

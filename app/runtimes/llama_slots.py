@@ -11,11 +11,23 @@ prompt, and reuses only those: the rest is computed in the same batches as a fre
 the output is bit-identical to an uncached run. "off" keeps nothing.
 
 In a shared cache every step's attention walks all used cells, idle conversations' included
-(they made a 10-token prompt's decode 25% slower with 3,000 idle cells, and a batch of 8
-streams ~8% slower). So a "reuse" shared cache moves idle caches to host memory (llama.cpp's
-sequence state, a copy: ~4 us a token for SmolLM2) when another sequence needs the cache, and
-restores one when a prompt continues it further than any cache in place, within a byte bound
-that the memory estimate counts (``fit.prompt_ram``).
+(on 2 Xeon cores with flash attention off, each idle cell cost a lone decode step ~3 us and a
+step of 8 streams ~13 us). So a "reuse" shared cache moves idle caches to host memory
+(llama.cpp's sequence state) while other sequences run, and restores one when a prompt
+continues it further than any cache in place, within a byte bound that the memory estimate
+counts (``fit.prompt_ram``).
+
+The copy is not free: llama.cpp copies a sequence's cells range by range (a range: cells that
+lie together), and with flash attention off (the CPU default) its V cache is transposed, so
+each range is a copy per layer and per V row. Streams decoded together lie interleaved, a range
+per token: a 165-token answer decoded in a batch of 8 took ~30 ms to copy, as long as ~15
+steps of 8 streams spend attending to it; a 648-token prompt read alone, 7 ms. So an idle cache
+stays in place until the attention its cells have cost the other requests' tokens adds up to
+what its copy costs (``charge``). Renting until the rent reaches the price of buying costs at
+most twice the better choice whatever comes next, and a burst of requests that continue the
+idle caches finds them in place. An earlier answer to the same question that lies scattered (a
+batch's) is dropped when the question is asked again, as llama-server's slots do, rather than
+copied.
 """
 
 from __future__ import annotations
@@ -36,6 +48,29 @@ KEEP_TAIL_MIN = 16
 # with a stream per sequence, a common prefix this long or longer is copied into another slot's
 # stream (llama.cpp copies the whole stream's buffer) rather than computed again
 COPY_MIN = 64
+# llama.cpp's attention span is the used cells rounded up to this: below it, idle cells cost none
+KV_PAD = 256
+# an earlier answer to the same question lying in more ranges than this is dropped, not copied
+REGEN_KEEP_RANGES = 16
+
+
+# A copy's cost against an idle cell's, measured on 2 Xeon cores with SmolLM2 (n_embd 576; K
+# and V rows of 192): one query token attending one more cell took ~2 us a step (1.6 in a batch
+# of 8, 3.1 alone); a copy ~0.17 ms a range with the V cache transposed (193 rows a layer to
+# copy per range) and ~11 us a cell. Per range and per cell, in units of that attention, scaled
+# to other models by the rows a range copies (or the bytes a cell holds) against n_embd (the
+# attention's work per cell).
+RANGE_COST = 254.0  # 85 x 576 / 193
+CELL_COST = 8.25  # 5.5 x 576 / 384
+
+
+def copy_costs(model: Any, *, v_transposed: bool) -> dict[str, float]:
+    """``Slots``' range_cost and cell_cost for ``model`` (a llama_model pointer)."""
+    n_embd = max(1, int(L.llama_model_n_embd(model)))
+    n_head = max(1, int(L.llama_model_n_head(model)))
+    row = n_embd // n_head * max(1, int(L.llama_model_n_head_kv(model)))  # a cell's K (or V)
+    rows = 1 + (row if v_transposed else 1)  # a layer's copies per range: K, then V
+    return {"range_cost": RANGE_COST * rows / n_embd, "cell_cost": CELL_COST * 2 * row / n_embd}
 
 
 @dataclass(slots=True)
@@ -65,8 +100,14 @@ class Slots:
         n_swa: int,
         ctx: Any = None,
         cells: int = 0,
+        range_cost: float = 0.0,
+        cell_cost: float = 0.0,
     ) -> None:
         self.mem = mem
+        # a copy's cost per range and per cell, in units of one query token attending one cell
+        # (what an idle cell in place costs a step, per token it decodes or reads)
+        self.range_cost = range_cost
+        self.cell_cost = cell_cost
         self.ctx = ctx
         # idle caches go to host memory only from a shared "reuse" cache, up to as many bytes as
         # the cache's ``cells`` take (at most STASH_CAP)
@@ -80,9 +121,20 @@ class Slots:
         self.align = align
         self.n_swa = n_swa
         self.kv: list[list[int]] = [[] for _ in range(n_slots)]
+        # where each slot's cell ranges begin (positions), as its tokens were placed: a piece
+        # placed right after the same slot's last one continues its range
+        self.starts: list[list[int]] = [[] for _ in range(n_slots)]
+        self._last_placed = -1
+        self.prompt_len = [0] * n_slots  # its last request's prompt; the rest is its answer
+        self.rent = [0.0] * n_slots  # what an idle cache in place has cost others' attention
+        # an idle cache's cells that no running sequence shares (known while they run)
+        self._own: dict[int, int] | None = None
         self.free = list(range(n_slots))
         self._exact = [0] * n_slots
         self._last_used = [0.0] * n_slots
+
+    def _changed(self) -> None:
+        self._own = None
 
     def busy(self) -> int:
         """Slots taken by running (or parked) sequences."""
@@ -93,6 +145,7 @@ class Slots:
         When that cache also holds more (another conversation's turn), the common prefix goes
         to an empty or the least recently used slot instead, so the other conversation keeps
         its cache."""
+        self._changed()
         free, kv = self.free, self.kv
         best = max(free, key=lambda sl: (common_prefix(kv[sl], tokens), -len(kv[sl])))
         restored = self._restore_for(tokens, min(common_prefix(kv[best], tokens), len(tokens) - 1))
@@ -101,8 +154,9 @@ class Slots:
             return restored
         slot = best
         if self.mode == "reuse" and len(free) > 1:
-            shared = min(common_prefix(kv[best], tokens), len(tokens) - 1)
-            if shared < len(kv[best]) and self._elsewhere(best, shared, len(tokens)):
+            common = common_prefix(kv[best], tokens)
+            shared = min(common, len(tokens) - 1)
+            if shared < len(kv[best]) and self._elsewhere(best, shared, common, len(tokens)):
                 slot = min(
                     (sl for sl in free if sl != best),
                     key=lambda sl: (bool(kv[sl]), self._last_used[sl]),
@@ -113,14 +167,20 @@ class Slots:
         free.remove(slot)
         return slot
 
-    def _elsewhere(self, best: int, shared: int, n_prompt: int) -> bool:
-        """Whether a prompt of ``n_prompt`` tokens sharing ``shared`` with slot ``best`` (which
-        holds more) goes to another slot. In a shared cache always (its spare slots keep idle
-        caches). With a stream per sequence, each slot is one conversation's cache: to an empty
-        stream if one is free; else only when the prompt parts from ``best`` early (another
-        conversation: the least recently used one gives up its stream). A prompt wholly in
-        ``best`` (a regenerated answer) or keeping most of it (its own follow-up) stays."""
+    def _elsewhere(self, best: int, shared: int, common: int, n_prompt: int) -> bool:
+        """Whether a prompt of ``n_prompt`` tokens sharing ``shared`` (``common`` before the
+        last token's exception) with slot ``best`` (which holds more) goes to another slot. In a
+        shared cache yes (its spare slots keep idle caches), unless the prompt asks ``best``'s
+        question again and ``best``'s answer lies scattered: that answer is dropped rather than
+        copied to host memory (``REGEN_KEEP_RANGES``). With a stream per sequence, each slot is
+        one conversation's cache: to an empty stream if one is free; else only when the prompt
+        parts from ``best`` early (another conversation: the least recently used one gives up
+        its stream). A prompt wholly in ``best`` (a regenerated answer) or keeping most of it
+        (its own follow-up) stays."""
         if self.shared:
+            asked = self.prompt_len[best]
+            if 0 < asked <= common:  # the same question, another answer
+                return self.ranges(best, asked) <= REGEN_KEEP_RANGES
             return True
         if any(not self.kv[sl] for sl in self.free if sl != best):
             return True
@@ -140,6 +200,8 @@ class Slots:
         else:
             return
         self.kv[dst] = self.kv[src][:n]
+        self.starts[dst] = [p for p in self.starts[src] if p < n]
+        self.prompt_len[dst] = 0
 
     def _breaks_swa(self, slot: int, keep: int) -> bool:
         """Sliding-window layers forget old positions: continuing at ``keep`` needs the last
@@ -166,8 +228,46 @@ class Slots:
         if keep == 0:
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)
         del kv[keep:]
+        self.starts[slot] = [p for p in self.starts[slot] if p < keep]
+        self.prompt_len[slot] = len(tokens)
         self._exact[slot] = keep
         return keep
+
+    def append(self, slot: int, tokens: list[int]) -> None:
+        """``tokens`` were placed in the cache for ``slot`` (one decode)."""
+        if self._last_placed != slot or not self.starts[slot]:
+            self.starts[slot].append(len(self.kv[slot]))
+        self._last_placed = slot
+        self.kv[slot].extend(tokens)
+
+    def ranges(self, slot: int, start: int = 0) -> int:
+        """How many ranges the slot's cells from position ``start`` on lie in (at most)."""
+        if len(self.kv[slot]) <= start:
+            return 0
+        return 1 + sum(1 for p in self.starts[slot] if p > start)
+
+    def copy_cost(self, slot: int) -> float:
+        """What copying the slot's cache to host memory costs, in attention units."""
+        return self.range_cost * self.ranges(slot) + self.cell_cost * len(self.kv[slot])
+
+    def charge(self, queries: int) -> None:
+        """``queries`` tokens were just decoded or read, each attending every used cell: the
+        idle caches in place pay for theirs, and one whose bill reaches its copy's cost goes to
+        host memory. Nothing is charged while all the cells lie within llama.cpp's padding of
+        the attention span (there they cost nothing)."""
+        if self._own is None:  # the running sequences changed
+            busy = [self.kv[sl] for sl in range(len(self.kv)) if sl not in self.free]
+            self._own = {
+                sl: len(self.kv[sl]) - max((common_prefix(self.kv[sl], b) for b in busy), default=0)
+                for sl in self.free
+                if self.kv[sl]
+            }
+        if not self._own or sum(map(len, self.kv)) + queries <= KV_PAD:  # (the new ones too)
+            return
+        for slot, own in list(self._own.items()):
+            self.rent[slot] += queries * own
+            if self.rent[slot] >= self.copy_cost(slot):
+                self.stash(slot)
 
     def computed_whole(self, slot: int, n_tokens: int) -> None:
         """A prompt of ``n_tokens`` was read from the start of a micro-batch: its whole
@@ -177,7 +277,11 @@ class Slots:
     def forget(self, slot: int) -> None:
         L.llama_memory_seq_rm(self.mem, slot, -1, -1)
         self.kv[slot].clear()
+        self.starts[slot].clear()
+        self.prompt_len[slot] = 0
         self._exact[slot] = 0
+        self.rent[slot] = 0.0
+        self._changed()
 
     def release(self, slot: int, *, keep: bool) -> None:
         """A sequence ended: its slot is free, its cache kept for a later prompt if ``keep``."""
@@ -185,6 +289,8 @@ class Slots:
             self.forget(slot)
         self.free.append(slot)
         self._last_used[slot] = time.monotonic()
+        self.rent[slot] = 0.0
+        self._changed()
 
     def evict_idle(self) -> bool:
         """Free the cells of the least recently used idle cache of a shared cache (to host
@@ -198,10 +304,10 @@ class Slots:
         return True
 
     # -- idle caches in host memory (a shared "reuse" cache) -----------------------------------
-    def stash_idle(self, keep: int | None = None) -> None:
-        """Move every idle cache but slot ``keep``'s to host memory."""
+    def stash_idle(self) -> None:
+        """Move every idle cache in place to host memory."""
         for slot in self.free:
-            if slot != keep and self.kv[slot]:
+            if self.kv[slot]:
                 self.stash(slot)
 
     def stash(self, slot: int) -> bool:
@@ -277,6 +383,9 @@ class Slots:
         if not restored:
             return None
         self.kv[slot] = list(best.tokens)
+        self.starts[slot] = [0]  # restored into free cells, mostly together
+        self._last_placed = -1
+        self.prompt_len[slot] = 0
         self._exact[slot] = 0
         self.restores += 1
         return slot

@@ -18,6 +18,7 @@ from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama_backend import L
 from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.test_mixed_batch import gate_first_step
 from tests.service_calls import chat
@@ -88,26 +89,130 @@ async def test_an_idle_cache_moves_to_host_memory_and_its_follow_up_restores_it(
         await h.close()
 
 
-async def test_a_stream_that_ends_while_others_run_leaves_their_cache(
+async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_its_copy(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
-    """The others' steps would walk its cells: it goes to host memory when it ends."""
+    """The others' steps walk its cells, but copying them costs too (a range at a time): it
+    stays in place until the attention it has cost the others adds up to its copy's cost, then
+    goes to host memory, long before the others end."""
     h = hearth(tmp_path / "h")
     model, _ = h.import_model(smollm2_path)
     try:
         lm = await h.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
+        slots = engine.slots
+        seen: dict[str, Any] = {}
+        real_end, real_stash = engine.end, slots.stash
+
+        def end(seq: Any) -> None:
+            short = seq.request.max_tokens == 2
+            slot = seq.engine_state.slot
+            real_end(seq)
+            if short:  # the step counter starts; its cache is in place, idle
+                seen.update(slot=slot, steps=0, cells=cells_of(engine, slot))
+                seen["cost"] = slots.copy_cost(slot)
+                (running,) = [sl for sl in range(len(slots.kv)) if sl not in slots.free]
+                # what the long stream does not share with it (the system prompt)
+                seen["own"] = len(slots.kv[slot]) - common_prefix(slots.kv[slot], slots.kv[running])
+
+        def stash(slot: int) -> bool:
+            if slot == seen.get("slot"):
+                seen["stashed_after"] = seen["steps"]
+            return real_stash(slot)
+
+        engine.end, slots.stash = end, stash
         opened = gate_first_step(engine)
-        long = await chat(h, model.id, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=40)
+        step = engine._decode_step
+
+        def counted(decoded: Any) -> int:
+            if "steps" in seen:
+                seen["steps"] += 1
+            return step(decoded)
+
+        engine._decode_step = counted
+        long = await chat(h, model.id, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=60)
         it = long.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
         short = await chat(h, model.id, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=2)
         opened.set()
-        await transcript(short)  # two tokens: the long stream has 38 more steps to go
-        running = [sl for sl in range(len(engine.slots.kv)) if sl not in engine.slots.free]
-        assert len(running) == 1 and engine.slots.stashed, "the short one's cache left"
-        assert all(cells_of(engine, sl) == 0 for sl in engine.slots.free)
+        await transcript(short)
         assert [d async for d in it][-1].finish_reason == "length"
+        assert seen["cells"] > 150, "it stayed in place when it ended"
+        # each of the long stream's steps (one token) attends every cell of its own
+        due = -(-seen["cost"] // seen["own"])
+        assert 2 <= seen["stashed_after"] == due < 50, seen
+        assert cells_of(engine, seen["slot"]) == 0 and slots.stashed
+    finally:
+        await h.close()
+
+
+async def test_few_cells_are_never_copied(tmp_path: Path, smollm2_path: Path) -> None:
+    """Below llama.cpp's padding of the attention span (256 cells) idle cells cost nothing: two
+    short conversations both stay in place, and the second one's decode pays nothing for the
+    first."""
+    h = hearth(tmp_path / "h")
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        slots = lm.engine.slots  # type: ignore[attr-defined]
+        await ask(h, model.id, [ChatMessage("user", "Hi there")], 8)
+        await ask(h, model.id, [ChatMessage("user", "Hello you")], 8)
+        held = [len(k) for k in slots.kv if k]
+        assert len(held) == 2 and sum(held) < 256
+        assert not slots.stashed and not any(slots.rent)
+    finally:
+        await h.close()
+
+
+def holding(engine: Any, text: str) -> list[int]:
+    """The slots whose cache holds ``text``."""
+    kv = engine.slots.kv
+    return [sl for sl in range(len(kv)) if kv[sl] and text in detok(engine, kv[sl])]
+
+
+def detok(engine: Any, tokens: list[int]) -> str:
+    return b"".join(engine.pieces(tokens)).decode(errors="replace")
+
+
+async def test_a_question_asked_again_drops_a_scattered_earlier_answer(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """The same question again: an earlier answer decoded alone (its cells together, cheap to
+    copy) is kept for a switch back to it; one decoded in a batch (a range per token) is dropped
+    and the question continues in its slot, as llama-server's slots do."""
+    h = hearth(tmp_path / "h")
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        slots = engine.slots
+        q = [ChatMessage("user", A)]
+        await ask(h, model.id, q, 24)  # alone: its answer lies together
+        (first,) = holding(engine, A[:40])
+        asked = slots.prompt_len[first]
+        assert slots.ranges(first, asked) <= 2
+        again = await ask(h, model.id, q, 24)
+        assert again[2].usage.cached_tokens == asked - 1
+        assert len(holding(engine, A[:40])) == 2, "the earlier answer is kept"
+        assert first in holding(engine, A[:40])
+        for sl in range(len(slots.kv)):
+            slots.forget(sl)
+        # the question with another one in the same steps: its answer lies a range per token
+        opened = gate_first_step(engine)
+        gen = await chat(h, model.id, q, sampling=GREEDY, max_tokens=24)
+        it = gen.__aiter__()
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        other = await chat(h, model.id, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=24)
+        opened.set()
+        await transcript(other)
+        _ = [d async for d in it]
+        (mine,) = holding(engine, A[:40])
+        assert slots.ranges(mine, slots.prompt_len[mine]) > 16
+        again = await ask(h, model.id, q, 24)
+        assert again[2].usage.cached_tokens == slots.prompt_len[mine] - 1
+        assert holding(engine, A[:40]) == [mine], "it continued in the same slot"
+        assert not any(A[:40] in detok(engine, e.tokens) for e in slots.stashed), "not copied"
+        assert slots.ranges(mine, slots.prompt_len[mine]) <= 2, "the new answer, decoded alone"
     finally:
         await h.close()
 

@@ -19,7 +19,7 @@ from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.errors import ContextLengthExceeded, ModelLoadFailed
 from app.runtimes.llama_cpp import LlamaCppModel, LlamaCppRuntime
 from app.runtimes.llama_vision import image_tokens
-from tests.conftest import assert_greedy_close, transcript
+from tests.conftest import REUSE_LOGPROB_TOLERANCE, assert_greedy_close, transcript
 from tests.service_calls import chat
 from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
@@ -108,6 +108,12 @@ async def test_a_mismatched_projector_is_refused_before_the_model_loads(rig: Rig
         await h.close()
 
 
+def first_token_gap(x: tuple, y: tuple) -> float:
+    """The most a first-token alternative both transcripts list moved between them."""
+    xs, ys = ({t: lp for t, lp, _ in z[1][0][2]} for z in (x, y))
+    return max(abs(xs[t] - ys[t]) for t in xs.keys() & ys.keys())
+
+
 async def test_images_enter_the_decode_and_the_cache_keys_on_them(rig: Rig) -> None:
     h = hearth(rig, "images")
     mid = pair(h, rig.model, rig.projector)
@@ -126,10 +132,12 @@ async def test_images_enter_the_decode_and_the_cache_keys_on_them(rig: Rig) -> N
         # the prefix before the image is shared; the other image's cells are not reused
         assert b[2].usage.cached_tokens < a[2].usage.prompt_tokens - N_IMAGE_TOKENS
         a2 = await ask(h, mid, with_images(image(1)))
-        # different pixels, different logits; the same pixels, the same ones
-        assert [x[1] for x in a[1]] != [x[1] for x in b[1]]
-        assert a[1][0][2] != b[1][0][2]
-        assert a2[0] == a[0] and a2[1] == a[1]
+        # different pixels, different logits (the first token's alternatives moved by ~1.1 on
+        # one CPU); the same pixels, the same ones within the reuse cache's tolerance (the
+        # question asked again is read into other cells of the cache: 0.10 there)
+        assert first_token_gap(a, b) > REUSE_LOGPROB_TOLERANCE
+        if not assert_greedy_close(a[1], a2[1], "the same image again"):
+            assert a2[0] == a[0]
         # ... and the same image again is a prompt-cache hit (its positions included)
         assert a2[2].usage.cached_tokens == a2[2].usage.prompt_tokens - 1
         # two images in one message, each in its place: the order matters
