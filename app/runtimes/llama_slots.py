@@ -129,6 +129,7 @@ class Slots:
         self.rent = [0.0] * n_slots  # what an idle cache in place has cost others' attention
         # an idle cache's cells that no running sequence shares (known while they run)
         self._own: dict[int, int] | None = None
+        self._cells = 0  # the cells in use, about (counted when ``_own`` is)
         self.free = list(range(n_slots))
         self._exact = [0] * n_slots
         self._last_used = [0.0] * n_slots
@@ -262,7 +263,13 @@ class Slots:
                 for sl in self.free
                 if self.kv[sl]
             }
-        if not self._own or sum(map(len, self.kv)) + queries <= KV_PAD:  # (the new ones too)
+            # the cells in use: the slots' tokens, a common prefix counted once (shared cells)
+            held = sorted(k for k in self.kv if k)
+            self._cells = sum(map(len, held)) - sum(
+                common_prefix(a, b) for a, b in zip(held, held[1:], strict=False)
+            )
+        self._cells += queries  # they are cells now
+        if not self._own or self._cells <= KV_PAD:
             return
         for slot, own in list(self._own.items()):
             self.rent[slot] += queries * own
