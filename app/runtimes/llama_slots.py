@@ -165,6 +165,12 @@ class Slots:
                 self.forget(slot)
                 if shared > 0 and not self._breaks_swa(best, shared):
                     self._give_prefix(best, slot, shared)
+                if self.shared and 0 < self.prompt_len[best] <= common:
+                    # the same question again, its earlier answer kept (it lies together, a
+                    # cheap copy): to host memory now, so the question's last token and the
+                    # new answer go into the cells the first run used (the same greedy answer
+                    # however often it is asked)
+                    self.stash(best)
         free.remove(slot)
         return slot
 
