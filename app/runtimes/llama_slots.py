@@ -50,7 +50,8 @@ KEEP_TAIL_MIN = 16
 COPY_MIN = 64
 # llama.cpp's attention span is the used cells rounded up to this: below it, idle cells cost none
 KV_PAD = 256
-# an earlier answer to the same question lying in more ranges than this is dropped, not copied
+# a cache in at most this many ranges is a cheap copy: it leaves when another sequence starts,
+# and an earlier answer to a question asked again is kept (in more, it is dropped)
 REGEN_KEEP_RANGES = 16
 
 
@@ -269,11 +270,7 @@ class Slots:
                 for sl in self.free
                 if self.kv[sl]
             }
-            # the cells in use: the slots' tokens, a common prefix counted once (shared cells)
-            held = sorted(k for k in self.kv if k)
-            self._cells = sum(map(len, held)) - sum(
-                common_prefix(a, b) for a, b in zip(held, held[1:], strict=False)
-            )
+            self._cells = self._in_use()
         self._cells += queries  # they are cells now
         if not self._own or self._cells <= KV_PAD:
             return
@@ -317,11 +314,27 @@ class Slots:
         return True
 
     # -- idle caches in host memory (a shared "reuse" cache) -----------------------------------
-    def stash_idle(self) -> None:
-        """Move every idle cache in place to host memory."""
-        for slot in self.free:
-            if self.kv[slot]:
+    def stash_idle(self, upcoming: int | None = None) -> None:
+        """Move the idle caches in place to host memory: all of them, or, as a sequence starts
+        that will read ``upcoming`` tokens, those that lie in few ranges (a prompt, an answer
+        decoded alone: a cheap copy). The new cells then go where theirs were, low in the
+        cache: placed after them, they would keep every step's attention span that long after
+        the idle caches left. A scattered cache (a batch's answers) stays until its rent
+        reaches its copy's cost; and none moves while all the cells, the upcoming ones too,
+        fit in llama.cpp's padding."""
+        idle = [sl for sl in self.free if self.kv[sl]]
+        if upcoming is not None and self._in_use() + upcoming <= KV_PAD:
+            return
+        for slot in idle:
+            if upcoming is None or self.ranges(slot) <= REGEN_KEEP_RANGES:
                 self.stash(slot)
+
+    def _in_use(self) -> int:
+        """The cells in use, about: the slots' tokens, a common prefix counted once."""
+        held = sorted(k for k in self.kv if k)
+        return sum(map(len, held)) - sum(
+            common_prefix(a, b) for a, b in zip(held, held[1:], strict=False)
+        )
 
     def stash(self, slot: int) -> bool:
         """Copy an idle slot's cache to host memory and free its cells. The least recently used
