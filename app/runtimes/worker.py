@@ -32,6 +32,9 @@ T = TypeVar("T")
 # default differs by platform (8 MiB on Linux, 512 KiB for native threads on macOS); a known size
 # keeps the depth bounds of app/runtimes/gbnf.py far from an overflow everywhere.
 THREAD_STACK_BYTES = 16 * 1024 * 1024
+# how long the worker waits, at most, for the event loop to send a first token before it decodes
+# on (its threads would take the CPU the loop needs)
+FIRST_TOKEN_SETTLE = 0.005
 _stack_size_lock = threading.Lock()
 
 
@@ -84,24 +87,36 @@ class Outbox:
     def add(self, stream: DeltaStream, item: object) -> None:
         self._items.append((stream, item))
 
-    def flush(self) -> None:
+    def flush(self, settle: float = 0.0) -> None:
+        """Hand the deltas to their loops. With ``settle`` (seconds), wait at most that long
+        for the loops to have run what the deltas woke (a first token written to its client)
+        before the worker goes on: on a machine whose cores all decode, the next step's
+        threads would otherwise take the CPU the loop needs to send it."""
         if not self._items:
             return
         items, self._items = self._items, []
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[DeltaStream, object]]] = {}
         for stream, item in items:
             by_loop.setdefault(stream.loop, []).append((stream, item))
-        for loop, batch in by_loop.items():
+        settled = [threading.Event() for _ in by_loop] if settle > 0 else []
+        for i, (loop, batch) in enumerate(by_loop.items()):
             try:
-                loop.call_soon_threadsafe(_deliver, batch)
+                loop.call_soon_threadsafe(_deliver, batch, settled[i] if settled else None)
             except RuntimeError:  # loop closed: nobody is listening any more
                 for stream, _ in batch:
                     stream.cancelled.set()
+                if settled:
+                    settled[i].set()
+        deadline = time.perf_counter() + settle
+        for ev in settled:
+            ev.wait(max(0.0, deadline - time.perf_counter()))
 
 
-def _deliver(batch: list[tuple[DeltaStream, object]]) -> None:
+def _deliver(batch: list[tuple[DeltaStream, object]], settled: threading.Event | None) -> None:
     for stream, item in batch:
         stream.queue.put_nowait(item)
+    if settled is not None:  # after the tasks these woke have run their step
+        asyncio.get_running_loop().call_soon(settled.set)
 
 
 class DeltaStream:
@@ -427,9 +442,12 @@ class Worker:
                 self._run_jobs()
                 for seq in fresh:
                     self._begin(seq)
-                    self._outbox.flush()  # a long prompt's first token goes out at once
+                    # a long prompt's first token goes out at once, on a free CPU
+                    self._outbox.flush(FIRST_TOKEN_SETTLE if seq.generated else 0.0)
+                unsent = [s for s in self._active if not s.generated]
                 self._step()
-                self._outbox.flush()
+                first = any(s.generated for s in unsent)  # a first token in this step
+                self._outbox.flush(FIRST_TOKEN_SETTLE if first else 0.0)
         finally:
             with self._cv:
                 leftovers = list(self._waiting) + self._active

@@ -314,3 +314,22 @@ async def test_sequence_finish_keeps_the_first_reason() -> None:
     assert seq.finish_reason == "length"
     seq.close()
     assert (await drain(stream))[-1].finish_reason == "length"
+
+
+async def test_a_first_token_reaches_its_consumer_before_the_next_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sequence's first token: the worker waits (FIRST_TOKEN_SETTLE at most) until the loop
+    has run what it woke before decoding on, since on a machine whose cores all decode the loop
+    would wait for a CPU to send it. Later tokens do not wait."""
+    import app.runtimes.worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "FIRST_TOKEN_SETTLE", 30.0)  # never the limit here
+    engine = ScriptEngine(("a", "b", "c", "d", "e", "f"))
+    w = Worker(engine, name="settle")
+    try:
+        steps_seen = [engine.steps async for _ in w.submit(req("a"))]
+        assert steps_seen[0] == 1, "the second step began before the first token was taken"
+        assert steps_seen[-1] == 7  # six pieces, then the end
+    finally:
+        w.close(timeout=10)
