@@ -6,6 +6,8 @@ continues; the copies stay within a byte bound that the memory estimate counts."
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,18 @@ def hearth(tmp_path: Path, **options: Any) -> Hearth:
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     opts = LoadOptions(**{"context_length": 2048, **options})
     return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+
+
+@contextlib.asynccontextmanager
+async def loaded(tmp_path: Path, model_path: Path, **options: Any) -> AsyncIterator[tuple]:
+    """(service, model id, engine) of a model loaded with ``options``; closed afterwards."""
+    h = hearth(tmp_path, **options)
+    model, _ = h.import_model(model_path)
+    try:
+        lm = await h.load(model.id)
+        yield h, model.id, lm.engine  # type: ignore[attr-defined]
+    finally:
+        await h.close()
 
 
 async def ask(h: Hearth, model_id: str, messages: list[ChatMessage], n: int = 12) -> tuple:
@@ -95,11 +109,7 @@ async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_it
     """The others' steps walk its cells, but copying them costs too (a range at a time): it
     stays in place until the attention it has cost the others adds up to its copy's cost, then
     goes to host memory, long before the others end."""
-    h = hearth(tmp_path / "h")
-    model, _ = h.import_model(smollm2_path)
-    try:
-        lm = await h.load(model.id)
-        engine = lm.engine  # type: ignore[attr-defined]
+    async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
         slots = engine.slots
         seen: dict[str, Any] = {}
         real_end, real_stash = engine.end, slots.stash
@@ -130,10 +140,10 @@ async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_it
             return step(decoded)
 
         engine._decode_step = counted
-        long = await chat(h, model.id, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=60)
+        long = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=60)
         it = long.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
-        short = await chat(h, model.id, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=2)
+        short = await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=2)
         opened.set()
         await transcript(short)
         assert [d async for d in it][-1].finish_reason == "length"
@@ -142,26 +152,19 @@ async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_it
         due = -(-seen["cost"] // seen["own"])
         assert 2 <= seen["stashed_after"] == due < 50, seen
         assert cells_of(engine, seen["slot"]) == 0 and slots.stashed
-    finally:
-        await h.close()
 
 
 async def test_few_cells_are_never_copied(tmp_path: Path, smollm2_path: Path) -> None:
     """Below llama.cpp's padding of the attention span (256 cells) idle cells cost nothing: two
     short conversations both stay in place, and the second one's decode pays nothing for the
     first."""
-    h = hearth(tmp_path / "h")
-    model, _ = h.import_model(smollm2_path)
-    try:
-        lm = await h.load(model.id)
-        slots = lm.engine.slots  # type: ignore[attr-defined]
-        await ask(h, model.id, [ChatMessage("user", "Hi there")], 8)
-        await ask(h, model.id, [ChatMessage("user", "Hello you")], 8)
+    async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
+        slots = engine.slots
+        await ask(h, mid, [ChatMessage("user", "Hi there")], 8)
+        await ask(h, mid, [ChatMessage("user", "Hello you")], 8)
         held = [len(k) for k in slots.kv if k]
         assert len(held) == 2 and sum(held) < 256
         assert not slots.stashed and not any(slots.rent)
-    finally:
-        await h.close()
 
 
 def holding(engine: Any, text: str) -> list[int]:
@@ -180,46 +183,40 @@ async def test_a_question_asked_again_drops_a_scattered_earlier_answer(
     """The same question again: an earlier answer decoded alone (its cells together, cheap to
     copy) is kept in host memory for a switch back to it; one decoded in a batch (a range per
     token) is dropped and the question continues in its slot, as llama-server's slots do."""
-    h = hearth(tmp_path / "h")
-    model, _ = h.import_model(smollm2_path)
-    try:
-        lm = await h.load(model.id)
-        engine = lm.engine  # type: ignore[attr-defined]
+    async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
         slots = engine.slots
         q = [ChatMessage("user", A)]
-        first = await ask(h, model.id, q, 24)  # alone: its answer lies together
+        first = await ask(h, mid, q, 24)  # alone: its answer lies together
         (slot,) = holding(engine, A[:40])
         asked = slots.prompt_len[slot]
         assert slots.ranges(slot, asked) <= 2
-        again = await ask(h, model.id, q, 24)
+        again = await ask(h, mid, q, 24)
         assert again[2].usage.cached_tokens == asked - 1
         # the earlier answer is kept in host memory, and the question was read into the cells
         # it first used: asked a third time, the same answer bit for bit
         assert [len(e.tokens) for e in slots.stashed] == [asked + 23]
         assert detok(engine, slots.stashed[0].tokens[asked:]) == first[0][: -len(first[1][-1][0])]
-        third = await ask(h, model.id, q, 24)
+        third = await ask(h, mid, q, 24)
         assert third[:2] == again[:2]
         for sl in range(len(slots.kv)):
             slots.forget(sl)
         slots.clear_stash()
         # the question with another one in the same steps: its answer lies a range per token
         opened = gate_first_step(engine)
-        gen = await chat(h, model.id, q, sampling=GREEDY, max_tokens=24)
+        gen = await chat(h, mid, q, sampling=GREEDY, max_tokens=24)
         it = gen.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
-        other = await chat(h, model.id, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=24)
+        other = await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=24)
         opened.set()
         await transcript(other)
         _ = [d async for d in it]
         (mine,) = holding(engine, A[:40])
         assert slots.ranges(mine, slots.prompt_len[mine]) > 16
-        again = await ask(h, model.id, q, 24)
+        again = await ask(h, mid, q, 24)
         assert again[2].usage.cached_tokens == slots.prompt_len[mine] - 1
         assert holding(engine, A[:40]) == [mine], "it continued in the same slot"
         assert not any(A[:40] in detok(engine, e.tokens) for e in slots.stashed), "not copied"
         assert slots.ranges(mine, slots.prompt_len[mine]) <= 2, "the new answer, decoded alone"
-    finally:
-        await h.close()
 
 
 async def test_host_copies_stay_within_the_bound_the_estimate_counts(
