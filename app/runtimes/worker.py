@@ -414,7 +414,12 @@ class Worker:
             self._thread.join(timeout)
 
     def _admit(self) -> None:
+        # an engine may also hold a request back while its cache has no room for it beside the
+        # running ones (admitted, it would park one of them, whose tokens are read again)
+        fits = getattr(self.engine, "fits", None)
         while self._waiting and len(self._active) < self.engine.max_sequences:
+            if self._active and fits is not None and not fits(self._waiting[0], self._active):
+                break
             seq = self._waiting.popleft()
             self._active.append(seq)
 

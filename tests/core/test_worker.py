@@ -333,3 +333,29 @@ async def test_a_first_token_reaches_its_consumer_before_the_next_step(
         assert steps_seen[-1] == 7  # six pieces, then the end
     finally:
         w.close(timeout=10)
+
+
+async def test_an_engine_without_room_holds_the_next_request_back() -> None:
+    """An engine's ``fits`` (room in its cache beside the running requests) keeps the next
+    request queued while another runs, however many sequences it may decode at once; with
+    nothing running, a request is always admitted."""
+
+    class Full(ScriptEngine):
+        def fits(self, seq: Sequence, active: list[Sequence]) -> bool:
+            return False
+
+    for engine, widest in (
+        (Full(("a", "b"), max_sequences=4), 1),
+        (ScriptEngine(("a", "b"), max_sequences=4), 2),
+    ):
+        w = Worker(engine, name="room")
+        try:
+            engine.gate.clear()  # the first request's prompt waits while the second queues
+            first = w.submit(req("a"))
+            await wait_until(lambda e=engine: e.began.is_set())  # type: ignore[misc]
+            second = w.submit(req("b"))
+            engine.gate.set()
+            assert text_of(await drain(first)) == text_of(await drain(second)) == "ab"
+            assert engine.widest_step == widest
+        finally:
+            w.close(timeout=10)

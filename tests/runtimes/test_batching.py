@@ -104,3 +104,31 @@ async def test_per_sequence_features_hold_under_batching(
         assert_greedy_close(solo[0][1], again[1], "after the cancel")
     finally:
         await h.close()
+
+
+async def test_a_request_waits_for_room_in_the_shared_cache(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """Three long prompts, room for two in the 1,024-cell shared cache: the third waits in the
+    queue (``fits``) instead of joining and parking one of the others, whose tokens would be
+    read again; all three answer."""
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    opts = LoadOptions(context_length=1024, parallel=4)
+    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        topics = ("a lighthouse keeper", "a dragon in the hills", "a robot that paints")
+        prompts = [f"Tell me about {t}. " * 40 for t in topics]  # ~300 tokens each
+        gens = [
+            await chat(h, model.id, [ChatMessage("user", p)], sampling=GREEDY, max_tokens=100)
+            for p in prompts
+        ]
+        done = await asyncio.gather(*(transcript(g) for g in gens))
+        assert all(d[2].usage.completion_tokens > 0 for d in done)
+        assert engine.preempted == 0, "a request joined without room and parked another"
+        assert engine.peak_batch == 2
+    finally:
+        await h.close()

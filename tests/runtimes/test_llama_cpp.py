@@ -451,13 +451,26 @@ async def test_shared_cache_batches_and_matches_solo_within_tolerance(
         assert engine.peak_batch == 4, "the four requests were decoded in one batch"
         for i, (a, b) in enumerate(zip(solo, together, strict=True)):
             assert_close(a, b, f"request {i}")
-        # four prompts of ~600 tokens cannot all be in a 1,024-token cache: they take turns
+        # four prompts of ~600 tokens cannot all be in a 1,024-token cache: they take turns,
+        # waiting in the queue for room (none joins to park another)
         long = "The sea. " * 200
         gens = await asyncio.gather(
             *(complete(h, model.id, long + str(i), sampling=g, max_tokens=8) for i in range(4))
         )
         finals = [(await gen.collect()).final for gen in gens]
         assert all(f.finish_reason == "length" and f.usage.prompt_tokens > 550 for f in finals)
+        assert engine.preempted == 0
+        # two answers that outgrow the room their admission counted (ANSWER_ROOM tokens): when
+        # the cache fills, the younger waits (parked) and finishes later
+        eos = int(L.llama_vocab_eos(engine.vocab))
+        endless = SamplingParams(temperature=0, logit_bias=((eos, -100.0),))
+        grow = "The sea. " * 40
+        gens = await asyncio.gather(
+            *(complete(h, model.id, grow + str(i), sampling=endless, max_tokens=520)
+              for i in range(2))
+        )  # fmt: skip
+        finals = [(await gen.collect()).final for gen in gens]
+        assert all(f.finish_reason == "length" and f.usage.completion_tokens == 520 for f in finals)
         assert engine.preempted > 0, "a sequence waited for room in the shared cache"
     finally:
         await h.close()
