@@ -157,9 +157,11 @@ class Slots:
             return restored
         slot = best
         if self.mode == "reuse" and len(free) > 1:
-            common = common_prefix(kv[best], tokens)
+            common = common_prefix(kv[best], tokens)  # (best may have left during a restore)
             shared = min(common, len(tokens) - 1)
-            if shared < len(kv[best]) and self._elsewhere(best, shared, common, len(tokens)):
+            # the prompt asks best's question again: best holds another answer to it
+            again = self.shared and 0 < self.prompt_len[best] <= common
+            if shared < len(kv[best]) and self._elsewhere(best, shared, again, len(tokens)):
                 slot = min(
                     (sl for sl in free if sl != best),
                     key=lambda sl: (bool(kv[sl]), self._last_used[sl]),
@@ -167,30 +169,27 @@ class Slots:
                 self.forget(slot)
                 if shared > 0 and not self._breaks_swa(best, shared):
                     self._give_prefix(best, slot, shared)
-                if self.shared and 0 < self.prompt_len[best] <= common:
-                    # the same question again, its earlier answer kept (it lies together, a
-                    # cheap copy): to host memory now, so the question's last token and the
-                    # new answer go into the cells the first run used (the same greedy answer
-                    # however often it is asked)
+                if again:
+                    # the earlier answer is kept (it lies together, a cheap copy): to host
+                    # memory now, so the question's last token and the new answer go into the
+                    # cells the first run used (the same greedy answer however often it is
+                    # asked)
                     self.stash(best)
         free.remove(slot)
         return slot
 
-    def _elsewhere(self, best: int, shared: int, common: int, n_prompt: int) -> bool:
-        """Whether a prompt of ``n_prompt`` tokens sharing ``shared`` (``common`` before the
-        last token's exception) with slot ``best`` (which holds more) goes to another slot. In a
-        shared cache yes (its spare slots keep idle caches), unless the prompt asks ``best``'s
-        question again and ``best``'s answer lies scattered: that answer is dropped rather than
-        copied to host memory (``REGEN_KEEP_RANGES``). With a stream per sequence, each slot is
-        one conversation's cache: to an empty stream if one is free; else only when the prompt
-        parts from ``best`` early (another conversation: the least recently used one gives up
-        its stream). A prompt wholly in ``best`` (a regenerated answer) or keeping most of it
-        (its own follow-up) stays."""
+    def _elsewhere(self, best: int, shared: int, again: bool, n_prompt: int) -> bool:
+        """Whether a prompt of ``n_prompt`` tokens sharing ``shared`` with slot ``best`` (which
+        holds more) goes to another slot. In a shared cache yes (its spare slots keep idle
+        caches), unless it asks ``best``'s question ``again`` and ``best``'s answer lies
+        scattered: that answer is dropped rather than copied to host memory
+        (``REGEN_KEEP_RANGES``). With a stream per sequence, each slot is one conversation's
+        cache: to an empty stream if one is free; else only when the prompt parts from ``best``
+        early (another conversation: the least recently used one gives up its stream). A prompt
+        wholly in ``best`` (a regenerated answer) or keeping most of it (its own follow-up)
+        stays."""
         if self.shared:
-            asked = self.prompt_len[best]
-            if 0 < asked <= common:  # the same question, another answer
-                return self.ranges(best, asked) <= REGEN_KEEP_RANGES
-            return True
+            return not again or self.ranges(best, self.prompt_len[best]) <= REGEN_KEEP_RANGES
         if any(not self.kv[sl] for sl in self.free if sl != best):
             return True
         return shared < n_prompt - 1 and shared * 2 < len(self.kv[best])

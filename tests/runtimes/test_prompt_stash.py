@@ -154,6 +154,31 @@ async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_it
         assert cells_of(engine, seen["slot"]) == 0 and slots.stashed
 
 
+async def test_a_cheap_idle_cache_leaves_before_the_next_prompt_is_read(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """An idle cache in few ranges (a prompt read alone) is copied out as another request
+    starts, before that request's prompt is read: the new cells then go where its were, low in
+    the cache (placed after it, they would keep every step's attention span that long after it
+    left). Rent alone would move it only after the first prompt chunk."""
+    async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
+        slots = engine.slots
+        await ask(h, mid, [ChatMessage("user", A)], 4)
+        (a_slot,) = holding(engine, A[:40])
+        assert slots.ranges(a_slot) <= 2 and cells_of(engine, a_slot) > 150
+        seen: list[int] = []
+        prefill = engine._prefill
+
+        def first_chunk(seq: Any, st: Any, *, whole: bool) -> None:
+            seen.append(cells_of(engine, a_slot))  # A's cells as B's prompt starts
+            prefill(seq, st, whole=whole)
+
+        engine._prefill = first_chunk
+        await ask(h, mid, [ChatMessage("user", B)], 4)
+        assert seen and seen[0] == 0, "A was still in place when B's prompt was read"
+        assert any(A[:40] in detok(engine, e.tokens) for e in slots.stashed), "A is kept"
+
+
 async def test_few_cells_are_never_copied(tmp_path: Path, smollm2_path: Path) -> None:
     """Below llama.cpp's padding of the attention span (256 cells) idle cells cost nothing: two
     short conversations both stay in place, and the second one's decode pays nothing for the
