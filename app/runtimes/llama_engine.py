@@ -256,9 +256,10 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         cached = self.slots.reuse(slot, tokens)
         seq.cached = cached
         state.prompt, state.done_upto = tokens, cached
-        # idle caches that are cheap to copy leave now, so this sequence's cells go low
+        # idle caches that would leave soon anyway go now, so this sequence's cells go low
         if self.slots.stash_cells:
-            self.slots.stash_idle(upcoming=len(tokens) - cached)
+            most = req.max_tokens if req.max_tokens is not None else self.n_ctx
+            self.slots.stash_idle(upcoming=len(tokens) - cached, answer=min(most, ANSWER_ROOM))
         # alone, the whole prompt now; with others running, their streams keep going while it
         # is read a piece per step: after their step, with the other joining prompts,
         # or in a decode of its own (exact mode, whose chunks must lie as a fresh run's)

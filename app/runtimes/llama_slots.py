@@ -264,12 +264,7 @@ class Slots:
         host memory. Nothing is charged while all the cells lie within llama.cpp's padding of
         the attention span (there they cost nothing)."""
         if self._own is None:  # the running sequences changed
-            busy = [self.kv[sl] for sl in range(len(self.kv)) if sl not in self.free]
-            self._own = {
-                sl: len(self.kv[sl]) - max((common_prefix(self.kv[sl], b) for b in busy), default=0)
-                for sl in self.free
-                if self.kv[sl]
-            }
+            self._own = self._own_cells()
             self._cells = self._in_use()
         self._cells += queries  # they are cells now
         if not self._own or self._cells <= KV_PAD:
@@ -314,20 +309,38 @@ class Slots:
         return True
 
     # -- idle caches in host memory (a shared "reuse" cache) -----------------------------------
-    def stash_idle(self, upcoming: int | None = None) -> None:
+    def stash_idle(self, upcoming: int | None = None, answer: int = 0) -> None:
         """Move the idle caches in place to host memory: all of them, or, as a sequence starts
-        that will read ``upcoming`` tokens, those that lie in few ranges (a prompt, an answer
-        decoded alone: a cheap copy). The new cells then go where theirs were, low in the
-        cache: placed after them, they would keep every step's attention span that long after
-        the idle caches left. A scattered cache (a batch's answers) stays until its rent
-        reaches its copy's cost; and none moves while all the cells, the upcoming ones too,
-        fit in llama.cpp's padding."""
+        that will read ``upcoming`` tokens and then decode about ``answer``, those worth moving
+        now. The new cells then go where theirs were, low in the cache: placed after them, they
+        would keep every step's attention span that long after the idle caches left. A cache in
+        few ranges (a prompt, an answer decoded alone) is a cheap copy and always leaves. A
+        scattered one (a batch's answers) leaves when the rent it would be charged while the new
+        sequence runs beside the running ones (their tokens, each attending its cells) adds up
+        to its copy's cost, so it would leave before long anyway; else it stays until its rent
+        does (``charge``). None moves while all the cells, the upcoming ones too, fit in
+        llama.cpp's padding."""
         idle = [sl for sl in self.free if self.kv[sl]]
         if upcoming is not None and self._in_use() + upcoming <= KV_PAD:
             return
+        own = self._own_cells() if upcoming is not None else {}
+        queries = self.busy() * answer + (upcoming or 0)
         for slot in idle:
-            if upcoming is None or self.ranges(slot) <= REGEN_KEEP_RANGES:
+            if (
+                upcoming is None
+                or self.ranges(slot) <= REGEN_KEEP_RANGES
+                or self.rent[slot] + queries * own.get(slot, 0) >= self.copy_cost(slot)
+            ):
                 self.stash(slot)
+
+    def _own_cells(self) -> dict[int, int]:
+        """Each idle cache's cells that no running sequence shares."""
+        busy = [self.kv[sl] for sl in range(len(self.kv)) if sl not in self.free]
+        return {
+            sl: len(self.kv[sl]) - max((common_prefix(self.kv[sl], b) for b in busy), default=0)
+            for sl in self.free
+            if self.kv[sl]
+        }
 
     def _in_use(self) -> int:
         """The cells in use, about: the slots' tokens, a common prefix counted once."""

@@ -179,6 +179,58 @@ async def test_a_cheap_idle_cache_leaves_before_the_next_prompt_is_read(
         assert any(A[:40] in detok(engine, e.tokens) for e in slots.stashed), "A is kept"
 
 
+@pytest.mark.parametrize("answer", [32, 1])
+async def test_a_scattered_idle_cache_leaves_as_a_request_starts_when_it_would_soon_anyway(
+    tmp_path: Path, smollm2_path: Path, answer: int
+) -> None:
+    """A stream decoded in a batch (a range per token, a dear copy) ends while another runs,
+    and a queued request starts at once. If the rent its cells would be charged while the new
+    request runs beside the other (their tokens, each attending its cells) reaches its copy's
+    cost, it leaves before the new prompt is read, so the new cells go low; a request that
+    will decode one token does not move it."""
+    async with loaded(tmp_path / "h", smollm2_path, parallel=2) as (h, mid, engine):
+        slots = engine.slots
+        seen: dict[str, Any] = {}
+        real_end, real_begin = engine.end, engine.begin
+
+        def end(seq: Any) -> None:
+            slot = seq.engine_state.slot
+            real_end(seq)
+            if seq.request.max_tokens == 24:
+                seen.update(slot=slot, ranges=slots.ranges(slot), rent=slots.rent[slot])
+                seen["cost"] = slots.copy_cost(slot)
+                seen["own"] = slots._own_cells()[slot]
+
+        def begin(seq: Any) -> None:
+            real_begin(seq)
+            if seq.request.max_tokens == answer:
+                upcoming = len(seq.request.prompt_tokens) - seq.cached
+                seen["queries"] = slots.busy() * answer + upcoming
+                seen["after"] = cells_of(engine, seen["slot"])
+
+        engine.end, engine.begin = end, begin
+        opened = gate_first_step(engine)
+        long = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=60)
+        it = long.__aiter__()
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        short = await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=24)
+        late = await chat(
+            h, mid, [ChatMessage("user", "Hi")], sampling=GREEDY, max_tokens=answer
+        )  # queued: two run at once
+        opened.set()
+        await transcript(short)
+        await transcript(late)
+        assert [d async for d in it][-1].finish_reason == "length"
+        assert seen["ranges"] > 16, "the short answer lies scattered"
+        projected = seen["rent"] + seen["queries"] * seen["own"]
+        if answer > 1:
+            assert projected >= seen["cost"], seen
+            assert seen["after"] == 0, "it was still in place as the new request started"
+        else:
+            assert projected < seen["cost"], seen
+            assert seen["after"] > 150, "it moved though its rent would stay below its copy's cost"
+
+
 async def test_few_cells_are_never_copied(tmp_path: Path, smollm2_path: Path) -> None:
     """Below llama.cpp's padding of the attention span (256 cells) idle cells cost nothing: two
     short conversations both stay in place, and the second one's decode pays nothing for the
