@@ -24,9 +24,10 @@ per token: a 165-token answer decoded in a batch of 8 took ~30 ms to copy, as lo
 steps of 8 streams spend attending to it; a 648-token prompt read alone, 7 ms. So an idle cache
 in few ranges (a cheap copy) leaves as another sequence starts, whose cells then go low in the
 cache (``stash_idle``); a scattered one stays in place until the attention its cells have cost
-the other requests' tokens adds up to what its copy costs (``charge``). Renting until the rent
-reaches the price of buying costs at most twice the better choice whatever comes next, and a
-burst of requests that continue such caches finds them in place. An earlier answer to the same
+the other requests' tokens adds up to what its copy costs (``charge``), or leaves as a sequence
+starts whose tokens, with the running ones', would charge it that much before it ends.
+Renting until the rent reaches the price of buying costs at most twice the better choice
+whatever comes next, and a burst of requests that continue such caches finds them in place. An earlier answer to the same
 question that lies scattered is dropped when the question is asked again, as llama-server's
 slots do, rather than copied; one in few ranges is copied at once (``take``).
 """
