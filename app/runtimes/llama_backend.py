@@ -108,6 +108,51 @@ def physical_cores() -> int:
     return max(1, n)
 
 
+# With OpenMP (how llama.cpp's CPU threads run in pip's source builds), each thread that computes
+# a graph keeps a team of threads for the process's life, and libgomp counts the teams of all
+# contexts together: once they outnumber the CPUs, every barrier (one per graph node) sleeps
+# instead of spinning. Measured on 2 cores with SmolLM2: after a second model (2 threads too)
+# decoded once, the first decoded at 46-54 tok/s instead of 96-98, the second at 32; with the
+# second on 1 thread, the first kept 102-107. So "auto" threads stay within what is left.
+_omp_lock = threading.Lock()
+_omp_held: dict[int, tuple[int, bool]] = {}  # live contexts: (threads beyond the caller, generates)
+
+
+def openmp_build() -> bool:
+    ensure_backend()
+    return "OPENMP = 1" in L.llama_print_system_info().decode(errors="replace")
+
+
+def claim_threads(key: int, want: int, *, auto: bool, generates: bool) -> int:
+    """The threads a new context ``key`` computes with: ``want``, or with ``auto`` threads in an
+    OpenMP build as many of them as keep all contexts' threads within the CPUs (at least 1).
+    An embedding or reranking model leaves a chat model's threads free while none is loaded.
+    ``release_threads(key)`` when the context is freed."""
+    n = want
+    if auto and want > 1 and openmp_build():
+        with _omp_lock:
+            cpus = available_cpus()
+            room = cpus - 1 - sum(extra for extra, _ in _omp_held.values())
+            if not generates and not any(gen for _, gen in _omp_held.values()):
+                room -= physical_cores() - 1
+            n = max(1, min(want, 1 + room))
+    with _omp_lock:
+        _omp_held[key] = (n - 1, generates)
+    return n
+
+
+def release_threads(key: int) -> None:
+    with _omp_lock:
+        _omp_held.pop(key, None)
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def flash_attn_type(choice: str) -> int:
     """llama.cpp's flash-attention setting for ``auto`` / ``on`` / ``off``.
 

@@ -16,10 +16,12 @@ from app.core.types import GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
 from app.runtimes.llama_backend import (
     L,
+    claim_threads,
     ensure_backend,
     flash_attn_type,
     physical_cores,
     release_free_memory,
+    release_threads,
 )
 from app.runtimes.llama_grammar import grammar_for
 from app.runtimes.llama_pooled import PooledOutputs
@@ -64,9 +66,15 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         n_ctx = options.context_length or 4096
         if n_train > 0:
             n_ctx = min(n_ctx, n_train)
-        threads = options.threads or physical_cores()
         self.is_embedding = bool(model.extra.get("embedding"))
         self.is_reranker = bool(model.extra.get("reranker"))
+        # "auto": the physical cores, within what other loaded models' threads leave
+        threads = claim_threads(
+            id(self),
+            options.threads or physical_cores(),
+            auto=not options.threads,
+            generates=not (self.is_embedding or self.is_reranker),
+        )
         self.cache_mode = options.prompt_cache if options.prompt_cache in CACHE_MODES else "reuse"
         parallel = 1 if self.is_embedding else max(1, options.parallel)
         # kv_layout "shared": one cache of n_ctx cells that the sequences share (llama-server's
@@ -103,6 +111,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         self.default_seed = options.seed
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
+            release_threads(id(self))
             L.llama_model_free(self.model)
             raise ModelLoadFailed(
                 f"llama.cpp could not create a context of {n_ctx} tokens for '{model.id}' (out of memory?)"
@@ -119,6 +128,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             try:
                 self.vision = open_images(model, options, self, cp.flash_attn_type)
             except Exception:
+                release_threads(id(self))
                 L.llama_free(self.ctx)
                 L.llama_model_free(self.model)
                 raise
@@ -555,6 +565,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         if self.ctx:
             L.llama_free(self.ctx)
             self.ctx = None
+            release_threads(id(self))
         if self.model:
             L.llama_model_free(self.model)
             self.model = None
