@@ -68,13 +68,6 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             n_ctx = min(n_ctx, n_train)
         self.is_embedding = bool(model.extra.get("embedding"))
         self.is_reranker = bool(model.extra.get("reranker"))
-        # "auto": the physical cores, within what other loaded models' threads leave
-        threads = claim_threads(
-            id(self),
-            options.threads or physical_cores(),
-            auto=not options.threads,
-            generates=not (self.is_embedding or self.is_reranker),
-        )
         self.cache_mode = options.prompt_cache if options.prompt_cache in CACHE_MODES else "reuse"
         parallel = 1 if self.is_embedding else max(1, options.parallel)
         # kv_layout "shared": one cache of n_ctx cells that the sequences share (llama-server's
@@ -98,8 +91,6 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             cp.n_batch = cp.n_ubatch = n_ctx
         cp.n_seq_max = n_seq
         cp.kv_unified = self.unified
-        cp.n_threads = threads
-        cp.n_threads_batch = threads
         cp.no_perf = True
         cp.flash_attn_type = flash_attn_type(options.flash_attention)
         cp.type_k = cp.type_v = _KV_TYPES[options.kv_type]
@@ -109,6 +100,15 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         if options.rope_freq_scale > 0:
             cp.rope_freq_scale = options.rope_freq_scale
         self.default_seed = options.seed
+        # "auto": the physical cores, within what other loaded models' threads leave
+        threads = claim_threads(
+            id(self),
+            options.threads or physical_cores(),
+            auto=not options.threads,
+            generates=not (self.is_embedding or self.is_reranker),
+        )
+        cp.n_threads = threads
+        cp.n_threads_batch = threads
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             release_threads(id(self))
