@@ -123,13 +123,13 @@ def openmp_build() -> bool:
     return "OPENMP = 1" in L.llama_print_system_info().decode(errors="replace")
 
 
-def claim_threads(key: int, want: int, *, auto: bool, generates: bool) -> int:
-    """The threads a new context ``key`` computes with: ``want``, or with ``auto`` threads in an
-    OpenMP build as many of them as keep all contexts' threads within the CPUs (at least 1).
-    An embedding or reranking model leaves a chat model's threads free while none is loaded.
-    ``release_threads(key)`` when the context is freed."""
-    n = want
-    if auto and want > 1 and openmp_build():
+def claim_threads(key: int, threads: int, *, generates: bool) -> int:
+    """The threads a new context ``key`` computes with: ``threads``, or with 0 ("auto") the
+    physical cores, in an OpenMP build only as many as keep all contexts' threads within the
+    CPUs (at least 1). An embedding or reranking model leaves a chat model's threads free while
+    none is loaded. ``release_threads(key)`` when the context is freed."""
+    want = n = threads or physical_cores()
+    if not threads and want > 1 and openmp_build():
         with _omp_lock:
             cpus = available_cpus()
             room = cpus - 1 - sum(extra for extra, _ in _omp_held.values())

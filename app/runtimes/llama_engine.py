@@ -19,7 +19,6 @@ from app.runtimes.llama_backend import (
     claim_threads,
     ensure_backend,
     flash_attn_type,
-    physical_cores,
     release_free_memory,
     release_threads,
 )
@@ -101,14 +100,9 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             cp.rope_freq_scale = options.rope_freq_scale
         self.default_seed = options.seed
         # "auto": the physical cores, within what other loaded models' threads leave
-        threads = claim_threads(
-            id(self),
-            options.threads or physical_cores(),
-            auto=not options.threads,
-            generates=not (self.is_embedding or self.is_reranker),
-        )
-        cp.n_threads = threads
-        cp.n_threads_batch = threads
+        generates = not (self.is_embedding or self.is_reranker)
+        threads = claim_threads(id(self), options.threads, generates=generates)
+        cp.n_threads = cp.n_threads_batch = threads
         self.ctx = L.llama_init_from_model(self.model, cp)
         if not self.ctx:
             release_threads(id(self))
