@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import logging
 import os
 import sys
@@ -101,11 +102,7 @@ def physical_cores() -> int:
     except OSError:
         seen = set()
     n = len(seen) or (os.cpu_count() or 1)
-    try:  # respect a CPU affinity mask (containers, taskset)
-        n = min(n, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        pass
-    return max(1, n)
+    return max(1, min(n, available_cpus()))  # within a CPU affinity mask (containers, taskset)
 
 
 # With OpenMP (how llama.cpp's CPU threads run in pip's source builds), each thread that computes
@@ -118,6 +115,7 @@ _omp_lock = threading.Lock()
 _omp_held: dict[int, tuple[int, bool]] = {}  # live contexts: (threads beyond the caller, generates)
 
 
+@functools.cache
 def openmp_build() -> bool:
     ensure_backend()
     return "OPENMP = 1" in L.llama_print_system_info().decode(errors="replace")
@@ -129,14 +127,13 @@ def claim_threads(key: int, threads: int, *, generates: bool) -> int:
     CPUs (at least 1). An embedding or reranking model leaves a chat model's threads free while
     none is loaded. ``release_threads(key)`` when the context is freed."""
     want = n = threads or physical_cores()
-    if not threads and want > 1 and openmp_build():
-        with _omp_lock:
-            cpus = available_cpus()
-            room = cpus - 1 - sum(extra for extra, _ in _omp_held.values())
-            if not generates and not any(gen for _, gen in _omp_held.values()):
-                room -= physical_cores() - 1
-            n = max(1, min(want, 1 + room))
+    budget = not threads and want > 1 and openmp_build()
     with _omp_lock:
+        if budget:
+            room = available_cpus() - 1 - sum(extra for extra, _ in _omp_held.values())
+            if not generates and not any(gen for _, gen in _omp_held.values()):
+                room -= want - 1  # a chat model's own
+            n = max(1, min(want, 1 + room))
         _omp_held[key] = (n - 1, generates)
     return n
 

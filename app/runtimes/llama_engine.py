@@ -262,8 +262,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         state.prompt, state.done_upto = tokens, cached
         # idle caches that would leave soon anyway go now, so this sequence's cells go low
         if self.slots.stash_cells:
-            most = req.max_tokens if req.max_tokens is not None else self.n_ctx
-            self.slots.stash_idle(upcoming=len(tokens) - cached, answer=min(most, ANSWER_ROOM))
+            self.slots.stash_idle(upcoming=len(tokens) - cached, answer=self._answer_room(req))
         # alone, the whole prompt now; with others running, their streams keep going while it
         # is read a piece per step: after their step, with the other joining prompts,
         # or in a decode of its own (exact mode, whose chunks must lie as a fresh run's)
@@ -281,13 +280,14 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
         Caches of their own per sequence (no sharing) always fit."""
         if not self.unified:
             return True
+        held = sum(len(s.request.prompt_tokens) + s.generated for s in (*active, seq))
+        answers = sum(self._answer_room(s.request, s.generated) for s in (*active, seq))
+        return held + answers <= self.cache_tokens
 
-        def room(s: Sequence) -> int:
-            most = s.request.max_tokens
-            left = self.n_ctx if most is None else most - s.generated
-            return len(s.request.prompt_tokens) + s.generated + max(0, min(left, ANSWER_ROOM))
-
-        return sum(room(s) for s in active) + room(seq) <= self.cache_tokens
+    def _answer_room(self, req: GenerationRequest, generated: int = 0) -> int:
+        """An answer's tokens counted ahead: what its max_tokens leaves, at most ANSWER_ROOM."""
+        left = self.n_ctx if req.max_tokens is None else req.max_tokens - generated
+        return max(0, min(left, ANSWER_ROOM))
 
     def _alone(self) -> bool:
         return self._busy() <= 1

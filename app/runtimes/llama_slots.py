@@ -27,9 +27,10 @@ cache (``stash_idle``); a scattered one stays in place until the attention its c
 the other requests' tokens adds up to what its copy costs (``charge``), or leaves as a sequence
 starts whose tokens, with the running ones', would charge it that much before it ends.
 Renting until the rent reaches the price of buying costs at most twice the better choice
-whatever comes next, and a burst of requests that continue such caches finds them in place. An earlier answer to the same
-question that lies scattered is dropped when the question is asked again, as llama-server's
-slots do, rather than copied; one in few ranges is copied at once (``take``).
+whatever comes next, and a burst of requests that continue such caches finds them in place.
+An earlier answer to the same question that lies scattered is dropped when the question is
+asked again, as llama-server's slots do, rather than copied; one in few ranges is copied at
+once (``take``).
 """
 
 from __future__ import annotations
