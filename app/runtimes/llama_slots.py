@@ -129,6 +129,10 @@ class Slots:
         # placed right after the same slot's last one continues its range
         self.starts: list[list[int]] = [[] for _ in range(n_slots)]
         self._last_placed = -1
+        # when each slot's own cells were placed: (first, last) of a count of placements.
+        # Slots decoded in the same steps overlap: their cells lie interleaved
+        self.placed: list[tuple[int, int] | None] = [None] * n_slots
+        self._placements = 0
         self.prompt_len = [0] * n_slots  # its last request's prompt; the rest is its answer
         self.rent = [0.0] * n_slots  # what an idle cache in place has cost others' attention
         # an idle cache's cells that no running sequence shares (known while they run)
@@ -211,6 +215,7 @@ class Slots:
             return
         self.kv[dst] = self.kv[src][:n]
         self.starts[dst] = [p for p in self.starts[src] if p < n]
+        self.placed[dst] = None  # its cells are src's; its own come later
         self.prompt_len[dst] = 0
 
     def _breaks_swa(self, slot: int, keep: int) -> bool:
@@ -237,6 +242,7 @@ class Slots:
             keep = 0  # this memory cannot drop a tail (recurrent models): start over
         if keep == 0:
             L.llama_memory_seq_rm(self.mem, slot, -1, -1)
+            self.placed[slot] = None
         del kv[keep:]
         self.starts[slot] = [p for p in self.starts[slot] if p < keep]
         self.prompt_len[slot] = len(tokens)
@@ -249,6 +255,9 @@ class Slots:
             self.starts[slot].append(len(self.kv[slot]))
         self._last_placed = slot
         self.kv[slot].extend(tokens)
+        self._placements += 1
+        first = self.placed[slot]
+        self.placed[slot] = (self._placements if first is None else first[0], self._placements)
 
     def ranges(self, slot: int, start: int = 0) -> int:
         """How many ranges the slot's cells from position ``start`` on lie in (at most)."""
@@ -285,6 +294,7 @@ class Slots:
         L.llama_memory_seq_rm(self.mem, slot, -1, -1)
         self.kv[slot].clear()
         self.starts[slot].clear()
+        self.placed[slot] = None
         self.prompt_len[slot] = 0
         self._exact[slot] = 0
         self.rent[slot] = 0.0
@@ -320,8 +330,12 @@ class Slots:
         scattered one (a batch's answers) leaves when the rent it would be charged while the new
         sequence runs beside the running ones (their tokens, each attending its cells) adds up
         to its copy's cost, so it would leave before long anyway; else it stays until its rent
-        does (``charge``). None moves while all the cells, the upcoming ones too, fit in
-        llama.cpp's padding."""
+        does (``charge``). One that lies interleaved with a running sequence's cells (they were
+        decoded in the same steps) stays too: those cells keep the attention span where it is
+        whether it leaves or not, and a burst of requests continuing a batch's conversations
+        then finds every one in place (copied out by the first to start, each was copied back
+        by its own: 8 streams' first tokens waited ~200 ms). None moves while all the cells,
+        the upcoming ones too, fit in llama.cpp's padding."""
         idle = [sl for sl in self.free if self.kv[sl]]
         if upcoming is not None and self._in_use() + upcoming <= KV_PAD:
             return
@@ -331,9 +345,25 @@ class Slots:
             if (
                 upcoming is None
                 or self.ranges(slot) <= REGEN_KEEP_RANGES
-                or self.rent[slot] + queries * own.get(slot, 0) >= self.copy_cost(slot)
+                or (
+                    self.rent[slot] + queries * own.get(slot, 0) >= self.copy_cost(slot)
+                    and not self._interleaved(slot)
+                )
             ):
                 self.stash(slot)
+
+    def _interleaved(self, slot: int) -> bool:
+        """Whether a running sequence's own cells were placed in the same steps as ``slot``'s."""
+        mine = self.placed[slot]
+        if mine is None:
+            return False
+        return any(
+            (theirs := self.placed[sl]) is not None
+            and theirs[0] <= mine[1]
+            and mine[0] <= theirs[1]
+            for sl in range(len(self.kv))
+            if sl not in self.free
+        )
 
     def _own_cells(self) -> dict[int, int]:
         """Each idle cache's cells that no running sequence shares."""
@@ -425,6 +455,8 @@ class Slots:
             return None
         self.kv[slot] = list(best.tokens)
         self.starts[slot] = [0]  # restored into free cells, mostly together
+        self._placements += 1
+        self.placed[slot] = (self._placements, self._placements)
         self._last_placed = -1
         self.prompt_len[slot] = 0
         self._exact[slot] = 0

@@ -179,49 +179,53 @@ async def test_a_cheap_idle_cache_leaves_before_the_next_prompt_is_read(
         assert any(A[:40] in detok(engine, e.tokens) for e in slots.stashed), "A is kept"
 
 
-@pytest.mark.parametrize("answer", [32, 1])
+async def two_together(h: Hearth, mid: str, engine: Any, n: int = 24) -> list[str]:
+    """Answers to A and B decoded in one batch (a range per token each: scattered caches)."""
+    opened = gate_first_step(engine)
+    first = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=n)
+    it = first.__aiter__()
+    head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+    second = await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=n)
+    opened.set()
+    rest = [d async for d in it]
+    text_a = "".join(d.text for d in [head, *rest])
+    text_b = (await transcript(second))[0]
+    return [text_a, text_b]
+
+
+@pytest.mark.parametrize("answer", [64, 1])
 async def test_a_scattered_idle_cache_leaves_as_a_request_starts_when_it_would_soon_anyway(
     tmp_path: Path, smollm2_path: Path, answer: int
 ) -> None:
-    """A stream decoded in a batch (a range per token, a dear copy) ends while another runs,
-    and a queued request starts at once. If the rent its cells would be charged while the new
-    request runs beside the other (their tokens, each attending its cells) reaches its copy's
-    cost, it leaves before the new prompt is read, so the new cells go low; a request that
-    will decode one token does not move it."""
+    """Two streams decoded in a batch (a range per token, dear copies) end, and a new request
+    starts. If the rent a cache's cells would be charged while it runs (its tokens, each
+    attending them) reaches the copy's cost, the cache leaves before the new prompt is read,
+    so the new cells go low; a request that will decode one token does not move it."""
     async with loaded(tmp_path / "h", smollm2_path, parallel=2) as (h, mid, engine):
         slots = engine.slots
         seen: dict[str, Any] = {}
-        real_end, real_begin = engine.end, engine.begin
-
-        def end(seq: Any) -> None:
-            slot = seq.engine_state.slot
-            real_end(seq)
-            if seq.request.max_tokens == 24:
-                seen.update(slot=slot, ranges=slots.ranges(slot), rent=slots.rent[slot])
-                seen["cost"] = slots.copy_cost(slot)
-                seen["own"] = slots._own_cells()[slot]
+        real_begin = engine.begin
 
         def begin(seq: Any) -> None:
+            if seq.request.max_tokens == answer:
+                idle = [sl for sl in slots.free if slots.kv[sl]]
+                seen["slot"] = slot = max(idle, key=lambda sl: len(slots.kv[sl]))
+                seen.update(ranges=slots.ranges(slot), rent=slots.rent[slot])
+                seen["cost"] = slots.copy_cost(slot)
+                seen["own"] = len(slots.kv[slot]) - common_prefix(
+                    slots.kv[slot], list(seq.request.prompt_tokens)
+                )
             real_begin(seq)
             if seq.request.max_tokens == answer:
                 upcoming = len(seq.request.prompt_tokens) - seq.cached
                 seen["queries"] = slots.busy() * answer + upcoming
                 seen["after"] = cells_of(engine, seen["slot"])
 
-        engine.end, engine.begin = end, begin
-        opened = gate_first_step(engine)
-        long = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=60)
-        it = long.__aiter__()
-        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
-        short = await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=24)
-        late = await chat(
-            h, mid, [ChatMessage("user", "Hi")], sampling=GREEDY, max_tokens=answer
-        )  # queued: two run at once
-        opened.set()
-        await transcript(short)
+        engine.begin = begin
+        await two_together(h, mid, engine)
+        late = await chat(h, mid, [ChatMessage("user", "Hi")], sampling=GREEDY, max_tokens=answer)
         await transcript(late)
-        assert [d async for d in it][-1].finish_reason == "length"
-        assert seen["ranges"] > 16, "the short answer lies scattered"
+        assert seen["ranges"] > 16, "the answers lie scattered"
         projected = seen["rent"] + seen["queries"] * seen["own"]
         if answer > 1:
             assert projected >= seen["cost"], seen
@@ -229,6 +233,52 @@ async def test_a_scattered_idle_cache_leaves_as_a_request_starts_when_it_would_s
         else:
             assert projected < seen["cost"], seen
             assert seen["after"] > 150, "it moved though its rent would stay below its copy's cost"
+
+
+async def test_a_burst_continuing_a_batch_finds_its_caches_in_place(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """Two conversations answered in one batch (their cells interleaved) continue at once.
+    The first follow-up to start would charge the other's idle cache more than its copy costs,
+    yet it stays: the running follow-up's own cells keep the attention span as high, and the
+    other follow-up comes an instant later. Nothing is copied out and back (8 streams' first
+    tokens waited ~200 ms for it), and both continue from their whole caches."""
+    async with loaded(tmp_path / "h", smollm2_path, parallel=2) as (h, mid, engine):
+        slots = engine.slots
+        answers = await two_together(h, mid, engine)
+        stashes: list[int] = []
+        real_stash = slots.stash
+        slots.stash = lambda slot: stashes.append(slot) or real_stash(slot)
+        seen: dict[str, Any] = {}
+        real_begin = engine.begin
+
+        def begin(seq: Any) -> None:
+            if not seen:
+                prompt = list(seq.request.prompt_tokens)
+                held = [sl for sl in slots.free if len(slots.kv[sl]) > 150]
+                other = min(held, key=lambda sl: common_prefix(slots.kv[sl], prompt))
+                own = len(slots.kv[other]) - common_prefix(slots.kv[other], prompt)
+                seen["cost"] = slots.copy_cost(other)
+                real_begin(seq)
+                upcoming = len(prompt) - seq.cached
+                seen["projected"] = slots.rent[other] + (slots.busy() * 64 + upcoming) * own
+            else:
+                real_begin(seq)
+
+        engine.begin = begin
+        follow = [
+            [ChatMessage("user", q), ChatMessage("assistant", a), ChatMessage("user", "And then?")]
+            for q, a in zip((A, B), answers, strict=True)
+        ]
+        gens = [await chat(h, mid, m, sampling=GREEDY, max_tokens=64) for m in follow]
+        finals = [(await g.collect()).final for g in gens]
+        assert seen["projected"] >= seen["cost"], "the rent rule alone would have moved it"
+        assert stashes == [] and slots.restores == 0, "a cache was copied out and back"
+        for m, final in zip(follow, finals, strict=True):
+            cached = final.usage.cached_tokens
+            assert cached > len(
+                engine.tokenize(m[0].content, add_special=False, parse_special=False)
+            ), final.usage
 
 
 async def test_few_cells_are_never_copied(tmp_path: Path, smollm2_path: Path) -> None:
