@@ -25,7 +25,7 @@ from app.runtimes.llama_backend import (
 from app.runtimes.llama_grammar import grammar_for
 from app.runtimes.llama_pooled import PooledOutputs
 from app.runtimes.llama_sampling import Sampling
-from app.runtimes.llama_slots import Slots, copy_costs
+from app.runtimes.llama_slots import Slots, copy_costs, stream_copy_min
 from app.runtimes.llama_spec import Speculation
 from app.runtimes.llama_vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
@@ -38,6 +38,7 @@ CACHE_MODES = ("reuse", "exact", "off")
 # graph node: for a handful of tokens the calls cost more than the decode)
 ABORT_MIN_TOKENS = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
+_KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # an element's bytes
 
 
 # the answer tokens a sequence is counted for when the shared cache's room is weighed (more come
@@ -153,6 +154,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             ctx=self.ctx,
             cells=int(self.cache_tokens),
             **copy_costs(self.model, v_transposed=cp.flash_attn_type == 0),
+            copy_min=stream_copy_min(self.model, self.n_ctx, _KV_BYTES[options.kv_type]),
         )
         # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
         self.lifetime = NativeLifetime()

@@ -5,7 +5,7 @@ A slot is a llama.cpp sequence id. Each remembers the tokens its cells hold (pro
 generated answer). "reuse" continues a prompt from the whole prefix it shares with a slot; a
 common prefix can also be given to another slot, so several conversations keep their caches: in
 a shared (unified) cache by sharing its cells (counted once), with a stream per sequence by
-copying the stream when the prefix is long enough to be worth it (COPY_MIN). "exact" also counts how many tokens were
+copying the stream when the prefix is long enough to be worth it (``stream_copy_min``). "exact" also counts how many tokens were
 computed as whole micro-batches aligned at multiples of n_ubatch, the way a fresh run computes a
 prompt, and reuses only those: the rest is computed in the same batches as a fresh run would, so
 the output is bit-identical to an uncached run. "off" keeps nothing.
@@ -36,6 +36,7 @@ once (``take``).
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import time
 from dataclasses import dataclass
@@ -48,9 +49,13 @@ from app.runtimes.worker import common_prefix
 # a host copy holding this many tokens more than a prompt shares with it (another answer to the
 # same question) is kept when the prompt's part is restored; with fewer, the copy is the prompt's
 KEEP_TAIL_MIN = 16
-# with a stream per sequence, a common prefix this long or longer is copied into another slot's
-# stream (llama.cpp copies the whole stream's buffer) rather than computed again
-COPY_MIN = 64
+# With a stream per sequence, a common prefix is copied into another slot's stream (llama.cpp
+# copies the whole stream's buffer) when computing it again would cost more: measured on 2 Xeon
+# cores with SmolLM2 (f16 cache), a 2,048-cell stream (47 MB) copied in ~7 ms and a 4,096-cell
+# one in ~15 ms, while a prompt token took ~2.8 ms (270 MFLOP): a byte copied costs what ~14
+# FLOP of a prompt's compute do. Twice the break-even, for machines whose ratio differs.
+COPY_FLOP_PER_BYTE = 14.0
+COPY_MARGIN = 2.0
 # llama.cpp's attention span is the used cells rounded up to this: below it, idle cells cost none
 KV_PAD = 256
 # a cache in at most this many ranges is a cheap copy: it leaves when another sequence starts,
@@ -75,6 +80,18 @@ def copy_costs(model: Any, *, v_transposed: bool) -> dict[str, float]:
     row = n_embd // n_head * max(1, int(L.llama_model_n_head_kv(model)))  # a cell's K (or V)
     rows = 1 + (row if v_transposed else 1)  # a layer's copies per range: K, then V
     return {"range_cost": RANGE_COST * rows / n_embd, "cell_cost": CELL_COST * 2 * row / n_embd}
+
+
+def stream_copy_min(model: Any, stream_cells: int, elem_bytes: float) -> int:
+    """The shortest common prefix worth copying from one cache stream of ``stream_cells``
+    cells (``elem_bytes`` a K or V element) to another, rather than computed again: with
+    SmolLM2, 5 tokens for a 2,048-cell stream, 10 for 4,096."""
+    n_embd = max(1, int(L.llama_model_n_embd(model)))
+    n_head = max(1, int(L.llama_model_n_head(model)))
+    row = n_embd // n_head * max(1, int(L.llama_model_n_head_kv(model)))
+    stream_bytes = stream_cells * int(L.llama_model_n_layer(model)) * 2 * row * elem_bytes
+    token_flop = 2 * max(1, int(L.llama_model_n_params(model)))
+    return max(1, math.ceil(COPY_MARGIN * stream_bytes * COPY_FLOP_PER_BYTE / token_flop))
 
 
 @dataclass(slots=True)
@@ -106,8 +123,10 @@ class Slots:
         cells: int = 0,
         range_cost: float = 0.0,
         cell_cost: float = 0.0,
+        copy_min: int = 1,
     ) -> None:
         self.mem = mem
+        self.copy_min = copy_min  # with a stream per sequence: a prefix worth copying
         # a copy's cost per range and per cell, in units of one query token attending one cell
         # (what an idle cell in place costs a step, per token it decodes or reads)
         self.range_cost = range_cost
@@ -204,7 +223,7 @@ class Slots:
         """Slot ``dst`` (empty) starts with the first ``n`` cached tokens of ``src``."""
         if self.shared:
             L.llama_memory_seq_cp(self.mem, src, dst, 0, n)
-        elif n >= COPY_MIN:
+        elif n >= self.copy_min:
             # across streams llama.cpp copies a whole stream (at the next decode); then the
             # copy's tail is dropped
             L.llama_memory_seq_cp(self.mem, src, dst, -1, -1)
