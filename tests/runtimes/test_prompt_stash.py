@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,54 @@ async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_it
         assert cells_of(engine, seen["slot"]) == 0 and slots.stashed
 
 
+async def test_caches_that_come_due_together_leave_one_step_apart(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """Two streams answered in one batch end together while a third runs: their rents reach
+    their copies' costs in the same step, and they leave one step apart, so the running
+    stream stalls for one copy at a time."""
+    async with loaded(tmp_path / "h", smollm2_path, parallel=3) as (h, mid, engine):
+        slots = engine.slots
+        steps, copies = [0], []
+        real_stash = slots.stash
+        slots.stash = lambda slot: copies.append((steps[0], slot)) or real_stash(slot)
+        opened = gate_first_step(engine)
+        step = engine._decode_step
+        due: dict[int, float] = {}
+        real_end = engine.end
+
+        long_slot: list[int] = []
+
+        def end(seq: Any) -> None:
+            slot = seq.engine_state.slot
+            real_end(seq)
+            if seq.request.max_tokens == 2:  # the long stream's steps charge it for its own
+                own = len(slots.kv[slot]) - common_prefix(slots.kv[slot], slots.kv[long_slot[0]])
+                due[slot] = slots.copy_cost(slot) / own
+
+        def counted(decoded: Any) -> int:
+            steps[0] += 1
+            return step(decoded)
+
+        engine._decode_step, engine.end = counted, end
+        long = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=80)
+        it = long.__aiter__()
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        long_slot.append(next(sl for sl in range(len(slots.kv)) if sl not in slots.free))
+        shorts = [
+            await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=2)
+            for _ in range(2)
+        ]
+        opened.set()
+        for s in shorts:
+            await transcript(s)
+        assert [d async for d in it][-1].finish_reason == "length"
+        assert len(due) == 2 and len({round(d, 6) for d in due.values()}) == 1, due
+        ours = [c for c in copies if c[1] in due]
+        assert len(ours) == 2, copies
+        assert ours[1][0] == ours[0][0] + 1, f"they left in steps {ours}"
+
+
 async def test_a_cheap_idle_cache_leaves_before_the_next_prompt_is_read(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
@@ -245,15 +294,20 @@ async def test_a_burst_continuing_a_batch_finds_its_caches_in_place(
     tokens waited ~200 ms for it), and both continue from their whole caches."""
     async with loaded(tmp_path / "h", smollm2_path, parallel=2) as (h, mid, engine):
         slots = engine.slots
-        answers = await two_together(h, mid, engine)
+        # 48-token answers: dear copies, which the first follow-up's prompt (its tokens each
+        # attending the other's cells) does not pay for alone
+        answers = await two_together(h, mid, engine, 48)
         stashes: list[int] = []
         real_stash = slots.stash
         slots.stash = lambda slot: stashes.append(slot) or real_stash(slot)
         seen: dict[str, Any] = {}
         real_begin = engine.begin
+        both_sent = threading.Event()
 
         def begin(seq: Any) -> None:
             if not seen:
+                # the other follow-up is queued before this one's steps begin (a burst)
+                assert both_sent.wait(60), "the second follow-up was never sent"
                 prompt = list(seq.request.prompt_tokens)
                 held = [sl for sl in slots.free if len(slots.kv[sl]) > 150]
                 other = min(held, key=lambda sl: common_prefix(slots.kv[sl], prompt))
@@ -271,6 +325,7 @@ async def test_a_burst_continuing_a_batch_finds_its_caches_in_place(
             for q, a in zip((A, B), answers, strict=True)
         ]
         gens = [await chat(h, mid, m, sampling=GREEDY, max_tokens=64) for m in follow]
+        both_sent.set()
         finals = [(await g.collect()).final for g in gens]
         assert seen["projected"] >= seen["cost"], "the rent rule alone would have moved it"
         assert stashes == [] and slots.restores == 0, "a cache was copied out and back"
