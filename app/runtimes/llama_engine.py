@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from app.core.fit import cache_slots, separate_caches
+from app.core.fit import KV_BYTES, cache_slots, separate_caches
 from app.core.types import GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
 from app.runtimes.llama_backend import (
@@ -38,7 +38,6 @@ CACHE_MODES = ("reuse", "exact", "off")
 # graph node: for a handful of tokens the calls cost more than the decode)
 ABORT_MIN_TOKENS = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
-_KV_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # an element's bytes
 
 
 # the answer tokens a sequence is counted for when the shared cache's room is weighed (more come
@@ -154,7 +153,7 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             ctx=self.ctx,
             cells=int(self.cache_tokens),
             **copy_costs(self.model, v_transposed=cp.flash_attn_type == 0),
-            copy_min=stream_copy_min(self.model, self.n_ctx, _KV_BYTES[options.kv_type]),
+            copy_min=stream_copy_min(self.model, self.n_ctx, KV_BYTES[options.kv_type]),
         )
         # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
         self.lifetime = NativeLifetime()

@@ -5,10 +5,11 @@ A slot is a llama.cpp sequence id. Each remembers the tokens its cells hold (pro
 generated answer). "reuse" continues a prompt from the whole prefix it shares with a slot; a
 common prefix can also be given to another slot, so several conversations keep their caches: in
 a shared (unified) cache by sharing its cells (counted once), with a stream per sequence by
-copying the stream when the prefix is long enough to be worth it (``stream_copy_min``). "exact" also counts how many tokens were
-computed as whole micro-batches aligned at multiples of n_ubatch, the way a fresh run computes a
-prompt, and reuses only those: the rest is computed in the same batches as a fresh run would, so
-the output is bit-identical to an uncached run. "off" keeps nothing.
+copying the stream when the prefix is long enough to be worth it (``stream_copy_min``).
+"exact" also counts how many tokens were computed as whole micro-batches aligned at multiples
+of n_ubatch, the way a fresh run computes a prompt, and reuses only those: the rest is computed
+in the same batches as a fresh run would, so the output is bit-identical to an uncached run.
+"off" keeps nothing.
 
 In a shared cache every step's attention walks all used cells, idle conversations' included
 (on 2 Xeon cores with flash attention off, each idle cell cost a lone decode step ~3 us and a
