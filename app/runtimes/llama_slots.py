@@ -74,11 +74,16 @@ RANGE_COST = 254.0  # 85 x 576 / 193
 CELL_COST = 8.25  # 5.5 x 576 / 384
 
 
-def copy_costs(model: Any, *, v_transposed: bool) -> dict[str, float]:
-    """``Slots``' range_cost and cell_cost for ``model`` (a llama_model pointer)."""
+def _kv_row(model: Any) -> tuple[int, int]:
+    """(n_embd, the elements of a cell's K (or V) in one layer) of a llama_model pointer."""
     n_embd = max(1, int(L.llama_model_n_embd(model)))
     n_head = max(1, int(L.llama_model_n_head(model)))
-    row = n_embd // n_head * max(1, int(L.llama_model_n_head_kv(model)))  # a cell's K (or V)
+    return n_embd, n_embd // n_head * max(1, int(L.llama_model_n_head_kv(model)))
+
+
+def copy_costs(model: Any, *, v_transposed: bool) -> dict[str, float]:
+    """``Slots``' range_cost and cell_cost for ``model`` (a llama_model pointer)."""
+    n_embd, row = _kv_row(model)
     rows = 1 + (row if v_transposed else 1)  # a layer's copies per range: K, then V
     return {"range_cost": RANGE_COST * rows / n_embd, "cell_cost": CELL_COST * 2 * row / n_embd}
 
@@ -87,9 +92,7 @@ def stream_copy_min(model: Any, stream_cells: int, elem_bytes: float) -> int:
     """The shortest common prefix worth copying from one cache stream of ``stream_cells``
     cells (``elem_bytes`` a K or V element) to another, rather than computed again: with
     SmolLM2, 5 tokens for a 2,048-cell stream, 10 for 4,096."""
-    n_embd = max(1, int(L.llama_model_n_embd(model)))
-    n_head = max(1, int(L.llama_model_n_head(model)))
-    row = n_embd // n_head * max(1, int(L.llama_model_n_head_kv(model)))
+    _, row = _kv_row(model)
     stream_bytes = stream_cells * int(L.llama_model_n_layer(model)) * 2 * row * elem_bytes
     token_flop = 2 * max(1, int(L.llama_model_n_params(model)))
     return max(1, math.ceil(COPY_MARGIN * stream_bytes * COPY_FLOP_PER_BYTE / token_flop))
