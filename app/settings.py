@@ -86,9 +86,10 @@ class LoadDefaults:
     max_auto_context: int = DEFAULT_MAX_AUTO_CONTEXT
     threads: int = 0  # 0 = auto: the physical cores, fewer while other programs keep them busy
     batch_size: int = 512
-    # requests one GGUF model decodes together; they share one cache of context_length tokens
-    # (with prompt_cache.mode "exact", each gets its own)
-    parallel: int = 4
+    # the most requests one GGUF model decodes together; they share one cache of context_length
+    # tokens, and beyond 4 join only while that is faster (app/runtimes/llama_admission.py);
+    # with prompt_cache.mode "exact" or kv_layout "per-sequence", each gets its own cache
+    parallel: int = 8
     jit_ttl_s: int = 900  # an on-demand load unloads after this long idle; 0 = at once when idle
     jit_keep_forever: bool = False  # on-demand loads never unload on their own
     memory_budget_bytes: int = 0  # 0 = 80% of RAM (or of the largest GPU)

@@ -134,8 +134,10 @@ _TABLE = (
     ),
     OptionSpec(
         "parallel", "int", "Parallel requests",
-        "requests decoded together in one batch; they share one KV cache of the context length "
-        "(with the exact prompt cache each gets its own, and memory grows with this number)",
+        "the most requests decoded together in one batch; they share one KV cache of the "
+        "context length, and on the CPU those beyond 4 join only while that is faster (with the "
+        "exact prompt cache or a cache per sequence each gets its own, and memory grows with "
+        "this number)",
         "--parallel", 1, 16,
     ),
     OptionSpec(

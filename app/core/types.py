@@ -103,8 +103,9 @@ class LoadOptions:
     seed: int | None = None
     # requests decoded together in one batch (llama.cpp). With prompt_cache "reuse" or "off"
     # they share one KV cache of context_length tokens (the most one request may use); with
-    # "exact" each gets its own context_length of cache (memory grows with this number)
-    parallel: int = 4
+    # "exact" each gets its own context_length of cache (memory grows with this number). In a
+    # shared cache on the CPU, requests beyond 4 join only while that is faster
+    parallel: int = 8
     # reuse: a prompt continues from the longest common prefix any kept cache holds (prompt
     # and generated answer; several conversations kept); exact: only whole aligned micro-
     # batches of an earlier prompt are reused, so answers and logprobs are bit-identical to an

@@ -7,6 +7,7 @@ import codecs
 import contextlib
 import ctypes
 import logging
+import math
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from app.core.fit import KV_BYTES, cache_slots, separate_caches
 from app.core.types import GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
+from app.runtimes.llama_admission import Admission, wide_cells
 from app.runtimes.llama_backend import (
     L,
     claim_threads,
@@ -40,12 +42,7 @@ ABORT_MIN_TOKENS = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 
 
-# the answer tokens a sequence is counted for when the shared cache's room is weighed (more come
-# as others finish; a sequence that outgrows the cache parks the youngest)
-ANSWER_ROOM = 256
-
-
-class LlamaEngine(PooledOutputs, Sampling, Speculation):
+class LlamaEngine(Admission, PooledOutputs, Sampling, Speculation):
     """The native state of one model and the decode loop the worker drives."""
 
     def __init__(self, model: LocalModel, options: LoadOptions, *, extra_bufts: bool) -> None:
@@ -127,6 +124,9 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
                 L.llama_model_free(self.model)
                 raise
         self.max_sequences = parallel  # decoded at once; more slots keep idle caches
+        # a shared cache attended on the CPU: what a step costs in cells bounds the width
+        on_cpu = options.gpu_layers == 0 or not L.llama_supports_gpu_offload()
+        self.step_cells = wide_cells(self.model) if self.unified and on_cpu else math.inf
         self.peak_batch = 0  # the most sequences decoded in one step so far
         self.preempted = 0  # sequences parked because the shared cache was full
         self.batch = L.llama_batch_init(self.n_batch, 0, 1)
@@ -271,24 +271,6 @@ class LlamaEngine(PooledOutputs, Sampling, Speculation):
             self._prefill(seq, state, whole=True)
         elif not self.prompts_together:
             self._prefill(seq, state, whole=False)
-
-    def fits(self, seq: Sequence, active: list[Sequence]) -> bool:
-        """Whether the shared cache has room for ``seq``'s prompt and the start of its answer
-        (ANSWER_ROOM tokens at most) beside what the ``active`` sequences hold and will add
-        (idle caches give way). Admitted without it, it would park a running sequence, whose
-        tokens are then read again: 8 requests of ~730 prompt and 200 answer tokens in a
-        4,096-cell cache with parallel 8 took 49.7 s (5 parked), 37.8 s with this check.
-        Caches of their own per sequence (no sharing) always fit."""
-        if not self.unified:
-            return True
-        held = sum(len(s.request.prompt_tokens) + s.generated for s in (*active, seq))
-        answers = sum(self._answer_room(s.request, s.generated) for s in (*active, seq))
-        return held + answers <= self.cache_tokens
-
-    def _answer_room(self, req: GenerationRequest, generated: int = 0) -> int:
-        """An answer's tokens counted ahead: what its max_tokens leaves, at most ANSWER_ROOM."""
-        left = self.n_ctx if req.max_tokens is None else req.max_tokens - generated
-        return max(0, min(left, ANSWER_ROOM))
 
     def _alone(self) -> bool:
         return self._busy() <= 1

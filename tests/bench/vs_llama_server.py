@@ -7,7 +7,8 @@ Without LLAMA_SERVER the binary is looked for as tests/e2e/engines.py does (HEAR
 PATH, the build of the sources vendored in the llama-cpp-python sdist); build one with the steps
 that prints. Engines run one at a time, never together:
 - llama-server `-np 8 -c 16384 -t T` (T = physical cores), and `-np 1` for the tiny-prompt TTFT;
-- `hearth serve` with the default load, with `--parallel 8` (shared cache), and with
+- `hearth serve` with the default load (`parallel` 8, a shared cache, more than 4 at once only
+  while that pays), with `--parallel 4` (4 at once, the default before), and with
   `--parallel 8 --kv-layout per-sequence --ctx 2048`: a cache stream of 2,048 tokens per
   request, the same memory and per-request limit as llama-server's `-np 8 -c 16384`;
 - with `--baseline DIR`, the same loads of another checkout (`git worktree add DIR main`), to
@@ -196,7 +197,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--model", type=Path, default=None)
-    ap.add_argument("--skip-parallel", action="store_true", help="no `--parallel 8` Hearth run")
+    ap.add_argument("--skip-parallel", action="store_true", help="no `--parallel 4` Hearth run")
     ap.add_argument("--verbose", action="store_true", help="each stream's usage on stderr")
     ap.add_argument("--only-hearth", action="store_true", help="skip llama-server (diagnosis)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
@@ -241,7 +242,7 @@ def main() -> int:
         per_seq = {"parallel": 8, "kv_layout": "per-sequence", "context_length": 2048}
         runs: list[tuple[str, dict[str, Any], Path | None]] = [("Hearth default", {}, None)]
         if not a.skip_parallel:
-            runs.append(("Hearth --parallel 8", {"parallel": 8}, None))
+            runs.append(("Hearth --parallel 4", {"parallel": 4}, None))
             if not a.no_per_sequence:
                 runs.append(("Hearth 8 per-sequence", per_seq, None))
         if a.baseline is not None:
@@ -272,7 +273,7 @@ def main() -> int:
         h
         for h in (
             "Hearth default",
-            "Hearth --parallel 8",
+            "Hearth --parallel 4",
             "Hearth 8 per-sequence",
             "baseline default",
         )

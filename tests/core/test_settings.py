@@ -53,7 +53,7 @@ def test_defaults_are_safe() -> None:
     assert s.load == LoadDefaults()
     assert settings_from_dict({}) == s
     # issue 12: several requests batched over one shared cache, which reuses whole prefixes
-    assert s.load.parallel == 4 and s.prompt_cache.mode == "reuse"
+    assert s.load.parallel == 8 and s.prompt_cache.mode == "reuse"
 
 
 def test_prompt_cache_mode_reaches_every_load(tmp_path: Path) -> None:
@@ -316,7 +316,7 @@ def test_without_hearth_home_paths_are_per_user(
 
 
 def test_parallel_default_is_bounded() -> None:
-    assert settings_from_dict({}).load.parallel == 4
+    assert settings_from_dict({}).load.parallel == 8
     assert settings_from_dict({"load": {"parallel": 2}}).load.parallel == 2
     for bad in (0, 17):
         with pytest.raises(ConfigError):

@@ -85,7 +85,7 @@ async def test_joining_prompts_are_read_together_in_one_decode(
         solo = [await transcript(await one(solo_h, model.id, p)) for p in PROMPTS]
     finally:
         await solo_h.close()
-    h = hearth(tmp_path / "batched")  # the default load: reuse cache, shared, parallel 4
+    h = hearth(tmp_path / "batched")  # the default load: reuse cache, shared, parallel 8
     model, _ = h.import_model(smollm2_path)
     try:
         lm = await h.load(model.id)

@@ -354,7 +354,7 @@ def test_queue_full_429_with_retry_after_and_running_stream_not_cut(plain: Serve
         conn.close()
         return status
 
-    # one sequence at a time: with the default parallel (4) the second runs beside the first
+    # one sequence at a time: with the default parallel (8) the second runs beside the first
     # as soon as the worker admits it, and the third may find the queue empty (it did)
     load = {"model": plain.model_id, "options": {"parallel": 1}}
     assert post("/api/v1/models/load", load) == 200
