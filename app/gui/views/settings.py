@@ -149,8 +149,10 @@ class SettingsPage(QWidget):
         self.parallel_spin = QSpinBox()
         _table_range(self.parallel_spin, "parallel")
         self.parallel_spin.setToolTip(
-            "Requests a GGUF model decodes together. They share one KV cache of the context "
-            "length (with the exact prompt cache each gets its own, and memory grows with this)."
+            "The most requests a GGUF model decodes together. They share one KV cache of the "
+            "context length; on the CPU, more than 4 join only while their prompts are short "
+            "enough for that to be faster (with the exact prompt cache each gets its own, and "
+            "memory grows with this)."
         )
         self.prompt_cache_combo = QComboBox()
         for mode, label in PROMPT_CACHE_CHOICES:
