@@ -1,7 +1,7 @@
 """Child process for the memory-estimate test: load with mmap off, fill the context, report RSS.
 
-Usage: python -m tests.runtimes.memory_probe FORMAT PATH CONTEXT HOME [PARALLEL [CACHE_MODE]]
-Prints one JSON line: {"estimate": bytes, "measured": bytes, ...}.
+Usage: python -m tests.runtimes.memory_probe FORMAT PATH CONTEXT HOME [PARALLEL [CACHE_MODE [FILL]]]
+FILL: how many sequences fill the context (default PARALLEL). Prints one JSON line: {"estimate": bytes, "measured": bytes, ...}.
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from pathlib import Path
 
 
 async def main(
-    fmt: str, path: str, ctx: int, home: str, parallel: int = 1, mode: str = "exact"
+    fmt: str,
+    path: str,
+    ctx: int,
+    home: str,
+    parallel: int = 1,
+    mode: str = "exact",
+    fill: int = 0,
 ) -> None:
     from app.core import fit, formats
     from app.core.library import ModelLibrary
@@ -66,12 +72,13 @@ async def main(
     else:
         words = "the lighthouse keeper watched the sea "
         # separate caches: each sequence fills its own; a shared one: they fill it together
-        share = 1 if fit.separate_caches(cache, layout) else parallel
+        fill = fill or parallel
+        share = 1 if fit.separate_caches(cache, layout) else fill
         tokens = lm.tokenize(words * 2000, add_special=True, parse_special=False)[
             : lm.context_length // share - 2
         ]
 
-        async def fill(i: int) -> None:  # a different prompt per sequence: one cache stream each
+        async def one(i: int) -> None:  # a different prompt per sequence: one cache stream each
             choices = await h.complete(
                 CompletionRequest(
                     model.id,
@@ -83,9 +90,9 @@ async def main(
             gen = choices.first
             await gen.collect()
 
-        await asyncio.gather(*(fill(i) for i in range(parallel)))
+        await asyncio.gather(*(one(i) for i in range(fill)))
         if estimate.prompt_ram:  # other conversations fill it again: the first go to host memory
-            await asyncio.gather(*(fill(parallel + i) for i in range(parallel)))
+            await asyncio.gather(*(one(fill + i) for i in range(fill)))
     after = fit.current_rss()
     print(
         json.dumps(
@@ -104,7 +111,8 @@ async def main(
 if __name__ == "__main__":
     par = int(sys.argv[5]) if len(sys.argv) > 5 else 1
     mode = sys.argv[6] if len(sys.argv) > 6 else "exact"
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], par, mode))
+    n_fill = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], par, mode, n_fill))
     # measured and closed: leave without the interpreter's teardown, where MLX's CPU build may
     # abort ("terminate called without an active exception", seen once in the suite, after the
     # result was printed; ml-explore/mlx#1473 is the same class of exit crash)
