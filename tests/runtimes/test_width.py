@@ -75,3 +75,26 @@ async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_on
         assert all(texts), texts
     finally:
         await h.close()
+
+
+@pytest.mark.model
+async def test_a_cache_stream_per_sequence_decodes_all_at_once(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """With a cache stream per request a step's attention reads only each request's own
+    cells, so long prompts do not bound how many decode at once."""
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    opts = LoadOptions(context_length=1024, kv_layout="per-sequence")
+    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        long = [
+            " ".join(WORDS[(i * 5 + k) % len(WORDS)] for k in range(300)) + "\nA story."
+            for i in range(8)
+        ]
+        widest, texts = await burst(h, model.id, long)
+        assert widest == 8, "eight long requests decode at once, each in its own stream"
+        assert all(texts), texts
+    finally:
+        await h.close()
