@@ -115,10 +115,10 @@ def test_load_reloads_with_other_options_and_says_so(server: ServeProc) -> None:
     entry = ps(server)
     assert entry["context_length"] == 1024 and entry["options"]["parallel"] == 2
     assert load_json(server, mid, "--parallel", "2", "--ctx", "1024")["action"] == "unchanged"
-    # options not given resolve as a fresh load would (defaults: parallel 4, context 2048)
+    # options not given resolve as a fresh load would (defaults: parallel 8, context 2048)
     back = load_json(server, mid)
     assert back["action"] == "reloaded" and back["context_length"] == 2048
-    assert back["options"]["parallel"] == 4
+    assert back["options"]["parallel"] == 8
     # plain output names the action too
     r = hearth(server, "load", mid)
     assert r.returncode == 0 and r.stdout.strip() == f"unchanged {mid} (context 2048)"

@@ -415,9 +415,10 @@ async def test_parallel_sequences_decode_together_and_match_solo(
 async def test_shared_cache_batches_and_matches_solo_within_tolerance(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
-    """The default load: four requests decode in one batch over one shared cache (no more
-    memory than one context), their greedy texts those of solo runs and their logprobs within
-    the tolerance; when the shared cache fills, a sequence waits (parked) and finishes later."""
+    """The default load: four requests (of up to eight) decode in one batch over one shared
+    cache (no more memory than one context), their greedy texts those of solo runs and their
+    logprobs within the tolerance; when the shared cache fills, a sequence waits (parked) and
+    finishes later."""
     prompts = [
         f"Write a short story about a {x}." for x in ("cat", "lighthouse", "dragon", "robot")
     ]
@@ -446,7 +447,7 @@ async def test_shared_cache_batches_and_matches_solo_within_tolerance(
     try:
         lm = await h.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
-        assert (engine.max_sequences, engine.cache_tokens, lm.context_length) == (4, 1024, 1024)
+        assert (engine.max_sequences, engine.cache_tokens, lm.context_length) == (8, 1024, 1024)
         together = await asyncio.gather(*(one(h, model.id, p) for p in prompts))
         assert engine.peak_batch == 4, "the four requests were decoded in one batch"
         for i, (a, b) in enumerate(zip(solo, together, strict=True)):
