@@ -10,12 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.library import ModelLibrary
 from app.core.service import Hearth
-from app.core.types import LoadOptions
 from app.runtimes.llama_admission import BASE_WIDTH, goes_wide, wide_cells
-from app.runtimes.llama_cpp import LlamaCppRuntime
-from tests.runtimes.test_mixed_batch import gate_first_step, one
+from tests.runtimes.test_mixed_batch import gate_first_step, hearth, one
 
 WORDS = "river stone light quiet market garden winter letter window harbor village bridge".split()
 
@@ -49,9 +46,7 @@ async def burst(h: Hearth, model_id: str, prompts: list[str]) -> tuple[int, list
 async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_ones_four(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
-    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=4096))
+    h = hearth(tmp_path)  # the default load, with a 2,048-token cache
     model, _ = h.import_model(smollm2_path)
     try:
         lm = await h.load(model.id)
@@ -83,10 +78,7 @@ async def test_a_cache_stream_per_sequence_decodes_all_at_once(
 ) -> None:
     """With a cache stream per request a step's attention reads only each request's own
     cells, so long prompts do not bound how many decode at once."""
-    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
-    opts = LoadOptions(context_length=1024, kv_layout="per-sequence")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    h = hearth(tmp_path, kv_layout="per-sequence")
     model, _ = h.import_model(smollm2_path)
     try:
         long = [
