@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.core.service import Hearth
-from app.runtimes.llama_admission import BASE_WIDTH, goes_wide, wide_cells
+from app.runtimes.llama_admission import BASE_WIDTH, goes_wide, small_joins, wide_cells
 from tests.runtimes.test_mixed_batch import gate_first_step, hearth, one
 
 WORDS = "river stone light quiet market garden winter letter window harbor village bridge".split()
@@ -23,6 +23,9 @@ def test_more_at_once_only_while_the_cells_are_few() -> None:
     assert goes_wide(270, 6, 6500)  # fewer at once pay for more cells
     assert goes_wide(10**6, 8, float("inf"))  # a cache per sequence or a GPU: no bound
     assert BASE_WIDTH == 4
+    # a quick question beside four long requests joins them; a like one (a burst) does not
+    assert small_joins(50, [330.0] * 4, 6500) and not small_joins(330, [330.0] * 4, 6500)
+    assert not small_joins(120, [600.0] * 7, 6500)  # 7 x 8 x 120 cells: more than it saves
 
 
 async def burst(h: Hearth, model_id: str, prompts: list[str]) -> tuple[int, list[str]]:
@@ -67,6 +70,10 @@ async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_on
         ]
         widest, texts = await burst(h, model.id, long)
         assert widest == 4, "long requests decode four at once"
+        assert all(texts), texts
+        # a short one beside four long ones joins them at once, not after one of them ends
+        widest, texts = await burst(h, model.id, long[:4] + short[:1])
+        assert widest == 5, "the short request decoded beside the four long ones"
         assert all(texts), texts
     finally:
         await h.close()
