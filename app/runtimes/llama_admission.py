@@ -24,8 +24,9 @@ more sequences at once share.
 
 A small request still joins beside long ones when it is of another kind (a quarter of their
 average cells or less) and its joining pays (``small_joins``): beside 4 requests of ~330-token
-prompts, a short question's first token came after 3.0-3.5 s (their prompts read first)
-instead of 6.9-7.3 s (one of them ended), and they took no longer.
+prompts, a short question's first token came after 2.6-3.5 s (read with their prompts' last
+pieces; ~0.8 s since short prompts are read first) instead of 6.9-7.3 s (one of them ended),
+and they took no longer.
 
 The first BASE_WIDTH sequences always decode together (several clients are served at once
 whatever the cost, as peers' default of 4 does). Caches of their own per sequence (a cache

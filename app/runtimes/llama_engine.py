@@ -428,25 +428,32 @@ class LlamaEngine(Admission, PooledOutputs, Sampling, Speculation):
             self._prefill(seq, st, whole=not decoded and len(reading) == 1)
 
     def _read_together(self, joining: list[tuple[Sequence, _SeqState]]) -> bool:
-        """One llama_decode of the next pieces of every prompt being read, oldest first, as
-        much as the batch holds (llama-server reads new prompts together; the running
+        """One llama_decode of the next pieces of the prompts being read, the shortest rest
+        first, as much as the batch holds; after the first, only whole rests of up to twice
+        its length (a short question beside long prompts is read in a decode of its own, not
+        behind ~470 of their tokens; the others follow in the next steps). llama-server reads
+        new prompts together too; the running
         streams' tokens stay in their own step, whose numbers then match a solo run's as
         closely as before). False when the cache had no room for it all, or a joining request
         was cancelled mid-batch: nothing of it stays in the cache, and the caller reads the
         prompts one by one."""
-        n = 0
+        n, deferred = 0, False
         pieces: list[tuple[Sequence, _SeqState, list[int], int]] = []
-        for seq, st in joining:
+        order = sorted(joining, key=lambda r: len(r[1].prompt) - r[1].done_upto)
+        for seq, st in order:
             start = st.done_upto
             chunk = self._text_piece(st.prompt, start, self.n_batch - n)
+            last = start + len(chunk) == len(st.prompt)
             if not chunk:
                 continue
-            last = start + len(chunk) == len(st.prompt)
+            if pieces and (not last or len(chunk) > 2 * len(pieces[0][2])):
+                deferred = True  # read in a later step
+                continue
             for j, t in enumerate(chunk):
                 self._put(n + j, t, start + j, st.slot, logits=last and j == len(chunk) - 1)
             n += len(chunk)
             pieces.append((seq, st, chunk, n - 1))
-        if len(pieces) < 2:  # one prompt (or an image next): the usual chunk of its own
+        if len(pieces) < 2 and not deferred:  # one prompt (or an image next): a chunk of its own
             return False
         self.batch.n_tokens = n
         self.peak_batch = max(self.peak_batch, len(pieces))

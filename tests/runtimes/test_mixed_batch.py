@@ -1,6 +1,7 @@
 """Prompts that join running streams are read together (llama-server reads new prompts in one
 batch), not in a decode of their own each: after the streams' step, one llama_decode carries the
-next pieces of every joining prompt. The streams' tokens keep their own step, so their numbers
+next pieces of the joining prompts, the shortest first (a much longer one waits for a later
+decode). The streams' tokens keep their own step, so their numbers
 stay as close to a solo run's as before. The tests hold the first decode step at a gate until
 the others have joined, so they do not depend on the machine's speed."""
 
@@ -25,6 +26,9 @@ pytestmark = pytest.mark.model
 GREEDY = SamplingParams(temperature=0)
 PROMPTS = [f"Write a short story about a {x}." for x in ("cat", "lighthouse", "dragon", "robot")]
 LONG = "The keeper climbed the stairs of the lighthouse every night. " * 40  # ~500 tokens
+MID = "The keeper climbed the stairs of the lighthouse every night. " * 16  # ~200 tokens
+# a chat prompt of ~150 tokens: read in one decode with MID (within twice its length)
+NOTE = "Here is a note. " + "The harbor was quiet at dawn and the boats slept. " * 11 + PROMPTS[1]
 
 
 def hearth(tmp_path: Path, **options: Any) -> Hearth:
@@ -132,9 +136,9 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
     model, _ = solo_h.import_model(smollm2_path)
     try:
         solo_run = await transcript(await one(solo_h, model.id, PROMPTS[0], 32))
-        solo_other = await transcript(await one(solo_h, model.id, PROMPTS[1], 16))
+        solo_other = await transcript(await one(solo_h, model.id, NOTE, 16))
         solo_long = await transcript(
-            await complete(solo_h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=3)
+            await complete(solo_h, model.id, MID, sampling=GREEDY, max_tokens=8, logprobs=3)
         )
     finally:
         await solo_h.close()
@@ -156,8 +160,8 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
         running = await one(h, model.id, PROMPTS[0], 32)
         it = running.__aiter__()
         head = await asyncio.wait_for(it.__anext__(), 60)
-        joiner = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=3)
-        other = await one(h, model.id, PROMPTS[1], 16)
+        joiner = await complete(h, model.id, MID, sampling=GREEDY, max_tokens=8, logprobs=3)
+        other = await one(h, model.id, NOTE, 16)
         opened.set()
         rest = [d async for d in it]
         got = [d async for d in joiner]
@@ -170,11 +174,40 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
         if not assert_greedy_close(solo_other[1], other_run[1], "the other joiner"):
             assert other_run[0] == solo_other[0]
         again = await transcript(
-            await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=8, logprobs=3)
+            await complete(h, model.id, MID, sampling=GREEDY, max_tokens=8, logprobs=3)
         )
         if not assert_greedy_close(solo_long[1], again[1], "the prompt asked again"):
             assert again[0] == solo_long[0]
         assert lm.pending == 0
+    finally:
+        await h.close()
+
+
+async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """Joining prompts are read the shortest first, and a much longer one waits for a later
+    decode: a short question is not read behind ~500 tokens of another prompt."""
+    h = hearth(tmp_path)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        running = await one(h, model.id, PROMPTS[0], 8)
+        it = running.__aiter__()
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        rec = Recorder(engine)
+        joiner = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=4)
+        short = await one(h, model.id, PROMPTS[1], 4)
+        opened.set()
+        [d async for d in it]
+        await transcript(short)
+        await joiner.collect()
+        reads = [c for c in rec.calls if c[2] < c[0]]  # prompt decodes: fewer output rows
+        assert len(reads[0][1]) == 1 and reads[0][0] < 64, f"the short prompt first: {reads[:3]}"
+        assert all(len(c[1]) == 1 for c in reads), "the long prompt in decodes of its own"
+        assert sum(c[0] for c in reads[1:]) > 400, reads
     finally:
         await h.close()
 
