@@ -432,11 +432,10 @@ class LlamaEngine(Admission, PooledOutputs, Sampling, Speculation):
         first, as much as the batch holds; after the first, only whole rests of up to twice
         its length (a short question beside long prompts is read in a decode of its own, not
         behind ~470 of their tokens; the others follow in the next steps). llama-server reads
-        new prompts together too; the running
-        streams' tokens stay in their own step, whose numbers then match a solo run's as
-        closely as before). False when the cache had no room for it all, or a joining request
-        was cancelled mid-batch: nothing of it stays in the cache, and the caller reads the
-        prompts one by one."""
+        new prompts together too; the running streams' tokens stay in their own step, whose
+        numbers then match a solo run's as closely as before. False when the cache had no room
+        for it all, or a joining request was cancelled mid-batch: nothing of it stays in the
+        cache, and the caller reads the prompts one by one."""
         n, deferred = 0, False
         pieces: list[tuple[Sequence, _SeqState, list[int], int]] = []
         order = sorted(joining, key=lambda r: len(r[1].prompt) - r[1].done_upto)
