@@ -197,7 +197,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--model", type=Path, default=None)
-    ap.add_argument("--skip-parallel", action="store_true", help="no `--parallel 4` Hearth run")
+    ap.add_argument(
+        "--skip-parallel",
+        action="store_true",
+        help="no `--parallel 4` or per-sequence Hearth run (nor the baseline's `--parallel 8`)",
+    )
     ap.add_argument("--verbose", action="store_true", help="each stream's usage on stderr")
     ap.add_argument("--only-hearth", action="store_true", help="skip llama-server (diagnosis)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")

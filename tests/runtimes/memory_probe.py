@@ -1,7 +1,8 @@
 """Child process for the memory-estimate test: load with mmap off, fill the context, report RSS.
 
 Usage: python -m tests.runtimes.memory_probe FORMAT PATH CONTEXT HOME [PARALLEL [CACHE_MODE [FILL]]]
-FILL: how many sequences fill the context (default PARALLEL). Prints one JSON line: {"estimate": bytes, "measured": bytes, ...}.
+FILL: how many sequences fill the context (default PARALLEL).
+Prints one JSON line: {"estimate": bytes, "measured": bytes, ...}.
 """
 
 from __future__ import annotations
