@@ -27,13 +27,14 @@ def rr(
     home = tmp_path_factory.mktemp("rerank")
     ce = write_cross_encoder(embedding_gguf, home.parent / "minilm-cross-encoder.gguf")
     with serving(home, embedding_gguf, smollm2_path, ce) as s:
-        ids = {m.model.path: m.model.id for m in s.service.models()}  # type: ignore[attr-defined]
+        # by resolved path: ../shared (the embedder's folder) may be a symlink
+        ids = {Path(m.model.path).resolve(): m.model.id for m in s.service.models()}  # type: ignore[attr-defined]
         yield (
             s,
             {
-                "embedder": ids[str(embedding_gguf)],
-                "chat": ids[str(smollm2_path)],
-                "cross": ids[str(ce)],
+                "embedder": ids[embedding_gguf.resolve()],
+                "chat": ids[smollm2_path.resolve()],
+                "cross": ids[ce.resolve()],
             },
         )
 
