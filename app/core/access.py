@@ -27,7 +27,12 @@ class Scope:
     partition: str = ""
 
 
-_SCOPE: ContextVar[Scope] = ContextVar("hearth_model_scope", default=Scope())
+_UNSCOPED = Scope()
+_SCOPE: ContextVar[Scope | None] = ContextVar("hearth_model_scope", default=None)
+
+
+def _current() -> Scope:
+    return _SCOPE.get() or _UNSCOPED
 
 
 @contextlib.contextmanager
@@ -42,16 +47,16 @@ def scoped(patterns: Iterable[str] | None, partition: str = "") -> Iterator[None
 
 
 def active() -> bool:
-    return _SCOPE.get().patterns is not None
+    return _current().patterns is not None
 
 
 def partition() -> str:
     """The caller's response-cache partition (a digest of its key's hash; "" without a key)."""
-    return _SCOPE.get().partition
+    return _current().partition
 
 
 def allowed(model_id: str) -> bool:
-    pats = _SCOPE.get().patterns
+    pats = _current().patterns
     return pats is None or any(fnmatch.fnmatchcase(model_id, p) for p in pats)
 
 

@@ -37,7 +37,14 @@ from app.errors import ModelNotFound
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CACHE_MODES", "CACHE_SCOPES", "CacheConfig", "ResponseCache", "request_keys", "requested"]
+__all__ = [
+    "CACHE_MODES",
+    "CACHE_SCOPES",
+    "CacheConfig",
+    "ResponseCache",
+    "request_keys",
+    "requested",
+]
 
 # what a client may ask with the request header ``x-hearth-cache``
 DIRECTIVES = ("force", "bypass", "no-store")

@@ -141,9 +141,7 @@ def test_alias_targets_are_listed_within_the_scope(keyed: Keyed) -> None:
         keyed.emb,
     ]
     assert alias(keyed.get("/v1/models", "chat"), "data", "both")["targets"] == [keyed.smol]
-    assert alias(keyed.get("/api/tags", "embed"), "models", "both:latest")["targets"] == [
-        keyed.emb
-    ]
+    assert alias(keyed.get("/api/tags", "embed"), "models", "both:latest")["targets"] == [keyed.emb]
     r = keyed.get("/v1/models/both", "chat")
     assert r.status_code == 200 and r.json()["targets"] == [keyed.smol]
 

@@ -6,7 +6,6 @@ thread never touches files); a running server uses a saved change at its next re
 from __future__ import annotations
 
 import dataclasses
-
 import logging
 from pathlib import Path
 from typing import Any
