@@ -14,7 +14,7 @@ from typing import Any
 
 from app.core import filecache
 from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
-from app.core.cache_store import CACHE_MODES, CacheConfig
+from app.core.cache_store import CACHE_MODES, CACHE_SCOPES, CacheConfig
 from app.core.filecache import FileCache
 from app.core.fsutil import (
     atomic_write_bytes,
@@ -352,6 +352,8 @@ def _cache_from_dict(raw: Any) -> CacheConfig:
     cache = _coerce(CacheConfig, raw, "cache")
     if cache.mode not in CACHE_MODES:
         raise ConfigError("settings: cache.mode must be one of " + ", ".join(CACHE_MODES))
+    if cache.scope not in CACHE_SCOPES:
+        raise ConfigError("settings: cache.scope must be one of " + ", ".join(CACHE_SCOPES))
     if cache.max_entries < 1:
         raise ConfigError("settings: cache.max_entries must be at least 1")
     if cache.semantic_threshold > 1:

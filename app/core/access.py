@@ -10,20 +10,36 @@ import contextlib
 import fnmatch
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TypeVar
 
 from app.errors import ModelNotFound
 
 T = TypeVar("T")
 
-_SCOPE: ContextVar[tuple[str, ...] | None] = ContextVar("hearth_model_scope", default=None)
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Who the request runs for: the model patterns its key may use (None: every model) and
+    its response-cache partition ("" for a request without a key: the GUI, no auth)."""
+
+    patterns: tuple[str, ...] | None = None
+    partition: str = ""
+
+
+_UNSCOPED = Scope()
+_SCOPE: ContextVar[Scope | None] = ContextVar("hearth_model_scope", default=None)
+
+
+def _current() -> Scope:
+    return _SCOPE.get() or _UNSCOPED
 
 
 @contextlib.contextmanager
-def scoped(patterns: Iterable[str] | None) -> Iterator[None]:
-    """Limit model resolution to ids matching any of ``patterns`` (None or empty: no limit)."""
-    pats = tuple(patterns or ()) or None
-    token = _SCOPE.set(pats)
+def scoped(patterns: Iterable[str] | None, partition: str = "") -> Iterator[None]:
+    """Limit model resolution to ids matching any of ``patterns`` (None or empty: no limit),
+    and file cached answers under ``partition``."""
+    token = _SCOPE.set(Scope(tuple(patterns or ()) or None, partition))
     try:
         yield
     finally:
@@ -31,11 +47,16 @@ def scoped(patterns: Iterable[str] | None) -> Iterator[None]:
 
 
 def active() -> bool:
-    return _SCOPE.get() is not None
+    return _current().patterns is not None
+
+
+def partition() -> str:
+    """The caller's response-cache partition (a digest of its key's hash; "" without a key)."""
+    return _current().partition
 
 
 def allowed(model_id: str) -> bool:
-    pats = _SCOPE.get()
+    pats = _current().patterns
     return pats is None or any(fnmatch.fnmatchcase(model_id, p) for p in pats)
 
 

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 1
 COUNTERS = ("hits", "semantic_hits", "misses", "bypasses")
 CACHE_MODES = ("off", "exact", "semantic")
+CACHE_SCOPES = ("key", "shared")  # answers kept per API key (default), or one pool for all
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS entries (key TEXT PRIMARY KEY, skey TEXT, model TEXT NOT NULL, "
     "created REAL NOT NULL, used REAL NOT NULL, payload TEXT NOT NULL, vector BLOB)",
@@ -39,13 +40,15 @@ _SCHEMA = (
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
-    """The ``cache`` settings: mode off | exact | semantic, the bounds, semantic matching."""
+    """The ``cache`` settings: mode off | exact | semantic, the bounds, semantic matching, and
+    whether answers are kept per API key (scope key | shared)."""
 
     mode: str = "off"
     max_entries: int = 1000
     ttl_s: float = 3600.0
     semantic_threshold: float = 0.9
     embedding_model: str = ""  # a library id (or alias); "" = semantic mode acts as exact
+    scope: str = "key"  # key: a key never gets another key's answer; shared: every key does
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,12 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def cache_partition(secret_hash: str) -> str:
+    """The response-cache partition of the key whose secret hashes to ``secret_hash``: a
+    digest of the hash, so the cache file holds no key material (a re-issued key starts empty)."""
+    return hashlib.sha256(b"hearth-response-cache\0" + secret_hash.encode()).hexdigest()[:32]
+
+
 def check_name(name: str) -> str:
     if not _NAME.fullmatch(name):
         raise InvalidRequest(

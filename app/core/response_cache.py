@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from app.core import access
-from app.core.cache_store import CACHE_MODES, CacheConfig, CachedAnswer, CacheStore
+from app.core.cache_store import CACHE_MODES, CACHE_SCOPES, CacheConfig, CachedAnswer, CacheStore
 from app.core.gateway import Gateway, RequestFacts
 from app.core.generation import Choices, Generation
 from app.core.library import ModelLibrary
@@ -37,7 +37,14 @@ from app.errors import ModelNotFound
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CACHE_MODES", "CacheConfig", "ResponseCache", "request_keys", "requested"]
+__all__ = [
+    "CACHE_MODES",
+    "CACHE_SCOPES",
+    "CacheConfig",
+    "ResponseCache",
+    "request_keys",
+    "requested",
+]
 
 # what a client may ask with the request header ``x-hearth-cache``
 DIRECTIVES = ("force", "bypass", "no-store")
@@ -134,12 +141,15 @@ def local_identity(library: ModelLibrary, presets: PresetStore | None) -> Callab
 
 
 def request_keys(
-    req: ChatRequest | CompletionRequest, targets: list[Any]
+    req: ChatRequest | CompletionRequest, targets: list[Any], partition: str | None = None
 ) -> tuple[str, str | None, str | None]:
     """``(key, semantic key, last user message)``. The semantic key is the key of the request
     with its last user message left out (None, and no text, for a request without one: raw
-    completions, a conversation with no user turn)."""
+    completions, a conversation with no user turn). Both hold ``partition`` when given (the
+    caller's key digest), so exact and semantic matches stay within one key's answers."""
     fields = request_fields(req, targets)
+    if partition is not None:
+        fields["partition"] = partition
     key = _digest(fields)
     if not isinstance(req, ChatRequest):
         return key, None, None
@@ -300,7 +310,8 @@ class ResponseCache:
             choices.cache = "bypass"
             return choices
         targets = [self.identity(t) for t in gateway.targets(req.model, facts)]
-        key, skey, text = request_keys(req, targets)
+        partition = access.partition() if cfg.scope != "shared" else None
+        key, skey, text = request_keys(req, targets, partition)
         now = self.clock()
         answer = await self._call(store.get, key, now, cfg.ttl_s)
         if answer is not None:

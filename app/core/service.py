@@ -233,8 +233,7 @@ class Hearth:
         return out
 
     def model_status(self, model_id: str) -> ModelStatus:
-        access.check(model_id)  # out of a key's --models scope: as unknown
-        m = self.library.get(model_id)
+        m = self.model(model_id)
         info = next((i for i in self.scheduler.loaded() if i.model_id == model_id), None)
         return ModelStatus(
             m,
@@ -300,7 +299,7 @@ class Hearth:
         wait: bool = False,
     ) -> LoadResult:
         """Like :meth:`load`, saying whether it loaded, reloaded or left the model unchanged."""
-        access.check(model_id)
+        self.model(model_id)
         return await self.scheduler.load_result(
             model_id, options, force=force, ttl=ttl, pin=pin, wait=wait
         )
@@ -317,27 +316,29 @@ class Hearth:
         return {"budget": self.scheduler.budget(), "used": self.scheduler.used()}
 
     def set_pinned(self, model_id: str, pinned: bool) -> None:
+        self.model(model_id)
         self.scheduler.set_pinned(model_id, pinned)
 
     def model(self, model_id: str) -> LocalModel:
-        """The library's model (ModelNotFound for an unknown id)."""
+        """The library's model as the caller may see it (routing names pass Gateway.targets):
+        ModelNotFound for an unknown id, and the same for one outside the key's scope."""
+        access.check(model_id)
         return self.library.get(model_id)
 
     def preset(self, model_id: str) -> dict[str, Any]:
-        self.library.get(model_id)
+        self.model(model_id)
         return self.presets.get(model_id) if self.presets is not None else {}
 
     def save_preset(self, model_id: str, raw: dict[str, Any]) -> dict[str, Any]:
         """Replace the model's preset (validated by the store); {} clears it."""
-        self.library.get(model_id)
+        self.model(model_id)
         if self.presets is None:
             raise InvalidRequest("presets are not available in this server")
         return self.presets.set(model_id, raw)
 
     def estimate(self, model_id: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         """The memory a load would take with these options, against the budget."""
-        access.check(model_id)
-        model = self.library.get(model_id)
+        model = self.model(model_id)
         loaded = self.scheduler.loaded_model(model_id) is not None
         opts = self.scheduler.effective_options(model_id, options)
         choice = self.scheduler.fit_context(model, opts, replacing=model_id if loaded else None)
@@ -354,6 +355,8 @@ class Hearth:
         }
 
     async def unload(self, model_id: str) -> bool:
+        if self._is_local(model_id):
+            self.model(model_id)  # a model outside the key's scope: as unknown
         return await self.scheduler.unload(model_id)
 
     # -- inference ---------------------------------------------------------------------------
@@ -365,16 +368,15 @@ class Hearth:
     def resolve_local(self, name: str) -> str:
         """The local model id ``name`` stands for: itself, or an alias's (or ``auto``'s) first
         local target. Raises ModelNotFound, or NotSupported for a remote model."""
-        if self._is_local(name) and access.allowed(name):
-            return name
-        if self._remote(name):
+        targets = self.gateway.targets(name, RequestFacts())  # the key's scope first
+        for t in targets:
+            if self._is_local(t):
+                return t
+        if targets == [name]:
             raise NotSupported(
                 f"'{name}' is served by a remote engine; this route works on local models",
                 param="model",
             )
-        for t in self.gateway.targets(name, RequestFacts()):
-            if self._is_local(t):
-                return t
         raise NotSupported(
             f"'{name}' stands for remote models only; this route works on local models",
             param="model",
@@ -383,6 +385,7 @@ class Hearth:
     @contextlib.asynccontextmanager
     async def _model(self, model_id: str, ttl: Any = UNSET) -> AsyncIterator[LoadedModel]:
         """The model, JIT-loaded if allowed, held so keep-alive can't unload it mid-request."""
+        self.model(model_id)  # never a load of a model outside the key's scope
         with request_timing.load_wait():  # the request record's load_ms
             lm = await self.scheduler.acquire(model_id, load=self._jit_enabled(), ttl=ttl)
         try:
@@ -430,6 +433,13 @@ class Hearth:
             ModelNotFound, TemplateError, InvalidRequest (as :meth:`chat`); NotSupported: the
             engine without an endpoint to count with (it renders the prompt there).
         """
+        # resolved as chat resolves it: the key's scope, aliases, a fallback chain
+        count, _ = await self.gateway.run(
+            req.model, chat_facts(req), lambda m: self._count_tokens(replace(req, model=m))
+        )
+        return count
+
+    async def _count_tokens(self, req: ChatRequest) -> int:
         if self.providers is not None and self._remote(req.model):
             return await remote.count_tokens(self.providers, req)
         images.check_vision(req, self.model)
@@ -555,9 +565,15 @@ class Hearth:
                 that does not rerank; ContextLengthExceeded: a query and document over the
                 context; NotSupported: a remote engine with neither rerank nor embeddings.
         """
+        ranking.check(req)
+        result, _ = await self.gateway.run(
+            req.model, RequestFacts(), lambda m: self._rerank(replace(req, model=m))
+        )
+        return result
+
+    async def _rerank(self, req: RerankRequest) -> Reranking:
         if self.providers is not None and self._remote(req.model):
             return await remote.rerank(self.providers, req)
-        ranking.check(req)
         async with self._model(req.model, req.ttl) as lm:
             ranking.check_model(lm, req.model)
             if "embeddings" in lm.capabilities:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from app.core.keys import DEFAULT_NAME, ApiKey, KeyStore, hash_secret
+from app.core.keys import DEFAULT_NAME, ApiKey, KeyStore, cache_partition, hash_secret
 from app.core.ratelimit import Clock, Limits, admit
 from app.errors import PermissionDenied, RateLimited, Unauthorized
 
@@ -49,6 +49,7 @@ class Caller:
     name: str | None
     admin: bool
     models: tuple[str, ...] = ()
+    partition: str = ""  # its response-cache partition ("" without a key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,12 +111,12 @@ class KeyGuard:
             ok_default |= hmac.compare_digest(digest, h)
         named = self.store.match(digest) if token and self.store is not None else None
         if ok_default:
-            return Caller(DEFAULT_NAME, admin=True)
+            return Caller(DEFAULT_NAME, admin=True, partition=cache_partition(digest))
         if named is None:
             raise Unauthorized(
                 "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
             )
-        return Caller(named.name, named.admin, named.models)
+        return Caller(named.name, named.admin, named.models, cache_partition(named.hash))
 
     def enter(self, request: web.Request) -> Admission:
         """Who is calling, whether they may use this route, and their buckets' admission.

@@ -22,7 +22,10 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
+from app.core import access
 from app.core.events import RequestFinished
 from app.core.metrics import OTHER_MODEL, RequestMetrics
 from app.core.service import Hearth
@@ -67,6 +70,38 @@ def known_model(service: Hearth) -> Callable[[str], bool]:
             return any(r.id == model_id for r in service.remote_models())
 
     return known
+
+
+def shown_to_caller(service: Hearth) -> Callable[[str | None], bool]:
+    """Whether the request's key may see a model label's series: an alias it reaches, a
+    model in its scope, or a label that names no model (everything outside a key scope)."""
+    if not access.active():
+        return lambda _label: True
+    every_alias = service.gateway.alias_map()
+    visible = service.aliases()
+
+    def shown(label: str | None) -> bool:
+        if label is None or label in (OTHER_MODEL, NO_MODEL):
+            return True
+        if label in every_alias:
+            return label in visible
+        return access.allowed(label)
+
+    return shown
+
+
+class _Visible(Collector):
+    """A registry's samples less those whose ``model`` label ``shown`` refuses."""
+
+    def __init__(self, registry: CollectorRegistry, shown: Callable[[str | None], bool]) -> None:
+        self._registry = registry
+        self._shown = shown
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self._registry.collect():
+            kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            kept.samples = [s for s in metric.samples if self._shown(s.labels.get("model"))]
+            yield kept
 
 
 class ServerMetrics:
@@ -148,7 +183,10 @@ async def _subscribed(app: web.Application) -> AsyncIterator[None]:
 
 @routes.get("/api/v1/metrics")
 async def metrics_json(request: web.Request) -> web.Response:
-    return web.json_response(request.app[METRICS].requests.snapshot())
+    snapshot = request.app[METRICS].requests.snapshot()
+    shown = shown_to_caller(request.app[SERVICE])
+    snapshot["models"] = {m: t for m, t in snapshot["models"].items() if shown(m)}
+    return web.json_response(snapshot)
 
 
 @routes.get("/metrics")
@@ -159,7 +197,9 @@ async def metrics_text(request: web.Request) -> web.Response:
     current = health_state(request.app[STATE], request.app[SERVICE])
     for s in HEALTH_STATES:
         m.state.labels(s).set(1 if s == current else 0)
-    body = generate_latest(m.registry)
+    visible = CollectorRegistry()  # this scrape's view: the caller's models' series only
+    visible.register(_Visible(m.registry, shown_to_caller(request.app[SERVICE])))
+    body = generate_latest(visible)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from app.core import access, response_cache
 from app.core.events import RequestFinished
+from app.core.keys import cache_partition, hash_secret
 from app.errors import (
     Forbidden,
     GenerationCancelled,
@@ -208,6 +209,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 },
             )
         admission: Admission | None = None
+        partition = ""  # the caller's response-cache partition: "" without a key
         if state.guard is not None and request.path not in PUBLIC_PATHS:
             admission = state.guard.enter(request)  # named keys, roles, rate limits (issue 14)
         elif state.guard is None and state.api_key_hashes and request.path not in PUBLIC_PATHS:
@@ -222,10 +224,12 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                     "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
                 )
             request[REQUEST_LOG]["key"] = "default"  # the single key's name (issue 14)
+            partition = cache_partition(hash_secret(token))
         if admission is not None:
             request[REQUEST_LOG]["key"] = request.get(KEY_NAME) or None
+            partition = admission.caller.partition
         with (
-            access.scoped(admission.caller.models if admission else None),
+            access.scoped(admission.caller.models if admission else None, partition),
             response_cache.requested(request.headers.get("x-hearth-cache")),  # issue 14
         ):
             try:

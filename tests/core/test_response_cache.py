@@ -173,6 +173,15 @@ def test_fields_that_do_not_change_the_output_keep_the_key() -> None:
     assert request_keys(base, ["m", "fallback"])[0] != key
 
 
+def test_each_key_partition_has_its_own_exact_and_semantic_keys() -> None:
+    base = ChatRequest("m", ASK, GREEDY)
+    shared = request_keys(base, ["m"])
+    a, b, none = (request_keys(base, ["m"], p) for p in ("digest-a", "digest-b", ""))
+    assert len({shared[0], a[0], b[0], none[0]}) == 4  # no key is another's, nor the shared one
+    assert len({shared[1], a[1], b[1], none[1]}) == 4  # semantic keys too
+    assert request_keys(base, ["m"], "digest-a") == a
+
+
 async def test_aliases_resolve_before_the_key(tmp_path: Path) -> None:
     rig = Rig(tmp_path)
     try:

@@ -83,17 +83,25 @@ class Gateway:
         return out
 
     def visible_aliases(self, name: str = "") -> dict[str, tuple[str, ...]]:
-        """The aliases the request's scope reaches (every alias outside a scope); a ``name`` to
-        look up is checked in the file at once when it is not known yet (as ``alias_map``)."""
+        """The aliases the request's scope reaches, each listing only the targets it reaches
+        (every alias as it is outside a scope); a ``name`` to look up is checked in the file at
+        once when it is not known yet (as ``alias_map``)."""
         aliases = self.alias_map(name)
         if not access.active():
             return aliases
-        out: dict[str, tuple[str, ...]] = {}
-        for name, targets in aliases.items():
+
+        def reaches(target: str) -> bool:
+            if self._is_model(target) or target not in aliases:
+                return access.allowed(target)
             with contextlib.suppress(HearthError):
-                self.targets(name, RequestFacts())  # raises when no target is in scope
-                out[name] = targets
-        return out
+                return bool(self.targets(target, RequestFacts()))  # raises: none in scope
+            return False
+
+        return {
+            alias: tuple(t for t in targets if reaches(t))
+            for alias, targets in aliases.items()
+            if reaches(alias)
+        }
 
     def _expand(self, name: str, aliases: dict[str, tuple[str, ...]], out: list[str]) -> None:
         if self._is_model(name):  # a local id first: an alias never shadows a model

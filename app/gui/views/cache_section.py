@@ -5,6 +5,7 @@ thread never touches files); a running server uses a saved change at its next re
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -137,7 +138,9 @@ class CacheSection(QWidget):
         cfg = self.config()
 
         def write() -> None:
-            self._settings.update(cache=cfg)
+            # cache.scope has no field here: the file's choice is kept
+            scope = self._settings.load().cache.scope
+            self._settings.update(cache=dataclasses.replace(cfg, scope=scope))
 
         self._bridge.call(
             write,
