@@ -25,6 +25,7 @@ from app.core.fsutil import (
 )
 from app.core.gateway import AutoRule, Routing, parse_rules
 from app.core.gateway.auto import rules_to_json
+from app.core.images import ImageLimits
 from app.core.load_options import SPECS
 from app.errors import ConfigError, InvalidRequest
 
@@ -203,8 +204,18 @@ class VisionSettings:
     fetch_urls: str = "local-clients"
     max_pixels: int = 16_777_216  # checked on the header, before decoding (4096 x 4096)
     max_image_bytes: int = 20 * 1024 * 1024  # the encoded image, inline or fetched
+    # one request's images together, decoded (4 x 4096 x 4096: about 200 MB of RGB)
+    max_request_pixels: int = 67_108_864
     fetch_timeout_s: float = 10.0
     max_redirects: int = 3
+
+    def limits(self) -> ImageLimits:
+        """The decoder's bounds these settings give (server, Chat page and ``hearth run``)."""
+        return ImageLimits(
+            max_pixels=self.max_pixels,
+            max_bytes=self.max_image_bytes,
+            max_request_pixels=self.max_request_pixels,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,8 +347,10 @@ def _vision_from_dict(raw: Any) -> VisionSettings:
     vision = _coerce(VisionSettings, raw, "vision")
     if vision.fetch_urls not in FETCH_URLS:
         raise ConfigError("settings: vision.fetch_urls must be one of " + ", ".join(FETCH_URLS))
-    if vision.max_pixels < 1 or vision.max_image_bytes < 1:
-        raise ConfigError("settings: vision.max_pixels and max_image_bytes must be at least 1")
+    if min(vision.max_pixels, vision.max_image_bytes, vision.max_request_pixels) < 1:
+        raise ConfigError(
+            "settings: vision.max_pixels, max_image_bytes and max_request_pixels must be at least 1"
+        )
     return vision
 
 

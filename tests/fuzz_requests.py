@@ -7,6 +7,8 @@ the same for all: a 4xx or a normal answer, never a 5xx, a hang or a dead server
 
 from __future__ import annotations
 
+import base64
+import functools
 import json
 import random
 from collections.abc import Iterator
@@ -266,9 +268,59 @@ def _raw_cases(chat: str) -> list[Case]:
     return out
 
 
+@functools.cache
+def _hostile_images() -> dict[str, bytes]:
+    """Made once per process (a 4096x4096 PNG takes a moment to encode)."""
+    from tests.hostile_images import (
+        header_only_png,
+        one_colour_png,
+        progressive_jpeg,
+        repeated_scans,
+    )
+
+    return {
+        "scans": repeated_scans(progressive_jpeg((1024, 1024)), 3000),  # seconds of decoding
+        "big": one_colour_png(4096),  # a few KB that decode to 48 MB
+        "corrupt": header_only_png(4096, 4096),
+    }
+
+
+def image_cases(chat: str) -> list[Case]:
+    """Image bodies on every chat API: a progressive JPEG whose last scan is repeated 3,000
+    times, 64 large one-colour PNGs in one request, a corrupt PNG, sent to the chat model (no
+    projector), to unknown names, to ``auto`` and to no model. Each must be a quick 4xx."""
+    from tests.hostile_images import data_url
+
+    imgs = _hostile_images()
+    h = {"Content-Type": "application/json"}
+    out: list[Case] = []
+    sets = [("scans", 1), ("big", 64), ("corrupt", 1), ("scans", 8)]
+    for model in (chat, "no-such-model", "prov/no-such-model", "auto", ""):
+        for name, n in sets:
+            data = imgs[name]
+            b64 = base64.b64encode(data).decode()
+            media = "image/jpeg" if data.startswith(b"\xff\xd8") else "image/png"
+            parts = [{"type": "image_url", "image_url": {"url": data_url(data)}}] * n
+            blocks = [{"type": "image", "source": {"type": "base64", "media_type": media,
+                                                   "data": b64}}] * n  # fmt: skip
+            bodies = {
+                "/v1/chat/completions": {"model": model, "max_tokens": 4, "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "see"}, *parts]}]},
+                "/v1/messages": {"model": model, "max_tokens": 4, "messages": [
+                    {"role": "user", "content": blocks}]},
+                "/api/chat": {"model": model, "stream": False, "messages": [
+                    {"role": "user", "content": "see", "images": [b64] * n}]},
+                "/v1/responses": {"model": model, "input": [{"role": "user", "content": [
+                    {"type": "input_image", "image_url": data_url(data)}] * n}]},
+            }  # fmt: skip
+            out += [("POST", path, json.dumps(b).encode(), h) for path, b in bodies.items()]
+    return out
+
+
 def cases(chat: str, emb: str, *, seed: int, count: int) -> Iterator[Case]:
     """The fixed hand-written cases first, then ``count`` seeded random mutations."""
     yield from _raw_cases(chat)
+    yield from image_cases(chat)
     rng = random.Random(seed)
     bases = _bases(chat, emb)
     routes = list(bases)

@@ -114,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     service = build_service(paths, settings)
     interactive = sys.stdin.isatty()
     vcfg = settings.vision
-    limits = ImageLimits(max_pixels=vcfg.max_pixels, max_bytes=vcfg.max_image_bytes)
+    limits = vcfg.limits()
 
     async def main() -> int:
         model = await service.resolve_model(args.model)

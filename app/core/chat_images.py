@@ -31,6 +31,7 @@ from app.core.images import (
     ImageLimits,
     ImageSource,
     InvalidImage,
+    PixelBudget,
     decode_image,
     marked_text,
 )
@@ -162,8 +163,10 @@ def decode_messages(
     server's edge does (blocking: call it off the event loop).
 
     Raises:
-        InvalidImage: an image that cannot be decoded, or one given as a URL.
+        InvalidImage: an image that cannot be decoded, one given as a URL, or images over
+            ``limits.max_request_pixels`` together.
     """
+    budget = PixelBudget(limits.max_request_pixels)
     out = []
     for m in messages:
         if not m.image_sources:
@@ -173,7 +176,9 @@ def decode_messages(
         for s in m.image_sources:
             if s.data is None:
                 raise InvalidImage("only image bytes are taken here, not URLs", param=s.where)
-            decoded.append(decode_image(s.data, where=s.where, limits=limits, source=s))
+            decoded.append(
+                decode_image(s.data, where=s.where, limits=limits, source=s, budget=budget)
+            )
         out.append(replace(m, images=m.images + tuple(decoded), image_sources=()))
     return tuple(out)
 

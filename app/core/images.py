@@ -2,8 +2,9 @@
 
 Every wire API turns an image part into an :class:`ImageSource` (encoded bytes or a URL, and
 the parameter it came from); the server fetches URLs and calls :func:`decode_image`, which
-checks the encoded size and the pixel count (from the header, before any pixel is decoded)
-and hands the runtime RGB8 pixels only. The message text holds :data:`IMAGE_MARKER` once per
+checks the encoded size, a JPEG's scan count and the pixel count (from the header, before any
+pixel is decoded), takes the pixels from the request's :class:`PixelBudget`, and hands the
+runtime RGB8 pixels only. The message text holds :data:`IMAGE_MARKER` once per
 image, in order, where the image goes.
 """
 
@@ -11,15 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.errors import InvalidRequest, UnsupportedParameter
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from PIL.Image import Image as PILImage
 
     from app.core.requests import ChatRequest
@@ -32,6 +33,11 @@ MARKER_LOOKALIKE = "<\u200b__media__>"
 MAX_PIXELS = 16_777_216  # 4096 x 4096
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 MAX_IMAGES = 64  # images in one request, all messages together
+MAX_REQUEST_PIXELS = 4 * MAX_PIXELS  # decoded pixels of one request, all images together
+# libjpeg's progressive script has 10 scans (6 for grey), mozjpeg's a few more; each scan is a
+# pass over every block, so a file that repeats scans costs decode time far beyond its size
+MAX_JPEG_SCANS = 64
+MAX_JPEG_SEGMENTS = 1024  # marker segments of any kind: real files have tens
 
 # Pillow format name -> the media types that name it (Anthropic's media_type, data URLs)
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -87,6 +93,79 @@ class ImageSource:
 class ImageLimits:
     max_pixels: int = MAX_PIXELS
     max_bytes: int = MAX_IMAGE_BYTES
+    max_request_pixels: int = MAX_REQUEST_PIXELS
+    max_jpeg_scans: int = MAX_JPEG_SCANS
+
+
+class PixelBudget:
+    """What a request's images may decode to, all together: each image takes its pixels
+    (from its header) before it is decoded, so the image that would go over is never decoded."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+
+    def take(self, pixels: int, where: str) -> None:
+        """Raises: InvalidImage (naming ``where``) when ``pixels`` more would go over."""
+        if self.used + pixels > self.total:
+            raise InvalidImage(
+                f"the request's images would decode to {self.used + pixels} pixels; at most "
+                f"{self.total} are taken in one request (vision.max_request_pixels)",
+                param=where,
+            )
+        self.used += pixels
+
+
+class DecodeStopped(Exception):  # noqa: N818 - not an error: the request ended
+    """Decoding was stopped because its request ended (client gone, time limit)."""
+
+
+class _StoppableBytes(io.BytesIO):
+    """The encoded bytes as Pillow reads them: every read asks ``stop`` first, so a decode
+    (fed block by block from here) ends within one block once the request is gone."""
+
+    def __init__(self, data: bytes, stop: Callable[[], bool]) -> None:
+        super().__init__(data)
+        self._stop = stop
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        if self._stop():
+            raise DecodeStopped
+        return super().read(size)
+
+
+# a marker: 0xFF then a code that is not a stuffed zero, a restart marker or a fill byte
+_JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+_NO_LENGTH = frozenset({0x01, 0xD8})  # TEM, SOI: markers without a length
+
+
+def jpeg_scans(
+    data: bytes, limit: int = MAX_JPEG_SCANS, segment_limit: int = MAX_JPEG_SEGMENTS
+) -> tuple[int, int]:
+    """The scans (SOS markers) and marker segments of a JPEG up to its first EOI (0, 0 for
+    other bytes); counting stops once either passes its bound.
+
+    Segments are skipped by their length; entropy-coded data is searched for the next marker
+    (a regex, so a body of stuffed bytes costs no Python loop)."""
+    scans = segments = 0
+    if not data.startswith(b"\xff\xd8"):
+        return 0, 0
+    i = 2
+    while scans <= limit and segments <= segment_limit:
+        m = _JPEG_MARKER.search(data, i)
+        if m is None:
+            break  # truncated: Pillow says so
+        code, i = m.group()[1], m.end()
+        if code == 0xD9:  # EOI
+            break
+        if code in _NO_LENGTH:
+            continue
+        segments += 1
+        scans += code == 0xDA
+        if i + 2 > len(data):
+            break
+        i += max(2, int.from_bytes(data[i : i + 2], "big"))
+    return scans, segments
 
 
 def image_digest(width: int, height: int, rgb: bytes) -> str:
@@ -139,16 +218,21 @@ def decode_image(
     where: str,
     limits: ImageLimits = ImageLimits(),
     source: ImageSource | None = None,
+    budget: PixelBudget | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> ImageInput:
     """Decode one encoded image to RGB8, bounded.
 
-    The byte bound is checked first, then the format (an allowlist) and the pixel count from
-    the header, before any pixel is decoded. EXIF orientation is applied, transparency is
-    composited on white, the first frame of an animation is taken.
+    The byte bound is checked first, then a JPEG's scan count, the format (an allowlist), the
+    pixel count from the header and the request's ``budget``, before any pixel is decoded.
+    EXIF orientation is applied, transparency is composited on white, the first frame of an
+    animation is taken. ``stop`` is asked between the steps and at every block Pillow reads.
 
     Raises:
-        InvalidImage: too many bytes or pixels, an unsupported format, corrupt or truncated
-            data, or a media type that does not match the bytes (``param`` names the part).
+        InvalidImage: too many bytes, scans or pixels, an unsupported format, corrupt or
+            truncated data, or a media type that does not match the bytes (``param`` names
+            the part).
+        DecodeStopped: ``stop`` said so.
     """
     # Pillow is imported here: app.core must import on a machine without it
     from PIL import Image, ImageOps, UnidentifiedImageError
@@ -159,8 +243,19 @@ def decode_image(
         )
     if not data:
         raise InvalidImage("the image is empty", param=where)
+    segment_limit = max(MAX_JPEG_SEGMENTS, 4 * limits.max_jpeg_scans)  # tables before scans
+    scans, segments = jpeg_scans(data, limits.max_jpeg_scans, segment_limit)
+    if scans > limits.max_jpeg_scans:  # each scan is a pass over the whole image
+        raise InvalidImage(
+            f"the JPEG has more than {limits.max_jpeg_scans} scans; at most "
+            f"{limits.max_jpeg_scans} are taken",
+            param=where,
+        )
+    if segments > segment_limit:
+        raise InvalidImage(f"the JPEG has more than {segment_limit} marker segments", param=where)
+    fp = io.BytesIO(data) if stop is None else _StoppableBytes(data, stop)
     try:
-        img = Image.open(io.BytesIO(data), formats=list(FORMATS))
+        img = Image.open(fp, formats=list(FORMATS))
     except UnidentifiedImageError:
         raise InvalidImage(f"unsupported image format: send {_ALLOWED}", param=where) from None
     except Image.DecompressionBombError:
@@ -184,18 +279,27 @@ def decode_image(
                 f"the image is {width}x{height} pixels; at most {limits.max_pixels} are taken",
                 param=where,
             )
+        if budget is not None:
+            budget.take(width * height, where)
         try:
             img.seek(0)  # a GIF's (or animated WebP's) first frame
             img.load()
-            rgb_img = _to_rgb(ImageOps.exif_transpose(img) or img)
+            if stop is not None and stop():
+                raise DecodeStopped
+            upright = ImageOps.exif_transpose(img) or img
+            rgb_img = _to_rgb(upright)
+            if upright is not img and upright is not rgb_img:
+                upright.close()  # each copy goes as soon as the next exists: at most two held
         except Image.DecompressionBombError:
             raise InvalidImage(
                 f"the image has more than {limits.max_pixels} pixels", param=where
             ) from None
         except (OSError, ValueError, SyntaxError, EOFError) as e:
             raise InvalidImage(f"the image is corrupt or truncated: {e}", param=where) from None
-    w, h = rgb_img.size
-    rgb = rgb_img.tobytes()
+        w, h = rgb_img.size
+        rgb = rgb_img.tobytes()
+        if rgb_img is not img:
+            rgb_img.close()
     return ImageInput(rgb=rgb, width=w, height=h, digest=image_digest(w, h, rgb), where=where)
 
 

@@ -400,6 +400,19 @@ class Hearth:
         # the response cache (issue 14) looks it up first, and runs it through the gateway
         return await self.response_cache.serve(req, chat_facts(req), self.gateway, self._chat)
 
+    async def check_images(self, req: ChatRequest) -> None:
+        """Before any image is fetched or decoded: the target ``req.model`` resolves to (as
+        :meth:`chat` resolves it) must take images (UnsupportedParameter, ModelNotFound...)."""
+        if images.first_image(req) is not None:
+            takes = lambda t: self._takes_images(replace(req, model=t))  # noqa: E731
+            await self.gateway.check(req.model, chat_facts(req), takes)
+
+    async def _takes_images(self, req: ChatRequest) -> None:
+        if self.providers is not None and self._remote(req.model):
+            await remote.check_target_images(self.providers, req)
+        else:
+            images.check_vision(req, self.model)
+
     async def _chat(self, req: ChatRequest) -> Choices:
         """Start a chat request's ``n`` generations (side by side). Everything that can fail
         fails here, before any output: the conversation is planned (tools), rendered by the

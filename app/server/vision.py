@@ -1,13 +1,16 @@
 """Images in requests, at the edge: the adapters leave :class:`ImageSource`s on the messages;
-:func:`resolve_images` checks the model takes images (before anything is fetched), applies the
-URL policy (``vision.fetch_urls``), fetches and decodes them off the event loop, and gives the
-service messages with decoded :class:`ImageInput`s only."""
+:func:`resolve_images` resolves the request's target and checks it takes images (before
+anything is fetched or decoded), applies the URL policy (``vision.fetch_urls``), fetches and
+decodes them in :class:`DecodePool` (bounded per image and per request, stopped when the
+request ends), and gives the service messages with decoded :class:`ImageInput`s only."""
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -19,14 +22,53 @@ from app.core.images import (
     ImageLimits,
     ImageSource,
     InvalidImage,
-    check_vision,
+    PixelBudget,
     decode_image,
 )
 from app.core.requests import ChatRequest
-from app.errors import ModelNotFound, UnsupportedParameter
+from app.errors import UnsupportedParameter
 from app.server.image_fetch import ImageFetcher, Resolve, system_resolve
 from app.server.state import SERVICE
 from app.settings import VisionSettings
+
+T = TypeVar("T")
+DECODE_THREADS = 2  # images decode one at a time per request; two requests' side by side
+
+
+class DecodePool:
+    """The threads images are decoded on: few, and not the loop's default executor, which
+    /tokenize, file I/O and the like share, so decoding cannot starve them.
+
+    :meth:`run` hands a job a ``stop`` flag; when the awaiting request ends (client gone,
+    time limit), a queued job is cancelled before it starts and a running one sees ``stop``."""
+
+    def __init__(self, threads: int = DECODE_THREADS) -> None:
+        self.threads = threads
+        self.started = 0  # jobs that began running (the tests watch it)
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    async def run(self, job: Callable[[Callable[[], bool]], T]) -> T:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="hearth-image")
+        stop = threading.Event()
+
+        def started() -> T:
+            with self._lock:
+                self.started += 1
+            return job(stop.is_set)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, started)
+        except asyncio.CancelledError:
+            stop.set()  # cancelling the future dropped it if queued; if running, it stops
+            raise
+
+    def close(self) -> None:
+        """End the threads (queued jobs are dropped); a later :meth:`run` starts new ones."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
 
 @dataclass
@@ -37,6 +79,7 @@ class VisionEdge:
     settings: Callable[[], VisionSettings] = VisionSettings
     resolve: Resolve = system_resolve
     dial: Mapping[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
+    pool: DecodePool = field(default_factory=DecodePool)
 
     def fetcher(self, cfg: VisionSettings) -> ImageFetcher:
         return ImageFetcher(
@@ -60,20 +103,18 @@ async def resolve_images(request: web.Request, req: R) -> R:
     other request as it is).
 
     Raises:
-        UnsupportedParameter: the model takes no images, or URL fetching is off for this
+        ModelNotFound, InvalidRequest: the model resolves to no target (as the chat would).
+        UnsupportedParameter: the target takes no images, or URL fetching is off for this
             client (``param``: the first image / the URL).
-        InvalidImage: an image that cannot be fetched or decoded (``param``: its part).
+        InvalidImage: an image that cannot be fetched or decoded, or over the request's
+            pixel total (``param``: its part).
     """
     if not isinstance(req, ChatRequest):
         return req
     sources = [s for m in req.messages for s in m.image_sources]
     if not sources:
         return req
-    service = request.app[SERVICE]
-    try:
-        check_vision(req, service.model)  # before any fetch or decode
-    except ModelNotFound:
-        pass  # an alias or a remote model: the service checks the target it resolves to
+    await request.app[SERVICE].check_images(req)  # before any fetch or decode
     if len(sources) > MAX_IMAGES:
         raise InvalidImage(
             f"a request takes at most {MAX_IMAGES} images", param=sources[MAX_IMAGES].where
@@ -90,11 +131,12 @@ async def resolve_images(request: web.Request, req: R) -> R:
             f"{cfg.fetch_urls!r}); send the image as a data URL or base64",
             param=urls[0].where,
         )
-    limits = ImageLimits(max_pixels=cfg.max_pixels, max_bytes=cfg.max_image_bytes)
+    limits = cfg.limits()
+    budget = PixelBudget(limits.max_request_pixels)
     fetcher = edge.fetcher(cfg)
     decoded: dict[int, ImageInput] = {}
-    for s in sources:  # one at a time: a request's images are bounded in memory one by one
-        decoded[id(s)] = await _decode(s, fetcher, limits)
+    for s in sources:  # one at a time: each takes its pixels from the budget before decoding
+        decoded[id(s)] = await _decode(s, fetcher, edge.pool, limits, budget)
     messages = tuple(
         replace(m, images=tuple(decoded[id(s)] for s in m.image_sources), image_sources=())
         if m.image_sources
@@ -104,11 +146,21 @@ async def resolve_images(request: web.Request, req: R) -> R:
     return replace(req, messages=messages)  # type: ignore[return-value]
 
 
-async def _decode(s: ImageSource, fetcher: ImageFetcher, limits: ImageLimits) -> ImageInput:
+async def _decode(
+    s: ImageSource,
+    fetcher: ImageFetcher,
+    pool: DecodePool,
+    limits: ImageLimits,
+    budget: PixelBudget,
+) -> ImageInput:
     data = s.data
     if data is None:
         if s.url is None:
             raise InvalidImage("an image needs data or a URL", param=s.where)
         data = await fetcher.fetch(s.url, where=s.where, max_bytes=limits.max_bytes)
-    # decoding takes up to a few hundred ms for the largest images: never on the event loop
-    return await asyncio.to_thread(decode_image, data, where=s.where, limits=limits, source=s)
+    encoded = data
+    return await pool.run(
+        lambda stop: decode_image(
+            encoded, where=s.where, limits=limits, source=s, budget=budget, stop=stop
+        )
+    )

@@ -44,3 +44,12 @@ def test_the_file_round_trips(tmp_path: Path) -> None:
         settings_from_dict(json.loads(json.dumps(SettingsStore(path).load().to_dict()))).vision
         == got
     )
+
+
+def test_max_request_pixels_defaults_to_four_full_size_images_and_reaches_the_limits() -> None:
+    v = settings_from_dict({}).vision
+    assert v.max_request_pixels == 4 * v.max_pixels
+    got = settings_from_dict({"vision": {"max_request_pixels": 5000, "max_pixels": 100}}).vision
+    assert (got.limits().max_request_pixels, got.limits().max_pixels) == (5000, 100)
+    with pytest.raises(ConfigError, match="max_request_pixels"):
+        settings_from_dict({"vision": {"max_request_pixels": 0}})

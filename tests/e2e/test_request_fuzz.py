@@ -1,7 +1,8 @@
 """A request fuzz across all four protocols against a real `hearth serve` (issue 9).
 
 Schemas, grammars, templates variables, tokenize/detokenize, token-id inputs, unicode edge
-cases, nesting and huge counts, each on the routes that take them. Every answer must be a 4xx
+cases, nesting and huge counts, hostile images to names that take none, each on the routes
+that take them. Every answer must be a 4xx
 or a normal answer (never a 5xx or a dropped connection), the server must stay alive with
 bounded memory, and /health must answer within 1 s the whole time (a thread polls it).
 tests/bench/request_fuzz.py runs the same generator for as long as you like.

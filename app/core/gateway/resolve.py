@@ -126,6 +126,24 @@ class Gateway:
             return False
         return self._is_loaded(first)
 
+    async def check(
+        self, model: str, facts: RequestFacts, check: Callable[[str], Awaitable[None]]
+    ) -> None:
+        """``check`` the targets :meth:`run` would start, in its order, without starting any:
+        the first that passes ends it; a retryable failure moves on (as :meth:`run` would), any
+        other is raised, and the last retryable one when none passes."""
+        last: HearthError | None = None
+        for target in self.targets(model, facts):
+            try:
+                await check(target)
+                return
+            except HearthError as e:
+                if not is_retryable(e):
+                    raise
+                last = e
+        if last is not None:
+            raise last
+
     async def run(
         self, model: str, facts: RequestFacts, start: Callable[[str], Awaitable[T]]
     ) -> tuple[T, list[str]]:

@@ -44,7 +44,7 @@ async def _call(pool: ProviderPool, model_id: str, fn: Callable[[], Awaitable[T]
         raise
 
 
-def _check_images(req: ChatRequest, found: RemoteModel | None) -> None:
+def check_images(req: ChatRequest, found: RemoteModel | None) -> None:
     """Images go on to a remote model unless its engine said it takes none (then a 400 naming
     the first image, as for a local model without a projector, before anything is sent)."""
     where = images.first_image(req)
@@ -56,10 +56,19 @@ def _check_images(req: ChatRequest, found: RemoteModel | None) -> None:
         )
 
 
+async def check_target_images(pool: ProviderPool, req: ChatRequest) -> None:
+    """:func:`check_images` for ``req.model`` on its provider, as :func:`chat` would find it.
+
+    Raises:
+        UnsupportedParameter, ModelNotFound, ProviderUnavailable: as :func:`chat` before it sends.
+    """
+    check_images(req, (await pool.client_for(req.model))[2])
+
+
 async def chat(pool: ProviderPool, req: ChatRequest) -> Choices:
     """``req``'s ``n`` choices, each its own upstream stream (choice ``i`` seeded ``seed+i``)."""
     client, remote_id, found = await pool.client_for(req.model)
-    _check_images(req, found)
+    check_images(req, found)
     gens: list[Generation] = []
     try:
         for i in range(req.n):
@@ -126,5 +135,5 @@ async def count_tokens(pool: ProviderPool, req: ChatRequest) -> int:
     """The prompt tokens as the engine renders and counts them (NotSupported where it has no
     endpoint for it)."""
     client, remote_id, found = await pool.client_for(req.model)
-    _check_images(req, found)
+    check_images(req, found)
     return await _call(pool, req.model, lambda: client.count_tokens(remote_id, req))

@@ -165,7 +165,7 @@ class AttachmentBar(QWidget):
     def image_limits(self) -> ImageLimits:
         """The server's image bounds (``vision`` in settings.json)."""
         cfg = self._settings.load().vision
-        return ImageLimits(max_pixels=cfg.max_pixels, max_bytes=cfg.max_image_bytes)
+        return cfg.limits()
 
     @property
     def busy(self) -> bool:
