@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from app.core import access, embed_input, fit, images, request_timing
+from app.core import access, embed_input, fit, images, ratelimit, request_timing
 from app.core import prompt as prompting
 from app.core import rerank as ranking
 from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
@@ -394,6 +394,7 @@ class Hearth:
         """Start a chat request on the first target its model resolves to that starts (the
         gateway: a model id, an alias's fallback chain, ``auto``, the default model). The
         Choices say which model answered and the ids tried (``model``, ``route``)."""
+        ratelimit.charge(ratelimit.cost(req))  # what it can cost, before any work (settled after)
         # the response cache (issue 14) looks it up first, and runs it through the gateway
         return await self.response_cache.serve(req, chat_facts(req), self.gateway, self._chat)
 
@@ -455,6 +456,7 @@ class Hearth:
 
     async def complete(self, req: CompletionRequest) -> Choices:
         """Start a completion request on the first target that starts (see :meth:`chat`)."""
+        ratelimit.charge(ratelimit.cost(req))
         return await self.response_cache.serve(
             req, completion_facts(req), self.gateway, self._complete
         )
@@ -512,6 +514,10 @@ class Hearth:
 
     async def embed(self, req: EmbeddingRequest) -> Embeddings:
         """Embed each input on the first target that starts (see :meth:`chat`)."""
+        ratelimit.charge(ratelimit.cost(req))
+        return await self._embed_routed(req)
+
+    async def _embed_routed(self, req: EmbeddingRequest) -> Embeddings:
         result, route = await self.gateway.run(
             req.model, embed_facts(req), lambda m: self._embed(replace(req, model=m))
         )
@@ -555,13 +561,14 @@ class Hearth:
                 that does not rerank; ContextLengthExceeded: a query and document over the
                 context; NotSupported: a remote engine with neither rerank nor embeddings.
         """
+        ratelimit.charge(ratelimit.cost(req))
         if self.providers is not None and self._remote(req.model):
             return await remote.rerank(self.providers, req)
         ranking.check(req)
         async with self._model(req.model, req.ttl) as lm:
             ranking.check_model(lm, req.model)
             if "embeddings" in lm.capabilities:
-                emb = await self.embed(
+                emb = await self._embed_routed(  # charged as this rerank already
                     EmbeddingRequest(req.model, (req.query, *req.documents), req.ttl)
                 )
                 return ranking.by_cosine(

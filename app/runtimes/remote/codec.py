@@ -34,6 +34,19 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
+def decode(text: str | bytes) -> Any:
+    """One JSON document from an engine.
+
+    Raises:
+        ValueError: not JSON, or nested deeper than the parser's recursion limit (a hostile
+            line of 200,000 ``[`` raises RecursionError inside ``json.loads``).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError as e:
+        raise ValueError("JSON nested too deep") from e
+
+
 def message(m: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role, "content": m.content}
     if m.images:  # OpenAI content parts, each image a PNG data URL where its marker was
