@@ -78,9 +78,7 @@ def _refusal(verdict_wait: float, limit: str, headers: dict[str, str]) -> RateLi
 
 
 def _over_limit(c: Cost, tpm: int, whose: str) -> RequestOverRateLimit:
-    cap = (
-        "its max_tokens" if c.capped else f"no max_tokens: {UNCAPPED_TOKENS} a generation"
-    )
+    cap = "its max_tokens" if c.capped else f"no max_tokens: {UNCAPPED_TOKENS} a generation"
     err = RequestOverRateLimit(
         f"this request can cost up to {c.total} tokens (about {c.prompt} of prompt plus "
         f"{c.completion} to generate: {cap}), more than the {tpm} tokens per minute {whose} "

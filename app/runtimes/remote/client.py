@@ -300,7 +300,7 @@ class RemoteEngine:
         vectors = [r.get("embedding") for r in rows if isinstance(r, dict)]
         if len(vectors) != len(req.inputs) or not all(isinstance(v, list) for v in vectors):
             raise self._bad_answer("embeddings", "a vector per input")
-        return vectors, _prompt_tokens(out)  # type: ignore[return-value]
+        return vectors, codec.prompt_tokens(out)  # type: ignore[return-value]
 
     async def rerank(
         self, remote_id: str, req: RerankRequest
@@ -324,12 +324,12 @@ class RemoteEngine:
         if not isinstance(results, list):
             raise self._bad_answer("rerank", "results")
         ranked = [
-            (int(r["index"]), _score(r))
+            (int(r["index"]), codec.score(r))
             for r in results
             if isinstance(r, dict) and isinstance(r.get("index"), int)
         ]
         ranked.sort(key=lambda p: -p[1])
-        return ranked, _prompt_tokens(out)
+        return ranked, codec.prompt_tokens(out)
 
     async def count_tokens(self, remote_id: str, req: ChatRequest) -> int:
         msgs = [codec.message(m) for m in req.messages]
@@ -367,17 +367,6 @@ class RemoteEngine:
             provider=self.cfg.name,
             status=502,
         )
-
-
-def _score(r: dict[str, Any]) -> float:
-    v = r.get("relevance_score", r.get("score"))
-    return float(v) if isinstance(v, (int, float)) else 0.0
-
-
-def _prompt_tokens(out: Any) -> int:
-    u = out.get("usage") if isinstance(out, dict) else None
-    v = u.get("prompt_tokens", u.get("total_tokens")) if isinstance(u, dict) else None
-    return v if isinstance(v, int) else 0
 
 
 class RemoteStream:
@@ -450,7 +439,7 @@ class RemoteStream:
         if err is not None:
             msg = f"provider '{self._engine.cfg.name}': {self._engine.redact(err)}"
             if first and not self._pending:
-                status = _status_in(ev)
+                status = codec.status_in(ev)
                 raise ProviderError(msg, provider=self._engine.cfg.name, status=status)
             self._ended = Delta(finish_reason="error", error=msg, error_code="provider_error")
             return
@@ -595,12 +584,6 @@ class _LineTooLong(_BadStream):
 
 class _EmptyStream(ProviderError):
     """A stream that ended before any event (see RemoteEngine._whole)."""
-
-
-def _status_in(ev: Any) -> int:
-    err = ev.get("error") if isinstance(ev, dict) else None
-    code = err.get("code") if isinstance(err, dict) else None
-    return code if isinstance(code, int) and 400 <= code < 600 else 500
 
 
 MakeClient = Callable[[ProviderConfig, str | None], RemoteEngine]
