@@ -144,9 +144,19 @@ class RateLimited(HearthError):
     code = "rate_limit_exceeded"
     type = "rate_limit_error"
 
-    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+    def __init__(self, message: str, *, retry_after: int | None = 1) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RequestOverRateLimit(RateLimited):
+    """One request that can cost more tokens than its key (or the server) allows in a whole
+    minute: it would never be admitted as sent, so no Retry-After."""
+
+    code = "request_over_rate_limit"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=None)
 
 
 class Unauthorized(HearthError):

@@ -40,6 +40,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             connect_timeout=args.connect_timeout,
             first_token_timeout=args.first_token_timeout,
             idle_timeout=args.idle_timeout,
+            follow_redirects=args.follow_redirects,
         )
     )
     if args.kind is None:
@@ -144,6 +145,11 @@ def add_parsers(sub: Any) -> None:
         "--first-token-timeout", type=float, default=DEFAULT_FIRST_TOKEN_TIMEOUT, metavar="S"
     )
     s.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT, metavar="S")
+    s.add_argument(
+        "--follow-redirects",
+        action="store_true",
+        help="follow the engine's redirects (default: a redirect answers 502, never followed)",
+    )
     s.set_defaults(func=cmd_add)
     s = psub.add_parser("ls", help="list providers with their state (each is probed now)")
     s.add_argument("--json", action="store_true", help="one JSON array on stdout")

@@ -4,16 +4,93 @@ A bucket refills at ``per_minute / 60`` a second and holds at most ten seconds o
 (``BURST_S``; at least 1): OpenAI documents its per-minute limits as "quantized", enforced
 over shorter periods, so a client that spends a minute's allowance at once is refused there
 too. At 6 rpm that is one request every 10 s, never six at once. The clock is injected
-(tests freeze it); every call happens on the server's loop, so admission is atomic."""
+(tests freeze it); every call happens on the server's loop, so admission is atomic.
+
+Tokens are charged what a request can cost once it is parsed (:func:`cost`: its prompt, about
+4 characters a token, plus its token cap), through the charger the server puts in the
+request's context (:func:`charging`); the edge settles the charge with the real usage after."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
+
+from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
 
 Clock = Callable[[], float]
 BURST_S = 10.0  # the burst: this many seconds' worth of the per-minute allowance
+# what a generation without a token cap is charged as its completion (a model may write more:
+# the real usage is settled after; a cap this size keeps uncapped requests possible on most keys)
+UNCAPPED_TOKENS = 4096
+CHARS_PER_TOKEN = 4
+
+Charger = Callable[["Cost"], None]
+_CHARGER: ContextVar[Charger | None] = ContextVar("hearth_token_charger", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What a request can cost: its prompt (estimated) plus the completion tokens it may write."""
+
+    prompt: int
+    completion: int = 0
+    capped: bool = True  # False: no token cap was asked, ``completion`` is UNCAPPED_TOKENS each
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.completion
+
+
+def _estimate(chars: int) -> int:
+    return -(-chars // CHARS_PER_TOKEN)  # rounded up: a non-empty text is at least one token
+
+
+def _cap(max_tokens: int | None, generations: int, prompt: int) -> Cost:
+    each = UNCAPPED_TOKENS if max_tokens is None else max_tokens
+    return Cost(prompt, each * generations, max_tokens is not None)
+
+
+def cost(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> Cost:
+    """The most ``req`` can cost, estimated from its parsed content (never from the body's
+    size on the wire): every generation's prompt plus its token cap."""
+    if isinstance(req, ChatRequest):
+        chars = sum(
+            len(m.content) + sum(len(c.name) + len(c.arguments) for c in m.tool_calls)
+            for m in req.messages
+        )
+        chars += sum(len(json.dumps(t.as_openai())) for t in req.tools)
+        return _cap(req.max_tokens, req.n, _estimate(chars) * req.n)
+    if isinstance(req, CompletionRequest):
+        one = [_estimate(len(p)) if isinstance(p, str) else len(p) for p in req.prompts]
+        return _cap(req.max_tokens, len(req.prompts) * req.n, sum(one) * req.n)
+    if isinstance(req, EmbeddingRequest):
+        return Cost(sum(_estimate(len(i)) if isinstance(i, str) else len(i) for i in req.inputs))
+    return Cost(_estimate(len(req.query) * len(req.documents) + sum(map(len, req.documents))))
+
+
+@contextlib.contextmanager
+def charging(charger: Charger | None) -> Iterator[None]:
+    """Within: :func:`charge` calls ``charger`` (the server's, for one request's key)."""
+    token = _CHARGER.set(charger)
+    try:
+        yield
+    finally:
+        _CHARGER.reset(token)
+
+
+def charge(c: Cost) -> None:
+    """Charge the current request's limits ``c`` (no charger: nothing is limited).
+
+    Raises:
+        RateLimited: the limits cannot admit it (now, or ever as sent).
+    """
+    charger = _CHARGER.get()
+    if charger is not None:
+        charger(c)
 
 
 def duration(seconds: float) -> str:
@@ -84,17 +161,17 @@ class Limits:
     def active(self) -> bool:
         return self.requests is not None or self.tokens is not None
 
-    def wait(self, tokens: float) -> tuple[float, str]:
+    def wait(self, tokens: float, requests: float = 1.0) -> tuple[float, str]:
         waits = []
-        if self.requests is not None:
-            waits.append((self.requests.wait_for(1.0), "requests"))
+        if self.requests is not None and requests:
+            waits.append((self.requests.wait_for(requests), "requests"))
         if self.tokens is not None:
             waits.append((self.tokens.wait_for(tokens), "tokens"))
         return max(waits, default=(0.0, ""))
 
-    def take(self, tokens: float) -> None:
-        if self.requests is not None:
-            self.requests.take(1.0)
+    def take(self, tokens: float, requests: float = 1.0) -> None:
+        if self.requests is not None and requests:
+            self.requests.take(requests)
         if self.tokens is not None:
             self.tokens.take(tokens)
 
@@ -118,14 +195,14 @@ class Limits:
         return h
 
 
-def admit(tiers: list[Limits], tokens: float) -> Verdict:
-    """Admit a request charging 1 request and ``tokens`` on every tier (a key's own, then the
-    global one), or refuse it without charging any. The headers are the first active tier's
-    (the key's when it has limits)."""
+def admit(tiers: list[Limits], tokens: float, requests: float = 1.0) -> Verdict:
+    """Admit a request charging ``requests`` and ``tokens`` on every tier (a key's own, then
+    the global one), or refuse it without charging any. A tier in token debt refuses even a
+    charge of 0 tokens. The headers are the first active tier's (the key's when it has limits)."""
     active = [t for t in tiers if t.active]
-    worst = max((t.wait(tokens) for t in active), default=(0.0, ""))
+    worst = max((t.wait(tokens, requests) for t in active), default=(0.0, ""))
     if worst[0] <= 0:
         for t in active:
-            t.take(tokens)
+            t.take(tokens, requests)
     headers = active[0].headers() if active else {}
     return Verdict(worst[0], headers, worst[1])

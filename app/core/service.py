@@ -7,11 +7,11 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.core import access, embed_input, fit, images, request_timing
+from app.core import access, embed_input, fit, images, ratelimit, request_timing
 from app.core import prompt as prompting
 from app.core import rerank as ranking
 from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
@@ -45,32 +45,13 @@ from app.core.types import (
     LoadedModel,
     LoadOptions,
     LocalModel,
+    ModelStatus,
     Runtime,
     SamplingParams,
 )
 from app.errors import InvalidRequest, ModelNotFound, NotSupported
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ModelStatus:
-    model: LocalModel
-    state: str  # loaded | loading | not-loaded
-    context_length: int | None  # allocated context when loaded
-    runtime: str | None
-    memory_bytes: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        d = self.model.summary()
-        d.update(
-            state=self.state,
-            loaded_context_length=self.context_length,
-            runtime=self.runtime,
-            memory_bytes=self.memory_bytes,
-            capabilities=list(self.model.capabilities),
-        )
-        return d
 
 
 class Hearth:
@@ -217,27 +198,16 @@ class Hearth:
 
     # -- library -------------------------------------------------------------------------
     def models(self) -> list[ModelStatus]:
-        loaded = {i.model_id: i for i in self.scheduler.loaded()}
-        out = []
-        for m in access.visible(self.library.list(), lambda m: m.id):
-            info = loaded.get(m.id)
-            out.append(
-                ModelStatus(
-                    m,
-                    self.scheduler.state(m.id),
-                    info.context_length if info else None,
-                    info.runtime if info else None,
-                    info.memory_bytes if info else None,
-                )
-            )
-        return out
+        return [self._status(m) for m in access.visible(self.library.list(), lambda m: m.id)]
 
     def model_status(self, model_id: str) -> ModelStatus:
-        m = self.model(model_id)
-        info = next((i for i in self.scheduler.loaded() if i.model_id == model_id), None)
+        return self._status(self.model(model_id))
+
+    def _status(self, m: LocalModel) -> ModelStatus:
+        info = next((i for i in self.scheduler.loaded() if i.model_id == m.id), None)
         return ModelStatus(
             m,
-            self.scheduler.state(model_id),
+            self.scheduler.state(m.id),
             info.context_length if info else None,
             info.runtime if info else None,
             info.memory_bytes if info else None,
@@ -397,6 +367,7 @@ class Hearth:
         """Start a chat request on the first target its model resolves to that starts (the
         gateway: a model id, an alias's fallback chain, ``auto``, the default model). The
         Choices say which model answered and the ids tried (``model``, ``route``)."""
+        ratelimit.charge(ratelimit.cost(req))  # what it can cost, before any work (settled after)
         # the response cache (issue 14) looks it up first, and runs it through the gateway
         return await self.response_cache.serve(req, chat_facts(req), self.gateway, self._chat)
 
@@ -478,6 +449,7 @@ class Hearth:
 
     async def complete(self, req: CompletionRequest) -> Choices:
         """Start a completion request on the first target that starts (see :meth:`chat`)."""
+        ratelimit.charge(ratelimit.cost(req))
         return await self.response_cache.serve(
             req, completion_facts(req), self.gateway, self._complete
         )
@@ -535,6 +507,10 @@ class Hearth:
 
     async def embed(self, req: EmbeddingRequest) -> Embeddings:
         """Embed each input on the first target that starts (see :meth:`chat`)."""
+        ratelimit.charge(ratelimit.cost(req))
+        return await self._embed_routed(req)
+
+    async def _embed_routed(self, req: EmbeddingRequest) -> Embeddings:
         result, route = await self.gateway.run(
             req.model, embed_facts(req), lambda m: self._embed(replace(req, model=m))
         )
@@ -579,6 +555,7 @@ class Hearth:
                 context; NotSupported: a remote engine with neither rerank nor embeddings.
         """
         ranking.check(req)
+        ratelimit.charge(ratelimit.cost(req))
         result, _ = await self.gateway.run(
             req.model, RequestFacts(), lambda m: self._rerank(replace(req, model=m))
         )
@@ -590,7 +567,7 @@ class Hearth:
         async with self._model(req.model, req.ttl) as lm:
             ranking.check_model(lm, req.model)
             if "embeddings" in lm.capabilities:
-                emb = await self.embed(
+                emb = await self._embed_routed(  # charged as this rerank already
                     EmbeddingRequest(req.model, (req.query, *req.documents), req.ttl)
                 )
                 return ranking.by_cosine(

@@ -365,3 +365,25 @@ class Runtime(Protocol):
     def load(self, model: LocalModel, options: LoadOptions) -> LoadedModel:
         """Load ``model`` (blocking; the scheduler runs this off the event loop)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    """A library model with its load state, as listings show it."""
+
+    model: LocalModel
+    state: str  # loaded | loading | not-loaded
+    context_length: int | None  # allocated context when loaded
+    runtime: str | None
+    memory_bytes: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = self.model.summary()
+        d.update(
+            state=self.state,
+            loaded_context_length=self.context_length,
+            runtime=self.runtime,
+            memory_bytes=self.memory_bytes,
+            capabilities=list(self.model.capabilities),
+        )
+        return d

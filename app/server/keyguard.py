@@ -1,6 +1,8 @@
 """Named keys at the edge (issue 14): who is calling, whether their role allows the route, and
 their token buckets (plus the server-wide one). The middleware calls :meth:`KeyGuard.enter`
-before the body is read and :meth:`KeyGuard.settle` when the handler is done."""
+before the body is read (one request; a key in token debt waits here), the core charges the
+tokens a parsed request can cost through :meth:`KeyGuard.charger`, and the middleware calls
+:meth:`KeyGuard.settle` with the real usage when the handler is done."""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from app.core.keys import DEFAULT_NAME, ApiKey, KeyStore, cache_partition, hash_secret
-from app.core.ratelimit import Clock, Limits, admit
-from app.errors import PermissionDenied, RateLimited, Unauthorized
+from app.core.ratelimit import UNCAPPED_TOKENS, Clock, Cost, Limits, admit
+from app.errors import PermissionDenied, RateLimited, RequestOverRateLimit, Unauthorized
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +54,12 @@ class Caller:
     partition: str = ""  # its response-cache partition ("" without a key)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Admission:
     caller: Caller
     tiers: list[Limits]
-    charged: float  # tokens charged at admission (an estimate)
+    charged: float = 0.0  # tokens charged so far: what the parsed request can cost
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def token_from(request: web.Request) -> str:
@@ -66,9 +69,24 @@ def token_from(request: web.Request) -> str:
     return request.headers.get("x-api-key", "")
 
 
-def estimate_tokens(request: web.Request) -> float:
-    """The prompt's tokens before the body is read: about 4 bytes a token (settled after)."""
-    return float((request.content_length or 0) // 4)
+def _refusal(verdict_wait: float, limit: str, headers: dict[str, str]) -> RateLimited:
+    err = RateLimited(
+        f"rate limit reached ({limit} per minute); retry in {math.ceil(verdict_wait)}s",
+        retry_after=max(1, math.ceil(verdict_wait)),
+    )
+    err.headers = headers  # type: ignore[attr-defined]
+    return err
+
+
+def _over_limit(c: Cost, tpm: int, whose: str) -> RequestOverRateLimit:
+    cap = "its max_tokens" if c.capped else f"no max_tokens: {UNCAPPED_TOKENS} a generation"
+    err = RequestOverRateLimit(
+        f"this request can cost up to {c.total} tokens (about {c.prompt} of prompt plus "
+        f"{c.completion} to generate: {cap}), more than the {tpm} tokens per minute {whose} "
+        "allows; lower max_tokens or shorten the prompt"
+    )
+    err.headers = {"x-should-retry": "false"}  # type: ignore[attr-defined]
+    return err
 
 
 class KeyGuard:
@@ -137,25 +155,41 @@ class KeyGuard:
         g_rpm, g_tpm = self._global_limits()
         if g_rpm or g_tpm:
             tiers.append(self._limits("", g_rpm, g_tpm))
-        charged = estimate_tokens(request) if any(t.tokens for t in tiers) else 0.0
-        verdict = admit(tiers, charged)
+        # one request, no tokens yet (the body is not read): a key in token debt waits here
+        verdict = admit(tiers, 0.0)
         if verdict.wait > 0:
-            err = RateLimited(
-                f"rate limit reached ({verdict.limit} per minute); retry in "
-                f"{math.ceil(verdict.wait)}s",
-                retry_after=max(1, math.ceil(verdict.wait)),
-            )
-            err.headers = verdict.headers  # type: ignore[attr-defined]
-            raise err
+            raise _refusal(verdict.wait, verdict.limit, verdict.headers)
+        admission = Admission(caller, tiers, headers=verdict.headers)
         if verdict.headers:
-            request[RATE_HEADERS] = verdict.headers
+            request[RATE_HEADERS] = admission.headers
         if caller.name not in (None, DEFAULT_NAME) and self.store is not None:
             self.store.note_use(caller.name or "")
             self._maybe_flush()
-        return Admission(caller, tiers, charged)
+        return admission
 
-    def settle(self, admission: Admission, used_tokens: int) -> None:
-        """Charge the request's real tokens (prompt + completion) instead of the estimate."""
+    def charger(self, admission: Admission) -> Callable[[Cost], None] | None:
+        """What the core calls with a parsed request's cost (None: no token limit applies)."""
+        if not any(t.tokens is not None for t in admission.tiers):
+            return None
+
+        def charge(c: Cost) -> None:
+            for t in admission.tiers:
+                if t.tokens is not None and c.total > t.tpm:
+                    whose = "this key" if t is not self._buckets.get("") else "this server"
+                    raise _over_limit(c, t.tpm, whose)
+            verdict = admit(admission.tiers, float(c.total), requests=0.0)
+            if verdict.wait > 0:
+                raise _refusal(verdict.wait, verdict.limit, verdict.headers)
+            admission.charged += c.total
+            admission.headers.update(verdict.headers)  # the remaining tokens, after the charge
+
+        return charge
+
+    def settle(self, admission: Admission, used_tokens: int | None) -> None:
+        """Charge the request's real tokens (prompt + completion) instead of what admission
+        charged; None: the real usage is unknown (a stream cut short), the charge stands."""
+        if used_tokens is None:
+            return
         for t in admission.tiers:
             t.settle(used_tokens - admission.charged)
 

@@ -36,7 +36,7 @@ routes = web.RouteTableDef()
 _KEY_FIELDS = frozenset({"name", "rpm", "tpm", "models", "admin"})
 _PROVIDER_FIELDS = frozenset(
     {"name", "url", "kind", "prefix", "api_key"}
-    | {"connect_timeout", "first_token_timeout", "idle_timeout"}
+    | {"connect_timeout", "first_token_timeout", "idle_timeout", "follow_redirects"}
 )
 MAX_LIMIT = 100_000_000  # per minute: the GUI's spin box allows as much
 
@@ -117,7 +117,7 @@ async def list_providers(request: web.Request) -> web.Response:
 @routes.post("/api/v1/providers")
 async def add_provider(request: web.Request) -> web.Response:
     """{name, url, kind?, prefix?, api_key?, connect_timeout?, first_token_timeout?,
-    idle_timeout?}: add (201) or replace (200) a provider, as ``hearth providers add``. Without
+    idle_timeout?, follow_redirects?}: add (201) or replace (200) a provider, as ``hearth providers add``. Without
     ``kind`` the engine is asked (``detect_warning`` says why that failed; "openai" is kept)."""
     service = request.app[SERVICE]
     pool = service.providers
@@ -139,6 +139,7 @@ async def add_provider(request: web.Request) -> web.Response:
                 "first_token_timeout", DEFAULT_FIRST_TOKEN_TIMEOUT, lo=0.001, hi=86_400
             ),
             idle_timeout=b.number("idle_timeout", DEFAULT_IDLE_TIMEOUT, lo=0.001, hi=86_400),
+            follow_redirects=b.flag("follow_redirects"),
         )
     )
     why = None

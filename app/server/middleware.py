@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from app.core import access, response_cache
+from app.core import access, ratelimit, response_cache
 from app.core.events import RequestFinished
 from app.core.keys import cache_partition, hash_secret
 from app.errors import (
@@ -228,17 +228,24 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if admission is not None:
             request[REQUEST_LOG]["key"] = request.get(KEY_NAME) or None
             partition = admission.caller.partition
+        guard = state.guard
         with (
             access.scoped(admission.caller.models if admission else None, partition),
             response_cache.requested(request.headers.get("x-hearth-cache")),  # issue 14
+            ratelimit.charging(guard.charger(admission) if guard and admission else None),
         ):
+            cut = True  # a request cut short (client gone, our bug): what it was charged stands
             try:
                 resp = await _within_time_limit(request, handler)
+                cut = False
+            except HearthError:
+                cut = False
+                raise
             finally:
-                if admission is not None and state.guard is not None:
+                if admission is not None and guard is not None:
                     info = request[REQUEST_LOG]
                     used = info["prompt_tokens"] + info["completion_tokens"]
-                    state.guard.settle(admission, used)
+                    guard.settle(admission, None if cut else used)
     except HearthError as e:
         if request[REQUEST_LOG].get("key") is None and request.get(KEY_NAME):
             request[REQUEST_LOG]["key"] = request[KEY_NAME]  # refused (403, 429): still named

@@ -35,6 +35,13 @@ class StreamBroken(HearthError):
     code = "generation_error"
 
 
+class UpstreamBroken(StreamBroken):
+    """A remote engine's stream that failed after it began (cut, malformed, over a bound)."""
+
+    status = 502
+    code = "provider_error"
+
+
 class ShuttingDown(HearthError):
     status = 503
     code = "server_shutting_down"
@@ -91,7 +98,8 @@ def final_error(request: web.Request, final: Delta | None) -> HearthError | None
     if final is None:
         return StreamBroken("the generation ended without a result")
     if final.finish_reason == "error":
-        return StreamBroken(f"generation failed: {final.error or 'unknown error'}")
+        broken = UpstreamBroken if final.error_code == "provider_error" else StreamBroken
+        return broken(f"generation failed: {final.error or 'unknown error'}")
     if final.finish_reason == "cancelled":
         if final.error_code == "model_unloaded":
             return ModelUnloaded("the model was unloaded while this request ran; retry to load it")

@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -83,6 +83,7 @@ def keyed(
         "scoped": "k-scoped-0123456789",
         "sixty": "k-sixty-0123456789",
         "tokens": "k-tokens-0123456789",
+        "t300": "k-t300-0123456789",
     }
     ks.add("admin", secrets["admin"], admin=True)
     ks.add("six", secrets["six"], rpm=6)
@@ -90,6 +91,7 @@ def keyed(
     ks.add("scoped", secrets["scoped"], models=[smol.id[:4] + "*"])
     ks.add("sixty", secrets["sixty"], rpm=60)
     ks.add("tokens", secrets["tokens"], tpm=600)
+    ks.add("t300", secrets["t300"], tpm=300)
     clock = Clock()
     loop = LoopThread().start()
     ctl = ServerController(service, store, paths)
@@ -275,6 +277,60 @@ def test_tokens_are_settled_with_the_real_usage(keyed: Keyed) -> None:
     assert r.headers["x-ratelimit-remaining-tokens"] == "0"
 
 
+async def _chunked(body: object) -> AsyncIterator[bytes]:
+    # a generator body goes out with Transfer-Encoding: chunked, no Content-Length
+    raw = json.dumps(body).encode()
+    yield raw[: len(raw) // 2]
+    yield raw[len(raw) // 2 :]
+
+
+def test_a_chunked_body_is_charged_its_prompt_and_token_cap(keyed: Keyed) -> None:
+    key = keyed.keys["t300"]  # 300 tpm: 50 tokens at once, 5 a second (the clock is frozen)
+    body = {
+        "model": keyed.s.model_id,
+        "messages": [{"role": "user", "content": "Say hi"}],  # 6 characters: about 2 tokens
+        "max_tokens": 20,
+    }
+
+    async def one(c: httpx.AsyncClient) -> httpx.Response:
+        url = keyed.url("/v1/chat/completions")
+        return await c.post(url, content=_chunked(body), headers=auth(key))
+
+    async def burst(n: int) -> list[httpx.Response]:
+        async with httpx.AsyncClient(timeout=120) as c:
+            return list(await asyncio.gather(*(one(c) for _ in range(n))))
+
+    (r,) = asyncio.run(burst(1))
+    assert r.status_code == 200, r.text
+    assert "content-length" not in r.request.headers
+    # charged at admission: 2 of prompt + 20 it may write (settled with the real usage after)
+    assert r.headers["x-ratelimit-remaining-tokens"] == str(50 - 22)
+    keyed.clock.t += 3600
+    # 8 at once: two fit in the 50-token burst (22 each), the other six are refused
+    rs = asyncio.run(burst(8))
+    codes = [x.status_code for x in rs]
+    assert codes.count(200) == 2 and codes.count(429) == 6, codes
+    refused = next(x for x in rs if x.status_code == 429)
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert int(refused.headers["Retry-After"]) >= 1
+
+
+def test_a_request_over_a_whole_minute_of_tokens_is_refused_at_once(keyed: Keyed) -> None:
+    key = keyed.keys["t300"]
+    msgs = [{"role": "user", "content": "Say hi"}]
+    for extra in ({"max_tokens": 400}, {}):  # none: counted as 4,096 it may write
+        body = {"model": keyed.s.model_id, "messages": msgs, **extra}
+        r = keyed.post("/v1/chat/completions", body, key)
+        assert r.status_code == 429, r.text
+        err = r.json()["error"]
+        assert err["code"] == "request_over_rate_limit"
+        assert "300 tokens per minute" in err["message"] and "max_tokens" in err["message"]
+        assert "Retry-After" not in r.headers and r.headers["x-should-retry"] == "false"
+    # refused without charging: the key's tokens are all there
+    r = keyed.get("/v1/models", key)
+    assert r.status_code == 200 and r.headers["x-ratelimit-remaining-tokens"] == "50"
+
+
 def test_the_global_limit_applies_to_every_key(keyed: Keyed) -> None:
     old = keyed.settings.load()
     keyed.settings.update(limits=LimitsSettings(rpm=12))  # 2 at once, server-wide
@@ -309,7 +365,9 @@ def test_cli_changes_take_effect_at_once_and_last_use_is_recorded(keyed: Keyed) 
     assert _cli(home, "keys", "rm", "late").returncode == 0
     assert keyed.get("/v1/models", secret).status_code == 401
     listed = json.loads(_cli(home, "keys", "ls", "--json").stdout)
-    assert {k["name"] for k in listed} == {"admin", "six", "free", "scoped", "sixty", "tokens"}
+    assert {k["name"] for k in listed} == {
+        *("admin", "six", "free", "scoped", "sixty", "tokens", "t300")
+    }
     for k in listed:
         assert set(k) == {"name", "rpm", "tpm", "models", "admin", "created_at", "last_used_at"}
         assert "hash" not in json.dumps(k)

@@ -34,7 +34,8 @@ DEFAULT_IDLE_TIMEOUT = 60.0
 class ProviderConfig:
     """One remote engine. ``url`` is its OpenAI base URL (``http://10.0.0.5:8000/v1``); its
     models are ``prefix + remote id``. Timeouts in seconds: to connect, from the request to
-    the first token, and between two chunks of a stream."""
+    the first token, and between two chunks of a stream. ``follow_redirects``: a 3xx from the
+    engine is followed (off: it answers 502, so a prompt is never re-posted somewhere else)."""
 
     name: str
     url: str
@@ -43,6 +44,7 @@ class ProviderConfig:
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
     first_token_timeout: float = DEFAULT_FIRST_TOKEN_TIMEOUT
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    follow_redirects: bool = False
 
     def __post_init__(self) -> None:
         if not self.prefix:
@@ -207,4 +209,6 @@ def _from_json(item: Any) -> ProviderConfig:
     for k in ("connect_timeout", "first_token_timeout", "idle_timeout"):
         if k in fields:
             fields[k] = float(fields[k])
+    if "follow_redirects" in fields:
+        fields["follow_redirects"] = fields["follow_redirects"] is True
     return ProviderConfig(**fields)

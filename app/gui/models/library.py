@@ -8,7 +8,7 @@ from typing import Any
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
 
-from app.core.service import ModelStatus
+from app.core.types import ModelStatus
 from app.gui.models.base import RowTableModel
 from app.gui.units import grouped, human_bytes, human_count
 

@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.service import Hearth, ModelStatus
-from app.core.types import LocalModel
+from app.core.service import Hearth
+from app.core.types import LocalModel, ModelStatus
 from app.gui.bridge import Bridge, log_failure
 from app.gui.models.library import LibraryTableModel
 from app.gui.units import grouped

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,7 +29,7 @@ T = TypeVar("T")
 MAX_ERROR_BODY = 64 * 1024  # what is read of an error answer
 MAX_LINE = 16 * 1024 * 1024  # one SSE line (a long tool call's arguments in one chunk)
 MAX_PROBE_BODY = 4 * 1024 * 1024  # a model list, /props, /api/show...
-MAX_BODY = 64 * 1024 * 1024  # a whole answer (2,048 embeddings of 4,096 floats fit)
+MAX_BODY = 64 * 1024 * 1024  # a whole answer, streamed or not (2,048 embeddings of 4,096 floats)
 PROBE_TIMEOUT_S = 10.0
 KEEPALIVE_S = 2.0
 
@@ -86,6 +85,10 @@ class RemoteEngine:
         if not self._open:
             self._idle.set()
 
+    @property
+    def _follow(self) -> bool:
+        return self.cfg.follow_redirects
+
     def redact(self, text: str) -> str:
         """``text`` with the API key (should an engine echo it) replaced."""
         return text.replace(self._key, "***") if self._key else text
@@ -101,11 +104,19 @@ class RemoteEngine:
         part of it can survive one."""
         text = self.redact(raw.decode(errors="replace"))
         try:
-            return json.loads(text)
-        except ValueError:
+            return codec.decode(text)
+        except ValueError:  # not JSON (or too deep to be read as JSON): the caller says so
             return text
 
     async def _error(self, resp: aiohttp.ClientResponse) -> ProviderError:
+        if 300 <= resp.status < 400:  # not followed (see ProviderConfig.follow_redirects)
+            where = self.redact(resp.headers.get("Location", "")[:500]) or "nowhere"
+            return ProviderError(
+                f"provider '{self.cfg.name}' answered a redirect ({resp.status} to {where}); "
+                "redirects are not followed unless the provider allows them (--follow-redirects)",
+                provider=self.cfg.name,
+                status=502,
+            )
         raw, _ = await read_body(resp, MAX_ERROR_BODY)
         msg = kinds.error_message(resp.status, self.parse(raw))
         return ProviderError(
@@ -124,7 +135,7 @@ class RemoteEngine:
         async def once() -> Any:
             headers = telemetry.trace_headers()  # the request's trace continues upstream
             async with self._http().request(
-                method, self._url(path), json=body, headers=headers
+                method, self._url(path), json=body, headers=headers, allow_redirects=self._follow
             ) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)
@@ -167,7 +178,9 @@ class RemoteEngine:
     async def _get(self, path: str, method: str = "GET", body: Any = None) -> Answer:
         try:
             async with asyncio.timeout(min(PROBE_TIMEOUT_S, self.cfg.connect_timeout + 5)):
-                async with self._http().request(method, self._url(path), json=body) as resp:
+                async with self._http().request(
+                    method, self._url(path), json=body, allow_redirects=self._follow
+                ) as resp:
                     raw, _ = await read_body(resp, MAX_PROBE_BODY)
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
             return Answer(0, self.redact(str(e) or type(e).__name__))
@@ -231,15 +244,18 @@ class RemoteEngine:
     async def _stream(self, path: str, body: dict[str, Any], *, chat: bool) -> RemoteStream:
         """POST a streaming request; return once its first token (or its end) came, so every
         failure up to there is raised (and a fallback chain may try the next target)."""
-        stream = RemoteStream(self, chat)
+        cap = body.get("max_tokens")
+        stream = RemoteStream(self, chat, max_tokens=cap if isinstance(cap, int) else None)
 
         async def start() -> None:
             headers = telemetry.trace_headers()  # the request's trace continues upstream
+            url = self._url(path)
+            opts: dict[str, Any] = {"headers": headers, "allow_redirects": self._follow}
             try:
-                resp = await self._http().post(self._url(path), json=body, headers=headers)
+                resp = await self._http().post(url, json=body, **opts)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                 # a pooled connection the engine had closed: never reached it; a new one
-                resp = await self._http().post(self._url(path), json=body, headers=headers)
+                resp = await self._http().post(url, json=body, **opts)
             if resp.status != 200:
                 try:
                     raise await self._error(resp)
@@ -284,7 +300,7 @@ class RemoteEngine:
         vectors = [r.get("embedding") for r in rows if isinstance(r, dict)]
         if len(vectors) != len(req.inputs) or not all(isinstance(v, list) for v in vectors):
             raise self._bad_answer("embeddings", "a vector per input")
-        return vectors, _prompt_tokens(out)  # type: ignore[return-value]
+        return vectors, codec.prompt_tokens(out)  # type: ignore[return-value]
 
     async def rerank(
         self, remote_id: str, req: RerankRequest
@@ -308,12 +324,12 @@ class RemoteEngine:
         if not isinstance(results, list):
             raise self._bad_answer("rerank", "results")
         ranked = [
-            (int(r["index"]), _score(r))
+            (int(r["index"]), codec.score(r))
             for r in results
             if isinstance(r, dict) and isinstance(r.get("index"), int)
         ]
         ranked.sort(key=lambda p: -p[1])
-        return ranked, _prompt_tokens(out)
+        return ranked, codec.prompt_tokens(out)
 
     async def count_tokens(self, remote_id: str, req: ChatRequest) -> int:
         msgs = [codec.message(m) for m in req.messages]
@@ -353,23 +369,16 @@ class RemoteEngine:
         )
 
 
-def _score(r: dict[str, Any]) -> float:
-    v = r.get("relevance_score", r.get("score"))
-    return float(v) if isinstance(v, (int, float)) else 0.0
-
-
-def _prompt_tokens(out: Any) -> int:
-    u = out.get("usage") if isinstance(out, dict) else None
-    v = u.get("prompt_tokens", u.get("total_tokens")) if isinstance(u, dict) else None
-    return v if isinstance(v, int) else 0
-
-
 class RemoteStream:
     """A remote generation's deltas (a GenerationStream). Idle longer than the provider's
-    idle timeout, a dropped connection or an error event end it with an error delta."""
+    idle timeout, a dropped connection, an error event, a malformed line or an answer over
+    MAX_BODY end it with an error delta; an engine that writes past the request's
+    ``max_tokens`` is cut there (finish reason ``length``). Either way the connection closes."""
 
-    def __init__(self, engine: RemoteEngine, chat: bool) -> None:
+    def __init__(self, engine: RemoteEngine, chat: bool, *, max_tokens: int | None = None) -> None:
         self._engine = engine
+        self._max_tokens = max_tokens
+        self._read = 0  # bytes of the answer so far
         self._reader = codec.ChunkReader(chat=chat)
         self._resp: aiohttp.ClientResponse | None = None
         self._pending: list[Delta] = []
@@ -411,7 +420,7 @@ class RemoteStream:
                 ev = await self._event(None)
             except aiohttp.ClientPayloadError:  # the body was cut before its end
                 ev = None
-            except _LineTooLong as e:
+            except _BadStream as e:
                 raise ProviderError(
                     f"provider '{self._engine.cfg.name}' sent {e}",
                     provider=self._engine.cfg.name,
@@ -430,7 +439,7 @@ class RemoteStream:
         if err is not None:
             msg = f"provider '{self._engine.cfg.name}': {self._engine.redact(err)}"
             if first and not self._pending:
-                status = _status_in(ev)
+                status = codec.status_in(ev)
                 raise ProviderError(msg, provider=self._engine.cfg.name, status=status)
             self._ended = Delta(finish_reason="error", error=msg, error_code="provider_error")
             return
@@ -445,8 +454,15 @@ class RemoteStream:
                 ) from e
             self._ended = self._fail(f"a malformed chunk ({e})")
             return
-        if d is not None:
-            self._pending.append(d)
+        if d is None:
+            return
+        if self._max_tokens is not None and self._reader.pieces > self._max_tokens:
+            # an engine ignoring max_tokens: what it asked for is the answer (the rest unread)
+            self._reader.pieces -= 1
+            self._reader.finish = "length"
+            self._ended = self._reader.final(self.prompt_tokens)
+            return
+        self._pending.append(d)
 
     async def _line(self) -> bytes:
         """The next line of the body (b"" at its end, or once cancelled), at most MAX_LINE."""
@@ -464,6 +480,9 @@ class RemoteStream:
             if not chunk:
                 line, self._buf = bytes(self._buf), bytearray()
                 return line
+            self._read += len(chunk)
+            if self._read > MAX_BODY:
+                raise _BadStream(f"an answer over {MAX_BODY // 2**20} MiB (the answer bound)")
             self._buf += chunk
 
     async def _event(self, timeout: float | None) -> Any:
@@ -480,9 +499,9 @@ class RemoteStream:
                 self._done = True
                 return None
             try:
-                return json.loads(data)
-            except ValueError:
-                continue
+                return codec.decode(data)
+            except ValueError as e:  # one event lost would corrupt the answer: it ends here
+                raise _BadStream(f"a malformed data line ({e})") from e
 
     def __aiter__(self) -> AsyncIterator[Delta]:
         return self._iterate()
@@ -507,7 +526,7 @@ class RemoteStream:
                         continue
                     self._ended = self._fail(f"no data for {idle:g} s (the idle timeout)")
                     continue
-                except _LineTooLong as e:
+                except _BadStream as e:
                     self._ended = self._fail(str(e))
                     continue
                 except (aiohttp.ClientError, OSError) as e:
@@ -554,18 +573,17 @@ async def read_body(resp: aiohttp.ClientResponse, cap: int) -> tuple[bytes, bool
     return bytes(buf), await resp.content.read(1) == b""
 
 
-class _LineTooLong(Exception):
-    """A stream line over MAX_LINE (a hostile or broken engine)."""
+class _BadStream(Exception):
+    """A stream no engine in good health sends: a malformed or too deep line, an answer over
+    MAX_BODY (a hostile or broken engine)."""
+
+
+class _LineTooLong(_BadStream):
+    """A stream line over MAX_LINE."""
 
 
 class _EmptyStream(ProviderError):
     """A stream that ended before any event (see RemoteEngine._whole)."""
-
-
-def _status_in(ev: Any) -> int:
-    err = ev.get("error") if isinstance(ev, dict) else None
-    code = err.get("code") if isinstance(err, dict) else None
-    return code if isinstance(code, int) and 400 <= code < 600 else 500
 
 
 MakeClient = Callable[[ProviderConfig, str | None], RemoteEngine]

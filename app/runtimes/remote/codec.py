@@ -34,6 +34,19 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
+def decode(text: str | bytes) -> Any:
+    """One JSON document from an engine.
+
+    Raises:
+        ValueError: not JSON, or nested deeper than the parser's recursion limit (a hostile
+            line of 200,000 ``[`` raises RecursionError inside ``json.loads``).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError as e:
+        raise ValueError("JSON nested too deep") from e
+
+
 def message(m: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": m.role, "content": m.content}
     if m.images:  # OpenAI content parts, each image a PNG data URL where its marker was
@@ -308,3 +321,23 @@ def _bytes(v: Any) -> tuple[int, ...]:
     if isinstance(v, list) and all(isinstance(b, int) and 0 <= b < 256 for b in v):
         return tuple(v)
     return ()
+
+
+def score(r: dict[str, Any]) -> float:
+    """A rerank result's score (``relevance_score``, or ``score``)."""
+    v = r.get("relevance_score", r.get("score"))
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def prompt_tokens(out: Any) -> int:
+    """A whole answer's prompt tokens (0 when it says none)."""
+    u = out.get("usage") if isinstance(out, dict) else None
+    v = u.get("prompt_tokens", u.get("total_tokens")) if isinstance(u, dict) else None
+    return v if isinstance(v, int) else 0
+
+
+def status_in(ev: Any) -> int:
+    """The HTTP status an error event names (500 when none)."""
+    err = ev.get("error") if isinstance(ev, dict) else None
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, int) and 400 <= code < 600 else 500

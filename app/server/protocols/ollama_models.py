@@ -11,7 +11,7 @@ from app import __version__
 from app.core.providers.pool import RemoteListing
 from app.core.reasoning import OPEN_TAG, is_harmony_template
 from app.core.scheduler import LoadedInfo
-from app.core.service import ModelStatus
+from app.core.types import ModelStatus
 from app.server.protocols.ollama import now_iso
 
 OLLAMA_VERSION = "0.12.0"  # the API level these shapes follow

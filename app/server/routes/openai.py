@@ -11,7 +11,8 @@ from aiohttp import web
 
 from app.core.generation import Choices, Completion
 from app.core.providers.pool import RemoteListing
-from app.core.service import Hearth, ModelStatus
+from app.core.service import Hearth
+from app.core.types import ModelStatus
 from app.errors import InvalidRequest
 from app.server.body import large_json_response, read_json_body
 from app.server.health import health_body
