@@ -317,10 +317,54 @@ def image_cases(chat: str) -> list[Case]:
     return out
 
 
+def _combinator_schemas() -> list[dict[str, Any]]:
+    """Tool parameter schemas whose root is a combinator or a ref (as pydantic and zod write
+    them), recursive ones, and objects whose conversion would grow faster than their size."""
+    obj = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    defs = {"A": obj, "B": {"type": "object", "properties": {"b": {"type": "integer"}}}}
+    node = {
+        "type": "object",
+        "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/N"}}},
+    }  # fmt: skip
+    return [
+        {"$defs": defs, "anyOf": [{"$ref": "#/$defs/A"}, {"$ref": "#/$defs/B"}]},
+        {"oneOf": [obj, {"type": "object", "properties": {"n": {"type": "number"}}}]},
+        {"allOf": [{"$ref": "#/$defs/A"}, {"anyOf": [{"$ref": "#/$defs/B"}]}], "$defs": defs},
+        {"$defs": defs, "$ref": "#/$defs/A"},
+        {"$defs": {"N": node}, "$ref": "#/$defs/N"},  # recursive
+        {"$ref": "#"},  # the schema itself, forever
+        {"$ref": "#/$defs/missing"},
+        {"$ref": "https://example.com/schema.json"},
+        {"anyOf": []},
+        {"type": "object", "properties": {f"o{j}": {"type": "object", "properties": {f"p{i}": {} for i in range(950)}} for j in range(5)}},
+        {"type": "object", "properties": {chr(0x4E00 + i): {"type": "string"} for i in range(200)}},
+        {"type": "object", "properties": {"q" * 3000: {"type": "object", "properties": {f"p{i}": {} for i in range(150)}}}},
+    ]  # fmt: skip
+
+
+def _combinator_tool_cases(chat: str) -> list[Case]:
+    """Each of :func:`_combinator_schemas` as the one tool of a forced call, in each protocol."""
+    h = {"Content-Type": "application/json"}
+    ask = [{"role": "user", "content": "call it"}]
+    out: list[Case] = []
+    for i, schema in enumerate(_combinator_schemas()):
+        fn = {"type": "function", "function": {"name": "t", "parameters": schema}}
+        named = {"type": "function", "function": {"name": "t"}}
+        bodies = [
+            ("/v1/chat/completions", {"model": chat, "messages": ask, "max_tokens": 8, "tools": [fn], "tool_choice": [named, "required"][i % 2]}),
+            ("/v1/messages", {"model": chat, "messages": ask, "max_tokens": 8, "tools": [{"name": "t", "input_schema": schema}], "tool_choice": {"type": ["any", "tool"][i % 2], "name": "t"}}),
+            ("/api/chat", {"model": chat, "messages": ask, "stream": False, "options": {"num_predict": 8}, "tools": [fn], "tool_choice": named}),
+            ("/v1/chat/completions", {"model": chat, "messages": ask, "max_tokens": 8, "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}}),
+        ]  # fmt: skip
+        out.extend(("POST", path, json.dumps(body).encode(), h) for path, body in bodies)
+    return out
+
+
 def cases(chat: str, emb: str, *, seed: int, count: int) -> Iterator[Case]:
     """The fixed hand-written cases first, then ``count`` seeded random mutations."""
     yield from _raw_cases(chat)
     yield from image_cases(chat)
+    yield from _combinator_tool_cases(chat)
     rng = random.Random(seed)
     bases = _bases(chat, emb)
     routes = list(bases)

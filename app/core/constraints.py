@@ -7,6 +7,13 @@ groups, which overflowed llama.cpp's recursive grammar parser (SIGSEGV), and ``m
 :func:`check_schemas` before anything expands, so each bound is written once, here; the runtimes
 bound the final grammar again (``app/runtimes/gbnf.py`` for llama.cpp).
 
+The conversion itself grows faster than the schema: llama-cpp-python's converter writes an
+object's optional properties as one alternative per starting property, each a chain of rules
+naming the rest, so its work is the square of the optional properties times the length of the
+rule names (the schema path), and times the names that escape to the same rule name (it probes
+``name0``, ``name1``... for each): 950 optional properties took 6-10 s of CPU before the grammar
+was refused. :data:`MAX_SCHEMA_COST` bounds that estimate before anything converts.
+
 Every refusal is an :class:`InvalidRequest` whose message names the bound and its number and
 whose ``param`` points at the keyword (``response_format.json_schema.schema.properties.name.
 maxLength``).
@@ -14,8 +21,10 @@ maxLength``).
 
 from __future__ import annotations
 
+import collections
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,6 +40,17 @@ MAX_TOTAL_REPEAT = 20_000  # the counts of all the schemas of one request, added
 MAX_CHOICES = 256  # enum values; anyOf / oneOf / allOf branches
 MAX_PATTERN_NESTING = 32  # groups inside groups in one regex
 MAX_FORMAT_CHARS = 64
+MAX_PROPERTIES = 1024  # properties of one object
+MAX_TOTAL_PROPERTIES = 4096  # properties of all the objects of one request's schemas
+MAX_OPTIONAL_PROPERTIES = 256  # properties of one object that are not in its 'required'
+# The conversion's estimated work, added up over a request's objects: optional properties
+# squared, times (1 + rule-name length / 64), times (1 + same-named properties / 16). 256
+# optional properties at the root, or four objects of 128, convert in about 60 ms; the
+# measured cost of the largest accepted schemas is in tests/bench/grammar_compile.py.
+MAX_SCHEMA_COST = 1 << 17
+_RULE_NAME_UNIT = 64
+_COLLISION_UNIT = 16
+_RULE_CHARS = re.compile(r"[^a-zA-Z0-9-]+")  # what the converter turns into "-" in rule names
 
 COUNT_KEYWORDS = (
     "minLength",
@@ -119,11 +139,13 @@ def check_schemas(items: Iterable[tuple[Any, str]]) -> list[str]:
 
 
 class _Budget:
-    __slots__ = ("bytes", "repeat")
+    __slots__ = ("bytes", "cost", "properties", "repeat")
 
     def __init__(self) -> None:
         self.bytes = 0
         self.repeat = 0
+        self.properties = 0
+        self.cost = 0
 
     def spend(self, n: int, param: str) -> None:
         self.repeat += n
@@ -143,20 +165,22 @@ def _at(param: str, key: str | int) -> str:
 def _walk(root: dict[str, Any], param: str, budget: _Budget) -> None:
     """Every schema object under ``root`` (and every local ``$ref`` target), iteratively."""
     seen: set[int] = set()
-    # (value, where, is_map): a map's keys are names (a property may be called "maxLength")
-    stack: list[tuple[Any, str, bool]] = [(root, param, False)]
+    # (value, where, is_map, rule name length): a map's keys are names (a property may be called
+    # "maxLength"); the converter names each rule by its path, and a ref's target by its last part
+    stack: list[tuple[Any, str, bool, int]] = [(root, param, False, _ROOT_RULE_NAME)]
     while stack:
-        node, where, is_map = stack.pop()
+        node, where, is_map, name_len = stack.pop()
         if isinstance(node, list):
-            stack.extend((v, _at(where, i), False) for i, v in enumerate(node))
+            stack.extend((v, _at(where, i), False, name_len) for i, v in enumerate(node))
             continue
         if not isinstance(node, dict) or id(node) in seen:
             continue
         seen.add(id(node))
         if is_map:
-            stack.extend((v, _at(where, k), False) for k, v in node.items())
+            stack.extend((v, _at(where, k), False, name_len + 1 + len(k)) for k, v in node.items())
             continue
         _check_counts(node, where, budget)
+        _check_object(root, node, where, name_len, budget)
         for key, v in node.items():
             here = _at(where, key)
             if key in _CHOICE_LISTS and isinstance(v, list) and len(v) > MAX_CHOICES:
@@ -176,9 +200,93 @@ def _walk(root: dict[str, Any], param: str, budget: _Budget) -> None:
             elif key == "$ref" and isinstance(v, str):
                 target = _resolve(root, v)
                 if target is not None:  # a missing target is the runtime's 400 to give
-                    stack.append((target, here, False))
+                    stack.append((target, here, False, len(v.rsplit("/", 1)[-1])))
             if key not in _DATA_KEYWORDS and isinstance(v, dict | list):
-                stack.append((v, here, key in _MAP_KEYWORDS and isinstance(v, dict)))
+                is_names = key in _MAP_KEYWORDS and isinstance(v, dict)
+                stack.append((v, here, is_names, name_len + (0 if is_names else _STEP_NAME)))
+
+
+# rule-name lengths: a forced call's arguments start at "tool-N-arguments"; an item, a tuple
+# member or a union branch adds a suffix of a few characters ("-item", "-3")
+_ROOT_RULE_NAME = 20
+_STEP_NAME = 6
+
+
+def _check_object(
+    root: dict[str, Any], node: dict[str, Any], where: str, name_len: int, budget: _Budget
+) -> None:
+    """Bound an object's properties, and add its conversion's estimated work to the budget."""
+    found = _object_properties(root, node)
+    if found is None:
+        return
+    names, optional = found
+    here = _at(where, "properties")
+    if len(names) > MAX_PROPERTIES:
+        raise InvalidRequest(
+            f"an object has {len(names)} properties; at most {MAX_PROPERTIES} are allowed",
+            param=here,
+        )
+    budget.properties += len(names)
+    if budget.properties > MAX_TOTAL_PROPERTIES:
+        raise InvalidRequest(
+            f"the objects of this request's schemas have more than {MAX_TOTAL_PROPERTIES} "
+            f"properties in all",
+            param=here,
+        )
+    if optional > MAX_OPTIONAL_PROPERTIES:
+        raise InvalidRequest(
+            f"an object has {optional} optional properties (not in 'required'); at most "
+            f"{MAX_OPTIONAL_PROPERTIES} are allowed, since the grammar that enforces them grows "
+            f"with their square",
+            param=here,
+        )
+    if optional < 2 or not names:
+        return
+    rule_len = name_len + 1 + max(len(k) for k in names)
+    same = max(collections.Counter(_RULE_CHARS.sub("-", k) for k in names).values())
+    cost = (
+        optional
+        * optional
+        * (_RULE_NAME_UNIT + rule_len)
+        * (_COLLISION_UNIT + same - 1)
+        // (_RULE_NAME_UNIT * _COLLISION_UNIT)
+    )
+    budget.cost += cost
+    if budget.cost > MAX_SCHEMA_COST:
+        raise InvalidRequest(
+            f"the optional properties of this request's schemas would cost {budget.cost} units "
+            f"to convert into a grammar (this object, with {optional} optional properties "
+            f"under names of up to {rule_len} characters: {cost}); at most {MAX_SCHEMA_COST} "
+            f"are allowed. Mark properties required, or use fewer or shorter names",
+            param=here,
+        )
+
+
+def _object_properties(root: dict[str, Any], node: dict[str, Any]) -> tuple[list[str], int] | None:
+    """(property names, how many are optional) of an object that the converter writes as one
+    rule, or None. ``allOf`` components are merged into one object, as the converter does
+    (those under an ``anyOf`` optional)."""
+    extra = node.get("additionalProperties")
+    any_extra = 1 if extra is True or isinstance(extra, dict) else 0
+    props = node.get("properties")
+    if isinstance(props, dict):
+        required = node.get("required")
+        req = {r for r in required if isinstance(r, str)} if isinstance(required, list) else set()
+        return list(props), sum(1 for k in props if k not in req) + any_extra
+    parts = node.get("allOf")
+    if not isinstance(parts, list):
+        return ([], 1) if isinstance(extra, dict) else None
+    names: list[str] = []
+    maybe: list[str] = []
+    for part in parts:
+        alts = part.get("anyOf") if isinstance(part, dict) else None
+        for comp in alts if isinstance(alts, list) else [part]:
+            if isinstance(comp, dict) and isinstance(comp.get("$ref"), str):
+                comp = _resolve(root, comp["$ref"])
+            if isinstance(comp, dict) and isinstance(comp.get("properties"), dict):
+                (maybe if isinstance(alts, list) else names).extend(comp["properties"])
+    required_names = set(names)
+    return names + maybe, sum(1 for k in maybe if k not in required_names)
 
 
 def _check_counts(node: dict[str, Any], where: str, budget: _Budget) -> None:

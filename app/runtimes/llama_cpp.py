@@ -8,6 +8,7 @@ and several sequences can later share one batch.
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 from app.core.images import ImageInput
 from app.core.types import Constraint, GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelUnloaded, RuntimeUnavailable, UnsupportedParameter
+from app.runtimes.compile_pool import COMPILE_POOL
 from app.runtimes.llama_backend import L, build_info
 from app.runtimes.llama_engine import LlamaEngine
 from app.runtimes.llama_grammar import grammar_for
@@ -23,6 +25,8 @@ from app.runtimes.llama_vision import check_projector, projector_path
 from app.runtimes.worker import DeltaStream, Worker
 
 log = logging.getLogger(__name__)
+
+MAX_GRAMMARS = 256  # compiled grammars a model remembers (at most 256 KiB each)
 
 
 class LlamaCppModel:
@@ -45,7 +49,8 @@ class LlamaCppModel:
             "n_vocab": engine.n_vocab,
         }
         self.worker = Worker(engine, name=model.id, queue_size=queue_size)
-        self._good_constraints: set[tuple[str, str]] = set()
+        # constraint -> its grammar, checked and compiled; the most recently used last
+        self._grammars: collections.OrderedDict[Constraint, str] = collections.OrderedDict()
 
     @property
     def chat_template(self) -> str | None:
@@ -99,26 +104,36 @@ class LlamaCppModel:
         return await self.worker.run(lambda _cancelled: vision.projector.tokenize(text, images))
 
     def submit(self, request: GenerationRequest) -> DeltaStream:
-        return self.worker.submit(request)
+        grammar = None
+        if request.constraint is not None:
+            # check_constraint stored it, and nothing awaited since (the engine never converts)
+            grammar = self._grammars.get(request.constraint)
+            if grammar is None:
+                raise InvalidRequest(
+                    "the output constraint was not compiled before the request was queued",
+                    param=_param(request.constraint),
+                )
+        return self.worker.submit(request, grammar)
 
     async def check_constraint(self, constraint: Constraint) -> None:
-        """Build and compile the constraint's grammar on the worker thread (its stack is of a
-        known size, and the event loop stays free), so a bad one is a 400 before any output."""
-        if constraint not in self._good_constraints:
-            await self.worker.run(lambda _cancelled: self._check_grammar(constraint))
-
-    def _check_grammar(self, constraint: Constraint) -> None:
-        grammar = grammar_for(constraint)
-        if grammar is None:
+        """Convert the constraint into a grammar, check and compile it on a compile thread
+        (app/runtimes/compile_pool.py): never on this model's worker, whose streams would stall
+        meanwhile, nor on the event loop. A bad one is a 400 before any output."""
+        if constraint in self._grammars:
+            self._grammars.move_to_end(constraint)
             return
-        if not self.engine.grammar_compiles(grammar):
+        grammar = await COMPILE_POOL.run(lambda: self._compile(constraint))
+        self._grammars[constraint] = grammar
+        while len(self._grammars) > MAX_GRAMMARS:
+            self._grammars.popitem(last=False)
+
+    def _compile(self, constraint: Constraint) -> str:
+        grammar = grammar_for(constraint)
+        if grammar is None or not self.engine.grammar_compiles(grammar):
             raise InvalidRequest(
-                "the schema does not compile to a grammar",
-                param="tools" if constraint[0] == "tool_call" else "response_format",
+                "the schema does not compile to a grammar", param=_param(constraint)
             )
-        if len(self._good_constraints) > 256:
-            self._good_constraints.clear()
-        self._good_constraints.add(constraint)
+        return grammar
 
     async def embed(self, inputs: list[list[int]]) -> list[list[float]]:
         def job(cancelled: threading.Event) -> list[list[float]]:
@@ -146,6 +161,10 @@ class LlamaCppModel:
 
     def close(self) -> None:
         self.worker.close()
+
+
+def _param(constraint: Constraint) -> str:
+    return "tools" if constraint[0] == "tool_call" else "response_format"
 
 
 class LlamaCppRuntime:

@@ -24,7 +24,6 @@ from app.runtimes.llama_backend import (
     release_free_memory,
     release_threads,
 )
-from app.runtimes.llama_grammar import grammar_for
 from app.runtimes.llama_pooled import PooledOutputs
 from app.runtimes.llama_sampling import Sampling
 from app.runtimes.llama_slots import Slots, copy_costs, stream_copy_min
@@ -251,8 +250,14 @@ class LlamaEngine(Admission, PooledOutputs, Sampling, Speculation):
         if len(tokens) >= self.n_ctx:
             raise ValueError("prompt does not fit the context")
         slot = self.slots.take(tokens)
+        # the constraint's grammar was converted and checked before the request was queued
+        # (LlamaCppModel.check_constraint): its conversion never runs on this thread
+        grammar = seq.prepared if isinstance(seq.prepared, str) else None
+        if req.constraint is not None and grammar is None:
+            self.slots.free.append(slot)
+            raise ValueError("the output constraint's grammar was not prepared")
         try:
-            sampler = self._sampler(req.sampling, grammar_for(req.constraint), req.prompt_tokens)
+            sampler = self._sampler(req.sampling, grammar, req.prompt_tokens)
         except (ValueError, InvalidRequest):
             self.slots.free.append(slot)
             raise

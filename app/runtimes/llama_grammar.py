@@ -46,7 +46,7 @@ _GRAMMAR_CACHE: dict[Constraint, str] = {}
 
 
 def _build_grammar(constraint: Constraint) -> str:
-    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
+    from llama_cpp.llama_grammar import JSON_GBNF
 
     kind, schema = constraint
     if kind == "json_object":
@@ -66,7 +66,9 @@ def _build_grammar(constraint: Constraint) -> str:
         grammar = f"root ::= {block}{more}\n{body}"
     else:
         try:
-            grammar = str(json_schema_to_gbnf(schema))
+            conv = _converter()
+            conv.visit(_with_refs(conv, json.loads(schema), "input"), "")
+            grammar = str(conv.format_grammar())
         except _CONVERTER_ERRORS as e:
             raise InvalidRequest(
                 f"the JSON schema cannot be enforced: {_short(e)}", param=param
@@ -81,9 +83,7 @@ def _call_object(schema: dict[str, Any]) -> str:
     arguments after its own name. Written so (not as one alternative per whole call) because
     llama.cpp keeps every alternative that matches the text so far alive: whole calls share
     their beginning, so each tool's arguments would open their stacks at once."""
-    from llama_cpp.llama_grammar import SchemaConverter
-
-    conv = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    conv = _converter()
     many = "oneOf" in schema
     calls = schema["oneOf"] if many else [schema]
     branches = []
@@ -92,7 +92,7 @@ def _call_object(schema: dict[str, Any]) -> str:
         # the converter resolves refs within the schema it is given (and not through lists):
         # give each tool its own arguments back as the root of its refs
         base = f"#/oneOf/{i}/properties/arguments" if many else "#/properties/arguments"
-        own = conv.resolve_refs(_unbase_refs(call["properties"]["arguments"], base), f"tool{i}")
+        own = _with_refs(conv, _unbase_refs(call["properties"]["arguments"], base), f"tool{i}")
         args = conv.visit(own, f"tool-{i}-arguments")
         branches.append(
             f'{_literal(json.dumps(name))} space "," space "\\"arguments\\"" space ":" space {args}'
@@ -100,6 +100,61 @@ def _call_object(schema: dict[str, Any]) -> str:
     head = '"{" space "\\"name\\"" space ":" space'
     rules = str(conv.format_grammar())
     return f'call-object ::= {head} ( {" | ".join(branches)} ) "}}" space\n{rules}'
+
+
+def _converter() -> Any:
+    from llama_cpp.llama_grammar import SchemaConverter
+
+    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+
+def _with_refs(conv: Any, schema: Any, url: str) -> Any:
+    """``schema`` with every local ``$ref`` registered with the converter (as ``url#/...``).
+
+    The converter's own pass (``resolve_refs``) stops at a node with a ``$ref``: the ``$defs``
+    beside a root ``$ref`` (a pydantic model's schema) and the refs inside a ref's target were
+    never registered, and converting them failed with a bare ``KeyError: '#/$defs/Node'``. Its
+    ``_refs`` table is filled here instead (llama-cpp-python is pinned); a recursive ref then
+    converts into a recursive rule, which the converter supports.
+
+    Raises:
+        ValueError: a ref that is not local, or that points at nothing.
+    """
+    refs: dict[str, Any] = conv._refs
+    seen: set[int] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith(url + "#"):
+            if ref != "#" and not ref.startswith("#/"):
+                raise ValueError(f"'$ref' {ref!r} is not supported: only local refs ('#/...')")
+            target = _pointer(schema, ref)
+            if not isinstance(target, dict):
+                raise ValueError(f"'$ref' {ref!r} points at no schema")
+            node["$ref"] = url + ref
+            refs[url + ref] = target
+        stack.extend(v for k, v in node.items() if k not in ("enum", "const", "default"))
+    return schema
+
+
+def _pointer(root: Any, ref: str) -> Any:
+    node = root
+    for part in ref[2:].split("/") if ref != "#" else []:
+        key = part.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return None
+    return node
 
 
 def _literal(text: str) -> str:

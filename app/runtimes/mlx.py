@@ -23,6 +23,7 @@ from app.core.types import (
     TokenLogprob,
 )
 from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable, UnsupportedParameter
+from app.runtimes.compile_pool import COMPILE_POOL
 from app.runtimes.guidance import Guide
 from app.runtimes.mlx_vision import VisionModel, is_vision_config, vlm_available
 from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
@@ -412,10 +413,11 @@ class MlxModel:
         return self.worker.submit(request)
 
     async def check_constraint(self, constraint: Constraint) -> None:
-        """Compile the constraint with llguidance on the worker thread (off the event loop), so
-        one that cannot be enforced is a 400 before any output."""
+        """Compile the constraint with llguidance on a compile thread (not the event loop, nor
+        this model's worker, whose streams would stall), so one that cannot be enforced is a
+        400 before any output."""
         if constraint not in self._good_constraints:
-            await self.worker.run(lambda _cancelled: self._check(constraint))
+            await COMPILE_POOL.run(lambda: self._check(constraint))
 
     def _check(self, constraint: Constraint) -> None:
         self.engine.guide.check(constraint)

@@ -216,9 +216,13 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 class Sequence:
     """One admitted request as the engine sees it."""
 
-    def __init__(self, request: GenerationRequest, stream: DeltaStream) -> None:
+    def __init__(
+        self, request: GenerationRequest, stream: DeltaStream, prepared: object = None
+    ) -> None:
         self.request = request
         self.stream = stream
+        # what its model prepared off this thread for the engine (llama.cpp: the grammar)
+        self.prepared = prepared
         self.stop = StopMatcher(request.stop)
         self.generated = 0
         self.cached = 0
@@ -341,8 +345,9 @@ class Worker:
         with self._cv:
             return len(self._waiting) >= self.queue_size
 
-    def submit(self, request: GenerationRequest) -> DeltaStream:
-        """Queue a request (call on the event loop). Raises QueueFull when the queue is full."""
+    def submit(self, request: GenerationRequest, prepared: object = None) -> DeltaStream:
+        """Queue a request (call on the event loop), with what its model prepared for the
+        engine (``Sequence.prepared``). Raises QueueFull when the queue is full."""
         stream = DeltaStream(asyncio.get_running_loop(), self._outbox)
         with self._cv:
             if self._stopping:
@@ -352,7 +357,7 @@ class Worker:
                     f"too many requests queued for this model ({self.queue_size}); retry shortly",
                     retry_after=max(1, len(self._waiting) // 2),
                 )
-            self._waiting.append(Sequence(request, stream))
+            self._waiting.append(Sequence(request, stream, prepared))
             self._cv.notify()
         return stream
 

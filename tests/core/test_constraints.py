@@ -10,10 +10,14 @@ from app.core.constraints import (
     COUNT_KEYWORDS,
     MAX_CHOICES,
     MAX_CONSTRAINT_BYTES,
+    MAX_OPTIONAL_PROPERTIES,
     MAX_PATTERN_NESTING,
+    MAX_PROPERTIES,
     MAX_REPEAT,
     MAX_SCHEMA_BYTES,
+    MAX_SCHEMA_COST,
     MAX_SCHEMA_DEPTH,
+    MAX_TOTAL_PROPERTIES,
     MAX_TOTAL_REPEAT,
     check_pattern,
     check_schema,
@@ -417,3 +421,71 @@ AGENT_TOOLS = [
 
 def test_real_agent_tool_schemas_pass_together() -> None:
     check_schemas((s, f"tools[{i}].function.parameters") for i, s in enumerate(AGENT_TOOLS))
+
+
+# -- the converter's work: properties, optional ones, rule names ------------------------------
+def _props(n: int, name: object = "p{}".format, required: int = 0) -> dict[str, object]:
+    names = [name(i) for i in range(n)]  # type: ignore[operator]
+    return {
+        "type": "object",
+        "properties": {k: {"type": "string"} for k in names},
+        "required": names[:required],
+    }
+
+
+def test_optional_properties_are_bounded_before_conversion() -> None:
+    five = {
+        "type": "object",
+        "properties": {f"o{j}": {"type": "object", "properties": {f"p{i}": {} for i in range(950)}}
+                       for j in range(5)},
+    }  # fmt: skip
+    e = refused(five)  # took 6-10 s of the converter's CPU before its grammar was refused
+    assert "optional properties" in e.message and e.param.endswith(".properties")
+    check_schema(_props(MAX_OPTIONAL_PROPERTIES), param=P)
+    e = refused(_props(MAX_OPTIONAL_PROPERTIES + 1))
+    assert str(MAX_OPTIONAL_PROPERTIES) in e.message and e.param == P + ".properties"
+    # required properties cost the converter little: many more of them pass
+    check_schema(_props(MAX_PROPERTIES, required=MAX_PROPERTIES), param=P)
+    e = refused(_props(MAX_PROPERTIES + 1, required=MAX_PROPERTIES + 1))
+    assert str(MAX_PROPERTIES) in e.message
+
+
+def test_the_conversion_cost_adds_up_over_objects_and_tools() -> None:
+    four = {"type": "object", "properties": {f"o{j}": _props(128) for j in range(4)}}
+    check_schema(four, param=P)
+    with pytest.raises(InvalidRequest) as ei:
+        check_schemas([(_props(200), f"tools[{i}].function.parameters") for i in range(4)])
+    assert str(MAX_SCHEMA_COST) in ei.value.message
+    assert ei.value.param.startswith("tools[") and ei.value.param.endswith(".properties")
+
+
+def test_properties_are_bounded_in_total_across_a_request() -> None:
+    one = _props(MAX_PROPERTIES, required=MAX_PROPERTIES)
+    n = MAX_TOTAL_PROPERTIES // MAX_PROPERTIES
+    check_schemas([(one, f"tools[{i}]") for i in range(n)])
+    with pytest.raises(InvalidRequest) as ei:
+        check_schemas([(one, f"tools[{i}]") for i in range(n + 1)])
+    assert str(MAX_TOTAL_PROPERTIES) in ei.value.message
+
+
+def test_long_rule_names_and_same_named_properties_raise_the_cost() -> None:
+    # the converter names rules by path, and probes name0, name1... for names it escapes alike
+    deep = {"type": "object", "properties": {"q" * 4000: _props(128)}}
+    assert "optional properties" in refused(deep).message
+    same = _props(128, name=lambda i: chr(0x4E00 + i))  # all escape to "-"
+    assert "optional properties" in refused(same).message
+    check_schema(_props(128), param=P)
+
+
+def test_all_of_components_count_as_one_object() -> None:
+    parts = [{"anyOf": [_props(100, name=f"c{j}_{{}}".format)]} for j in range(3)]
+    e = refused({"allOf": parts})
+    assert "300 optional properties" in e.message
+
+
+def test_a_recursive_schema_is_counted_once() -> None:
+    node = {
+        "type": "object",
+        "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+    }
+    check_schema(node, param=P)

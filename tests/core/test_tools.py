@@ -437,3 +437,27 @@ def test_max_calls_stops_after_the_last_allowed_call(family: str, raw: str, call
         content, got, p = content_and_calls(family, pieces, 1)
         assert got == want and p.exhausted and p.closed == 1
         assert content == content_and_calls(family, pieces, None)[0]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}}]},
+        {"oneOf": [{"type": "object", "properties": {"a": {"type": "string"}}}]},
+        {"allOf": [{"$ref": "#/$defs/A"}], "$defs": {"A": {"type": "object"}}},
+        {"$ref": "#/$defs/A", "$defs": {"A": {"type": "object"}}},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+    ],
+)
+def test_a_forced_call_keeps_a_schema_without_root_properties(params: dict) -> None:
+    _, spec = tool_call_constraint([Tool("f", "", params)], parallel=False)
+    args = json.loads(spec)["schema"]["properties"]["arguments"]
+    assert args != {"type": "object", "properties": {}, "additionalProperties": False}
+    assert set(args) == set(params)
+
+
+@pytest.mark.parametrize("params", [{}, {"type": "object"}, {"type": "object", "properties": {}}])
+def test_a_tool_without_parameters_is_called_with_an_empty_object(params: dict) -> None:
+    _, spec = tool_call_constraint([Tool("f", "", params)], parallel=False)
+    args = json.loads(spec)["schema"]["properties"]["arguments"]
+    assert args == {"type": "object", "properties": {}, "additionalProperties": False}

@@ -367,3 +367,117 @@ def test_a_forced_call_over_real_agent_tools_is_a_valid_call(server: Server) -> 
     assert status == 200, body
     calls = body["choices"][0]["message"]["tool_calls"]
     assert calls and all(json.loads(c["function"]["arguments"]) is not None for c in calls)
+
+
+# a pydantic model's schema: the root is a union of two models kept in $defs
+PET = {
+    "$defs": {
+        "Cat": {
+            "type": "object",
+            "properties": {"kind": {"const": "cat"}, "lives": {"type": "integer"}},
+            "required": ["kind", "lives"],
+        },
+        "Dog": {
+            "type": "object",
+            "properties": {"kind": {"const": "dog"}, "name": {"type": "string", "maxLength": 20}},
+            "required": ["kind", "name"],
+        },
+    },
+    "anyOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}],
+}
+# pydantic's tree: Node with children: list[Node]; the root is a $ref beside its $defs
+TREE = {
+    "$defs": {
+        "Node": {
+            "type": "object",
+            "properties": {
+                "value": {"type": "integer"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}, "default": []},
+            },
+            "required": ["value"],
+        }
+    },
+    "$ref": "#/$defs/Node",
+}
+
+
+def _forced_calls(model: str, schema: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """A forced call of the one tool ``pick`` in each protocol that forces calls."""
+    ask = [{"role": "user", "content": "Call pick with a pet."}]
+    fn = {"type": "function", "function": {"name": "pick", "parameters": schema}}
+    named = {"type": "function", "function": {"name": "pick"}}
+    return {
+        "openai named": (
+            "/v1/chat/completions",
+            {"model": model, "messages": ask, "tools": [fn], "tool_choice": named},
+        ),
+        "anthropic tool": (
+            "/v1/messages",
+            {
+                "model": model,
+                "messages": ask,
+                "max_tokens": 200,
+                "tools": [{"name": "pick", "input_schema": schema}],
+                "tool_choice": {"type": "tool", "name": "pick"},
+            },
+        ),
+        "anthropic any": (
+            "/v1/messages",
+            {
+                "model": model,
+                "messages": ask,
+                "max_tokens": 200,
+                "tools": [{"name": "pick", "input_schema": schema}],
+                # one call: parallel ones run on until max_tokens cuts the last one short
+                "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+            },
+        ),
+        "ollama tools": (
+            "/api/chat",
+            {"model": model, "messages": ask, "stream": False, "tools": [fn], "tool_choice": named},
+        ),
+    }
+
+
+def _arguments(route: str, body: dict[str, Any]) -> list[Any]:
+    """Each call's arguments (a forced "any" may make several calls)."""
+    if route.startswith("openai"):
+        calls = body["choices"][0]["message"]["tool_calls"]
+        return [json.loads(c["function"]["arguments"]) for c in calls]
+    if route.startswith("anthropic"):
+        return [c["input"] for c in body["content"] if c["type"] == "tool_use"]
+    return [c["function"]["arguments"] for c in body["message"]["tool_calls"]]
+
+
+@pytest.mark.parametrize("schema", [PET, TREE], ids=["root anyOf of $refs", "recursive $defs"])
+def test_a_forced_call_keeps_a_root_combinator_schema(server: Server, schema: Any) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    for route, (path, body) in _forced_calls(server.model, schema).items():
+        body = {**body, "temperature": 0, "options": {"temperature": 0, "num_predict": 200}}
+        if "max_tokens" not in body and not path.startswith("/api"):
+            body["max_tokens"] = 200
+        status, answer = server.post(path, body)
+        assert status == 200, (route, answer)
+        calls = _arguments(route, answer)
+        assert calls, (route, answer)
+        for args in calls:
+            assert args != {}, f"{route}: the schema was dropped"
+            jsonschema.validate(args, schema)  # the arguments are what the schema says
+
+
+def test_five_objects_of_950_optional_properties_are_refused_before_converting(
+    server: Server,
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            f"o{j}": {"type": "object", "properties": {f"p{i}": {} for i in range(950)}}
+            for j in range(5)
+        },
+    }
+    assert len(json.dumps(schema)) < 64 * 1024
+    for route, (path, body, param) in routes(server.model, schema).items():
+        status, answer = server.post(path, body, timeout=60)
+        message, got = _error(answer)
+        assert status == 400 and "optional properties" in message, (route, message)
+        assert param is None or (got or "").startswith(param), (route, got)

@@ -1,6 +1,7 @@
 """llama.cpp's grammar code on the real SmolLM2 vocabulary: the measure at its edge agrees with
 its parser, the threads that compile grammars have the stack the depth bound is chosen for, and
-compiling runs on the model's worker thread, never on the event loop."""
+converting and compiling run on a compile thread: never on the model's worker (its streams
+would stall) nor on the event loop."""
 
 from __future__ import annotations
 
@@ -147,11 +148,26 @@ def test_worker_threads_hold_twenty_times_the_depth_bound(smollm2_path: Path) ->
     assert small.returncode != 0 and "survived" not in small.stdout
 
 
-async def test_constraints_compile_on_the_worker_thread_not_the_event_loop(
+def largest_accepted_schema() -> dict[str, object]:
+    """256 optional properties at the root: the most one object may have, and close to the
+    conversion cost bound (app/core/constraints.py)."""
+    from app.core.constraints import MAX_OPTIONAL_PROPERTIES, check_schema
+
+    schema = {
+        "type": "object",
+        "properties": {f"field_{i}": {"type": "string"} for i in range(MAX_OPTIONAL_PROPERTIES)},
+    }
+    check_schema(schema, param="response_format")  # accepted by the request bounds
+    return schema
+
+
+async def test_constraints_convert_off_the_worker_thread_and_the_event_loop(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     import threading
 
+    from app.core.types import Constraint, GenerationRequest, SamplingParams
+    from app.runtimes.compile_pool import COMPILE_POOL
     from app.runtimes.llama_cpp import LlamaCppRuntime
 
     model = LocalModel(
@@ -160,18 +176,40 @@ async def test_constraints_compile_on_the_worker_thread_not_the_event_loop(
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     lm = await asyncio.to_thread(rt.load, model, LoadOptions(context_length=512))
     try:
+        # the worker is busy until the test opens the gate: the largest accepted schema
+        # converts and compiles all the same, so none of it ran on the worker
         gate = threading.Event()
-        held = lm.worker.run(
-            lambda _cancelled: gate.wait()
-        )  # the worker is busy until the test opens the gate
-        schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 1000}}}
-        check = asyncio.ensure_future(lm.check_constraint(("json_schema", json.dumps(schema))))
-        for _ in range(20):
-            await asyncio.sleep(0)  # the loop keeps running other work meanwhile
-        assert not check.done(), "the grammar is compiled behind the worker's queue"
-        gate.set()
+        held = lm.worker.run(lambda _cancelled: gate.wait())
+        big = Constraint("json_schema", json.dumps(largest_accepted_schema()))
+        check = asyncio.ensure_future(lm.check_constraint(big))
+        try:
+            await asyncio.wait_for(asyncio.shield(check), 120)
+        finally:
+            gate.set()
         await asyncio.wait_for(held, 60)
-        await asyncio.wait_for(check, 120)
+
+        # and the other way round: with every compile thread held, a stream runs to its end
+        pool_gate = threading.Event()
+        holds = [
+            asyncio.ensure_future(COMPILE_POOL.run(pool_gate.wait))
+            for _ in range(COMPILE_POOL.max_threads)
+        ]
+        other = Constraint(
+            "json_schema", json.dumps({"type": "array", "items": {"type": "integer"}})
+        )
+        pending = asyncio.ensure_future(lm.check_constraint(other))
+        tokens = lm.tokenize("Count to twenty:", add_special=True, parse_special=True)
+        stream = lm.submit(
+            GenerationRequest(
+                prompt_tokens=tuple(tokens), max_tokens=8, sampling=SamplingParams(temperature=0)
+            )
+        )
+        pieces = [d async for d in stream]
+        assert sum(1 for d in pieces if d.text) >= 1 and not pending.done()
+        pool_gate.set()
+        await asyncio.wait_for(asyncio.gather(*holds), 60)
+        await asyncio.wait_for(pending, 120)
+
         bad = ("json_schema", json.dumps({"type": "string", "pattern": r"^\d+$"}))
         with pytest.raises(InvalidRequest) as ei:
             await asyncio.wait_for(lm.check_constraint(bad), 120)

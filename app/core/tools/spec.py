@@ -79,7 +79,7 @@ def tool_call_constraint(tools: list[Tool], *, parallel: bool) -> Constraint:
     alternatives = []
     for i, t in enumerate(tools):
         params = t.parameters or {}
-        if not params.get("properties") and params.get("type", "object") == "object":
+        if _takes_nothing(params):
             params = {"type": "object", "properties": {}, "additionalProperties": False}
         # a tool's local $refs point into its own schema, which now sits inside the call object
         here = "#/properties/arguments" if len(tools) == 1 else f"#/oneOf/{i}/properties/arguments"
@@ -94,6 +94,23 @@ def tool_call_constraint(tools: list[Tool], *, parallel: bool) -> Constraint:
         )
     schema = alternatives[0] if len(alternatives) == 1 else {"oneOf": alternatives}
     return Constraint("tool_call", json.dumps({"schema": schema, "parallel": parallel}))
+
+
+# keywords that say nothing about what an object holds
+_NOTES = frozenset({"type", "properties", "required", "title", "description", "$schema", "$id"})
+
+
+def _takes_nothing(params: dict[str, Any]) -> bool:
+    """Whether a tool's parameter schema is an object with no properties and nothing else that
+    shapes its arguments (``{}``, ``{"type": "object"}``): its calls take ``{}``. A schema whose
+    root is ``anyOf``, ``oneOf``, ``allOf`` or a ``$ref`` (as pydantic and zod write them) has no
+    root ``properties`` either, and is enforced as it is."""
+    return (
+        params.get("type", "object") == "object"
+        and not params.get("properties")
+        and params.get("additionalProperties", False) is False
+        and set(params) <= _NOTES | {"additionalProperties"}
+    )
 
 
 def _rebase_refs(schema: dict[str, Any], base: str) -> dict[str, Any]:
