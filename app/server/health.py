@@ -10,13 +10,18 @@
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Callable
 from typing import Any, Literal
 
 from aiohttp import web
 
 from app import __version__
 from app.core.service import Hearth
+from app.errors import Unauthorized
+from app.server.keyguard import token_from
 from app.server.state import SERVICE, STATE, ServerState
+from app.settings import key_matches
 
 HealthState = Literal["starting", "ready", "busy", "error", "shutting_down"]
 UNAVAILABLE: frozenset[HealthState] = frozenset({"error", "shutting_down"})
@@ -40,16 +45,37 @@ def health_state(state: ServerState, service: Hearth) -> HealthState:
     return "busy" if loaded and full == loaded else "ready"
 
 
-def health_body(app: web.Application) -> tuple[dict[str, Any], int]:
-    """The /health body and its HTTP status (503 while shutting down or after a failed start)."""
+def model_filter(request: web.Request) -> Callable[[str], bool]:
+    """Which model ids /health may name to this caller. /health needs no key (probes), so
+    where keys are required, a caller without a valid one is told no model ids, and a key
+    limited to some models is told only those."""
+    state = request.app[STATE]
+    token = token_from(request)
+    if state.guard is not None:
+        try:
+            caller = state.guard.identify(token)
+        except Unauthorized:
+            return lambda _id: False
+        pats = caller.models
+        return lambda i: not pats or any(fnmatch.fnmatchcase(i, p) for p in pats)
+    if state.api_key_hashes and not (token and key_matches(token, state.api_key_hashes)):
+        return lambda _id: False
+    return lambda _id: True
+
+
+def health_body(
+    app: web.Application, visible: Callable[[str], bool] = lambda _id: True
+) -> tuple[dict[str, Any], int]:
+    """The /health body and its HTTP status (503 while shutting down or after a failed start);
+    ``loaded`` and ``loading`` list the model ids ``visible`` passes."""
     service, state = app[SERVICE], app[STATE]
     current = health_state(state, service)
     body: dict[str, Any] = {
         "status": "unavailable" if current in UNAVAILABLE else "ok",
         "state": current,
         "version": __version__,
-        "loaded": [i.model_id for i in service.loaded()],
-        "loading": service.loading(),
+        "loaded": [i.model_id for i in service.loaded() if visible(i.model_id)],
+        "loading": [i for i in service.loading() if visible(i)],
         "providers": service.providers.states() if service.providers is not None else [],
     }
     if state.startup_error is not None:

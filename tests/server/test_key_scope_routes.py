@@ -200,3 +200,18 @@ def test_cache_scope_shared_shares_answers_across_keys(keyed: Keyed) -> None:
     assert _ask(keyed, "a", "Name a fruit.") == "miss"
     assert _ask(keyed, "b", "Name a fruit.") == "hit"
     _cache(keyed, mode="off")
+
+
+def test_health_names_only_the_loaded_models_a_caller_may_see(keyed: Keyed) -> None:
+    """/health needs no key (probes), so it must not list loaded models to everyone: no
+    valid key, no model ids; a scoped key, the ones in its scope; an admin key, all."""
+    for model in (keyed.smol, keyed.emb):
+        r = keyed.post("/api/v1/models/load", {"model": model}, "admin")
+        assert r.status_code == 200, r.text
+    anon = httpx.get(keyed.s.root + "/health", timeout=60)
+    wrong = httpx.get(keyed.s.root + "/health", headers=auth("not-a-key"), timeout=60)
+    for r in (anon, wrong):
+        assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+        assert r.json()["loaded"] == [] and r.json()["loading"] == []
+    assert keyed.get("/health", "embed").json()["loaded"] == [keyed.emb]
+    assert set(keyed.get("/health", "admin").json()["loaded"]) == {keyed.smol, keyed.emb}

@@ -15,7 +15,7 @@ from app.core.service import Hearth
 from app.core.types import ModelStatus
 from app.errors import InvalidRequest
 from app.server.body import large_json_response, read_json_body
-from app.server.health import health_body
+from app.server.health import health_body, model_filter
 from app.server.protocols import OPENAI
 from app.server.protocols import openai as wire
 from app.server.protocols import rerank as rerank_wire
@@ -52,7 +52,8 @@ def model_object(st: ModelStatus) -> dict[str, object]:
 
 @routes.get("/health")
 async def health(request: web.Request) -> web.Response:
-    body, status = health_body(request.app)  # state: starting | ready | busy | error | ...
+    # state: starting | ready | busy | error | ...
+    body, status = health_body(request.app, model_filter(request))
     return web.json_response(body, status=status)
 
 
