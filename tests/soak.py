@@ -3,21 +3,29 @@ unloaded, reloaded and swapped under it (SECURITY.md 24).
 
 Clients (threads) loop over a seeded mix: OpenAI chat streams (read whole, or cancelled after
 the first chunk), completions, Responses and Anthropic streams, Ollama chats, embeddings,
-tokenize/detokenize, and model churn (unload, reload with other options, swap to another model
-and back). The server's RSS, open file descriptors and threads are sampled as it runs.
+tokenize/detokenize, chats through a provider (a second `hearth serve` as the remote engine) and
+through an alias whose fallback chain is that provider's model then a local one, and model churn
+(unload, reload with other options, swap to another model and back). The server's RSS, open
+file descriptors and threads are sampled as it runs.
+
+Each client runs a fixed number of seeded actions (``actions``), so what runs does not depend on
+the machine's speed; ``seconds`` runs until a time instead (the long benchmark).
 
 A request may fail only as unloading makes it: a 503 ``model_unloaded`` or a stream ending
 with an error event when its model went away. Anything else (a 5xx, a dropped connection, a
-dead server) is a failure. ``tests/e2e/test_soak.py`` runs 3 minutes; ``tests/bench/soak.py``
-runs for hours and prints the samples.
+dead server) is a failure. ``tests/e2e/test_soak.py`` runs a short fixed workload;
+``tests/bench/soak.py`` runs for hours and prints the samples.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +33,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.e2e.engines import Engine, start_hearth_engine
 from tests.e2e.serveproc import ServeProc, start_serve
 
 _ERROR = re.compile(r'"error":\s*[{"]')  # an error event or line (not "error": null)
@@ -50,6 +59,7 @@ class Report:
     baseline: Sample | None = None  # every model unloaded, after one round of each action
     final: Sample | None = None  # every model unloaded again, at the end
     died: bool = False
+    unfinished: bool = False  # the fixed workload did not end before the deadline
 
     def growth(self) -> dict[str, float]:
         """What the server holds at the end over what it held at the start (nothing loaded)."""
@@ -178,6 +188,28 @@ class _Client:
                 "detokenize", *self._send("/detokenize", {"model": chat, "tokens": toks}), False
             )
 
+    def provider(self, rng: random.Random, _chat: str) -> None:
+        """A chat on the provider's model (streamed or not): relayed from the remote engine."""
+        stream = rng.random() < 0.5
+        body = {
+            "model": self.models["remote"],
+            "messages": [{"role": "user", "content": f"Count to {rng.randint(2, 9)}"}],
+            "max_tokens": rng.randint(4, 16),
+            "stream": stream,
+        }
+        self._judge("provider", *self._send("/v1/chat/completions", body), stream)
+
+    def alias(self, rng: random.Random, _chat: str) -> None:
+        """A chat on the alias: the provider first, the local model when it fails."""
+        body = {
+            "model": self.models["alias"],
+            "max_tokens": 8,
+            "stream": rng.random() < 0.5,
+            "messages": [{"role": "user", "content": "Hello"}],
+        }
+        st, data = self._send("/v1/messages", body)
+        self._judge("alias", st, data, body["stream"])
+
     def churn(self, rng: random.Random, _chat: str) -> None:
         mid = rng.choice([self.models["chat"], self.models["alt"], self.models["emb"]])
         what = rng.random()
@@ -209,8 +241,9 @@ def _busy(status: int, data: bytes) -> bool:
 
 ACTIONS = (
     ("chat_stream", 6), ("completion", 2), ("responses", 2), ("anthropic", 2), ("ollama", 2),
-    ("embed", 2), ("tokenize", 2), ("churn", 1),
+    ("embed", 2), ("tokenize", 2), ("provider", 2), ("alias", 2), ("churn", 1),
 )  # fmt: skip
+ALIAS = "soak-chain"
 
 
 def run_soak(
@@ -218,23 +251,57 @@ def run_soak(
     chat_file: Path,
     embed_file: Path,
     *,
-    seconds: float,
+    seconds: float | None = None,
+    actions: int | None = None,
+    deadline: float = 1800.0,
     clients: int = 3,
     seed: int = 24,
     sample_every: float = 2.0,
 ) -> Report:
-    """Run the soak for ``seconds``; returns what happened (the server is stopped after)."""
+    """Run the soak: ``actions`` seeded actions per client (a fixed workload, whatever the
+    machine's speed; ``deadline`` seconds at most, a liveness bound), or for ``seconds``.
+    Returns what happened (the servers are stopped after)."""
+    if (seconds is None) == (actions is None):
+        raise ValueError("give seconds or actions")
     home.mkdir(parents=True, exist_ok=True)
     alt = home / "alt-model.gguf"  # a second chat model to swap with (another file, same weights)
     if not alt.exists():
         alt.write_bytes(chat_file.read_bytes())
+    remote = start_hearth_engine(home, [chat_file], name="soak-engine")
+    try:
+        return _soak(home, remote, chat_file, alt, embed_file, seconds, actions, deadline,
+                     clients, seed, sample_every)  # fmt: skip
+    finally:
+        remote.close()
+
+
+def _soak(
+    home: Path,
+    remote: Engine,
+    chat_file: Path,
+    alt: Path,
+    embed_file: Path,
+    seconds: float | None,
+    actions: int | None,
+    deadline: float,
+    clients: int,
+    seed: int,
+    sample_every: float,
+) -> Report:
     s = start_serve(
         home / "h", chat_file, alt, embed_file, settings={"load": {"context_length": 1024}}
     )
+    try:
+        _add_provider_and_alias(s, remote)
+    except BaseException:
+        s.stop()
+        raise
     models = {
         "chat": next(v for k, v in s.models.items() if "SmolLM2" in k),
         "alt": s.models["alt-model"],
         "emb": next(v for k, v in s.models.items() if "minilm" in k.lower()),
+        "remote": "engine/" + next(iter(remote.models.values())),
+        "alias": ALIAS,
     }
     report = Report()
     lock = threading.Lock()
@@ -245,25 +312,29 @@ def run_soak(
     for name in names:  # every path once, every model loaded: then a baseline with none loaded
         getattr(warm, name)(rng, models["chat"])
     report.baseline = _idle_sample(s, models, t0)
-    end = time.monotonic() + seconds
+    end = time.monotonic() + (seconds if seconds is not None else deadline)
+    done = [0] * clients
 
     def client(i: int) -> None:
         rng = random.Random(seed * 100 + i)
         c = _Client(s, models, report, lock)
-        while time.monotonic() < end and s.alive():
+        while time.monotonic() < end and s.alive() and (actions is None or done[i] < actions):
             chat = rng.choice([models["chat"], models["chat"], models["alt"]])
             getattr(c, rng.choice(names))(rng, chat)
+            done[i] += 1
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(clients)]
     for t in threads:
         t.start()
     try:
-        while time.monotonic() < end and s.alive():
+        while time.monotonic() < end and s.alive() and any(t.is_alive() for t in threads):
             report.samples.append(proc_sample(s.proc.pid, t0))
-            time.sleep(sample_every)
+            for t in threads:  # a sample every sample_every seconds, or as soon as all are done
+                t.join(sample_every / clients)
         for t in threads:
             t.join(300)
         report.died = not s.alive()
+        report.unfinished = actions is not None and sum(done) < actions * clients
         if not report.died:
             report.final = _idle_sample(s, models, t0)
     finally:
@@ -271,6 +342,32 @@ def run_soak(
     if report.died:
         report.failures.append(f"hearth serve died (rc {rc}):\n{s.stderr_tail()}")
     return report
+
+
+def _add_provider_and_alias(s: ServeProc, remote: Engine) -> None:
+    """The remote engine as provider ``engine`` (prefix ``engine/``), and an alias that tries
+    its model first and the local chat model after it."""
+    local = next(v for k, v in s.models.items() if "SmolLM2" in k)
+    for args in (
+        ("providers", "add", "engine", remote.base_url, "--kind", "hearth"),
+        ("alias", "set", ALIAS, "engine/" + next(iter(remote.models.values())), local),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "app", *args],
+            env={**os.environ, "HEARTH_HOME": str(s.home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"hearth {' '.join(args)} failed: {r.stderr}")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the running server picks the provider up and probes it
+        st, body = s.get("/health")
+        if st == 200 and {"name": "engine", "state": "ready"} in body.get("providers", []):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the provider never became ready: {s.get('/health')}")
 
 
 def _idle_sample(s: ServeProc, models: dict[str, str], t0: float) -> Sample:
