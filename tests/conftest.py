@@ -6,9 +6,10 @@ import contextlib
 import importlib.util
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,8 +77,17 @@ class Served:
 
 
 def start_served(
-    home: Path, model: Path, *, api_key: str | None = None, **server: object
+    home: Path,
+    model: Path,
+    *,
+    api_key: str | None = None,
+    prepare: Callable[[Any, Any, Any], None] | None = None,
+    clock: Callable[[], float] | None = None,
+    **server: object,
 ) -> Served:
+    """A server on a free loopback port over a fresh ``home`` with ``model`` imported.
+    ``prepare(service, paths, settings_store)`` runs before it listens (more models, aliases,
+    keys, settings); ``clock`` is its rate limiter's."""
     from app.cli import build_service
     from app.core.loop import LoopThread
     from app.paths import AppPaths
@@ -89,8 +99,12 @@ def start_served(
     store = SettingsStore(paths.settings_file)
     service = build_service(paths, store.load())
     mid, _ = service.import_model(model)
+    if prepare is not None:
+        prepare(service, paths, store)
     loop = LoopThread().start()
     ctl = ServerController(service, store, paths)
+    if clock is not None:
+        ctl.clock = clock
     ctl.set_api_key(api_key)
     url = loop.call(ctl.start("127.0.0.1", 0), 30)
     return Served(home, url, ctl.port, mid.id, service, loop, ctl)
@@ -105,17 +119,20 @@ def stop_served(s: Served) -> None:
 
 
 @contextlib.contextmanager
-def serving(home: Path, model: Path, *extra_models: Path, **server: object) -> Iterator[Served]:
-    """A server for a whole test module, with HEARTH_HOME pointing at ``home`` meanwhile."""
+def serving(home: Path, model: Path, *extra_models: Path, **kw: Any) -> Iterator[Served]:
+    """A server for a whole test module, with HEARTH_HOME pointing at ``home`` meanwhile
+    (``kw``: :func:`start_served`'s)."""
     old = os.environ.get("HEARTH_HOME")
     os.environ["HEARTH_HOME"] = str(home)
-    s = start_served(home, model, **server)
     try:
-        for m in extra_models:
-            s.service.import_model(m)  # type: ignore[attr-defined]
-        yield s
+        s = start_served(home, model, **kw)
+        try:
+            for m in extra_models:
+                s.service.import_model(m)  # type: ignore[attr-defined]
+            yield s
+        finally:
+            stop_served(s)
     finally:
-        stop_served(s)
         if old is None:
             os.environ.pop("HEARTH_HOME", None)
         else:
@@ -199,3 +216,16 @@ async def transcript(gen: object) -> tuple[str, list[tuple], object]:
         final = d if d.finish_reason else final
     assert final is not None and final.usage is not None, "no final delta with usage"
     return text, lps, final
+
+
+async def listen_loopback(app: Any) -> tuple[Any, str]:
+    """Run the aiohttp ``app`` on a free loopback port: its runner (``cleanup()`` it after)
+    and its root URL."""
+    from aiohttp import web
+
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"

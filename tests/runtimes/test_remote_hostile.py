@@ -20,6 +20,7 @@ from app.core.types import ChatMessage
 from app.errors import HearthError, ProviderError
 from app.runtimes.remote import client as client_mod
 from app.runtimes.remote.client import RemoteEngine
+from tests.conftest import listen_loopback
 
 KEY = "sk-canary-0f9e8d7c6b5a"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -34,13 +35,9 @@ async def engine_at() -> AsyncIterator[Callable[[dict[str, Handler]], Awaitable[
         app = web.Application()
         for path, h in routes.items():
             app.router.add_route("*", path, h)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
+        runner, url = await listen_loopback(app)
         runners.append(runner)
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        cfg = ProviderConfig("evil", f"http://127.0.0.1:{port}/v1", idle_timeout=5)
+        cfg = ProviderConfig("evil", f"{url}/v1", idle_timeout=5)
         c = RemoteEngine(cfg, KEY)
         clients.append(c)
         return c

@@ -45,7 +45,10 @@ async def burst(h: Hearth, model_id: str, prompts: list[str]) -> tuple[int, list
     return engine.peak_batch, texts
 
 
+# a liveness bound: on a loaded machine the three bursts take minutes (OpenMP threads wait
+# for each other), while what decodes at once is held by the gate, not by the machine's speed
 @pytest.mark.model
+@pytest.mark.timeout(1200)
 async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_ones_four(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
@@ -80,6 +83,7 @@ async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_on
 
 
 @pytest.mark.model
+@pytest.mark.timeout(1200)
 async def test_a_cache_stream_per_sequence_decodes_all_at_once(
     tmp_path: Path, smollm2_path: Path
 ) -> None:

@@ -5,7 +5,6 @@ cache keeps each key's answers to itself unless ``cache.scope`` is ``shared``.""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ from app.cli import main
 from app.core.cache_store import CacheConfig
 from app.core.keys import KeyStore
 from app.settings import SettingsStore
-from tests.conftest import Served, stop_served, write_settings
+from tests.conftest import Served, serving
 
 pytestmark = pytest.mark.model
 
@@ -51,40 +50,23 @@ def auth(secret: str) -> dict[str, str]:
 def keyed(
     tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, embedding_gguf: Path
 ) -> Iterator[Keyed]:
-    from app.cli import build_service
-    from app.core.loop import LoopThread
-    from app.paths import AppPaths
-    from app.server.runner import ServerController
-
-    home = tmp_path_factory.mktemp("scope")
-    old = os.environ.get("HEARTH_HOME")
-    os.environ["HEARTH_HOME"] = str(home)
-    write_settings(home, port=0)
-    paths = AppPaths.default(home).ensure()
-    store = SettingsStore(paths.settings_file)
-    service = build_service(paths, store.load())
-    smol, _ = service.import_model(smollm2_path)
-    emb, _ = service.import_model(embedding_gguf)
-    service.set_alias("both", [smol.id, emb.id])
-    ks = KeyStore(paths.keys_file)
     secrets = {n: f"k-{n}-0123456789" for n in ("admin", "chat", "embed", "a", "b")}
-    ks.add("admin", secrets["admin"], admin=True)
-    ks.add("chat", secrets["chat"], models=[smol.id])
-    ks.add("embed", secrets["embed"], models=[emb.id])
-    ks.add("a", secrets["a"])
-    ks.add("b", secrets["b"])
-    loop = LoopThread().start()
-    ctl = ServerController(service, store, paths)
-    url = loop.call(ctl.start("127.0.0.1", 0), 30)
-    s = Served(home, url, ctl.port or 0, smol.id, service, loop, ctl)
-    try:
-        yield Keyed(s, secrets, smol.id, emb.id, store)
-    finally:
-        stop_served(s)
-        if old is None:
-            os.environ.pop("HEARTH_HOME", None)
-        else:
-            os.environ["HEARTH_HOME"] = old
+    made: dict[str, Any] = {}
+
+    def prepare(service: Any, paths: Any, store: SettingsStore) -> None:
+        smol = next(s.model for s in service.models())
+        emb, _ = service.import_model(embedding_gguf)
+        service.set_alias("both", [smol.id, emb.id])
+        ks = KeyStore(paths.keys_file)
+        ks.add("admin", secrets["admin"], admin=True)
+        ks.add("chat", secrets["chat"], models=[smol.id])
+        ks.add("embed", secrets["embed"], models=[emb.id])
+        ks.add("a", secrets["a"])
+        ks.add("b", secrets["b"])
+        made.update(emb=emb.id, store=store)
+
+    with serving(tmp_path_factory.mktemp("scope"), smollm2_path, prepare=prepare) as s:
+        yield Keyed(s, secrets, s.model_id, made["emb"], made["store"])
 
 
 def _as_unknown(r: httpx.Response, name: str) -> tuple[int, str]:

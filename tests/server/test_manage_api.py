@@ -6,12 +6,12 @@ content recording on) ever holds a secret."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +19,7 @@ import pytest
 from app.core.keys import KeyStore
 from app.core.records import read_records
 from app.settings import RecordSettings, SettingsStore
-from tests.conftest import Served, stop_served, write_settings
+from tests.conftest import Served, serving
 
 pytestmark = pytest.mark.model
 
@@ -49,37 +49,16 @@ class Managed:
 
 @pytest.fixture(scope="module")
 def managed(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[Managed]:
-    from app.cli import build_service
-    from app.core.loop import LoopThread
-    from app.paths import AppPaths
-    from app.server.runner import ServerController
+    def prepare(service: Any, paths: Any, store: SettingsStore) -> None:
+        # content recording on: the routes' bodies (a provider's API key) must still not be kept
+        store.update(records=RecordSettings(log_content=True))
+        ks = KeyStore(paths.keys_file)
+        ks.add("admin", ADMIN, admin=True)
+        ks.add("user", USER)
 
     home = tmp_path_factory.mktemp("manage")
-    old = os.environ.get("HEARTH_HOME")
-    os.environ["HEARTH_HOME"] = str(home)
-    write_settings(home, port=0)
-    paths = AppPaths.default(home).ensure()
-    store = SettingsStore(paths.settings_file)
-    # content recording on: the routes' bodies (a provider's API key) must still not be kept
-    store.update(records=RecordSettings(log_content=True))
-    service = build_service(paths, store.load())
-    smol, _ = service.import_model(smollm2_path)
-    ks = KeyStore(paths.keys_file)
-    ks.add("admin", ADMIN, admin=True)
-    ks.add("user", USER)
-    loop = LoopThread().start()
-    ctl = ServerController(service, store, paths)
-    ctl.set_api_key(DEFAULT)
-    url = loop.call(ctl.start("127.0.0.1", 0), 30)
-    s = Served(home, url, ctl.port or 0, smol.id, service, loop, ctl)
-    try:
+    with serving(home, smollm2_path, prepare=prepare, api_key=DEFAULT) as s:
         yield Managed(s)
-    finally:
-        stop_served(s)
-        if old is None:
-            os.environ.pop("HEARTH_HOME", None)
-        else:
-            os.environ["HEARTH_HOME"] = old
 
 
 def error(r: httpx.Response) -> dict[str, object]:

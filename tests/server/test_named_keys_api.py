@@ -12,13 +12,14 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from app.core.keys import KeyStore
 from app.settings import LimitsSettings, SettingsStore
-from tests.conftest import Served, stop_served, write_settings
+from tests.conftest import Served, serving, stop_served
 
 pytestmark = pytest.mark.model
 
@@ -59,23 +60,6 @@ def auth(key: str | None) -> dict[str, str]:
 def keyed(
     tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path, embedding_gguf: Path
 ) -> Iterator[Keyed]:
-    from app.cli import build_service
-    from app.core.loop import LoopThread
-    from app.paths import AppPaths
-    from app.server.runner import ServerController
-
-    home = tmp_path_factory.mktemp("keys")
-    old = os.environ.get("HEARTH_HOME")
-    os.environ["HEARTH_HOME"] = str(home)
-    write_settings(home, port=0)
-    paths = AppPaths.default(home).ensure()
-    store = SettingsStore(paths.settings_file)
-    service = build_service(paths, store.load())
-    smol, _ = service.import_model(smollm2_path)
-    emb, _ = service.import_model(embedding_gguf)
-    service.set_alias("smol-alias", [smol.id])
-    service.set_alias("emb-alias", [emb.id])
-    ks = KeyStore(paths.keys_file)
     secrets = {
         "admin": "k-admin-0123456789",
         "six": "k-six-0123456789",
@@ -85,28 +69,27 @@ def keyed(
         "tokens": "k-tokens-0123456789",
         "t300": "k-t300-0123456789",
     }
-    ks.add("admin", secrets["admin"], admin=True)
-    ks.add("six", secrets["six"], rpm=6)
-    ks.add("free", secrets["free"])
-    ks.add("scoped", secrets["scoped"], models=[smol.id[:4] + "*"])
-    ks.add("sixty", secrets["sixty"], rpm=60)
-    ks.add("tokens", secrets["tokens"], tpm=600)
-    ks.add("t300", secrets["t300"], tpm=300)
+    made: dict[str, Any] = {}
+
+    def prepare(service: Any, paths: Any, store: SettingsStore) -> None:
+        smol = next(s.model for s in service.models())
+        emb, _ = service.import_model(embedding_gguf)
+        service.set_alias("smol-alias", [smol.id])
+        service.set_alias("emb-alias", [emb.id])
+        ks = KeyStore(paths.keys_file)
+        ks.add("admin", secrets["admin"], admin=True)
+        ks.add("six", secrets["six"], rpm=6)
+        ks.add("free", secrets["free"])
+        ks.add("scoped", secrets["scoped"], models=[smol.id[:4] + "*"])
+        ks.add("sixty", secrets["sixty"], rpm=60)
+        ks.add("tokens", secrets["tokens"], tpm=600)
+        ks.add("t300", secrets["t300"], tpm=300)
+        made.update(emb=emb.id, store=store)
+
     clock = Clock()
-    loop = LoopThread().start()
-    ctl = ServerController(service, store, paths)
-    ctl.clock = clock
-    ctl.set_api_key(DEFAULT)
-    url = loop.call(ctl.start("127.0.0.1", 0), 30)
-    s = Served(home, url, ctl.port or 0, smol.id, service, loop, ctl)
-    try:
-        yield Keyed(s, clock, secrets, emb.id, store)
-    finally:
-        stop_served(s)
-        if old is None:
-            os.environ.pop("HEARTH_HOME", None)
-        else:
-            os.environ["HEARTH_HOME"] = old
+    home = tmp_path_factory.mktemp("keys")
+    with serving(home, smollm2_path, prepare=prepare, clock=clock, api_key=DEFAULT) as s:
+        yield Keyed(s, clock, secrets, made["emb"], made["store"])
 
 
 @pytest.fixture(autouse=True)

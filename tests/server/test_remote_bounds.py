@@ -27,6 +27,7 @@ from app.runtimes.remote import client as client_mod
 from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
 from app.settings import ServerSettings
+from tests.conftest import listen_loopback
 
 MODELS = ("forever", "huge", "deep", "malformed", "redirect")
 DEADLINE_S = 60.0  # liveness only: the old code ran these until a 120 s timeout or for ever
@@ -48,13 +49,9 @@ def _chunk(text: str) -> bytes:
 
 
 async def _start(app: web.Application, runners: list[web.AppRunner]) -> str:
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    runner, url = await listen_loopback(app)
     runners.append(runner)
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return f"http://127.0.0.1:{port}"
+    return str(url)
 
 
 def _engine_app(seen: Hostile) -> web.Application:

@@ -45,6 +45,7 @@ from app.server.app import create_app
 from app.server.middleware import edge_middleware
 from app.server.records import RECORDER, Recorder
 from app.settings import ServerSettings, hash_key
+from tests.conftest import listen_loopback
 from tests.core.fakes import FakeRuntime
 from tests.core.gguf_files import write_model
 from tests.server.traffic import CANARY, ask, mixed
@@ -249,13 +250,9 @@ async def upstream(seen: list[str | None], *, fail: bool) -> AsyncIterator[str]:
     app = web.Application()
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, url = await listen_loopback(app)
     try:
-        yield f"http://127.0.0.1:{port}/v1"
+        yield f"{url}/v1"
     finally:
         await runner.cleanup()
 
