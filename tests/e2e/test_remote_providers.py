@@ -383,3 +383,35 @@ def test_providers_are_probed_when_the_server_starts(
         )
     finally:
         s.stop()
+
+
+def test_a_scoped_key_cannot_count_tokens_on_a_provider_model_outside_its_scope(
+    front: ServeProc, lan: Engine
+) -> None:
+    """count_tokens resolves a provider's model through the one access check chat uses: a key
+    limited to the local model gets, for the provider's model, the 404 an unknown name gets."""
+    local = front.models["SmolLM2-135M-Instruct.Q4_1"]
+    scoped = cli(front.home, "keys", "add", "only-local", "--models", local)
+    admin = cli(front.home, "keys", "add", "boss", "--admin")
+    assert scoped.returncode == 0 and admin.returncode == 0, scoped.stderr + admin.stderr
+    try:
+        body = {"model": _chat_id(lan), "max_tokens": 1, "messages": HI}
+        path = "/v1/messages/count_tokens"
+
+        def count(model: str, key: str) -> Any:
+            return call(front, "POST", path, {**body, "model": model},
+                        headers={"x-api-key": key.strip()})  # fmt: skip
+
+        out = count(_chat_id(lan), scoped.stdout)
+        unknown = count("lan/no-such-model", scoped.stdout)
+        assert out.status == unknown.status == 404, (out.body, unknown.body)
+        assert out.body["error"]["type"] == unknown.body["error"]["type"]
+        masked = out.body["error"]["message"].replace(_chat_id(lan), "X")
+        assert masked == unknown.body["error"]["message"].replace("lan/no-such-model", "X")
+        # the same key counts on its own model, and an admin key on the provider's
+        assert count(local, scoped.stdout).status == 200
+        ok = count(_chat_id(lan), admin.stdout)
+        assert ok.status == 200 and ok.body["input_tokens"] > 0, ok.body
+    finally:
+        for name in ("only-local", "boss"):
+            cli(front.home, "keys", "rm", name)

@@ -90,6 +90,10 @@ def test_the_kind_preset_fills_the_usual_port_unless_a_url_was_typed(
     assert dialog.prefix_edit.placeholderText() == "lan/"
     assert (dialog.connect_spin.value(), dialog.first_token_spin.value()) == (10.0, 120.0)
     assert dialog.idle_spin.value() == 60.0
+    # an engine's redirects are not followed unless the user ticks it
+    assert not dialog.redirects_check.isChecked() and not dialog.config().follow_redirects
+    dialog.redirects_check.setChecked(True)
+    assert dialog.config().follow_redirects
     dialog.reject()
 
 

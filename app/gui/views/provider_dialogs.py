@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -77,6 +78,11 @@ class AddProviderDialog(QDialog):
         self.connect_spin = _timeout_spin(DEFAULT_CONNECT_TIMEOUT)
         self.first_token_spin = _timeout_spin(DEFAULT_FIRST_TOKEN_TIMEOUT)
         self.idle_spin = _timeout_spin(DEFAULT_IDLE_TIMEOUT)
+        self.redirects_check = QCheckBox("Follow the engine's redirects")
+        self.redirects_check.setToolTip(
+            "Off: an engine that answers with a redirect gets a 502, so a prompt is never "
+            "posted to another address than this URL."
+        )
         self.banner = MessageBanner()
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
@@ -92,6 +98,7 @@ class AddProviderDialog(QDialog):
         form.addRow("Connect timeout", self.connect_spin)
         form.addRow("First-token timeout", self.first_token_spin)
         form.addRow("Idle timeout", self.idle_spin)
+        form.addRow("", self.redirects_check)
         layout = QVBoxLayout(self)
         layout.addWidget(self.banner)
         layout.addLayout(form)
@@ -115,6 +122,7 @@ class AddProviderDialog(QDialog):
             connect_timeout=self.connect_spin.value(),
             first_token_timeout=self.first_token_spin.value(),
             idle_timeout=self.idle_spin.value(),
+            follow_redirects=self.redirects_check.isChecked(),
         )
 
     def save(self) -> None:
