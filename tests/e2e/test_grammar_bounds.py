@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from tests.core.test_constraints import AGENT_TOOLS
@@ -451,7 +452,6 @@ def _arguments(route: str, body: dict[str, Any]) -> list[Any]:
 
 @pytest.mark.parametrize("schema", [PET, TREE], ids=["root anyOf of $refs", "recursive $defs"])
 def test_a_forced_call_keeps_a_root_combinator_schema(server: Server, schema: Any) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
     for route, (path, body) in _forced_calls(server.model, schema).items():
         body = {**body, "temperature": 0, "options": {"temperature": 0, "num_predict": 200}}
         if "max_tokens" not in body and not path.startswith("/api"):
