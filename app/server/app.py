@@ -60,7 +60,7 @@ def create_app(
         bound_addresses=bound_addresses,
         guard=guard,
     )
-    app[VISION] = edge = vision if vision is not None else VisionEdge()  # images (issue 16)
+    app[VISION] = edge = vision if vision is not None else VisionEdge()  # images, their pool
     app.on_cleanup.append(lambda _app: _close_pool(edge))
     if guard is not None:
         app.on_cleanup.append(lambda _app: _flush(guard))
