@@ -122,7 +122,7 @@ class LlamaCppModel:
         if constraint in self._grammars:
             self._grammars.move_to_end(constraint)
             return
-        grammar = await COMPILE_POOL.run(lambda: self._compile(constraint))
+        grammar = await COMPILE_POOL.run(lambda _stop: self._compile(constraint))
         self._grammars[constraint] = grammar
         while len(self._grammars) > MAX_GRAMMARS:
             self._grammars.popitem(last=False)

@@ -417,7 +417,7 @@ class MlxModel:
         this model's worker, whose streams would stall), so one that cannot be enforced is a
         400 before any output."""
         if constraint not in self._good_constraints:
-            await COMPILE_POOL.run(lambda: self._check(constraint))
+            await COMPILE_POOL.run(lambda _stop: self._check(constraint))
 
     def _check(self, constraint: Constraint) -> None:
         self.engine.guide.check(constraint)

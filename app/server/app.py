@@ -60,8 +60,7 @@ def create_app(
         bound_addresses=bound_addresses,
         guard=guard,
     )
-    app[VISION] = edge = vision if vision is not None else VisionEdge()  # images, their pool
-    app.on_cleanup.append(lambda _app: _close_pool(edge))
+    app[VISION] = vision if vision is not None else VisionEdge()  # images
     if guard is not None:
         app.on_cleanup.append(lambda _app: _flush(guard))
     app.router.add_routes(openai.routes)
@@ -75,10 +74,6 @@ def create_app(
     otel.install(app, tele, owned=telemetry is None)  # spans and metrics, when on (issue 14)
     app.on_startup.append(_start_providers)
     return app
-
-
-async def _close_pool(edge: VisionEdge) -> None:
-    edge.pool.close()
 
 
 async def _flush(guard: KeyGuard) -> None:

@@ -1,16 +1,13 @@
 """Images in requests, at the edge: the adapters leave :class:`ImageSource`s on the messages;
 :func:`resolve_images` resolves the request's target and checks it takes images (before
 anything is fetched or decoded), applies the URL policy (``vision.fetch_urls``), fetches and
-decodes them in :class:`DecodePool` (bounded per image and per request, stopped when the
+decodes them on threads of their own (bounded per image and per request, stopped when the
 request ends), and gives the service messages with decoded :class:`ImageInput`s only."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -25,50 +22,19 @@ from app.core.images import (
     PixelBudget,
     decode_image,
 )
+from app.core.job_pool import JobPool
 from app.core.requests import ChatRequest
 from app.errors import UnsupportedParameter
 from app.server.image_fetch import ImageFetcher, Resolve, system_resolve
 from app.server.state import SERVICE
 from app.settings import VisionSettings
 
-T = TypeVar("T")
 DECODE_THREADS = 2  # images decode one at a time per request; two requests' side by side
 
 
-class DecodePool:
-    """The threads images are decoded on: few, and not the loop's default executor, which
-    /tokenize, file I/O and the like share, so decoding cannot starve them.
-
-    :meth:`run` hands a job a ``stop`` flag; when the awaiting request ends (client gone,
-    time limit), a queued job is cancelled before it starts and a running one sees ``stop``."""
-
-    def __init__(self, threads: int = DECODE_THREADS) -> None:
-        self.threads = threads
-        self.started = 0  # jobs that began running (the tests watch it)
-        self._executor: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
-
-    async def run(self, job: Callable[[Callable[[], bool]], T]) -> T:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(self.threads, thread_name_prefix="hearth-image")
-        stop = threading.Event()
-
-        def started() -> T:
-            with self._lock:
-                self.started += 1
-            return job(stop.is_set)
-
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, started)
-        except asyncio.CancelledError:
-            stop.set()  # cancelling the future dropped it if queued; if running, it stops
-            raise
-
-    def close(self) -> None:
-        """End the threads (queued jobs are dropped); a later :meth:`run` starts new ones."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+def decode_pool() -> JobPool:
+    """The threads images decode on (see :class:`JobPool`: stopped with the request)."""
+    return JobPool(threads=DECODE_THREADS, name="hearth-image")
 
 
 @dataclass
@@ -79,7 +45,7 @@ class VisionEdge:
     settings: Callable[[], VisionSettings] = VisionSettings
     resolve: Resolve = system_resolve
     dial: Mapping[tuple[str, int], tuple[str, int]] = field(default_factory=dict)
-    pool: DecodePool = field(default_factory=DecodePool)
+    pool: JobPool = field(default_factory=decode_pool)
 
     def fetcher(self, cfg: VisionSettings) -> ImageFetcher:
         return ImageFetcher(
@@ -149,7 +115,7 @@ async def resolve_images(request: web.Request, req: R) -> R:
 async def _decode(
     s: ImageSource,
     fetcher: ImageFetcher,
-    pool: DecodePool,
+    pool: JobPool,
     limits: ImageLimits,
     budget: PixelBudget,
 ) -> ImageInput:

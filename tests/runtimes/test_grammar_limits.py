@@ -191,7 +191,7 @@ async def test_constraints_convert_off_the_worker_thread_and_the_event_loop(
         # and the other way round: with every compile thread held, a stream runs to its end
         pool_gate = threading.Event()
         holds = [
-            asyncio.ensure_future(COMPILE_POOL.run(pool_gate.wait))
+            asyncio.ensure_future(COMPILE_POOL.run(lambda _stop: pool_gate.wait()))
             for _ in range(COMPILE_POOL.max_threads)
         ]
         other = Constraint(

@@ -178,7 +178,9 @@ async def test_decodes_wait_in_their_own_pool_tokenize_answers_and_an_ended_requ
             loop.call_soon_threadsafe(busy.release)
             gate.wait(60)
 
-        holders = [asyncio.ensure_future(e.edge.pool.run(hold)) for _ in range(e.edge.pool.threads)]
+        holders = [
+            asyncio.ensure_future(e.edge.pool.run(hold)) for _ in range(e.edge.pool.max_threads)
+        ]
         try:
             for _ in holders:
                 await asyncio.wait_for(busy.acquire(), 30)
@@ -198,9 +200,9 @@ async def test_decodes_wait_in_their_own_pool_tokenize_answers_and_an_ended_requ
         finally:
             gate.set()
             await asyncio.gather(*holders)
-        for _ in range(e.edge.pool.threads):  # jobs queued after the dropped one have run
+        for _ in range(e.edge.pool.max_threads):  # jobs queued after the dropped one have run
             await e.edge.pool.run(lambda _stop: None)
-        assert e.edge.pool.started == started + e.edge.pool.threads  # never the dropped decode
+        assert e.edge.pool.started == started + e.edge.pool.max_threads  # never the dropped decode
         status, out = await e.post("/v1/chat/completions", openai_body("seer", data_url(png(8))))
         assert status == 200, out
 
