@@ -56,8 +56,13 @@ def partition() -> str:
 
 
 def allowed(model_id: str) -> bool:
-    pats = _current().patterns
-    return pats is None or any(fnmatch.fnmatchcase(model_id, p) for p in pats)
+    return in_scope(model_id, _current().patterns)
+
+
+def in_scope(model_id: str, patterns: Iterable[str] | None) -> bool:
+    """Whether ``model_id`` matches one of a key's ``patterns`` (None or none: every model)."""
+    pats = tuple(patterns or ())
+    return not pats or any(fnmatch.fnmatchcase(model_id, p) for p in pats)
 
 
 def visible(items: Iterable[T], id_of: Callable[[T], str]) -> list[T]:

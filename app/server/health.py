@@ -10,13 +10,13 @@
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Callable
 from typing import Any, Literal
 
 from aiohttp import web
 
 from app import __version__
+from app.core import access
 from app.core.service import Hearth
 from app.errors import Unauthorized
 from app.server.keyguard import token_from
@@ -56,8 +56,7 @@ def model_filter(request: web.Request) -> Callable[[str], bool]:
             caller = state.guard.identify(token)
         except Unauthorized:
             return lambda _id: False
-        pats = caller.models
-        return lambda i: not pats or any(fnmatch.fnmatchcase(i, p) for p in pats)
+        return lambda i: access.in_scope(i, caller.models)
     if state.api_key_hashes and not (token and key_matches(token, state.api_key_hashes)):
         return lambda _id: False
     return lambda _id: True
