@@ -12,21 +12,21 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from app.core import filecache
-from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
-from app.core.cache_store import CACHE_MODES, CACHE_SCOPES, CacheConfig
-from app.core.filecache import FileCache
-from app.core.fsutil import (
+from app.core.engine.autofit import DEFAULT_MAX_AUTO_CONTEXT
+from app.core.engine.load_options import SPECS
+from app.core.gateway import AutoRule, Routing, parse_rules
+from app.core.gateway.auto import rules_to_json
+from app.core.gateway.cache.store import CACHE_MODES, CACHE_SCOPES, CacheConfig
+from app.core.inference.images import ImageLimits
+from app.core.util import filecache
+from app.core.util.filecache import FileCache
+from app.core.util.fsutil import (
     atomic_write_bytes,
     atomic_write_json,
     file_lock,
     read_json,
     remove_stale_writes,
 )
-from app.core.gateway import AutoRule, Routing, parse_rules
-from app.core.gateway.auto import rules_to_json
-from app.core.images import ImageLimits
-from app.core.load_options import SPECS
 from app.errors import ConfigError, InvalidRequest
 
 log = logging.getLogger(__name__)

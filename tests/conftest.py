@@ -89,7 +89,7 @@ def start_served(
     ``prepare(service, paths, settings_store)`` runs before it listens (more models, aliases,
     keys, settings); ``clock`` is its rate limiter's."""
     from app.cli import build_service
-    from app.core.loop import LoopThread
+    from app.core.util.loop import LoopThread
     from app.paths import AppPaths
     from app.server.runner import ServerController
     from app.settings import SettingsStore

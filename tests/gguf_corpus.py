@@ -748,7 +748,7 @@ async def _run_all(folder: Any, home: Any, report: Any) -> None:
     import time
     from pathlib import Path
 
-    from app.core.library import ModelLibrary
+    from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import LoadOptions
     from app.runtimes.llama_cpp import LlamaCppRuntime

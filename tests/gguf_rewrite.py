@@ -10,7 +10,7 @@ import shutil
 import struct
 from pathlib import Path
 
-from app.core.gguf import read_header
+from app.core.library.gguf import read_header
 
 KEY = b"tokenizer.chat_template"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.core.generation import Generation
+from app.core.inference.generation import Generation
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, ToolChoice
 from app.core.service import Hearth
 from app.core.types import ChatMessage

@@ -32,8 +32,8 @@ class Block:
         return None
 sys.meta_path.insert(0, Block())
 import app.core
-for m in pkgutil.iter_modules(app.core.__path__):
-    importlib.import_module(f"app.core.{m.name}")
+for m in pkgutil.walk_packages(app.core.__path__, "app.core."):
+    importlib.import_module(m.name)
 import app.paths, app.settings, app.errors
 print("ok")
 """
@@ -54,7 +54,7 @@ def _import_cycles() -> list[list[str]]:
     import grimp
 
     # no cache: grimp's on-disk cache answered with a graph of files as they were before an edit
-    graph = grimp.build_graph("app", exclude_type_checking_imports=True, cache_dir=None)
+    graph = grimp.build_graph("app", exclude_type_checking_imports=False, cache_dir=None)
     edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
     index: dict[str, int] = {}
     low: dict[str, int] = {}

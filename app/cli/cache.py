@@ -9,8 +9,8 @@ import sqlite3
 from typing import Any
 
 from app.cli.common import EXIT_OK, context, fail
-from app.core.cache_store import CacheStore
-from app.core.response_cache import stats_object
+from app.core.gateway.cache.replay import stats_object
+from app.core.gateway.cache.store import CacheStore
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.core.events import EventHub
 from app.core.gateway import AliasStore
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.paths import AppPaths
@@ -16,8 +16,8 @@ from app.settings import Settings, SettingsStore
 
 def build_service(paths: AppPaths, settings: Settings) -> Hearth:
     """Wire the core to the runtimes available on this machine."""
-    from app.core.fit import default_budget
-    from app.core.presets import PresetStore
+    from app.core.engine.presets import PresetStore
+    from app.core.library.fit import default_budget
 
     models_dir = Path(settings.models_dir) if settings.models_dir else paths.models
     library = ModelLibrary(paths.library_file, models_dir)
@@ -66,7 +66,7 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
 def mcp_manager(paths: AppPaths, store: SettingsStore) -> Any:
     """The chat's MCP servers (issue 15): mcp.json, logs/mcp-NAME.log, the live mcp settings.
     Nothing starts until the Chat page asks."""
-    from app.core.mcp import McpManager
+    from app.core.workspace.mcp import McpManager
 
     return McpManager(paths.mcp_file, log_dir=paths.logs, live=lambda: store.load().mcp)
 
@@ -74,8 +74,8 @@ def mcp_manager(paths: AppPaths, store: SettingsStore) -> Any:
 def response_cache(paths: AppPaths, store: SettingsStore, service: Hearth) -> Any:
     """The response cache (issue 14): its SQLite file, the live ``cache`` settings, and the
     service's own embed path for semantic mode."""
-    from app.core.cache_store import CacheStore
-    from app.core.response_cache import ResponseCache, local_identity
+    from app.core.gateway.cache.replay import ResponseCache, local_identity
+    from app.core.gateway.cache.store import CacheStore
 
     return ResponseCache(
         CacheStore(paths.response_cache_db),
@@ -98,14 +98,14 @@ def build_runtimes(paths: AppPaths, settings: Settings) -> dict[str, Any]:
 
 
 def provider_store(paths: AppPaths) -> Any:
-    from app.core.providers.store import ProviderStore
+    from app.core.gateway.providers.store import ProviderStore
 
     return ProviderStore(paths.providers_file, paths.provider_keys_file)
 
 
 def provider_pool(paths: AppPaths) -> Any:
     """Remote engines (issue #11): a client per provider in the providers file."""
-    from app.core.providers.pool import ProviderPool
+    from app.core.gateway.providers.pool import ProviderPool
     from app.runtimes.remote.client import RemoteEngine
 
     return ProviderPool(provider_store(paths), RemoteEngine)
@@ -115,8 +115,8 @@ def hub_parts(
     paths: AppPaths, settings: Settings, library: ModelLibrary, events: EventHub
 ) -> dict[str, Any]:
     """The download manager and other apps' model stores, for build_service."""
-    from app.core.downloads import DownloadManager
-    from app.core.stores import ForeignLocations
+    from app.core.hub.downloads import DownloadManager
+    from app.core.library.stores import ForeignLocations
 
     hub = hub_client(paths, settings)
     downloads = DownloadManager(

@@ -1,5 +1,5 @@
 """``hearth connect TOOL [--model ID] [--json] [--set-context] [--exec -- CMD...]``: the settings
-an app needs to use Hearth (app/core/connect.py), printed or put in a child's environment.
+an app needs to use Hearth (app/core/desktop/connect.py), printed or put in a child's environment.
 
 Nothing here edits another app's files. The server's address is the running server's (its
 record in the data folder), else the one in settings; the key is ``--key`` or
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_FAIL, EXIT_OK, api, context, fail, find_server
-from app.core.connect import (
+from app.core.desktop.connect import (
     TOOLS,
     ContextCheck,
     Target,
@@ -28,9 +28,9 @@ from app.core.connect import (
     pick_model,
     with_context,
 )
-from app.core.keys import KeyStore
-from app.core.library import ModelLibrary
-from app.core.presets import PresetStore
+from app.core.engine.presets import PresetStore
+from app.core.gateway.keys import KeyStore
+from app.core.library.index import ModelLibrary
 from app.core.types import LocalModel
 from app.errors import HearthError, ModelNotFound
 from app.paths import AppPaths

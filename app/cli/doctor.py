@@ -15,8 +15,8 @@ from app.cli.common import EXIT_FAIL, EXIT_OK, context, find_server
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from app.cli.compose import build_runtimes
-    from app.core import doctor
-    from app.core.fit import default_budget
+    from app.core.desktop import doctor
+    from app.core.library.fit import default_budget
 
     paths, store = context()
     settings = store.load()

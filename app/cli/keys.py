@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from app.cli.common import EXIT_OK, context, fail
-from app.core.keys import KeyStore
+from app.core.gateway.keys import KeyStore
 from app.settings import generate_key
 
 

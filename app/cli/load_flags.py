@@ -1,4 +1,4 @@
-"""CLI flags generated from the load option table (``app.core.load_options.SPECS``).
+"""CLI flags generated from the load option table (``app.core.engine.load_options.SPECS``).
 
 Each option gets its table flag (``--ctx``, ``--parallel`` ...) with the table's help; a value out
 of the table's range is a usage error (exit 2) before anything runs.
@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from app.core.load_options import OptionSpec, specs
+from app.core.engine.load_options import OptionSpec, specs
 from app.errors import InvalidRequest
 
 _DEST = "load_option_"

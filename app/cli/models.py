@@ -23,10 +23,10 @@ from app.cli.common import (
 )
 from app.cli.compose import build_service
 from app.cli.load_flags import add_load_flags, load_options_from_args
-from app.core.chat_images import ChatImage, decode_messages, read_image_file, user_message
-from app.core.images import ImageLimits, InvalidImage, supports_vision
+from app.core.inference.images import ImageLimits, InvalidImage, supports_vision
 from app.core.requests import ChatRequest
 from app.core.types import ChatMessage, LocalModel, SamplingParams
+from app.core.workspace.chat_images import ChatImage, decode_messages, read_image_file, user_message
 from app.errors import HearthError
 
 

@@ -13,9 +13,9 @@ from typing import Any
 from app.cli.alias import _stores
 from app.cli.common import EXIT_OK, context, fail, log
 from app.cli.compose import provider_store
-from app.core.providers import manage
-from app.core.providers.pool import ProviderStatus
-from app.core.providers.store import (
+from app.core.gateway.providers import manage
+from app.core.gateway.providers.pool import ProviderStatus
+from app.core.gateway.providers.store import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from app.cli.common import EXIT_OK, EXIT_USAGE, context
-from app.core.records import RequestRecord, iso_utc, read_records, status_range
+from app.core.gateway.records import RequestRecord, iso_utc, read_records, status_range
 
 
 def _ms(v: float | None) -> str:

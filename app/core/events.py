@@ -83,7 +83,7 @@ class RequestFinished(Event):
     arrived_at: float = 0.0  # wall clock at arrival: its request record's ``time`` (0: unknown)
 
 
-# -- downloads (app.core.downloads.DownloadManager publishes these) ----------------------------
+# -- downloads (app.core.hub.downloads.DownloadManager publishes these) ----------------------------
 @dataclass(frozen=True, slots=True)
 class DownloadQueued(Event):
     download_id: str

@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.core.scheduler import UNSET
-from app.core.tools import Tool
-from app.core.types import ChatMessage, Constraint, SamplingParams
+from app.core.types import UNSET, ChatMessage, Constraint, SamplingParams, Tool
 
 MAX_EMBED_INPUTS = 2048  # inputs in one embedding request, every protocol
 MAX_RERANK_DOCUMENTS = 200  # documents in one rerank request, every protocol

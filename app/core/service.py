@@ -11,22 +11,34 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.core import access, embed_input, fit, images, ratelimit, request_timing
-from app.core import prompt as prompting
-from app.core import rerank as ranking
-from app.core.autofit import DEFAULT_MAX_AUTO_CONTEXT
-from app.core.downloads import DownloadManager
+from app.core.engine.autofit import DEFAULT_MAX_AUTO_CONTEXT
+from app.core.engine.presets import PresetStore
+from app.core.engine.scheduler import LoadedInfo, LoadResult, ModelScheduler
 from app.core.events import EventHub, LibraryChanged, ModelLoaded, ProvidersChanged
-from app.core.fsutil import atomic_write_json
-from app.core.gateway import AliasStore, Gateway, RequestFacts, Routing
+from app.core.gateway import (
+    AliasStore,
+    Gateway,
+    RequestFacts,
+    Routing,
+    access,
+    ratelimit,
+    request_timing,
+)
+from app.core.gateway.cache.replay import ResponseCache
 from app.core.gateway.facts import chat_facts, completion_facts, embed_facts
-from app.core.generation import Choices, Generation
-from app.core.library import ModelLibrary
-from app.core.presets import PresetStore
-from app.core.providers import manage
-from app.core.providers import serve as remote
-from app.core.providers.pool import ProviderPool, ProviderStatus, RemoteListing
-from app.core.providers.store import ProviderConfig
+from app.core.gateway.providers import manage
+from app.core.gateway.providers import serve as remote
+from app.core.gateway.providers.pool import ProviderPool, ProviderStatus, RemoteListing
+from app.core.gateway.providers.store import ProviderConfig
+from app.core.hub.downloads import DownloadManager
+from app.core.inference import embed_input, images
+from app.core.inference import prompt as prompting
+from app.core.inference import rerank as ranking
+from app.core.inference.generation import Choices, Generation
+from app.core.inference.tools import ToolSetup
+from app.core.library import fit
+from app.core.library.index import ModelLibrary
+from app.core.library.stores import ForeignLocations
 from app.core.requests import (
     MAX_EMBED_INPUTS,
     ChatRequest,
@@ -36,11 +48,8 @@ from app.core.requests import (
     Reranking,
     RerankRequest,
 )
-from app.core.response_cache import ResponseCache
-from app.core.scheduler import UNSET, LoadedInfo, LoadResult, ModelScheduler
-from app.core.stores import ForeignLocations
-from app.core.tools import ToolSetup
 from app.core.types import (
+    UNSET,
     GenerationRequest,
     LoadedModel,
     LoadOptions,
@@ -49,6 +58,7 @@ from app.core.types import (
     Runtime,
     SamplingParams,
 )
+from app.core.util.fsutil import atomic_write_json
 from app.errors import InvalidRequest, ModelNotFound, NotSupported
 
 log = logging.getLogger(__name__)

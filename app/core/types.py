@@ -5,10 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from app.core.images import ImageInput, ImageSource
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 ModelFormat = Literal["gguf", "mlx"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
@@ -49,8 +46,6 @@ class LocalModel:
             return ("rerank",)
         if self.extra.get("embedding"):
             return ("embeddings", "rerank")
-        from app.core.images import supports_vision  # images.py imports this module
-
         return ("completion", "chat", "vision") if supports_vision(self) else ("completion", "chat")
 
     def summary(self) -> dict[str, Any]:
@@ -72,8 +67,6 @@ class LocalModel:
 
     def projector_summary(self) -> dict[str, Any] | None:
         """The paired vision projector, ``{"path": ..., "size": ...}``, or None."""
-        from app.core.images import supports_vision
-
         if not supports_vision(self):
             return None
         path = str(self.extra["projector"])
@@ -161,7 +154,7 @@ class ChatMessage:
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
-    # decoded images; ``content`` holds IMAGE_MARKER once per image, in order (app/core/images.py)
+    # decoded images; ``content`` holds IMAGE_MARKER once per image, in order (app/core/inference/images.py)
     images: tuple[ImageInput, ...] = ()
     # images as the wire sent them, before the server fetches and decodes them into ``images``
     image_sources: tuple[ImageSource, ...] = ()
@@ -387,3 +380,62 @@ class ModelStatus:
             capabilities=list(self.model.capabilities),
         )
         return d
+
+
+# a keyword argument the caller did not pass (None means "forever" where a ttl is asked)
+UNSET: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    """One decoded image, as a runtime gets it.
+
+    Attributes:
+        rgb: decoded pixels, RGB8, row-major, ``width * height * 3`` bytes.
+        digest: sha256 hex of (width, height, rgb): the prompt cache keys on it.
+        where: the wire parameter it came from (``messages[0].content[1]``), for errors.
+    """
+
+    rgb: bytes
+    width: int
+    height: int
+    digest: str
+    where: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSource:
+    """An image as the wire gave it, before fetching and decoding: ``data`` (encoded bytes) or
+    ``url`` (http/https), and the media type the client declared, if any."""
+
+    where: str
+    data: bytes | None = None
+    url: str | None = None
+    media_type: str | None = None
+    media_param: str | None = None  # the parameter that declared media_type
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    def as_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+def supports_vision(model: LocalModel) -> bool:
+    """A GGUF model with a paired projector (``extra["projector"]``: an mmproj GGUF's path),
+    or an MLX folder whose config describes a vision model (``extra["vision"]``, mlx-vlm)."""
+    if model.format == "mlx":
+        return model.extra.get("vision") is True
+    projector = model.extra.get("projector")
+    return model.format == "gguf" and isinstance(projector, str) and bool(projector)

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from PySide6.QtCore import QObject, Qt, Signal
 
 from app.core import events as ev
-from app.core.loop import LoopThread
+from app.core.util.loop import LoopThread
 from app.errors import HearthError
 
 log = logging.getLogger(__name__)

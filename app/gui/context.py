@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.loop import LoopThread
 from app.core.service import Hearth
+from app.core.util.loop import LoopThread
 from app.paths import AppPaths
 from app.server.runner import ServerController
 from app.settings import SettingsStore
@@ -22,7 +22,7 @@ class GuiContext:
         settings_store: the shared settings file.
         paths: the data folders (also names the single-instance socket).
         server: the embedded API server's controller (its coroutines run on ``loop`` too).
-        mcp: the chat's MCP servers (app.core.mcp.McpManager; None: no MCP tools).
+        mcp: the chat's MCP servers (app.core.workspace.mcp.McpManager; None: no MCP tools).
     """
 
     service: Hearth

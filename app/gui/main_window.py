@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 import app as app_package
-from app.core.autostart import Autostart
+from app.core.desktop.autostart import Autostart
 from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
 from app.gui.instance import SingleInstance, instance_name

@@ -11,8 +11,8 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction, QIcon
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-from app.core.downloads import DownloadStatus
-from app.core.scheduler import LoadedInfo
+from app.core.engine.scheduler import LoadedInfo
+from app.core.hub.downloads import DownloadStatus
 from app.gui.models.download import STATE_TEXT, percent
 from app.gui.units import human_bytes
 

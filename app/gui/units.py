@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.units import human_bytes
+from app.core.util.units import human_bytes
 
 __all__ = ["grouped", "human_byte_range", "human_bytes", "human_count"]
 

@@ -7,7 +7,7 @@ recurses, and the grammar bounds are chosen for that stack.
 
 from __future__ import annotations
 
-from app.core.job_pool import JobPool
+from app.core.util.job_pool import JobPool
 from app.runtimes.worker import start_thread
 
 MAX_THREADS = 2  # the schema bounds keep one job well under a second; two let a second wait less

@@ -1,5 +1,5 @@
 """The shape of a GBNF grammar, measured before llama.cpp parses it (defence in depth behind the
-schema bounds of ``app/core/constraints.py``).
+schema bounds of ``app/core/inference/constraints.py``).
 
 llama.cpp's grammar code recurses, and each grammar stack costs every token:
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.core.constraints import MAX_REPEAT
+from app.core.inference.constraints import MAX_REPEAT
 
 MAX_GRAMMAR_BYTES = 256 * 1024
 # Group nesting and leading-reference chains. A schema within the bounds of
-# app/core/constraints.py nests about 1,050 at most (maxLength 1000 is 1,000 nested groups); the
+# app/core/inference/constraints.py nests about 1,050 at most (maxLength 1000 is 1,000 nested groups); the
 # threads that compile and run grammars have THREAD_STACK_BYTES (16 MiB) of stack, which at 450
 # bytes a level holds about 37,000 levels.
 MAX_GRAMMAR_DEPTH = 1500

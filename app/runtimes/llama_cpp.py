@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.core.images import ImageInput
+from app.core.inference.images import ImageInput
 from app.core.types import Constraint, GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelUnloaded, RuntimeUnavailable, UnsupportedParameter
 from app.runtimes.compile_pool import COMPILE_POOL

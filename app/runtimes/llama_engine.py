@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from app.core.fit import KV_BYTES, cache_slots, separate_caches
+from app.core.library.fit import KV_BYTES, cache_slots, separate_caches
 from app.core.types import GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
 from app.runtimes.llama_admission import Admission, wide_cells

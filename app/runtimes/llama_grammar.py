@@ -79,7 +79,7 @@ def _build_grammar(constraint: Constraint) -> str:
 
 def _call_object(schema: dict[str, Any]) -> str:
     """The rules of ``call-object``: ``{"name": ..., "arguments": ...}`` for the tools of
-    :func:`app.core.tools.tool_call_constraint`'s schema, the name first and each tool's
+    :func:`app.core.inference.tools.tool_call_constraint`'s schema, the name first and each tool's
     arguments after its own name. Written so (not as one alternative per whole call) because
     llama.cpp keeps every alternative that matches the text so far alive: whole calls share
     their beginning, so each tool's arguments would open their stacks at once."""

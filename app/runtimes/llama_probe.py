@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from app.core.fsutil import atomic_write_json, file_lock, read_json
-from app.core.gguf import read_header, shard_siblings
-from app.core.gguf_check import check_for_llama_cpp
+from app.core.library.gguf import read_header, shard_siblings
+from app.core.library.gguf_check import check_for_llama_cpp
 from app.core.types import LoadOptions, LocalModel
+from app.core.util.fsutil import atomic_write_json, file_lock, read_json
 from app.errors import ModelLoadFailed
 
 log = logging.getLogger(__name__)

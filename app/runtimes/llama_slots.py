@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.fit import STASH_CAP
+from app.core.library.fit import STASH_CAP
 from app.runtimes.llama_backend import L
 from app.runtimes.worker import common_prefix
 

@@ -136,7 +136,7 @@ def amx_report(probe_file: Path | None) -> dict[str, Any]:
     probed so far ran with them), "off" (a probe crashed with them: loads go without), or
     "not-probed" (no model was loaded on this CPU and build yet).
     """
-    from app.core.fsutil import read_json
+    from app.core.util.fsutil import read_json
     from app.runtimes.llama_probe import ENV_OVERRIDE, probe_key
 
     forced = os.environ.get(ENV_OVERRIDE)

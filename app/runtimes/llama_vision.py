@@ -15,8 +15,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from app.core.images import ImageInput, image_tokens
-from app.core.projector import projector_problem
+from app.core.inference.images import ImageInput, image_tokens
+from app.core.library.projector import projector_problem
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
 from app.runtimes.llama_backend import L
@@ -35,7 +35,7 @@ def projector_path(model: LocalModel) -> str | None:
 def check_projector(model: LocalModel, path: str) -> None:
     """Refuse a projector that is not a vision projector or does not match the model's
     embedding width, from the two GGUF headers, before anything is loaded (the library's
-    pairing asks the same question: ``app.core.projector``)."""
+    pairing asks the same question: ``app.core.library.projector``)."""
     why = projector_problem(model.path, path)
     if why is not None:
         raise ModelLoadFailed(f"'{model.id}': {why}")

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.core.images import ImageInput
+from app.core.inference.images import ImageInput
 from app.core.types import (
     Constraint,
     GenerationRequest,

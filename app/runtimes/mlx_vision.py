@@ -9,7 +9,7 @@ projector run once per request with images, and their merged embeddings are fed 
 ``generate_step`` as ``input_embeddings``.
 
 In ``prompt_tokens`` an image's positions are negative pseudo-token ids derived from its digest
-(:func:`app.core.images.image_tokens`, as for llama.cpp), so the prompt cache reuses an image's
+(:func:`app.core.inference.images.image_tokens`, as for llama.cpp), so the prompt cache reuses an image's
 positions only for the same image at the same place. Models whose positions are not the cache
 offset (Qwen-VL's M-RoPE: the embeddings come with position ids) get no cross-request reuse for
 prompts with images. Verified on Linux CPU with a LLaVA-architecture model only
@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from app.core.images import IMAGE_MARKER, ImageInput, image_tokens
+from app.core.inference.images import IMAGE_MARKER, ImageInput, image_tokens
 from app.errors import InvalidRequest, ModelLoadFailed, RuntimeUnavailable
 
 log = logging.getLogger(__name__)

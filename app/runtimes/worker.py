@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
-from app.core.text import StopMatcher
+from app.core.inference.text import StopMatcher
 from app.core.types import Delta, GenerationRequest, Timings, TokenLogprob, Usage
 from app.errors import ModelUnloaded, QueueFull
 

@@ -6,8 +6,8 @@ import asyncio
 
 from aiohttp import web
 
+from app.core.gateway.telemetry import Telemetry
 from app.core.service import Hearth
-from app.core.telemetry import Telemetry
 from app.server.body import large_json_response, read_json_body
 from app.server.keyguard import KeyGuard, add_rate_headers
 from app.server.middleware import edge_middleware, mark_prepared

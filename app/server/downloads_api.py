@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from app.core.downloads import DownloadManager, DownloadStatus
+from app.core.hub.downloads import DownloadManager, DownloadStatus
 from app.core.service import Hearth
 from app.errors import (
     AccessDenied,

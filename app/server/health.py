@@ -16,7 +16,7 @@ from typing import Any, Literal
 from aiohttp import web
 
 from app import __version__
-from app.core import access
+from app.core.gateway import access
 from app.core.service import Hearth
 from app.errors import Unauthorized
 from app.server.keyguard import token_from

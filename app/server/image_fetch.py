@@ -20,7 +20,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from app.core.images import InvalidImage
+from app.core.inference.images import InvalidImage
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from app.core.keys import DEFAULT_NAME, ApiKey, KeyStore, cache_partition, hash_secret
-from app.core.ratelimit import UNCAPPED_TOKENS, Clock, Cost, Limits, admit
+from app.core.gateway.keys import DEFAULT_NAME, ApiKey, KeyStore, cache_partition, hash_secret
+from app.core.gateway.ratelimit import UNCAPPED_TOKENS, Clock, Cost, Limits, admit
 from app.errors import PermissionDenied, RateLimited, RequestOverRateLimit, Unauthorized
 
 log = logging.getLogger(__name__)

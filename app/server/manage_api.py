@@ -15,8 +15,8 @@ from typing import Any
 
 from aiohttp import web
 
-from app.core.keys import KeyStore
-from app.core.providers.store import (
+from app.core.gateway.keys import KeyStore
+from app.core.gateway.providers.store import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,

@@ -25,9 +25,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from app.core import access
 from app.core.events import RequestFinished
-from app.core.metrics import OTHER_MODEL, RequestMetrics
+from app.core.gateway import access
+from app.core.gateway.metrics import OTHER_MODEL, RequestMetrics
 from app.core.service import Hearth
 from app.errors import ModelNotFound
 from app.server.health import health_state

@@ -12,9 +12,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from app.core import access, ratelimit, response_cache
 from app.core.events import RequestFinished
-from app.core.keys import cache_partition, hash_secret
+from app.core.gateway import access, ratelimit
+from app.core.gateway.cache import replay as response_cache
+from app.core.gateway.keys import cache_partition, hash_secret
 from app.errors import (
     Forbidden,
     GenerationCancelled,

@@ -7,8 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from app.core.presets import validate_options
-from app.core.scheduler import LoadedInfo, parse_keep_alive
+from app.core.engine.presets import validate_options
+from app.core.engine.scheduler import LoadedInfo, parse_keep_alive
 from app.errors import InvalidRequest
 from app.server.body import read_json_body
 from app.server.protocols.common import Body, parse_ttl

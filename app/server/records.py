@@ -1,5 +1,5 @@
 """The server's side of the request records (issue 14): what each request's log entry gathers
-while it runs, and the record written when it ends (app/core/records.py stores it).
+while it runs, and the record written when it ends (app/core/gateway/records.py stores it).
 
 The edge middleware calls :func:`begin` and :func:`finish`; the streaming path reports the first
 token, the answer's text and each generation's end here. Seams for the parts of issue 14 built
@@ -17,9 +17,9 @@ from typing import Any
 
 from aiohttp import web
 
-from app.core import request_timing
-from app.core.records import RecordStore, RequestRecord
-from app.core.request_timing import RequestTiming
+from app.core.gateway import request_timing
+from app.core.gateway.records import RecordStore, RequestRecord
+from app.core.gateway.request_timing import RequestTiming
 from app.core.service import Hearth
 from app.core.types import Delta
 from app.errors import HearthError, ModelNotFound

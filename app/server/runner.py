@@ -16,11 +16,11 @@ from typing import Any
 from aiohttp import web
 
 from app.core.events import ServerStarted, ServerStopped
-from app.core.fsutil import atomic_write_json, read_json
-from app.core.keys import KeyStore
-from app.core.ratelimit import Clock
-from app.core.records import RecordStore
+from app.core.gateway.keys import KeyStore
+from app.core.gateway.ratelimit import Clock
+from app.core.gateway.records import RecordStore
 from app.core.service import Hearth
+from app.core.util.fsutil import atomic_write_json, read_json
 from app.errors import ServerError
 from app.paths import AppPaths
 from app.server.app import STATE, create_app

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from app.core.generation import Generation
+from app.core.inference.generation import Generation
 from app.core.service import Hearth
 from app.server.keyguard import KeyGuard
 from app.settings import ServerSettings

@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from app.core.generation import Choices, Completion, Generation
+from app.core.inference.generation import Choices, Completion, Generation
 from app.core.types import Delta
 from app.errors import GenerationTimeout, HearthError, ModelUnloaded
 from app.server import records, telemetry

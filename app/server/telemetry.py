@@ -1,7 +1,7 @@
 """OpenTelemetry at the server's edge (issue 14): a SERVER span per request, its children made
 after the fact from the measured times, and the request metrics.
 
-The span tree of a generation (``attempt`` spans come from the gateway, app/core/telemetry.py)::
+The span tree of a generation (``attempt`` spans come from the gateway, app/core/gateway/telemetry.py)::
 
     POST /v1/chat/completions          SERVER, continues a client's traceparent
       attempt                          one per target the gateway tried, in order
@@ -30,8 +30,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from app.core import telemetry
-from app.core.telemetry import PROPAGATOR, Scope, Telemetry, error_type
+from app.core.gateway import telemetry
+from app.core.gateway.telemetry import PROPAGATOR, Scope, Telemetry, error_type
 from app.core.types import Delta, Timings
 from app.errors import GenerationCancelled
 from app.server import records

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from aiohttp import web
 
-from app.core.images import (
+from app.core.inference.images import (
     MAX_IMAGES,
     ImageInput,
     ImageLimits,
@@ -22,8 +22,8 @@ from app.core.images import (
     PixelBudget,
     decode_image,
 )
-from app.core.job_pool import JobPool
 from app.core.requests import ChatRequest
+from app.core.util.job_pool import JobPool
 from app.errors import UnsupportedParameter
 from app.server.image_fetch import ImageFetcher, Resolve, system_resolve
 from app.server.state import SERVICE

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core.library import ModelLibrary  # noqa: E402
+from app.core.library.index import ModelLibrary  # noqa: E402
 from app.core.service import Hearth  # noqa: E402
 from app.core.types import ChatMessage, LoadOptions, SamplingParams  # noqa: E402
 from app.runtimes.llama_cpp import LlamaCppRuntime  # noqa: E402

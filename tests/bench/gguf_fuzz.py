@@ -77,7 +77,7 @@ def summarize(label: str, out: dict) -> None:  # type: ignore[type-arg]
 def timing(smollm2: Path, reps: int) -> None:
     import asyncio
 
-    from app.core.library import ModelLibrary
+    from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import LoadOptions
     from app.runtimes.llama_cpp import LlamaCppRuntime

@@ -64,7 +64,7 @@ def start_serve(model: Path, ctx: int, n_threads: int) -> subprocess.Popen[str]:
 
 def extra_bufts_ok(model: Path) -> bool:
     """Ask Hearth's probe (in a scratch home) whether llama.cpp's default buffers are safe here."""
-    from app.core.gguf import read_header
+    from app.core.library.gguf import read_header
     from app.core.types import LoadOptions
     from app.runtimes.llama_backend import build_info
     from app.runtimes.llama_probe import Prober

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 
 from .gguf_files import write_model
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence as Seq
 from typing import Any
 
-from app.core.images import supports_vision
+from app.core.inference.images import supports_vision
 from app.core.types import GenerationRequest, LoadOptions, LocalModel, ModelFormat
 from app.runtimes.worker import DeltaStream, Sequence, Worker
 

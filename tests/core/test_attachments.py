@@ -10,21 +10,21 @@ from typing import cast
 
 import pytest
 
-from app.core import attachments as att
-from app.core.attachments import attachment_from_text, read_attachment
-from app.core.chunking import CHARS_PER_TOKEN, TARGET_TOKENS, chunk_attachment, chunk_text
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
-from app.core.retrieval import (
+from app.core.service import Hearth
+from app.core.types import ChatMessage, LoadOptions, Runtime
+from app.core.workspace import attachments as att
+from app.core.workspace.attachments import attachment_from_text, read_attachment
+from app.core.workspace.chunking import CHARS_PER_TOKEN, TARGET_TOKENS, chunk_attachment, chunk_text
+from app.core.workspace.retrieval import (
     NO_EMBEDDER_FIX,
     WHOLE_HEADER,
     Retriever,
     answer_reserve,
     with_files,
 )
-from app.core.service import Hearth
-from app.core.types import ChatMessage, LoadOptions, Runtime
-from app.core.vector_cache import VectorCache
+from app.core.workspace.vector_cache import VectorCache
 from app.errors import NoEmbeddingModel, UnreadableAttachment
 from tests.core.fakes import FakeRuntime
 from tests.core.gguf_files import write_model

@@ -10,10 +10,10 @@ import gguf
 import numpy as np
 import pytest
 
-from app.core.autofit import STEP, choose_context
+from app.core.engine.autofit import STEP, choose_context
+from app.core.engine.scheduler import ModelScheduler
 from app.core.events import EventHub
-from app.core.library import ModelLibrary
-from app.core.scheduler import ModelScheduler
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.errors import InsufficientMemory

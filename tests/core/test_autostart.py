@@ -14,7 +14,7 @@ import pytest
 
 from app.cli import build_parser
 from app.cli.serve import cmd_gui
-from app.core.autostart import (
+from app.core.desktop.autostart import (
     LAUNCH_AGENT_ID,
     Autostart,
     desktop_entry,

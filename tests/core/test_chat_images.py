@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from app.core.chat_images import (
+from app.core.inference.images import (
+    IMAGE_MARKER,
+    ImageLimits,
+    InvalidImage,
+    image_digest,
+    strip_markers,
+)
+from app.core.workspace.chat_images import (
     THUMB_SIZE,
     ImageStore,
     decode_messages,
@@ -22,9 +29,8 @@ from app.core.chat_images import (
     read_image_file,
     user_message,
 )
-from app.core.conversation_export import to_json, to_markdown
-from app.core.conversations import Conversation, ConversationStore
-from app.core.images import IMAGE_MARKER, ImageLimits, InvalidImage, image_digest, strip_markers
+from app.core.workspace.conversation_export import to_json, to_markdown
+from app.core.workspace.conversations import Conversation, ConversationStore
 from app.server.protocols.ollama import parse_history
 
 

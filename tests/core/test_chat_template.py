@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.chat_template import FALLBACK_STOPS, ChatTemplate
+from app.core.inference.chat_template import FALLBACK_STOPS, ChatTemplate
 from app.core.types import ChatMessage, ToolCall
 from app.errors import TemplateError
 
@@ -197,7 +197,7 @@ def test_any_failure_inside_a_template_is_a_template_error(source: str) -> None:
 _MEMORY_BOMB = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1536 * 1024 * 1024, 1536 * 1024 * 1024))
-from app.core.chat_template import ChatTemplate
+from app.core.inference.chat_template import ChatTemplate
 from app.core.types import ChatMessage
 from app.errors import TemplateError
 try:
@@ -313,7 +313,7 @@ EXPANDING = {
 _EXPANDING_CHILD = """
 import json, resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (1536 * 1024 * 1024, 1536 * 1024 * 1024))
-from app.core.chat_template import ChatTemplate
+from app.core.inference.chat_template import ChatTemplate
 from app.core.types import ChatMessage
 from app.errors import TemplateError
 out = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.connect import effective_context, pick_model, with_context
+from app.core.desktop.connect import effective_context, pick_model, with_context
 from app.core.types import LocalModel
 
 

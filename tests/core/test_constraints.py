@@ -1,4 +1,4 @@
-"""The bounded schema validator (app/core/constraints.py): pure, no model."""
+"""The bounded schema validator (app/core/inference/constraints.py): pure, no model."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.core.constraints import (
+from app.core.inference.constraints import (
     COUNT_KEYWORDS,
     MAX_CHOICES,
     MAX_CONSTRAINT_BYTES,

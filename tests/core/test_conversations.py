@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.conversation_export import FORMAT, from_json, to_json, to_markdown
-from app.core.conversations import (
+from app.core.workspace.conversation_export import FORMAT, from_json, to_json, to_markdown
+from app.core.workspace.conversations import (
     SCHEMA_VERSION,
     TITLE_CHARS,
     Conversation,

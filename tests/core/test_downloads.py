@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from app.core import events as ev
-from app.core.downloads import DownloadManager
 from app.core.events import EventHub
 from app.core.hub import HubClient
-from app.core.library import ModelLibrary
+from app.core.hub.downloads import DownloadManager
+from app.core.library.index import ModelLibrary
 from app.errors import (
     AccessDenied,
     ChecksumMismatch,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.library import ModelLibrary
-from app.core.stores import ForeignLocations, scan
+from app.core.library.index import ModelLibrary
+from app.core.library.stores import ForeignLocations, scan
 from tests.fakehub import gguf_bytes, mlx_files
 
 

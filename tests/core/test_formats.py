@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core import fit, gguf
-from app.core.downloads import DiskLayout, PullPlan
-from app.core.formats import (
+from app.core.hub.downloads import DiskLayout, PullPlan
+from app.core.library import fit, gguf
+from app.core.library.formats import (
     FORMATS,
     GGUF,
     MLX,
@@ -24,7 +24,7 @@ from app.core.formats import (
     repo_format,
     tagged_format,
 )
-from app.core.gguf import GGUFHeader
+from app.core.library.gguf import GGUFHeader
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidModel, RepoRefused
 from tests.core.gguf_files import write_model

@@ -9,10 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from app.core import fsutil
-from app.core.fsutil import atomic_write_json, file_lock, read_json, temp_path
-from app.core.library import ModelLibrary
-from app.core.presets import PresetStore
+from app.core.engine.presets import PresetStore
+from app.core.library.index import ModelLibrary
+from app.core.util import fsutil
+from app.core.util.fsutil import atomic_write_json, file_lock, read_json, temp_path
 from app.settings import SettingsStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 _LOCKER = """
 import os, sys, time
 from pathlib import Path
-from app.core.fsutil import file_lock
+from app.core.util.fsutil import file_lock
 target, rounds, start = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
 marker, counter = target.with_name("inside"), target.with_name("counter")
 while time.time() < start:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.fsutil import atomic_write_json
 from app.core.gateway import AliasStore, AutoRule, Gateway, RequestFacts, Routing, parse_rules
 from app.core.gateway.aliases import AliasCycle
+from app.core.util.fsutil import atomic_write_json
 from app.errors import (
     ConfigError,
     HearthError,

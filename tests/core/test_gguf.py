@@ -11,7 +11,7 @@ from pathlib import Path
 import gguf as gguf_ref
 import pytest
 
-from app.core import gguf
+from app.core.library import gguf
 from app.errors import InvalidModel
 
 from .gguf_files import (

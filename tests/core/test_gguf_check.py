@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.gguf import read_header
-from app.core.gguf_check import check_for_llama_cpp
-from app.core.library import ModelLibrary
+from app.core.library.gguf import read_header
+from app.core.library.gguf_check import check_for_llama_cpp
+from app.core.library.index import ModelLibrary
 from app.errors import InvalidModel
 from tests.gguf_corpus import ARR, BOOL, F32, I32, STR, U32, Spec, serialize, tiny_llama
 

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from app.core.fit import DeviceMemory
 from app.core.hub import (
     HubClient,
     HubRef,
@@ -22,6 +21,7 @@ from app.core.hub import (
     quant_of,
     size_range,
 )
+from app.core.library.fit import DeviceMemory
 from app.errors import AccessDenied, AmbiguousChoice, RepoNotFound, RepoRefused
 from tests.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
 

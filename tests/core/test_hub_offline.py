@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.fit import DeviceMemory
 from app.core.hub import HubClient, ListingCache
 from app.core.hub.reach import network_reason
+from app.core.library.fit import DeviceMemory
 from app.errors import HubOffline, HubUnavailable
 from tests.fakehub import FakeHub, gguf_bytes
 

@@ -1,4 +1,4 @@
-"""Decode work and memory bounds of app/core/images.py on real images made with Pillow: a
+"""Decode work and memory bounds of app/core/inference/images.py on real images made with Pillow: a
 JPEG's scans are counted from its markers before Pillow sees it (a progressive JPEG with its
 last scan repeated is refused at once), a request's images share one pixel budget taken from
 their headers before any is decoded, and a decode stops at its next block read once asked."""
@@ -10,8 +10,7 @@ import io
 import pytest
 from PIL import Image
 
-from app.core.chat_images import decode_messages
-from app.core.images import (
+from app.core.inference.images import (
     MAX_JPEG_SCANS,
     DecodeStopped,
     ImageLimits,
@@ -21,6 +20,7 @@ from app.core.images import (
     jpeg_scans,
 )
 from app.core.types import ChatMessage
+from app.core.workspace.chat_images import decode_messages
 from tests.hostile_images import header_only_png, progressive_jpeg, repeated_scans
 
 WHERE = "messages[0].content[1].image_url.url"

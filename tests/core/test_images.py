@@ -1,4 +1,4 @@
-"""app/core/images.py: the bounded decoder (allowlist, pixel bound on the header before any
+"""app/core/inference/images.py: the bounded decoder (allowlist, pixel bound on the header before any
 decoding, byte bound, corrupt and truncated data, EXIF, alpha on white), the digest,
 supports_vision and marker neutralising, on real encoded images made with Pillow."""
 
@@ -12,7 +12,7 @@ import zlib
 import pytest
 from PIL import Image
 
-from app.core.images import (
+from app.core.inference.images import (
     IMAGE_MARKER,
     MARKER_LOOKALIKE,
     ImageLimits,

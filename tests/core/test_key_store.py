@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core import access
-from app.core.keys import KeyStore, hash_secret
+from app.core.gateway import access
+from app.core.gateway.keys import KeyStore, hash_secret
 from app.errors import InvalidRequest, ModelNotFound
 
 

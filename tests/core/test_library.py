@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-import app.core.library as library_module
-from app.core import fsutil
-from app.core.fsutil import atomic_write_json, file_lock, read_json
-from app.core.library import ID_RE, ModelLibrary, id_from_name
+import app.core.library.index as library_module
+from app.core.library.index import ID_RE, ModelLibrary, id_from_name
+from app.core.util import fsutil
+from app.core.util.fsutil import atomic_write_json, file_lock, read_json
 from app.errors import InvalidModel, ModelNotFound
 
 from .gguf_files import write_model
@@ -429,7 +429,7 @@ def test_concurrent_imports_from_threads(
 _IMPORTER = """
 import sys, time
 from pathlib import Path
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 index, models, start = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
 lib = ModelLibrary(index, models)
 while time.time() < start:
@@ -473,7 +473,7 @@ def test_concurrent_imports_from_processes(
 
 
 class _Count:
-    """Wraps a module function of app.core.library; counts the calls on ``first``."""
+    """Wraps a module function of app.core.library.index; counts the calls on ``first``."""
 
     def __init__(self, name: str, first: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         self.real, self.first, self.calls = getattr(library_module, name), first, 0
@@ -487,7 +487,7 @@ class _Count:
 
 def _import_in_another_process(index_file: Path, models_dir: Path, path: Path) -> None:
     code = (
-        "import sys\nfrom pathlib import Path\nfrom app.core.library import ModelLibrary\n"
+        "import sys\nfrom pathlib import Path\nfrom app.core.library.index import ModelLibrary\n"
         "ModelLibrary(Path(sys.argv[1]), Path(sys.argv[2])).import_path(sys.argv[3])\n"
     )
     r = subprocess.run(
@@ -629,8 +629,8 @@ def test_library_write_failure_keeps_the_index(
 _KILLED_WRITER = """
 import os, sys, time
 from pathlib import Path
-from app.core import fsutil
-from app.core.library import ModelLibrary
+from app.core.util import fsutil
+from app.core.library.index import ModelLibrary
 lib = ModelLibrary(Path(sys.argv[1]), Path(sys.argv[2]))
 def hang(*a, **k):
     print("in-rename", flush=True)

@@ -9,9 +9,9 @@ import pytest
 
 from app.cli import build_parser
 from app.cli.load_flags import load_options_from_args
-from app.core import load_options
-from app.core.load_options import SPECS, validate_load_options
-from app.core.presets import validate_options
+from app.core.engine import load_options
+from app.core.engine.load_options import SPECS, validate_load_options
+from app.core.engine.presets import validate_options
 from app.core.types import LoadOptions
 from app.errors import ConfigError, InvalidRequest
 from app.settings import settings_from_dict

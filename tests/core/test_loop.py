@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from app.core.loop import LoopThread
+from app.core.util.loop import LoopThread
 
 
 def test_call_runs_on_the_loop_thread() -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.mcp import McpManager, parse_config
-from app.core.mcp.manager import safe_name
+from app.core.workspace.mcp import McpManager, parse_config
+from app.core.workspace.mcp.manager import safe_name
 from app.errors import ConfigError
 from tests.mcp_fixtures import http_mcp_url, pid_alive, stdio_entry, write_config
 

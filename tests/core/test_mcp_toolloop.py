@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from app.core.library import ModelLibrary
-from app.core.mcp import McpManager
-from app.core.mcp.toolloop import (
+from app.core.library.index import ModelLibrary
+from app.core.service import Hearth
+from app.core.types import ChatMessage, LoadOptions, SamplingParams
+from app.core.workspace.mcp import McpManager
+from app.core.workspace.mcp.toolloop import (
     DENIED_TEXT,
     Approval,
     CallResult,
@@ -23,8 +25,6 @@ from app.core.mcp.toolloop import (
     PendingCall,
     run_tool_loop,
 )
-from app.core.service import Hearth
-from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from tests.mcp_fixtures import stdio_entry, write_config
 
 from .fakes import FakeRuntime

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from app.core.downloads import DownloadManager
 from app.core.events import EventHub
-from app.core.formats import RepoFile, group_gguf
 from app.core.hub import HubClient
-from app.core.library import ModelLibrary
-from app.core.projector import pair_in_folder, projector_problem, projector_rank
+from app.core.hub.downloads import DownloadManager
+from app.core.library.formats import RepoFile, group_gguf
+from app.core.library.index import ModelLibrary
+from app.core.library.projector import pair_in_folder, projector_problem, projector_rank
 from app.errors import ChecksumMismatch
 from tests.fakehub import FakeHub, gguf_bytes
 from tests.vision_gguf import write_projector
@@ -208,7 +208,7 @@ async def test_a_pulled_projector_that_does_not_match_is_refused_with_the_reason
 
 
 def test_a_plans_record_keeps_its_projector_and_refuses_a_forged_one() -> None:
-    from app.core.downloads.plan import PullPlan
+    from app.core.hub.downloads.plan import PullPlan
 
     model = RepoFile("m-Q4_K_M.gguf", 400, "a" * 64, None)
     proj = RepoFile("mmproj-m-F16.gguf", 40, "b" * 64, None)

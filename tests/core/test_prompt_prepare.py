@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, Runtime
 from app.errors import ContextLengthExceeded

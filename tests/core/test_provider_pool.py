@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from app.core.providers import pool as pool_mod
-from app.core.providers.base import Probe, RemoteModel
-from app.core.providers.pool import ProviderPool
-from app.core.providers.store import ProviderConfig, ProviderStore
+from app.core.gateway.providers import pool as pool_mod
+from app.core.gateway.providers.base import Probe, RemoteModel
+from app.core.gateway.providers.pool import ProviderPool
+from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.errors import ModelNotFound, ProviderError, ProviderUnavailable
 
 

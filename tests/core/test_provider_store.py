@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.providers import manage
-from app.core.providers.store import ProviderConfig, ProviderStore
+from app.core.gateway.providers import manage
+from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.errors import InvalidRequest
 
 

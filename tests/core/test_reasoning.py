@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.reasoning import ReasoningSplitter, prompt_opens_reasoning
+from app.core.inference.reasoning import ReasoningSplitter, prompt_opens_reasoning
 
 
 def run(text: str, *, inside: bool = False, step: int = 1) -> tuple[str, str]:
@@ -73,8 +73,8 @@ def test_prompt_opens_reasoning() -> None:
 
 # -- gpt-oss harmony channels ----------------------------------------------------------------------
 
-from app.core.reasoning import HarmonySplitter, is_harmony_template, reasoning_splitter  # noqa: E402
-from app.core.tools import ToolCallParser  # noqa: E402
+from app.core.inference.reasoning import HarmonySplitter, is_harmony_template, reasoning_splitter  # noqa: E402
+from app.core.inference.tools import ToolCallParser  # noqa: E402
 from tests.service_calls import chat  # noqa: E402
 
 
@@ -172,9 +172,9 @@ HARMONY_TEMPLATE = (
 async def test_harmony_through_the_service(tmp_path: Path) -> None:
     """The service picks the harmony splitter from the template; reasoning, answer and tool
     calls come out separated, with reasoning tokens counted."""
-    from app.core.library import ModelLibrary
+    from app.core.inference.tools import Tool
+    from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
-    from app.core.tools import Tool
     from app.core.types import ChatMessage, LoadOptions, SamplingParams
 
     from .fakes import FakeRuntime

@@ -1,9 +1,9 @@
-"""app.core.metrics: nearest-rank percentiles, bounded per-model tallies, monitoring not counted."""
+"""app.core.gateway.metrics: nearest-rank percentiles, bounded per-model tallies, monitoring not counted."""
 
 from __future__ import annotations
 
 from app.core.events import ModelLoaded, RequestFinished
-from app.core.metrics import TTFT_WINDOW, RequestMetrics, percentile
+from app.core.gateway.metrics import TTFT_WINDOW, RequestMetrics, percentile
 
 
 def finished(

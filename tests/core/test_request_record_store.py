@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.records import RecordStore, RequestRecord, read_records, status_range
+from app.core.gateway.records import RecordStore, RequestRecord, read_records, status_range
 from app.errors import ConfigError
 from app.settings import settings_from_dict
 
@@ -123,7 +123,7 @@ def test_the_write_ahead_log_stays_small(tmp_path: Path) -> None:
     """A record per request, each its own commit: SQLite's default let the log grow to ~4 MB
     and stay so, which on a nearly full disk took the space a download needed (seen: a 1.4 MB
     log made a pull on a 3 MiB disk fail its space check)."""
-    from app.core.sqlite_wal import WAL_BYTES
+    from app.core.util.sqlite_wal import WAL_BYTES
 
     path = tmp_path / "r.sqlite"
     store = RecordStore(path)

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from app.core.cache_store import CacheConfig, CachedAnswer, CacheStore, decode, encode
+from app.core.engine.presets import PresetStore
 from app.core.gateway import AliasStore
-from app.core.generation import Choices
-from app.core.library import ModelLibrary
-from app.core.presets import PresetStore
+from app.core.gateway.cache.replay import ResponseCache, local_identity, request_keys, requested
+from app.core.gateway.cache.store import CacheConfig, CachedAnswer, CacheStore, decode, encode
+from app.core.inference.generation import Choices
+from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest, CompletionRequest
-from app.core.response_cache import ResponseCache, local_identity, request_keys, requested
 from app.core.service import Hearth
 from app.core.types import (
     ChatMessage,
@@ -326,7 +326,7 @@ async def test_semantic_without_an_embedding_model_acts_as_exact_and_warns_once(
     rig = Rig(tmp_path)
     rig.config = CacheConfig(mode="semantic")
     try:
-        with caplog.at_level("WARNING", logger="app.core.response_cache"):
+        with caplog.at_level("WARNING", logger="app.core.gateway.cache.replay"):
             assert (await rig.chat())[0] == "miss"
             assert (await rig.chat())[0] == "hit"
             other = (ChatMessage("user", "What is two plus two?"),)
@@ -370,7 +370,7 @@ def test_stored_deltas_come_back_whole() -> None:
 
 
 def test_an_unknown_directive_counts_as_none(tmp_path: Path) -> None:
-    from app.core import response_cache
+    from app.core.gateway.cache import replay as response_cache
 
     with requested("sometimes"):
         assert response_cache._DIRECTIVE.get() is None
@@ -406,7 +406,7 @@ async def test_a_failing_embedding_model_acts_as_exact_and_warns_once(
     name = rig.model if embedder == "the chat model" else embedder  # not an embedding model
     rig.config = CacheConfig(mode="semantic", embedding_model=name)
     try:
-        with caplog.at_level("WARNING", logger="app.core.response_cache"):
+        with caplog.at_level("WARNING", logger="app.core.gateway.cache.replay"):
             assert (await rig.chat())[0] == "miss"
             assert (await rig.chat())[0] == "hit"
             other = (ChatMessage("user", "What is two plus two?"),)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from app.core.images import IMAGE_MARKER, ImageInput, image_digest
+from app.core.gateway.cache.replay import request_fields, request_keys
+from app.core.inference.images import IMAGE_MARKER, ImageInput, image_digest
 from app.core.requests import ChatRequest
-from app.core.response_cache import request_fields, request_keys
 from app.core.types import ChatMessage
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.chat_template import FALLBACK_STOPS
+from app.core.engine.scheduler import ModelScheduler
 from app.core.events import (
     Event,
     EventHub,
@@ -17,8 +17,8 @@ from app.core.events import (
     ModelLoadFailed,
     ModelUnloaded,
 )
-from app.core.library import ModelLibrary
-from app.core.scheduler import ModelScheduler
+from app.core.inference.chat_template import FALLBACK_STOPS
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, GenerationRequest, LoadOptions, SamplingParams
 from app.errors import (

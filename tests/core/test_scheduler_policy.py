@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from app.core.engine.presets import PresetStore, validate_options
+from app.core.engine.scheduler import ModelScheduler, parse_keep_alive
 from app.core.events import EventHub
-from app.core.library import ModelLibrary
-from app.core.presets import PresetStore, validate_options
-from app.core.scheduler import ModelScheduler, parse_keep_alive
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.errors import InsufficientMemory, InvalidRequest

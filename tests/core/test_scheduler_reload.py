@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from app.core.engine.scheduler import ModelScheduler
 from app.core.events import EventHub
-from app.core.library import ModelLibrary
-from app.core.scheduler import ModelScheduler
+from app.core.library.index import ModelLibrary
 from app.core.types import GenerationRequest, LoadOptions
 from app.errors import InsufficientMemory, ModelBusy
 

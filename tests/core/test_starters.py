@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.fit import DeviceMemory
 from app.core.hub import HubClient
 from app.core.hub.starters import MAX_SUGGESTIONS, STARTERS, budget_memory, suggest
+from app.core.library.fit import DeviceMemory
 from app.errors import HubUnavailable
 from tests.fakehub import FakeHub, add_starters
 

@@ -23,7 +23,7 @@ CHECK = """
 import sys
 import jinja2, jinja2.lexer
 assert jinja2.__file__.startswith(sys.argv[1]), jinja2.__file__
-from app.core import template_sandbox
+from app.core.inference import template_sandbox
 gen = jinja2.lexer.Lexer(jinja2.Environment()).tokeniter("{{ x }}", "t")
 next(gen)
 frame = gen.gi_frame
@@ -56,7 +56,7 @@ def test_compile_deadline_traces_jinja_frames_in_a_bundle_layout(tmp_path: Path)
 
 
 def test_compile_deadline_traces_jinja_frames_from_site_packages() -> None:
-    from app.core import template_sandbox
+    from app.core.inference import template_sandbox
 
     gen = jinja2.lexer.Lexer(jinja2.Environment()).tokeniter("{{ x }}", "t")
     next(gen)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.core.text import StopMatcher
+from app.core.inference.text import StopMatcher
 
 
 def expected_output(text: str, stops: Sequence[str]) -> tuple[str, bool]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.ratelimit import Limits, TokenBucket, admit, duration
+from app.core.gateway.ratelimit import Limits, TokenBucket, admit, duration
 
 
 class Clock:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.generation import Completion, Generation
-from app.core.tools import Tool, ToolCallParser
+from app.core.inference.generation import Completion, Generation
+from app.core.inference.tools import Tool, ToolCallParser
 from app.core.types import ChatMessage, Delta, LoadOptions, SamplingParams, Usage
 from tests.service_calls import chat
 
@@ -172,7 +172,7 @@ async def test_named_choice_through_the_service(tmp_path: Path, parallel: bool) 
     """The service plans a named choice as one call whatever parallel_tool_calls says, and the
     real worker is stopped after it: the engine writes the first recorded block, then waits to be
     cancelled before the second."""
-    from app.core.library import ModelLibrary
+    from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
 
     from .fakes import FakeRuntime

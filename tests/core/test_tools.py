@@ -6,7 +6,13 @@ import json
 
 import pytest
 
-from app.core.tools import ParseEvent, Tool, ToolCallParser, detect_family, tool_call_constraint
+from app.core.inference.tools import (
+    ParseEvent,
+    Tool,
+    ToolCallParser,
+    detect_family,
+    tool_call_constraint,
+)
 
 W = '{"city": "Paris", "unit": "°C"}'
 FIXTURES = [

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from app.core.conversations import Conversation, ConversationStore
+from app.core.workspace.conversations import Conversation, ConversationStore
 from app.errors import NotFound
 
 CONVERSATIONS = 3

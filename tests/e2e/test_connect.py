@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import tomllib
 
-from app.core.connect import KEY_PLACEHOLDER, TOOLS
+from app.core.desktop.connect import KEY_PLACEHOLDER, TOOLS
 from tests.conftest import Served, serving
 
 CONTRACT = {"tool", "base_url", "model", "env", "snippet", "context_needed"}

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.core.conversations import ConversationStore
+from app.core.workspace.conversations import ConversationStore
 from tests.e2e.conversation_saver import CONVERSATIONS, STEP
 
 SAVER = Path(__file__).with_name("conversation_saver.py")

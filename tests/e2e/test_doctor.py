@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import app
-from app.core.doctor import build_report, runtime_ok
-from app.core.fsutil import atomic_write_json
-from app.core.hardware import HardwareGpu, detect_gpus
+from app.core.desktop.doctor import build_report, runtime_ok
+from app.core.library.hardware import HardwareGpu, detect_gpus
+from app.core.util.fsutil import atomic_write_json
 from app.runtimes.llama_backend import build_info
 from app.runtimes.llama_probe import ENV_OVERRIDE, probe_key
 from app.runtimes.llama_system import amx_report

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.gguf import read_header
+from app.core.library.gguf import read_header
 from tests.gguf_corpus import QUICK, corpus
 from tests.gguf_rewrite import patch_copy, tensor_type_offset, token_offsets, value_offset
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.core.loop import LoopThread
+from app.core.util.loop import LoopThread
 from tests.conftest import listen_loopback
 from tests.e2e.engines import http_request, sse_events
 from tests.e2e.providers_front import cli, wait_ready

@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from app.core.library import ModelLibrary
-from app.core.mcp import McpManager
-from app.core.mcp.toolloop import (
+from app.core.library.index import ModelLibrary
+from app.core.requests import ToolChoice
+from app.core.service import Hearth
+from app.core.types import ChatMessage, LoadOptions, SamplingParams
+from app.core.workspace.mcp import McpManager
+from app.core.workspace.mcp.toolloop import (
     Approval,
     CallResult,
     ChatTools,
@@ -26,9 +29,6 @@ from app.core.mcp.toolloop import (
     PendingCall,
     run_tool_loop,
 )
-from app.core.requests import ToolChoice
-from app.core.service import Hearth
-from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama_cpp import LlamaCppRuntime
 from tests.mcp_fixtures import stdio_entry, write_config
 

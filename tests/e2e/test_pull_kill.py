@@ -51,7 +51,7 @@ def hub(fake_hub: FakeHub, tmp_path: Path) -> FakeHub:
 
 @contextlib.contextmanager
 def index_lock(home: Path) -> Iterator[None]:
-    """Hold the library index's lock (the one ``app.core.fsutil.file_lock`` takes)."""
+    """Hold the library index's lock (the one ``app.core.util.fsutil.file_lock`` takes)."""
     lock = home / "data" / "library.json.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)

@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from app.core.records import read_records
+from app.core.gateway.records import read_records
 from app.paths import AppPaths
 from tests.e2e.serveproc import start_serve
 

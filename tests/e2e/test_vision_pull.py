@@ -54,7 +54,7 @@ def b64(data: bytes) -> str:
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[Served]:
     from app.cli import build_service
-    from app.core.loop import LoopThread
+    from app.core.util.loop import LoopThread
     from app.paths import AppPaths
     from app.server.runner import ServerController
     from app.settings import SettingsStore

@@ -15,15 +15,15 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.cli.compose import provider_pool
-from app.core.downloads import DownloadManager
-from app.core.fit import DeviceMemory, default_budget
+from app.core.engine.presets import PresetStore
 from app.core.gateway import AliasStore
 from app.core.hub import HubClient
-from app.core.library import ModelLibrary
-from app.core.loop import LoopThread
-from app.core.presets import PresetStore
+from app.core.hub.downloads import DownloadManager
+from app.core.library.fit import DeviceMemory, default_budget
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions, Runtime
+from app.core.util.loop import LoopThread
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow

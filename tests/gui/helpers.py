@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from app.core.records import RecordStore, RequestRecord
+from app.core.gateway.records import RecordStore, RequestRecord
 
 SLOW = 180_000  # ms: model loads and generations on a small, possibly busy CI machine
 

@@ -37,7 +37,7 @@ class ShotApp:
         **window_kw: Any,
     ) -> None:
         from app.cli import build_service
-        from app.core.loop import LoopThread
+        from app.core.util.loop import LoopThread
         from app.gui.bridge import Bridge
         from app.gui.context import GuiContext
         from app.gui.main_window import MainWindow, app_icon
@@ -135,7 +135,7 @@ def save_with_dialog(window: QPixmap, dialog: QPixmap, path: Path) -> None:
 def providers_shot(w: Any, service: Any, loop: Any, url: str, mid: str, path: Path) -> None:
     """The Providers page: this Hearth's own server as a ready provider, a closed port as an
     unreachable one, and an alias falling back from the local model to the remote one."""
-    from app.core.providers.store import ProviderConfig
+    from app.core.gateway.providers.store import ProviderConfig
 
     loop.call(_async(service.add_provider, ProviderConfig("lan", url, kind="hearth"), None), 30)
     loop.call(

@@ -10,7 +10,7 @@ from PySide6.QtCore import QObject, Slot
 from pytestqt.qtbot import QtBot
 
 from app.core.events import ModelLoaded, RequestFinished
-from app.core.loop import LoopThread
+from app.core.util.loop import LoopThread
 from app.errors import ModelNotFound
 from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext

@@ -18,9 +18,9 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.core.conversations import ConversationStore
-from app.core.retrieval import NO_EMBEDDER_FIX
 from app.core.types import LoadOptions, LocalModel, Runtime
+from app.core.workspace.conversations import ConversationStore
+from app.core.workspace.retrieval import NO_EMBEDDER_FIX
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.views.attachments import LONG_PASTE_CHARS

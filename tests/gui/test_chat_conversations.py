@@ -14,9 +14,9 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.core.conversation_export import to_json
-from app.core.conversations import ConversationStore
 from app.core.types import ChatMessage, Runtime
+from app.core.workspace.conversation_export import to_json
+from app.core.workspace.conversations import ConversationStore
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow

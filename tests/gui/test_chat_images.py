@@ -17,10 +17,10 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog
 from pytestqt.qtbot import QtBot
 
-from app.core.conversations import ConversationStore
-from app.core.images import decode_image
+from app.core.inference.images import decode_image
 from app.core.service import Hearth
 from app.core.types import Runtime
+from app.core.workspace.conversations import ConversationStore
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.views.chat import ChatPage

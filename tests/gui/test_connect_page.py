@@ -1,4 +1,4 @@
-"""The Connect page (issue 15): each app's settings from app/core/connect.py with the page's
+"""The Connect page (issue 15): each app's settings from app/core/desktop/connect.py with the page's
 server URL and model, copying them, the context warning and its fix, a key made for an app, and
 the URL following the server."""
 
@@ -13,8 +13,8 @@ import pytest
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.core.connect import KEY_PLACEHOLDER, NO_KEY, TOOLS, Target, connection
-from app.core.keys import KeyStore
+from app.core.desktop.connect import KEY_PLACEHOLDER, NO_KEY, TOOLS, Target, connection
+from app.core.gateway.keys import KeyStore
 from app.gui.context import GuiContext
 from app.gui.main_window import PAGES, MainWindow
 from app.gui.views.connect import (

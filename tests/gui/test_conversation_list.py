@@ -11,7 +11,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.core.conversations import Conversation, ConversationStore
+from app.core.workspace.conversations import Conversation, ConversationStore
 from app.gui.views.conversation_list import ConversationList
 
 

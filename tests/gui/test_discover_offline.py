@@ -12,7 +12,7 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.cli.compose import hub_client
-from app.core.downloads import DownloadManager
+from app.core.hub.downloads import DownloadManager
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow

@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.core.downloads import DownloadManager, DownloadStatus
+from app.core.hub.downloads import DownloadManager, DownloadStatus
 from app.gui.main_window import MainWindow
 from app.gui.models.download import COLUMNS, STATE_COLUMN, DownloadsTableModel
 from tests.fakehub import FakeHub

@@ -220,7 +220,7 @@ def test_other_apps_models_are_found_shown_and_never_deleted_without_a_yes(
     import dataclasses
     import shutil
 
-    from app.core.stores import ForeignLocations
+    from app.core.library.stores import ForeignLocations
 
     lms = (
         tmp_path

@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox
 from pytestqt.qtbot import QtBot
 
-from app.core.load_options import SPECS
+from app.core.engine.load_options import SPECS
 from app.core.types import LoadOptions
 from app.gui.views.load_options_form import LoadOptionsForm
 

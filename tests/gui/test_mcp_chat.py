@@ -15,12 +15,12 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.core.library import ModelLibrary
-from app.core.loop import LoopThread
-from app.core.mcp import McpManager
-from app.core.mcp.toolloop import DENIED_TEXT
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions, Runtime
+from app.core.util.loop import LoopThread
+from app.core.workspace.mcp import McpManager
+from app.core.workspace.mcp.toolloop import DENIED_TEXT
 from app.gui.bridge import Bridge
 from app.gui.views.chat import ChatPage
 from tests.core.fakes import FakeRuntime
@@ -167,7 +167,7 @@ def test_a_server_killed_mid_chat_is_shown_and_the_chat_goes_on(
 def test_calls_sit_in_their_answer_are_saved_and_come_back_on_reopen(
     qtbot: QtBot, core: Core, tmp_path: Path
 ) -> None:
-    from app.core.conversations import ConversationStore
+    from app.core.workspace.conversations import ConversationStore
     from app.gui.views.chat_transcript import MessageView
 
     store = ConversationStore(tmp_path / "conversations.sqlite")

@@ -13,8 +13,8 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.core.events import EventHub
-from app.core.loop import LoopThread
-from app.core.mcp import McpManager
+from app.core.util.loop import LoopThread
+from app.core.workspace.mcp import McpManager
 from app.gui.bridge import Bridge
 from app.gui.views.mcp_settings import McpServersBox
 from tests.gui.helpers import SLOW

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.scheduler import LoadedInfo
+from app.core.engine.scheduler import LoadedInfo
 from app.core.types import LoadOptions
 from app.gui.models.memory import (
     COLUMNS,

@@ -12,8 +12,8 @@ import pytest
 from PySide6.QtWidgets import QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.core.providers.manage import DEFAULT_URLS
-from app.core.providers.store import KINDS
+from app.core.gateway.providers.manage import DEFAULT_URLS
+from app.core.gateway.providers.store import KINDS
 from app.gui.context import GuiContext
 from app.gui.main_window import PAGES, MainWindow
 from app.gui.views.provider_dialogs import AddProviderDialog
@@ -285,7 +285,7 @@ def test_chat_lists_a_remote_model_once_its_provider_is_ready(
     """Added from outside the page (the CLI's file) while Chat is the page shown: the pool's
     change event re-lists Chat's models once the provider's first probe answers."""
     from app.cli.compose import provider_store
-    from app.core.providers.store import ProviderConfig
+    from app.core.gateway.providers.store import ProviderConfig
 
     window.show_page("Chat")
     chat = window.chat_page

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.core.events import RequestFinished
-from app.core.records import iso_utc, read_records, status_range
+from app.core.gateway.records import iso_utc, read_records, status_range
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.models.request_log import COLUMNS, RequestLogModel

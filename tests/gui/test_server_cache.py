@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.core.cache_store import CacheConfig, CachedAnswer, CacheStore
+from app.core.gateway.cache.store import CacheConfig, CachedAnswer, CacheStore
 from app.core.types import Delta, Usage
 from app.gui.main_window import MainWindow
 from app.settings import SettingsStore

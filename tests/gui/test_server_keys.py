@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from pytestqt.qtbot import QtBot
 
-from app.core.keys import KeyStore, hash_secret
+from app.core.gateway.keys import KeyStore, hash_secret
 from app.gui.main_window import MainWindow
 from tests.gui.helpers import SLOW
 

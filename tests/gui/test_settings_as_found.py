@@ -20,8 +20,8 @@ from PySide6.QtWidgets import QLineEdit, QSpinBox
 from pytestqt.qtbot import QtBot
 
 from app.cli.compose import build_service
-from app.core import fit
-from app.core.loop import LoopThread
+from app.core.library import fit
+from app.core.util.loop import LoopThread
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow

@@ -14,10 +14,10 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.core.downloads import DownloadManager
-from app.core.fit import DeviceMemory
 from app.core.hub import HubClient
+from app.core.hub.downloads import DownloadManager
 from app.core.hub.starters import MAX_SUGGESTIONS, STARTERS
+from app.core.library.fit import DeviceMemory
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow, show_at_start

@@ -23,8 +23,8 @@ async def main(
     mode: str = "exact",
     fill: int = 0,
 ) -> None:
-    from app.core import fit, formats
-    from app.core.library import ModelLibrary
+    from app.core.library import fit, formats
+    from app.core.library.index import ModelLibrary
     from app.core.requests import CompletionRequest, EmbeddingRequest
     from app.core.service import Hearth
     from app.core.types import LoadOptions, SamplingParams
@@ -52,7 +52,7 @@ async def main(
     h = Hearth(lib, runtimes, load_defaults=lambda: options, budget_bytes=lambda: 1 << 40)
     estimate = formats.estimate_model(model, options)
     if fmt == "gguf":  # the probe child runs once, outside this measurement
-        from app.core.gguf import read_header
+        from app.core.library.gguf import read_header
 
         header = read_header(path)
         runtimes["gguf"].prober.check(

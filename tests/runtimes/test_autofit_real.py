@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.cli.compose import build_service
-from app.core.gguf import read_header
+from app.core.library.gguf import read_header
 from app.paths import AppPaths
 from app.settings import SettingsStore
 

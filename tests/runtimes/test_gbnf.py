@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from app.core.constraints import MAX_CHOICES, MAX_REPEAT, MAX_TOTAL_REPEAT, check_schema
-from app.core.tools import Tool, tool_call_constraint
+from app.core.inference.constraints import MAX_CHOICES, MAX_REPEAT, MAX_TOTAL_REPEAT, check_schema
+from app.core.inference.tools import Tool, tool_call_constraint
 from app.errors import InvalidRequest
 from app.runtimes.gbnf import (
     MAX_GRAMMAR_BYTES,

@@ -94,7 +94,7 @@ def test_the_measure_reads_grammars_as_llama_cpp_does(vocab: object) -> None:
 
 
 def test_the_converter_output_for_real_schemas_compiles(vocab: object) -> None:
-    from app.core.tools import Tool, tool_call_constraint
+    from app.core.inference.tools import Tool, tool_call_constraint
     from app.runtimes.llama_grammar import grammar_for
     from tests.core.test_constraints import AGENT_TOOLS
 
@@ -150,8 +150,8 @@ def test_worker_threads_hold_twenty_times_the_depth_bound(smollm2_path: Path) ->
 
 def largest_accepted_schema() -> dict[str, object]:
     """256 optional properties at the root: the most one object may have, and close to the
-    conversion cost bound (app/core/constraints.py)."""
-    from app.core.constraints import MAX_OPTIONAL_PROPERTIES, check_schema
+    conversion cost bound (app/core/inference/constraints.py)."""
+    from app.core.inference.constraints import MAX_OPTIONAL_PROPERTIES, check_schema
 
     schema = {
         "type": "object",

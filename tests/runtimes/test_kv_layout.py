@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama_cpp import LlamaCppRuntime

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.gguf import read_header
-from app.core.library import ModelLibrary
+from app.core.library.gguf import read_header
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes import llama_probe

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.gguf import read_header
-from app.core.library import ModelLibrary
+from app.core.library.gguf import read_header
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.errors import ModelLoadFailed

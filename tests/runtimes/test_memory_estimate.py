@@ -76,8 +76,8 @@ def test_llama_per_sequence_layout(tmp_path: Path, smollm2_path: Path) -> None:
     estimate counts four caches, as for the exact cache."""
     d = measure("gguf", smollm2_path, 1024, tmp_path, 4, "per-sequence")
     check("SmolLM2-135M Q4_1 ctx 1024 x 4 per-sequence", d)
-    from app.core.fit import estimate_gguf
-    from app.core.gguf import read_header
+    from app.core.library.fit import estimate_gguf
+    from app.core.library.gguf import read_header
 
     one = estimate_gguf(read_header(smollm2_path), context_length=1024, parallel=1)
     assert d["parts"]["kv_cache"] == 4 * one.kv_cache
@@ -92,8 +92,8 @@ def test_llama_default_load_shares_one_cache(tmp_path: Path, smollm2_path: Path)
     assert LoadOptions().parallel == 8, "the default load measured here"
     d = measure("gguf", smollm2_path, 4096, tmp_path, 8, "reuse", fill=4)
     check("SmolLM2-135M Q4_1 ctx 4096 shared (parallel 8, filled by 4)", d)
-    from app.core.fit import estimate_gguf
-    from app.core.gguf import read_header
+    from app.core.library.fit import estimate_gguf
+    from app.core.library.gguf import read_header
 
     header = read_header(smollm2_path)
     one = estimate_gguf(header, context_length=4096, parallel=1, prompt_cache="exact")

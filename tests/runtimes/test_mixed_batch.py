@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama_cpp import LlamaCppRuntime

@@ -132,7 +132,7 @@ def test_context_overflow_and_no_embeddings(mlx_served: Served) -> None:
 async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
     import asyncio
 
-    from app.core.library import ModelLibrary
+    from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import LoadOptions, SamplingParams
     from app.runtimes.mlx import MlxRuntime
@@ -387,7 +387,7 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
 ) -> None:
     """A conversation's later turns reuse the earlier prompt's prefill chunks; every logprob is
     the same as without the cache (penalties included: they still see the cached history)."""
-    from app.core.library import ModelLibrary
+    from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import ChatMessage, LoadOptions, SamplingParams
     from app.runtimes.mlx import PREFILL_STEP, MlxRuntime
@@ -446,7 +446,7 @@ async def test_mlx_takes_the_default_parallel_and_decodes_one_at_a_time(
 ) -> None:
     """The load default of four parallel requests applies to MLX models too: they load with it
     and answer concurrent requests one after the other, each whole."""
-    from app.core.library import ModelLibrary
+    from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import LoadOptions, SamplingParams
     from app.runtimes.mlx import MlxRuntime
@@ -469,7 +469,7 @@ def test_the_grammar_warm_up_ends_before_close_returns(tmp_path: Path, tiny_mlx:
     """A daemon warm-up thread still in native code at interpreter exit aborted a process
     ("terminate called without an active exception"): the thread is a normal one, and
     closing the model waits for it."""
-    from app.core.library import ModelLibrary
+    from app.core.library.index import ModelLibrary
     from app.core.types import LoadOptions
     from app.runtimes.mlx import MlxRuntime
 

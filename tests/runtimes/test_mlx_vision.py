@@ -15,8 +15,8 @@ from pathlib import Path
 import openai
 import pytest
 
-from app.core.images import IMAGE_MARKER, ImageInput, decode_image
-from app.core.library import ModelLibrary
+from app.core.inference.images import IMAGE_MARKER, ImageInput, decode_image
+from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from app.core.fit import STASH_CAP, estimate_gguf
-from app.core.gguf import read_header
-from app.core.library import ModelLibrary
+from app.core.library.fit import STASH_CAP, estimate_gguf
+from app.core.library.gguf import read_header
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama_backend import L

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.core.providers.store import ProviderConfig
+from app.core.gateway.providers.store import ProviderConfig
 from app.core.requests import ChatRequest
 from app.core.types import ChatMessage
 from app.errors import ProviderTimeout

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from app.core.inference.tools import Tool
 from app.core.requests import ChatRequest, CompletionRequest, ToolChoice
-from app.core.tools import Tool
 from app.core.types import ChatMessage, Constraint, SamplingParams, ToolCall
 from app.runtimes.remote import codec
 

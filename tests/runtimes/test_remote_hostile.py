@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from app.core.providers.store import ProviderConfig
+from app.core.gateway.providers.store import ProviderConfig
 from app.core.requests import ChatRequest, EmbeddingRequest
 from app.core.types import ChatMessage
 from app.errors import HearthError, ProviderError

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.core.providers.base import STATES, Answer, RemoteModel
-from app.core.providers.store import KINDS
+from app.core.gateway.providers.base import STATES, Answer, RemoteModel
+from app.core.gateway.providers.store import KINDS
 from app.runtimes.remote import kinds
 from app.runtimes.remote.kinds import (
     DETECT_PATHS,

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from app.core.attachments import Attachment, read_attachment
-from app.core.chunking import chunk_attachment
-from app.core.library import ModelLibrary
-from app.core.loop import LoopThread
+from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
-from app.core.retrieval import Prepared, Retriever
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
-from app.core.vector_cache import VectorCache
+from app.core.util.loop import LoopThread
+from app.core.workspace.attachments import Attachment, read_attachment
+from app.core.workspace.chunking import chunk_attachment
+from app.core.workspace.retrieval import Prepared, Retriever
+from app.core.workspace.vector_cache import VectorCache
 from app.runtimes.llama_cpp import LlamaCppRuntime
 from tests.core.pdf_files import write_pdf
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.core.images import image_tokens
-from app.core.library import ModelLibrary
+from app.core.inference.images import image_tokens
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama_cpp import LlamaCppRuntime

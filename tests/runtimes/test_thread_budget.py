@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.runtimes import llama_backend as B

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.images import IMAGE_MARKER, ImageInput
-from app.core.library import ModelLibrary
+from app.core.inference.images import IMAGE_MARKER, ImageInput
+from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
@@ -87,7 +87,7 @@ async def ask(h: Hearth, model_id: str, msg: ChatMessage, max_tokens: int = 2) -
 
 
 def test_the_projector_is_a_small_real_gguf(rig: Rig) -> None:
-    from app.core.gguf import read_header
+    from app.core.library.gguf import read_header
 
     head = read_header(rig.projector)
     assert head.metadata["clip.projector_type"] == "mlp"
@@ -217,7 +217,7 @@ def test_image_pseudo_tokens_are_negative_and_keyed_on_the_digest() -> None:
 
 
 async def test_the_memory_estimate_counts_the_projector(rig: Rig) -> None:
-    from app.core.gguf import read_header
+    from app.core.library.gguf import read_header
 
     plain, vision = hearth(rig, "est-plain"), hearth(rig, "est-vision")
     try:

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-import app.core.library as library_module
+import app.core.library.index as library_module
 import app.settings as settings_module
-from app.core import filecache
-from app.core.library import ADOPT_INTERVAL_S
+from app.core.library.index import ADOPT_INTERVAL_S
+from app.core.util import filecache
 from tests.conftest import Served
 from tests.core.gguf_files import write_model
 

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from app.core.library import ModelLibrary
-from app.core.loop import LoopThread
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
+from app.core.util.loop import LoopThread
 from app.errors import HearthError
 from app.paths import AppPaths
 from app.server.runner import ServerController

@@ -23,12 +23,12 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from PIL import Image
 
-from app.core import access
+from app.core.gateway import access
 from app.core.gateway.aliases import AliasStore
-from app.core.images import ImageSource
-from app.core.library import ModelLibrary
-from app.core.providers.pool import ProviderPool
-from app.core.providers.store import ProviderConfig, ProviderStore
+from app.core.gateway.providers.pool import ProviderPool
+from app.core.gateway.providers.store import ProviderConfig, ProviderStore
+from app.core.inference.images import ImageSource
+from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from app.cli import main
-from app.core.cache_store import CacheConfig
-from app.core.keys import KeyStore
+from app.core.gateway.cache.store import CacheConfig
+from app.core.gateway.keys import KeyStore
 from app.settings import SettingsStore
 from tests.conftest import Served, serving
 

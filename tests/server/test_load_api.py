@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.core.load_options import SPECS
+from app.core.engine.load_options import SPECS
 from tests.conftest import start_served, stop_served
 from tests.core.gguf_files import write_model
 

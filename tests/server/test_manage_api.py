@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.keys import KeyStore
-from app.core.records import read_records
+from app.core.gateway.keys import KeyStore
+from app.core.gateway.records import read_records
 from app.settings import RecordSettings, SettingsStore
 from tests.conftest import Served, serving
 

@@ -17,7 +17,7 @@ import openai
 import pytest
 from aiohttp.test_utils import TestServer
 
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.server.app import create_app

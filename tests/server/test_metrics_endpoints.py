@@ -19,7 +19,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.server import metrics as server_metrics

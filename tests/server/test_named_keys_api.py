@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.keys import KeyStore
+from app.core.gateway.keys import KeyStore
 from app.settings import LimitsSettings, SettingsStore
 from tests.conftest import Served, serving, stop_served
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.gguf import read_header
+from app.core.library.gguf import read_header
 from tests.conftest import Served, serving
 from tests.gguf_rewrite import copy_with_template
 

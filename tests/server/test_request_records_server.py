@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.keys import KeyStore
-from app.core.records import RequestRecord, read_records, status_range
+from app.core.gateway.keys import KeyStore
+from app.core.gateway.records import RequestRecord, read_records, status_range
 from app.settings import RecordSettings
 from tests.conftest import Served, start_served, stop_served
 

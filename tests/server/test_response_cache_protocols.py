@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
-from app.core.cache_store import CacheConfig, CacheStore
-from app.core.library import ModelLibrary
-from app.core.response_cache import ResponseCache
+from app.core.gateway.cache.replay import ResponseCache
+from app.core.gateway.cache.store import CacheConfig, CacheStore
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.server.app import create_app

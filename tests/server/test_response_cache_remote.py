@@ -9,12 +9,12 @@ from pathlib import Path
 
 from aiohttp.test_utils import TestServer
 
-from app.core.cache_store import CacheConfig, CacheStore
-from app.core.library import ModelLibrary
-from app.core.providers.pool import ProviderPool
-from app.core.providers.store import ProviderConfig, ProviderStore
+from app.core.gateway.cache.replay import ResponseCache
+from app.core.gateway.cache.store import CacheConfig, CacheStore
+from app.core.gateway.providers.pool import ProviderPool
+from app.core.gateway.providers.store import ProviderConfig, ProviderStore
+from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
-from app.core.response_cache import ResponseCache
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.remote.client import RemoteEngine

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from app.cli import main
-from app.core.cache_store import CacheConfig
-from app.core.records import read_records
+from app.core.gateway.cache.store import CacheConfig
+from app.core.gateway.records import read_records
 from app.settings import SettingsStore
 from tests.conftest import Served, serving
 

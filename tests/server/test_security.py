@@ -545,7 +545,7 @@ def test_port_busy_is_clear_error(tmp_path: Path, smollm2_path: Path) -> None:
         other = start_served(tmp_path / "busy2", smollm2_path)
         stop_served(other)
         ctl = other.controller
-        from app.core.loop import LoopThread
+        from app.core.util.loop import LoopThread
 
         lt = LoopThread().start()
         try:

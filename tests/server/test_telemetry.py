@@ -31,12 +31,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from app.core.gateway.aliases import AliasStore
-from app.core.library import ModelLibrary
-from app.core.providers.pool import ProviderPool
-from app.core.providers.store import ProviderConfig, ProviderStore
-from app.core.records import RecordStore, read_records
+from app.core.gateway.providers.pool import ProviderPool
+from app.core.gateway.providers.store import ProviderConfig, ProviderStore
+from app.core.gateway.records import RecordStore, read_records
+from app.core.gateway.telemetry import Telemetry
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
-from app.core.telemetry import Telemetry
 from app.core.types import LoadOptions
 from app.runtimes.remote.client import RemoteEngine
 from app.server import metrics as server_metrics

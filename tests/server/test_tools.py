@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from app.core.generation import Choices, Generation
+from app.core.inference.generation import Choices, Generation
+from app.core.inference.tools import ToolCallParser
 from app.core.requests import ChatRequest
-from app.core.tools import ToolCallParser
 from app.core.types import Delta, Usage
 from app.server.app import STATE, ServerState
 from app.server.protocols import anthropic as anthropic_wire

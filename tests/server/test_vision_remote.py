@@ -17,9 +17,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from PIL import Image
 
-from app.core.library import ModelLibrary
-from app.core.providers.pool import ProviderPool
-from app.core.providers.store import ProviderConfig, ProviderStore
+from app.core.gateway.providers.pool import ProviderPool
+from app.core.gateway.providers.store import ProviderConfig, ProviderStore
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.runtimes.remote.client import RemoteEngine

@@ -27,17 +27,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from PIL import Image
 
-from app.core import filecache
-from app.core.images import (
+from app.core.inference.images import (
     IMAGE_MARKER,
     MARKER_LOOKALIKE,
     MAX_IMAGES,
     InvalidImage,
     decode_image,
 )
-from app.core.library import ModelLibrary
+from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
+from app.core.util import filecache
 from app.server.app import create_app
 from app.server.image_fetch import ImageFetcher, public_address
 from app.server.vision import VisionEdge
@@ -235,7 +235,7 @@ async def test_a_model_with_a_projector_takes_images_in_every_api_markers_in_ord
         assert len(RecordingEngine.prompts) == 5
         assert all(p.count(IMAGE_MARKER) == 1 for p in RecordingEngine.prompts)
         # what reaches the model is decoded RGB (once the prompt hands images to the runtime:
-        # t22-vrt's app/core/prompt.py calls tokenize_images; before it, nothing is handed)
+        # t22-vrt's app/core/inference/prompt.py calls tokenize_images; before it, nothing is handed)
         seen = [im for m in e.runtime.models for ims in m.images_seen for im in ims]
         assert seen and all((im.width, im.height, len(im.rgb)) == (3, 2, 18) for im in seen)
         assert {im.digest for im in seen} <= {decode_image(png(), where="").digest}

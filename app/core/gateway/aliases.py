@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.core import filecache
-from app.core.filecache import FileCache
-from app.core.fsutil import atomic_write_json, file_lock, read_json
 from app.core.gateway.auto import AUTO
+from app.core.util import filecache
+from app.core.util.filecache import FileCache
+from app.core.util.fsutil import atomic_write_json, file_lock, read_json
 from app.errors import InvalidRequest
 
 log = logging.getLogger(__name__)

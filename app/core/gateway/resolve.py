@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from app.core import access, telemetry
+from app.core.gateway import access, telemetry
 from app.core.gateway.aliases import AliasStore, find_cycle
 from app.core.gateway.auto import AUTO, AutoRule, RequestFacts, pick
 from app.core.gateway.retry import is_retryable

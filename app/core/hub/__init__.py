@@ -4,7 +4,6 @@ huggingface_hub (``client``). Everything public is importable from ``app.core.hu
 
 from __future__ import annotations
 
-from app.core.formats import SHARD_RE, ModelOption, RepoFile, quant_of
 from app.core.hub.catalog import (
     DEFAULT_QUANT,
     MLX_SKIP,
@@ -40,6 +39,7 @@ from app.core.hub.refs import (
     check_repo_path,
     parse_ref,
 )
+from app.core.library.formats import SHARD_RE, ModelOption, RepoFile, quant_of
 
 __all__ = [
     "DEFAULT_QUANT",

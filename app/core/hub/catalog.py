@@ -1,7 +1,7 @@
 """The catalog, pure: what a repo is, what can be pulled from it, which option a pull means.
 
 Nothing here talks to the network; ``HubClient`` fills these records in. What a repo offers is
-its format's answer (``app.core.formats``).
+its format's answer (``app.core.library.formats``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from app.core.formats import (
+from app.core.hub.refs import REPO_ID_RE, check_repo_path, shown
+from app.core.library.formats import (
     HubFormat,
     ModelOption,
     RepoFile,
@@ -20,8 +21,7 @@ from app.core.formats import (
     remote_code_reason,
     repo_format,
 )
-from app.core.formats.mlx_folder import MLX_SKIP, MLX_SUFFIXES
-from app.core.hub.refs import REPO_ID_RE, check_repo_path, shown
+from app.core.library.formats.mlx_folder import MLX_SKIP, MLX_SUFFIXES
 from app.errors import AmbiguousChoice, RepoNotFound, RepoRefused
 
 __all__ = [

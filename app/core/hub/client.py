@@ -30,9 +30,6 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import build_hf_headers
 
-from app.core import fit as fitlib
-from app.core import gguf
-from app.core.formats import HubFormat, ModelOption, RepoFile, format_named, tagged_format
 from app.core.hub.catalog import (
     SEARCH_EXPAND,
     SORT_PARAMS,
@@ -46,6 +43,9 @@ from app.core.hub.catalog import (
 from app.core.hub.listing import Listing, ListingCache
 from app.core.hub.reach import CONNECT_TIMEOUT_S, Reachability, network_reason
 from app.core.hub.refs import check_repo_id, check_repo_path
+from app.core.library import fit as fitlib
+from app.core.library import gguf
+from app.core.library.formats import HubFormat, ModelOption, RepoFile, format_named, tagged_format
 from app.errors import (
     AccessDenied,
     HearthError,

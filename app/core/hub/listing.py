@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from app.core import filecache
-from app.core.fsutil import atomic_write_json, file_lock, read_json
 from app.core.hub.catalog import ModelSummary
+from app.core.util import filecache
+from app.core.util.fsutil import atomic_write_json, file_lock, read_json
 
 log = logging.getLogger(__name__)
 

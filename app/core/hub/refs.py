@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from app.core.formats import quant_of
+from app.core.library.formats import quant_of
 from app.errors import RepoRefused
 
 __all__ = [

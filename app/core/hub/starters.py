@@ -9,10 +9,10 @@ import asyncio
 import logging
 from dataclasses import dataclass, replace
 
-from app.core import fit as fitlib
-from app.core.formats import ModelOption
 from app.core.hub.catalog import RepoInfo, choose
 from app.core.hub.client import HubClient
+from app.core.library import fit as fitlib
+from app.core.library.formats import ModelOption
 from app.errors import HearthError, HubUnavailable
 
 log = logging.getLogger(__name__)

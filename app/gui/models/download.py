@@ -10,7 +10,7 @@ from typing import Any
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 
 from app.core import events as ev
-from app.core.downloads import DownloadStatus
+from app.core.hub.downloads import DownloadStatus
 from app.gui.models.base import RowTableModel
 from app.gui.models.memory import countdown
 from app.gui.units import human_bytes

@@ -19,7 +19,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor
 
-from app.core.scheduler import LoadedInfo, ModelScheduler
+from app.core.engine.scheduler import LoadedInfo, ModelScheduler
 from app.core.service import Hearth
 from app.gui.bridge import Bridge, log_failure
 from app.gui.models.base import RowTableModel

@@ -1,4 +1,4 @@
-"""RequestLogModel: the server's request records (app/core/records.py), newest first, capped.
+"""RequestLogModel: the server's request records (app/core/gateway/records.py), newest first, capped.
 
 Rows are ``(id, RequestRecord)`` read from the records database (so the log survives a
 restart); the live ``RequestFinished`` events add what records do not keep (a busy CPU, prompt
@@ -14,7 +14,7 @@ from typing import Any
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 
 from app.core.events import RequestFinished
-from app.core.records import RequestRecord, iso_utc
+from app.core.gateway.records import RequestRecord, iso_utc
 from app.gui.models.base import RowTableModel
 
 Index = QModelIndex | QPersistentModelIndex

@@ -27,19 +27,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.attachments import Attachment, attachment_from_text, read_attachment
-from app.core.chat_images import (
+from app.core.inference.images import ImageLimits
+from app.core.service import Hearth
+from app.core.types import ChatMessage
+from app.core.workspace.attachments import Attachment, attachment_from_text, read_attachment
+from app.core.workspace.chat_images import (
     ChatImage,
     decode_messages,
     image_from_bytes,
     is_image_name,
     read_image_file,
 )
-from app.core.images import ImageLimits
-from app.core.retrieval import Prepared, Retriever, vector_cache_folder
-from app.core.service import Hearth
-from app.core.types import ChatMessage
-from app.core.vector_cache import VectorCache
+from app.core.workspace.retrieval import Prepared, Retriever, vector_cache_folder
+from app.core.workspace.vector_cache import VectorCache
 from app.errors import HearthError
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.chat_images import Chip, ImageChip, pasted_png

@@ -8,7 +8,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QCheckBox, QWidget
 
-from app.core.autostart import Autostart
+from app.core.desktop.autostart import Autostart
 from app.gui.bridge import Bridge, log_failure
 from app.settings import SettingsStore
 

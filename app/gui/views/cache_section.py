@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.cache_store import CACHE_MODES, CacheConfig, CacheStore
+from app.core.gateway.cache.store import CACHE_MODES, CacheConfig, CacheStore
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import MessageBanner
 from app.settings import SettingsStore

@@ -24,11 +24,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.chat_images import ChatImage, has_sources, user_message
-from app.core.conversations import ConversationStore
-from app.core.images import supports_vision
+from app.core.inference.images import supports_vision
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams
+from app.core.workspace.chat_images import ChatImage, has_sources, user_message
+from app.core.workspace.conversations import ConversationStore
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.attachments import AttachmentBar
 from app.gui.views.chat_answer import AnswerTurn, stream_answer

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from app.core.generation import Generation
+from app.core.inference.generation import Generation
 from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Delta, SamplingParams

@@ -2,7 +2,7 @@
 thumbnails in a message, the dialog that shows one larger, and a pasted image's bytes.
 
 Every image shown here was checked by Pillow with the server's bounds first
-(:mod:`app.core.chat_images`): the thumbnails are Pillow's small PNGs, and the larger view is
+(:mod:`app.core.workspace.chat_images`): the thumbnails are Pillow's small PNGs, and the larger view is
 decoded by Pillow (bounded) and scaled down before Qt sees it.
 """
 
@@ -24,9 +24,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.chat_images import ChatImage, thumbnail_png
-from app.core.images import InvalidImage, decode_image
-from app.core.units import human_bytes
+from app.core.inference.images import InvalidImage, decode_image
+from app.core.util.units import human_bytes
+from app.core.workspace.chat_images import ChatImage, thumbnail_png
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,17 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Qt, QTimer
 from PySide6.QtWidgets import QSplitter
 
-from app.core.chat_images import IMAGES_FOLDER, ChatImage, ImageStore, image_refs, user_message
-from app.core.conversations import Conversation, ConversationStore, Message
-from app.core.images import strip_markers
-from app.core.mcp.toolloop import messages_from_extras
+from app.core.inference.images import strip_markers
 from app.core.types import ChatMessage
+from app.core.workspace.chat_images import (
+    IMAGES_FOLDER,
+    ChatImage,
+    ImageStore,
+    image_refs,
+    user_message,
+)
+from app.core.workspace.conversations import Conversation, ConversationStore, Message
+from app.core.workspace.mcp.toolloop import messages_from_extras
 from app.errors import HearthError, NotFound
 from app.gui.views.conversation_list import ConversationList
 

@@ -45,7 +45,7 @@ from app.gui.views.chat_images import ImageStrip
 from app.gui.views.markdown_view import MarkdownBody
 
 if TYPE_CHECKING:
-    from app.core.chat_images import ChatImage
+    from app.core.workspace.chat_images import ChatImage
 
 log = logging.getLogger(__name__)
 

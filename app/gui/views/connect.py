@@ -1,5 +1,5 @@
 """The Connect page (issue 15, "connect an app"): ready settings for Continue, Cline, Zed, Open
-WebUI, Claude Code, Codex, openai-python and LangChain, from app/core/connect.py (the same as
+WebUI, Claude Code, Codex, openai-python and LangChain, from app/core/desktop/connect.py (the same as
 ``hearth connect TOOL``). It shows the base URL, key, environment and a snippet to copy, warns
 when the model's context is too small for the tool and can save a larger one in its preset.
 
@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.connect import (
+from app.core.desktop.connect import (
     KEY_PLACEHOLDER,
     TOOLS,
     Connection,
@@ -40,7 +40,7 @@ from app.core.connect import (
     pick_model,
     with_context,
 )
-from app.core.keys import KeyStore
+from app.core.gateway.keys import KeyStore
 from app.errors import AlreadyExists
 from app.gui.bridge import Bridge, log_failure
 from app.gui.context import GuiContext

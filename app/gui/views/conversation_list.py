@@ -29,8 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.conversation_export import to_json, to_markdown
-from app.core.conversations import ConversationStore, ConversationSummary
+from app.core.workspace.conversation_export import to_json, to_markdown
+from app.core.workspace.conversations import ConversationStore, ConversationSummary
 from app.errors import HearthError
 
 log = logging.getLogger(__name__)

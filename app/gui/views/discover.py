@@ -31,9 +31,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.downloads import DownloadManager, DownloadStatus
-from app.core.formats import FORMATS as MODEL_FORMATS
-from app.core.formats import GGUF, format_named
 from app.core.hub import (
     HubClient,
     HubFormat,
@@ -44,6 +41,9 @@ from app.core.hub import (
     Sort,
     parse_ref,
 )
+from app.core.hub.downloads import DownloadManager, DownloadStatus
+from app.core.library.formats import FORMATS as MODEL_FORMATS
+from app.core.library.formats import GGUF, format_named
 from app.core.service import Hearth
 from app.errors import AccessDenied, HearthError
 from app.gui.bridge import Bridge, log_failure

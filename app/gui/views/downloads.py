@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import events as ev
-from app.core.downloads import DownloadManager, DownloadStatus
+from app.core.hub.downloads import DownloadManager, DownloadStatus
 from app.core.service import Hearth
 from app.gui.bridge import Bridge, log_failure
 from app.gui.models.download import (

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.keys import ApiKey, KeyStore
+from app.core.gateway.keys import ApiKey, KeyStore
 from app.gui.bridge import Bridge, error_text
 from app.gui.views.common import MessageBanner
 from app.settings import generate_key

@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.fit import separate_caches
-from app.core.presets import validate_options
+from app.core.engine.presets import validate_options
+from app.core.library.fit import separate_caches
 from app.core.service import Hearth
 from app.core.types import LoadedModel, LoadOptions, LocalModel
 from app.errors import InsufficientMemory, InvalidRequest, ModelBusy

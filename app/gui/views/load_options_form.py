@@ -1,6 +1,6 @@
 """The Load dialog's option editors, built from the load option table (ranges, steps, help).
 
-Every row comes from ``app.core.load_options.specs()``: a spin box takes the option's range and
+Every row comes from ``app.core.engine.load_options.specs()``: a spin box takes the option's range and
 step, a combo its choices, each editor its help as a tooltip. Only the wording of the choices is
 the GUI's own.
 """
@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.load_options import OptionSpec, specs
+from app.core.engine.load_options import OptionSpec, specs
 from app.core.types import LoadOptions
 from app.gui.units import grouped
 

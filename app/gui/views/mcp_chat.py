@@ -1,6 +1,6 @@
 """MCP tools on the Chat page (issue 15): the per-chat tools menu (servers and tools on/off), a
 collapsible block per tool call (its arguments, Allow once / Always for this tool / Deny, then
-its result), and the glue that runs the core tool loop (app.core.mcp.toolloop) on the loop
+its result), and the glue that runs the core tool loop (app.core.workspace.mcp.toolloop) on the loop
 thread. The page adds it through a marked hook; the blocks go wherever ``place`` puts them."""
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.mcp import McpManager, McpTool
-from app.core.mcp.toolloop import (
+from app.core.service import Hearth
+from app.core.types import ChatMessage, Delta, SamplingParams
+from app.core.workspace.mcp import McpManager, McpTool
+from app.core.workspace.mcp.toolloop import (
     Approval,
     CallResult,
     ChatTools,
@@ -34,8 +36,6 @@ from app.core.mcp.toolloop import (
     PendingCall,
     run_tool_loop,
 )
-from app.core.service import Hearth
-from app.core.types import ChatMessage, Delta, SamplingParams
 from app.errors import HearthError
 
 log = logging.getLogger(__name__)

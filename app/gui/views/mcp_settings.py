@@ -21,8 +21,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.fsutil import atomic_write_bytes
-from app.core.mcp import McpManager, ServerStatus, parse_config
+from app.core.util.fsutil import atomic_write_bytes
+from app.core.workspace.mcp import McpManager, ServerStatus, parse_config
 from app.errors import HearthError
 from app.gui.bridge import Bridge, error_text
 from app.gui.views.common import MessageBanner

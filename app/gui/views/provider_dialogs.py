@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.providers.manage import DEFAULT_URLS
-from app.core.providers.store import (
+from app.core.gateway.providers.manage import DEFAULT_URLS
+from app.core.gateway.providers.store import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_FIRST_TOKEN_TIMEOUT,
     DEFAULT_IDLE_TIMEOUT,

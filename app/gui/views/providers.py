@@ -22,8 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.providers.manage import ProviderTest
-from app.core.providers.pool import ProviderStatus
+from app.core.gateway.providers.manage import ProviderTest
+from app.core.gateway.providers.pool import ProviderStatus
 from app.core.service import Hearth
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title

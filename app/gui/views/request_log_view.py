@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import RequestFinished
-from app.core.records import RequestRecord, iso_utc, query_records, status_range
+from app.core.gateway.records import RequestRecord, iso_utc, query_records, status_range
 from app.gui.bridge import Bridge, error_text
 from app.gui.models.request_log import (
     COLUMNS,

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import __version__
-from app.core import doctor
+from app.core.desktop import doctor
 from app.gui.bridge import Bridge, log_failure
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 def report_source(ctx: Any) -> Callable[[], dict[str, Any]]:
     """The doctor's report for the running app (``ctx``: GuiContext); blocking: call it off the
     GUI thread (it may run ``nvidia-smi``)."""
-    from app.core.fit import default_budget
+    from app.core.library.fit import default_budget
 
     def collect() -> dict[str, Any]:
         s = ctx.settings_store.load()

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import RequestFinished
-from app.core.keys import KeyStore
+from app.core.gateway.keys import KeyStore
 from app.gui.bridge import Bridge, error_text, log_failure
 from app.gui.views.cache_chart import CacheChart
 from app.gui.views.cache_section import CacheSection

@@ -28,10 +28,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core import fit
-from app.core.autostart import Autostart
-from app.core.fit import default_budget
-from app.core.load_options import SPECS
+from app.core.desktop.autostart import Autostart
+from app.core.engine.load_options import SPECS
+from app.core.library import fit
+from app.core.library.fit import default_budget
 from app.gui.bridge import Bridge, log_failure
 from app.gui.units import human_bytes
 from app.gui.views.autostart_check import StartAtLoginCheck

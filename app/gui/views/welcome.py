@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.autostart import Autostart
-from app.core.downloads import DownloadStatus
+from app.core.desktop.autostart import Autostart
+from app.core.hub.downloads import DownloadStatus
 from app.core.hub.starters import Suggestion, suggest
 from app.core.service import Hearth
 from app.errors import HubUnavailable

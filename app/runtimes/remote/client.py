@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from app.core import telemetry
-from app.core.providers.base import Answer, Probe
-from app.core.providers.store import ProviderConfig
+from app.core.gateway import telemetry
+from app.core.gateway.providers.base import Answer, Probe
+from app.core.gateway.providers.store import ProviderConfig
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
 from app.core.types import Delta
 from app.errors import NotSupported, ProviderError, ProviderTimeout, ProviderUnavailable

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core import images
+from app.core.inference import images
 from app.core.requests import ChatRequest, CompletionRequest
 from app.core.types import (
     ChatMessage,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.providers.base import Answer, RemoteModel
-from app.core.providers.store import KINDS
+from app.core.gateway.providers.base import Answer, RemoteModel
+from app.core.gateway.providers.store import KINDS
 
 MODELS = "models"  # the key of GET {base_url}/models in an answers mapping
 # MODELS first, then root-relative paths that tell the engines apart when the kind is unknown

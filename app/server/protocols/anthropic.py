@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.core import jsonsafe
-from app.core.generation import Completion
-from app.core.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
+from app.core.inference.generation import Completion
+from app.core.inference.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
+from app.core.inference.tools import Tool
 from app.core.requests import ChatRequest, ToolChoice
-from app.core.tools import Tool
 from app.core.types import ChatMessage, Delta, SamplingParams, ToolCall
+from app.core.util import jsonsafe
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
 from app.server.protocols.common import (

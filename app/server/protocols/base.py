@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.core.generation import Completion
+from app.core.inference.generation import Completion
 from app.core.types import Delta
 from app.errors import HearthError
 

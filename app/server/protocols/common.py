@@ -10,17 +10,17 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from app.core.constraints import (
+from app.core.engine.keep_alive import parse_keep_alive
+from app.core.inference.constraints import (
     MAX_SCHEMA_DEPTH,
     check_schema,
     check_schemas,
     json_depth,
     schema_json,
 )
-from app.core.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
-from app.core.keep_alive import parse_keep_alive
+from app.core.inference.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
+from app.core.inference.tools import Tool
 from app.core.requests import UNSET, ToolChoice
-from app.core.tools import Tool
 from app.core.types import Constraint, SamplingParams, TokenLogprob
 from app.errors import InvalidRequest, UnsupportedParameter
 
@@ -352,7 +352,7 @@ def parse_ttl(b: Body) -> Any:
 
 def schema_constraint(schema: dict[str, Any], *, param: str) -> Constraint:
     """A JSON schema as a ``("json_schema", JSON)`` constraint, through the bounded validator
-    (app/core/constraints.py; the runtime compiles it, and answers 400 if it cannot). Shared by
+    (app/core/inference/constraints.py; the runtime compiles it, and answers 400 if it cannot). Shared by
     OpenAI's ``response_format``, Responses' ``text.format`` and Ollama's ``format``."""
     return Constraint("json_schema", check_schema(schema, param=param))
 

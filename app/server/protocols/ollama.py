@@ -36,15 +36,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from app.core.images import ImageSource, marked_text, neutralise_markers
+from app.core.engine.keep_alive import parse_keep_alive
+from app.core.inference.images import ImageSource, marked_text, neutralise_markers
 from app.core.requests import (
     MAX_EMBED_INPUTS,
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
 )
-from app.core.scheduler import UNSET, parse_keep_alive
-from app.core.types import ChatMessage, Constraint, SamplingParams, ToolCall
+from app.core.types import UNSET, ChatMessage, Constraint, SamplingParams, ToolCall
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.protocols.base import Protocol
 from app.server.protocols.common import (

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app import __version__
-from app.core.providers.pool import RemoteListing
-from app.core.reasoning import OPEN_TAG, is_harmony_template
-from app.core.scheduler import LoadedInfo
+from app.core.engine.scheduler import LoadedInfo
+from app.core.gateway.providers.pool import RemoteListing
+from app.core.inference.reasoning import OPEN_TAG, is_harmony_template
 from app.core.types import ModelStatus
 from app.server.protocols.ollama import now_iso
 

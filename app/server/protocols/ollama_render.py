@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from app.core import jsonsafe
-from app.core.generation import Completion
-from app.core.reasoning import CLOSE_TAG, OPEN_TAG
+from app.core.inference.generation import Completion
+from app.core.inference.reasoning import CLOSE_TAG, OPEN_TAG
 from app.core.requests import Embeddings
 from app.core.types import Delta, TokenLogprob
+from app.core.util import jsonsafe
 from app.errors import HearthError
 from app.server.protocols.base import Context, Frame, StreamRenderer
 from app.server.protocols.common import token_logprobs

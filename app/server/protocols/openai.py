@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import __version__
-from app.core.generation import Completion
+from app.core.inference.generation import Completion
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Embeddings
 from app.core.types import Delta, TokenLogprob, ToolCallDelta
 from app.errors import HearthError, InvalidRequest

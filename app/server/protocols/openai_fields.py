@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.images import ImageSource
+from app.core.inference.images import ImageSource
 from app.core.requests import MAX_EMBED_INPUTS
 from app.core.types import ChatMessage, Constraint, ToolCall
 from app.errors import InvalidRequest, UnsupportedParameter

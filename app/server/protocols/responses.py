@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.generation import Completion
-from app.core.images import neutralise_markers
+from app.core.inference.generation import Completion
+from app.core.inference.images import neutralise_markers
+from app.core.inference.tools import Tool
 from app.core.requests import ChatRequest, ToolChoice
-from app.core.tools import Tool
 from app.core.types import ChatMessage, Constraint, Delta, SamplingParams, TokenLogprob, ToolCall
 from app.errors import HearthError, InvalidRequest, UnsupportedParameter
 from app.server.protocols.base import Context, Frame, StreamRenderer

@@ -9,8 +9,8 @@ from typing import Any
 
 from aiohttp import web
 
-from app.core.generation import Choices, Completion
-from app.core.providers.pool import RemoteListing
+from app.core.gateway.providers.pool import RemoteListing
+from app.core.inference.generation import Choices, Completion
 from app.core.service import Hearth
 from app.core.types import ModelStatus
 from app.errors import InvalidRequest

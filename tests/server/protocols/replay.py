@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from app.core.generation import Completion, Generation
-from app.core.reasoning import ReasoningSplitter
-from app.core.tools import ToolCallParser
+from app.core.inference.generation import Completion, Generation
+from app.core.inference.reasoning import ReasoningSplitter
+from app.core.inference.tools import ToolCallParser
 from app.core.types import Delta, TokenLogprob, Usage
 from app.errors import HearthError
 from app.server.protocols.base import Frame, StreamRenderer

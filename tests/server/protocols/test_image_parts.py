@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from app.core.images import IMAGE_MARKER, MARKER_LOOKALIKE
+from app.core.inference.images import IMAGE_MARKER, MARKER_LOOKALIKE
 from app.core.requests import ChatRequest
 from app.errors import InvalidRequest, UnsupportedParameter
 from app.server.protocols import anthropic, ollama, openai, responses

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.core.generation import Completion
+from app.core.inference.generation import Completion
 from app.core.requests import ChatRequest, CompletionRequest, ToolChoice
 from app.core.types import (
     ChatMessage,

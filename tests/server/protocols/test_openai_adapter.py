@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app.core.generation import Completion
+from app.core.inference.generation import Completion
 from app.core.requests import ChatRequest, CompletionRequest
 from app.core.types import ChatMessage, Delta, TokenLogprob, ToolCallDelta, Usage
 from app.errors import GenerationTimeout, InvalidRequest

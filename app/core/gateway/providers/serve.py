@@ -1,0 +1,139 @@
+"""The internal requests served by a remote engine (what :class:`app.core.service.Hearth`
+does for a ``PREFIX/id`` target): each starts on the provider's client, its failures before
+any output raised (a fallback chain moves on from the retryable ones)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TypeVar
+
+from app.core.gateway.providers.base import RemoteModel
+from app.core.gateway.providers.pool import ProviderPool
+from app.core.inference import images
+from app.core.inference import prompt as prompting
+from app.core.inference import rerank as ranking
+from app.core.inference.generation import Choices, Generation
+from app.core.requests import (
+    MAX_EMBED_INPUTS,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    Embeddings,
+    Ranked,
+    Reranking,
+    RerankRequest,
+)
+from app.errors import (
+    InvalidRequest,
+    NotSupported,
+    ProviderError,
+    ProviderUnavailable,
+    UnsupportedParameter,
+)
+
+T = TypeVar("T")
+
+
+async def _call(pool: ProviderPool, model_id: str, fn: Callable[[], Awaitable[T]]) -> T:
+    try:
+        return await fn()
+    except ProviderUnavailable:
+        pool.failed(model_id)  # probe it now; its models leave the lists until it answers
+        raise
+
+
+def check_images(req: ChatRequest, found: RemoteModel | None) -> None:
+    """Images go on to a remote model unless its engine said it takes none (then a 400 naming
+    the first image, as for a local model without a projector, before anything is sent)."""
+    where = images.first_image(req)
+    if where is not None and found is not None and found.refuses_images():
+        raise UnsupportedParameter(
+            f"{where}: an image needs a vision model; its engine says '{req.model}' takes no"
+            " images",
+            param=where,
+        )
+
+
+async def check_target_images(pool: ProviderPool, req: ChatRequest) -> None:
+    """:func:`check_images` for ``req.model`` on its provider, as :func:`chat` would find it.
+
+    Raises:
+        UnsupportedParameter, ModelNotFound, ProviderUnavailable: as :func:`chat` before it sends.
+    """
+    check_images(req, (await pool.client_for(req.model))[2])
+
+
+async def chat(pool: ProviderPool, req: ChatRequest) -> Choices:
+    """``req``'s ``n`` choices, each its own upstream stream (choice ``i`` seeded ``seed+i``)."""
+    client, remote_id, found = await pool.client_for(req.model)
+    check_images(req, found)
+    gens: list[Generation] = []
+    try:
+        for i in range(req.n):
+            one = replace(req, sampling=prompting.choice_sampling(req.sampling, i), n=1)
+            stream = await _call(pool, req.model, functools.partial(client.chat, remote_id, one))
+            gens.append(Generation(req.model, stream.prompt_tokens, stream))
+    except BaseException:
+        for g in gens:
+            g.cancel()
+        raise
+    return Choices(gens)
+
+
+async def complete(pool: ProviderPool, req: CompletionRequest) -> Choices:
+    """Each prompt ``n`` times, one after the other (the first started here)."""
+    client, remote_id, _ = await pool.client_for(req.model)
+    count = len(req.prompts) * req.n
+
+    async def start(k: int) -> Generation:
+        one = replace(req, sampling=prompting.choice_sampling(req.sampling, k % req.n), n=1)
+        prompt = req.prompts[k // req.n]
+        stream = await _call(pool, req.model, lambda: client.complete(remote_id, one, prompt))
+        return Generation(req.model, stream.prompt_tokens, stream)
+
+    return Choices([await start(0)], count, start)
+
+
+async def embed(pool: ProviderPool, req: EmbeddingRequest) -> Embeddings:
+    if len(req.inputs) > MAX_EMBED_INPUTS:
+        raise InvalidRequest(f"at most {MAX_EMBED_INPUTS} inputs per request", param="input")
+    client, remote_id, _ = await pool.client_for(req.model)
+    vectors, tokens = await _call(pool, req.model, lambda: client.embed(remote_id, req))
+    if req.dimensions is not None and vectors and req.dimensions != len(vectors[0]):
+        raise InvalidRequest(
+            f"this model's embeddings have {len(vectors[0])} dimensions and cannot be shortened",
+            param="dimensions",
+        )
+    return Embeddings(vectors, tokens)
+
+
+async def rerank(pool: ProviderPool, req: RerankRequest) -> Reranking:
+    """The engine's own rerank where it has one; else the cosine of the model's embeddings
+    (as a local embedder ranks), when the engine embeds with it."""
+    ranking.check(req)
+    client, remote_id, _ = await pool.client_for(req.model)
+    try:
+        ranked, tokens = await _call(pool, req.model, lambda: client.rerank(remote_id, req))
+    except NotSupported as no_rerank:
+        try:
+            emb = await embed(pool, EmbeddingRequest(req.model, (req.query, *req.documents)))
+        except ProviderError as e:
+            if e.retryable:
+                raise
+            raise NotSupported(
+                f"{no_rerank.message}, and '{req.model}' gives no embeddings to rank by",
+                param="model",
+            ) from e
+        return ranking.by_cosine(emb.vectors[0], emb.vectors[1:], req.top_n, emb.prompt_tokens)
+    results = [Ranked(i, s) for i, s in ranked]
+    return Reranking(results[: req.top_n] if req.top_n is not None else results, tokens)
+
+
+async def count_tokens(pool: ProviderPool, req: ChatRequest) -> int:
+    """The prompt tokens as the engine renders and counts them (NotSupported where it has no
+    endpoint for it)."""
+    client, remote_id, found = await pool.client_for(req.model)
+    check_images(req, found)
+    return await _call(pool, req.model, lambda: client.count_tokens(remote_id, req))

@@ -1,0 +1,184 @@
+"""The streaming tool-call parser: text in, text and tool-call deltas out, per family."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from app.core.inference.tools.calls import ParseEvent, StartedCall
+from app.core.inference.tools.formats import FED, NOT_A_CALL, OVER, Block, open_block
+from app.core.inference.tools.spec import FAMILIES
+
+log = logging.getLogger(__name__)
+
+
+def _new_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+# (start marker, end marker) of one call block, per family
+BLOCKS = {
+    "hermes": ("<tool_call>", "</tool_call>"),
+    "qwen3coder": ("<tool_call>", "</tool_call>"),
+    "mistral": ("[TOOL_CALLS]", None),
+    "llama3": ("<|python_tag|>", None),
+    "harmony": ("<|channel|>commentary to=functions.", "<|call|>"),
+    "deepseek": ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"),
+}
+
+
+class ToolCallParser:
+    """Streams text through and turns the family's call blocks into tool-call deltas as they grow.
+
+    Text that may be the start of a call marker is held back. Inside a block, a call is started
+    (id and name) as soon as its name is complete, and its arguments follow in fragments as the
+    model writes them; only a possible end marker and what cannot yet be judged (a key, a comma,
+    a number, an escape sequence) are held back. Concatenated, a call's fragments are the text of
+    a JSON object: the arguments object's own text, or the decoded content of arguments given as
+    a JSON string (``"arguments": "{\\"a\\": 1}"``). Arguments written before the name are held
+    until the name is known. The JSON formats are validated as they stream, so what was sent is
+    always a well-formed prefix.
+
+    Malformed blocks:
+    - before any call of the block started, the block is passed through as text (as when whole);
+    - after a call started (a bad token, a block or stream that ends mid-call), the call is ended
+      with what was streamed: the fragments are completed into a valid object (open strings and
+      containers closed; ``{}`` when nothing was sent) and the rest of the block is dropped. In
+      formats without an end marker (mistral, llama3) the block ends there and the rest is text.
+
+    Text outside calls goes to ``ParseEvent.text`` until the first call starts and to
+    ``ParseEvent.trailing`` after. With ``max_calls``, once that many calls are closed the parser
+    is ``exhausted``: no further call starts and everything after is trailing.
+    """
+
+    def __init__(self, family: str, *, max_calls: int | None = None) -> None:
+        self.family = family if family in FAMILIES else "hermes"
+        self.start, self.end = BLOCKS[self.family]
+        self.max_calls = max_calls
+        self._buf = ""
+        self._block: Block | None = None
+        self.calls: list[StartedCall] = []
+        self.closed = 0  # calls whose arguments are complete
+        self._answer_started = False
+
+    @property
+    def exhausted(self) -> bool:
+        """The last allowed call is closed: nothing more can be a call."""
+        return self.max_calls is not None and self.closed >= self.max_calls
+
+    def feed(self, text: str) -> ParseEvent:
+        ev = ParseEvent()
+        self._buf += text
+        self._run(ev, final=False)
+        return ev
+
+    def flush(self) -> ParseEvent:
+        ev = ParseEvent()
+        self._run(ev, final=True)
+        return ev
+
+    def _run(self, ev: ParseEvent, *, final: bool) -> None:
+        while True:
+            if self.exhausted:
+                ev.trailing += self._buf
+                self._buf, self._block = "", None
+                return
+            block = self._block
+            if not (self._text(ev, final) if block is None else self._in_block(block, ev, final)):
+                return
+
+    def _text(self, ev: ParseEvent, final: bool) -> bool:
+        """Pass text through up to the next block; True when one opened."""
+        buf = self._buf
+        i = buf.find(self.start)
+        if i == -1 and self.family == "llama3" and not self._answer_started:
+            j = len(buf) - len(buf.lstrip())
+            if buf[j : j + 1] == "{":  # Llama 3.x also answers calls as a bare JSON object
+                self._open("", buf[j:])
+                return True
+        if i == -1:
+            hold = 0 if final else _partial(buf, self.start)
+            out = buf[: len(buf) - hold]
+            if self.family == "llama3" and not self._answer_started and not out.strip():
+                if not final:
+                    return False  # wait: a bare JSON call may follow the whitespace
+            self._say(out, ev)
+            self._buf = buf[len(buf) - hold :]
+            return False
+        self._say(buf[:i], ev)
+        self._open(self.start, buf[i + len(self.start) :])
+        return True
+
+    def _in_block(self, block: Block, ev: ParseEvent, final: bool) -> bool:
+        """Feed the open block what can be judged now; True when it ended."""
+        buf, marker = self._buf, ""  # marker: the end marker, once seen
+        if self.end is None:
+            chunk, rest = buf, ""
+        elif (j := buf.find(self.end)) != -1:
+            chunk, rest, marker = buf[:j], buf[j + len(self.end) :], self.end
+        else:
+            hold = 0 if final else _partial(buf, self.end)
+            chunk, rest = buf[: len(buf) - hold], buf[len(buf) - hold :]
+        status, used = block.feed(chunk, ev) if chunk else (FED, 0)
+        if self.exhausted:  # the rest of the block, its end marker included, is past the limit
+            self._buf = block.leftover + chunk[used:] + marker + rest
+            return True
+        if status == NOT_A_CALL:
+            self._block = None
+            self._say(block.opener + block.raw, ev)
+            self._buf = chunk[used:] + marker + rest
+            return True
+        if status == OVER:
+            if self.end is None:  # the block ends here; what follows is text again
+                self._block = None
+                self._buf = block.leftover + chunk[used:] + rest
+                return True
+            log.info("%s tool call malformed; dropped the rest of its block", self.family)
+        if not (marker or final):
+            self._buf = rest
+            return False
+        self._block = None
+        self._buf = rest
+        if not block.close(ev):
+            self._say(block.opener + block.raw + marker, ev)
+        return True
+
+    def _open(self, opener: str, rest: str) -> None:
+        self._buf = rest
+        self._block = open_block(self, opener)
+
+    def _say(self, text: str, ev: ParseEvent) -> None:
+        if self.calls:
+            ev.trailing += text
+        else:
+            ev.text += text
+        self._answer_started = self._answer_started or bool(text.strip())
+
+    def start_call(self, name: str, ev: ParseEvent) -> StartedCall:
+        """(for blocks) A new call named ``name``, announced in ``ev``."""
+        call = StartedCall(len(self.calls), _new_id(), name)
+        self.calls.append(call)
+        ev.started.append(StartedCall(call.index, call.id, call.name))
+        return call
+
+    def end_call(self) -> None:
+        """(for blocks) The call last started has its complete arguments."""
+        self.closed += 1
+
+    @staticmethod
+    def add_fragment(call: StartedCall, text: str, ev: ParseEvent) -> None:
+        """(for blocks) Append ``text`` to the arguments of ``call``, merged in ``ev`` per call."""
+        if not text:
+            return
+        call.arguments += text
+        if ev.arguments and ev.arguments[-1][0] == call.index:
+            ev.arguments[-1] = (call.index, ev.arguments[-1][1] + text)
+        else:
+            ev.arguments.append((call.index, text))
+
+
+def _partial(buf: str, marker: str) -> int:
+    for k in range(min(len(marker) - 1, len(buf)), 0, -1):
+        if buf.endswith(marker[:k]):
+            return k
+    return 0
