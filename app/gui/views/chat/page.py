@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -64,7 +65,7 @@ class ChatPage(QWidget):
     _reasoning_streamed = Signal(object, str)  # turn, reasoning text
     _cpu_busy_streamed = Signal(object)  # turn
     reasoning_received = Signal(str)
-    conversation_cleared = Signal()  # clear(): a new chat (issue 15: the saved one is left)
+    conversation_cleared = Signal()  # clear(): a new chat (the saved one is left)
 
     def __init__(
         self,
@@ -129,6 +130,10 @@ class ChatPage(QWidget):
         options.addRow("", knobs)
 
         self.transcript = Transcript()
+        # saved conversations, the sidebar and branches (session.py); none: chats go unsaved
+        self.session = (
+            ChatSession(self, conversations, parent=self) if conversations is not None else None
+        )
 
         self.prompt_edit = PromptEdit()
         self.prompt_edit.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
@@ -157,8 +162,8 @@ class ChatPage(QWidget):
         layout.setContentsMargins(*PAGE_MARGINS)
         layout.addLayout(top)
         layout.addLayout(options)
-        layout.addWidget(self.transcript, 1)
-        # attachments (issue 15): the Attach button and chips; files dropped or pasted
+        layout.addWidget(self._with_sidebar(self.transcript), 1)
+        # attachments: the Attach button and chips; files dropped or pasted
         self.attachments = AttachmentBar(
             service, bridge, self, settings=settings, cache_root=cache_root
         )
@@ -186,10 +191,8 @@ class ChatPage(QWidget):
         ):
             sig.connect(self._on_bridge_models_changed)
         bridge.model_loading.connect(self._on_bridge_model_loading)
-        # issue 15 (t22-convs): saved conversations, the sidebar and branches live apart
-        self.session = ChatSession(self, conversations) if conversations is not None else None
-        if self.session is not None:  # the files a turn carried are saved with its question
-            self.attachments.extras_recorded.connect(self.session.add_turn_extras)
+        if self.session is not None:
+            self._connect_session(self.session)
         self.refresh_models()
 
     # -- state -------------------------------------------------------------------------------------
@@ -210,6 +213,20 @@ class ChatPage(QWidget):
         i = self.model_combo.findData(model_id)
         if i >= 0:
             self.model_combo.setCurrentIndex(i)
+
+    def offers_model(self, model_id: str) -> bool:
+        return self.model_combo.findData(model_id) >= 0
+
+    def chat_options(self) -> tuple[str, dict[str, Any]]:
+        """The system prompt and the sampling parameters, as a conversation keeps them."""
+        params = {
+            "temperature": self.temperature_spin.value(),
+            "max_tokens": self.max_tokens_spin.value(),
+        }
+        return self.system_edit.toPlainText(), params
+
+    def saved_blocks(self, extras: dict[str, Any]) -> Sequence[QWidget]:
+        return self.mcp.saved_blocks(extras)
 
     # -- actions -------------------------------------------------------------------------------------
     def refresh_models(self) -> None:
@@ -384,6 +401,13 @@ class ChatPage(QWidget):
         if self.streaming and model_id == self.current_model_id() and not self._answer_parts:
             self.stats_label.setText(f"Loading {model_id}…")
 
+    def _on_session_options_restored(self, system_prompt: str, params: dict[str, Any]) -> None:
+        self.system_edit.setPlainText(system_prompt)
+        if isinstance(params.get("temperature"), (int, float)):
+            self.temperature_spin.setValue(float(params["temperature"]))
+        if isinstance(params.get("max_tokens"), int):
+            self.max_tokens_spin.setValue(params["max_tokens"])
+
     def _on_models_listed(self, models: list[ChatModel]) -> None:
         keep = self.current_model_id()
         self._models = {m.id: m for m in models}
@@ -468,6 +492,35 @@ class ChatPage(QWidget):
         self.answer_finished.emit("error")
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _with_sidebar(self, transcript: Transcript) -> QWidget:
+        """The transcript, with the saved conversations' sidebar beside it when there is one."""
+        if self.session is None:
+            return transcript
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.session.sidebar)
+        splitter.addWidget(transcript)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([220, 700])
+        return splitter
+
+    def _connect_session(self, session: ChatSession) -> None:
+        """The session follows the page's turns, clears and model list; it asks the page (its
+        signals) to clear, start a new chat, or take a reopened conversation's options."""
+        self.answer_started.connect(session.begin_turn)
+        self.chunk_received.connect(session.add_chunk)
+        self.reasoning_received.connect(session.add_reasoning)
+        self.answer_finished.connect(session.end_turn)
+        self.conversation_cleared.connect(session.leave_conversation)
+        self.models_refreshed.connect(session.select_wanted_model)
+        self.transcript.branch_requested.connect(session.switch_branch)
+        self.transcript.delete_requested.connect(session.delete_message)  # after the page's
+        # the files a turn carried are saved with its question
+        self.attachments.extras_recorded.connect(session.add_turn_extras)
+        session.clear_requested.connect(self.clear)
+        session.new_chat_requested.connect(self.new_chat)
+        session.options_restored.connect(self._on_session_options_restored)
+        session.model_restored.connect(self.select_model)
+
     def _record_tool_calls(self, turn: object, *, kept: bool = True) -> str:
         """MCP: an answer's tool calls and results go in the history before its text (under
         the answer's id, so regenerate and delete take them along) and are saved with it.

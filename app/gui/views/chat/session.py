@@ -1,5 +1,5 @@
-"""Saved conversations on the Chat page (issue 15): the sidebar beside the transcript, each
-answer saved as it streams and when it ends (Stop included), reopening, and branches.
+"""Saved conversations on the Chat page: the sidebar's list, each answer saved as it streams
+and when it ends (Stop included), reopening, and branches.
 
 The page keeps doing what it did (``history`` is what is sent to the model, its Transcript
 shows it); this module mirrors each turn into a ``Conversation`` tree and saves it. The page's
@@ -7,10 +7,15 @@ regenerate and edit-and-resend drop the old turn from ``history``; here the new 
 added as a sibling, so the old one stays in the tree, one "‹ i/n ›" click away. Switching a
 branch or deleting a message re-shows the selected path and makes it the page's ``history``.
 
-Images (issue 16) are kept in the data folder's ``chat-images/``, one file per content,
-referenced from the question's ``extras["images"]``; reopened, they are shown again and go back
-to the model with the history. Image files no stored message references are removed when the
-page starts and once a deleted conversation's undo window has passed.
+The session never imports the page: it sees it as a ``ChatHost`` (the few things it reads), the
+page connects its own signals to the session's public methods, and the session asks the page to
+clear, start a new chat or take a saved conversation's options and model through its signals.
+The page places the sidebar (``sidebar``) beside its transcript.
+
+Images are kept in the data folder's ``chat-images/``, one file per content, referenced from the
+question's ``extras["images"]``; reopened, they are shown again and go back to the model with
+the history. Image files no stored message references are removed when the page starts and once
+a deleted conversation's undo window has passed.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from PySide6.QtCore import QObject, Qt, QTimer
-from PySide6.QtWidgets import QSplitter
+from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtWidgets import QWidget
 
 from app.core.inference.images import strip_markers
 from app.core.types import ChatMessage
@@ -37,10 +43,7 @@ from app.core.workspace.conversations import Conversation, ConversationStore, Me
 from app.core.workspace.mcp.toolloop import messages_from_extras
 from app.errors import HearthError, NotFound
 from app.gui.views.chat.conversation_list import ConversationList
-
-if TYPE_CHECKING:
-    from app.gui.views.chat.page import ChatPage
-    from app.gui.views.chat.transcript import MessageView
+from app.gui.views.chat.transcript import MessageView, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +60,52 @@ def open_store(path: Path) -> ConversationStore | None:
         return None
 
 
+class ChatHost(Protocol):
+    """The Chat page as the session sees it: the history sent to the model (rebuilt when a
+    saved path is shown), the transcript that shows it, and what a conversation saves."""
+
+    history: list[ChatMessage]
+    history_ids: list[str]  # history[i]'s message id: its view in the transcript
+
+    @property
+    def transcript(self) -> Transcript: ...
+
+    @property
+    def streaming(self) -> bool: ...
+
+    @property
+    def answer_text(self) -> str:
+        """The answer being streamed (or the last one)."""
+        ...
+
+    def current_model_id(self) -> str | None: ...
+
+    def offers_model(self, model_id: str) -> bool:
+        """Whether the model picker lists ``model_id`` (now)."""
+        ...
+
+    def chat_options(self) -> tuple[str, dict[str, Any]]:
+        """The system prompt and the sampling parameters, as a conversation keeps them."""
+        ...
+
+    def saved_blocks(self, extras: dict[str, Any]) -> Sequence[QWidget]:
+        """A saved answer's MCP tool call blocks, from its ``extras``."""
+        ...
+
+
 class ChatSession(QObject):
     """Keeps the page's conversation in the store and the sidebar in step with it."""
 
-    def __init__(self, page: ChatPage, store: ConversationStore) -> None:
-        super().__init__(page)
-        self.page = page
+    clear_requested = Signal()  # a saved conversation replaces the page's: clear it first
+    new_chat_requested = Signal()
+    options_restored = Signal(str, object)  # a reopened conversation's system prompt, params
+    model_restored = Signal(str)  # ... and its model, once the picker lists it
+
+    def __init__(
+        self, host: ChatHost, store: ConversationStore, parent: QObject | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.host = host
         self.store = store
         self.sidebar = ConversationList(store)
         self.images = ImageStore(store.path.parent / IMAGES_FOLDER)
@@ -78,25 +121,6 @@ class ChatSession(QObject):
         self._replacing = False  # the page is being cleared by us, not by the user
         self._new_user = False  # the turn in flight began with a new user message
 
-        # the sidebar beside the transcript
-        layout = page.layout()
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        if layout is not None:
-            layout.replaceWidget(page.transcript, self.splitter)
-        self.splitter.addWidget(self.sidebar)
-        self.splitter.addWidget(page.transcript)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([220, 700])
-
-        page.answer_started.connect(self._on_page_answer_started)
-        page.chunk_received.connect(self._on_page_chunk_received)
-        page.reasoning_received.connect(self._on_page_reasoning_received)
-        page.answer_finished.connect(self._on_page_answer_finished)
-        page.conversation_cleared.connect(self._on_page_conversation_cleared)
-        page.models_refreshed.connect(self._on_page_models_refreshed)
-        t = page.transcript
-        t.branch_requested.connect(self._on_transcript_branch_requested)
-        t.delete_requested.connect(self._on_transcript_delete_requested)  # after the page's
         self.sidebar.conversation_opened.connect(self._on_sidebar_conversation_opened)
         self.sidebar.new_chat_requested.connect(self._on_sidebar_new_chat_requested)
         self.sidebar.conversation_deleted.connect(self._on_sidebar_conversation_deleted)
@@ -116,22 +140,17 @@ class ChatSession(QObject):
             return
         self._replace_page()
         self.conversation = conv
-        p = self.page
-        p.system_edit.setPlainText(conv.system_prompt)
-        if isinstance(conv.params.get("temperature"), (int, float)):
-            p.temperature_spin.setValue(float(conv.params["temperature"]))
-        if isinstance(conv.params.get("max_tokens"), int):
-            p.max_tokens_spin.setValue(conv.params["max_tokens"])
+        self.options_restored.emit(conv.system_prompt, conv.params)
         if conv.model:
             self._wanted_model = conv.model
-            self._apply_model()
+            self.select_wanted_model()
         self.show_path()
         self.sidebar.set_current(conv.id)
 
     def show_path(self) -> None:
         """Show the selected path in the transcript and make it the page's ``history``."""
         conv = self.conversation
-        p = self.page
+        p = self.host
         p.transcript.clear()
         p.history.clear()
         p.history_ids.clear()
@@ -141,7 +160,7 @@ class ChatSession(QObject):
         for m in conv.path():
             view = self._show(m)
             if m.role == "assistant" and m.extras.get("tool_calls"):  # MCP: the calls it made
-                for block in p.mcp.saved_blocks(m.extras):
+                for block in p.saved_blocks(m.extras):
                     view.add_block(block)
                 calls = messages_from_extras(m.extras)
                 p.history += calls
@@ -205,7 +224,7 @@ class ChatSession(QObject):
 
     def switch_branch(self, view_id: str, step: int) -> None:
         conv, mid = self.conversation, self._ids.get(view_id)
-        if conv is None or mid is None or self.page.streaming:
+        if conv is None or mid is None or self.host.streaming:
             return
         if conv.switch_branch(mid, step) is not None:
             self.show_path()
@@ -214,15 +233,17 @@ class ChatSession(QObject):
     def delete_message(self, view_id: str) -> None:
         """Delete a message and what follows it in the tree (its other branches stay)."""
         conv, mid = self.conversation, self._ids.get(view_id)
-        if conv is None or mid is None or mid not in conv or self.page.streaming:
+        if conv is None or mid is None or mid not in conv or self.host.streaming:
             return
         conv.delete_message(mid)
         self.show_path()
         self._save()
 
-    # -- slots: the page -------------------------------------------------------------------------------
-    def _on_page_answer_started(self) -> None:
-        p = self.page
+    # -- the page's signals, connected by the page --------------------------------------------------
+    def begin_turn(self) -> None:
+        """An answer started (``answer_started``): its question goes in the tree (unless it is
+        there: a regenerate), and the answer after it as it streams."""
+        p = self.host
         view_ids = p.transcript.ids()
         if not view_ids or not p.history_ids:
             return
@@ -250,20 +271,24 @@ class ChatSession(QObject):
         self._chunks = 0
         self._save()
 
-    def _on_page_reasoning_received(self, text: str) -> None:
+    def add_reasoning(self, text: str) -> None:
+        """The answer in flight reasoned (``reasoning_received``): saved with it."""
         self._reasoning.append(text)
 
-    def _on_page_chunk_received(self, _: str) -> None:
+    def add_chunk(self, _: str) -> None:
+        """The answer in flight streamed a chunk (``chunk_received``): saved every so often."""
         self._chunks += 1
         if self._answer_msg is None or self._chunks % SAVE_EVERY_CHUNKS == 0:
             self._record_answer(final=False)
             self._save(listed=False)
 
-    def _on_page_answer_finished(self, reason: str) -> None:
+    def end_turn(self, reason: str) -> None:
+        """The answer ended (``answer_finished``): saved as it ended, or dropped with a question
+        that got nothing back."""
         if self._answer is None or self.conversation is None:
             return
         conv, parent = self.conversation, self._answer[1]
-        if self.page.answer_text:  # Stop keeps what streamed
+        if self.host.answer_text:  # Stop keeps what streamed
             self._record_answer(final=True, reason=reason)
             self._answer = self._answer_msg = None
             self._answer_extras = {}
@@ -280,7 +305,10 @@ class ChatSession(QObject):
         self._answer_extras = {}
         self._save()
 
-    def _on_page_conversation_cleared(self) -> None:
+    def leave_conversation(self) -> None:
+        """The page was cleared (``conversation_cleared``): unless the session cleared it to
+        show another, the saved conversation is left as it is and the next message starts a
+        new one."""
         if not self._replacing:
             self._save_partial()
             self.conversation = None
@@ -288,21 +316,19 @@ class ChatSession(QObject):
             self._ids.clear()
             self.sidebar.set_current(None)
 
-    def _on_page_models_refreshed(self) -> None:
-        self._apply_model()
-
-    def _on_transcript_branch_requested(self, view_id: str, step: int) -> None:
-        self.switch_branch(view_id, step)
-
-    def _on_transcript_delete_requested(self, view_id: str) -> None:
-        self.delete_message(view_id)
+    def select_wanted_model(self) -> None:
+        """The model picker was filled (``models_refreshed``): a reopened conversation's model
+        is chosen once it is listed."""
+        if self._wanted_model is not None and self.host.offers_model(self._wanted_model):
+            self.model_restored.emit(self._wanted_model)
+            self._wanted_model = None
 
     # -- slots: the sidebar ------------------------------------------------------------------------------
     def _on_sidebar_conversation_opened(self, conv_id: str) -> None:
         self.open(conv_id)
 
     def _on_sidebar_new_chat_requested(self) -> None:
-        self.page.new_chat()
+        self.new_chat_requested.emit()
 
     def _on_sidebar_conversation_deleted(self, conv_id: str) -> None:
         # its images go once its undo window has passed (unless another message uses them)
@@ -311,7 +337,7 @@ class ChatSession(QObject):
         if self.conversation is not None and self.conversation.id == conv_id:
             self.conversation = None  # so the page's clear saves nothing back
             self._answer = None
-            self.page.new_chat()
+            self.new_chat_requested.emit()
 
     def _on_sidebar_conversation_renamed(self, conv_id: str, title: str) -> None:
         if self.conversation is not None and self.conversation.id == conv_id:
@@ -325,11 +351,11 @@ class ChatSession(QObject):
         if conv is None or answer is None:
             return None
         view_id, parent = answer
-        text, reasoning = self.page.answer_text, "".join(self._reasoning)
+        text, reasoning = self.host.answer_text, "".join(self._reasoning)
         extras = dict(self._answer_extras)
         if final:
             extras["finish_reason"] = reason
-            view = self.page.transcript.message(view_id)
+            view = self.host.transcript.message(view_id)
             notice = view.notice if view is not None else ""
             if notice:
                 extras["stats"] = {"text": notice}
@@ -346,7 +372,7 @@ class ChatSession(QObject):
         return conv.update(self._answer_msg, content=text, reasoning=reasoning, extras=extras)
 
     def _show_branch(self, view_id: str, msg: Message) -> None:
-        view = self.page.transcript.message(view_id)
+        view = self.host.transcript.message(view_id)
         if view is not None and self.conversation is not None:
             view.set_branch(self.conversation.branch(msg.id))
 
@@ -356,7 +382,7 @@ class ChatSession(QObject):
         notice = stats.get("text", "") if isinstance(stats, dict) else ""
         conv = self.conversation
         header = header if m.role in ("user", "assistant") else m.role.title()
-        view = self.page.transcript.add_message(
+        view = self.host.transcript.add_message(
             m.id,
             m.role,
             m.content,
@@ -369,27 +395,15 @@ class ChatSession(QObject):
         return view
 
     def _remember_settings(self) -> None:
-        conv, p = self.conversation, self.page
+        conv, p = self.conversation, self.host
         if conv is None:
             return
         conv.model = p.current_model_id()
-        conv.system_prompt = p.system_edit.toPlainText()
-        conv.params = {
-            "temperature": p.temperature_spin.value(),
-            "max_tokens": p.max_tokens_spin.value(),
-        }
-
-    def _apply_model(self) -> None:
-        if (
-            self._wanted_model is not None
-            and self.page.model_combo.findData(self._wanted_model) >= 0
-        ):
-            self.page.select_model(self._wanted_model)
-            self._wanted_model = None
+        conv.system_prompt, conv.params = p.chat_options()
 
     def _save_partial(self) -> None:
         """An answer in flight that is about to be dropped: keep what it streamed."""
-        if self._answer is not None and self.page.answer_text:
+        if self._answer is not None and self.host.answer_text:
             self._record_answer(final=True, reason="cancelled")
         self._answer = None
         self._answer_extras = {}
@@ -417,7 +431,7 @@ class ChatSession(QObject):
     def _replace_page(self) -> None:
         self._replacing = True
         try:
-            self.page.clear()
+            self.clear_requested.emit()
         finally:
             self._replacing = False
         self._answer = None
