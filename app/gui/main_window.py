@@ -129,15 +129,15 @@ class MainWindow(QMainWindow):
         self.discover_page = DiscoverPage(ctx.service, bridge)
         self.downloads_page = DownloadsPage(ctx.service, bridge)
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
-        convs = open_store(ctx.paths.conversations_db)  # issue 15: saved conversations
+        convs = open_store(ctx.paths.conversations_db)  # saved conversations
         self.chat_page = ChatPage(
             ctx.service, bridge, conversations=convs, mcp=ctx.mcp,
             settings=ctx.settings_store, cache_root=ctx.paths.cache,
         )  # fmt: skip
         self.server_page = ServerPage(ctx.server, bridge)
-        self.connect_page = ConnectPage(ctx, bridge)  # issue 15: settings for other apps
+        self.connect_page = ConnectPage(ctx, bridge)  # settings for other apps
         self.providers_page = ProvidersPage(ctx.service, bridge)
-        self.autostart = Autostart()  # issue #13: start at login, this platform's way
+        self.autostart = Autostart()  # start at login, this platform's way
         self.settings_page = SettingsPage(
             ctx.settings_store,
             bridge,

@@ -45,7 +45,7 @@ async def stream_answer(
     files into the messages once the model is loaded (its context and tokenizer known)."""
     if not service.is_routable(model_id):  # a remote model (PREFIX/id) is not loaded here
         await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
-    if prepare is not None:  # attachments (issue 15): app/gui/views/chat/attachments.py
+    if prepare is not None:  # attachments: app/gui/views/chat/attachments.py
         messages = await prepare(messages)
     if turn.cancelled:
         return Delta(finish_reason="cancelled")

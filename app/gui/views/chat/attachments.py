@@ -1,10 +1,10 @@
-"""Files in the chat (issue 15): the attach button, chips, drag and drop, paste, and the hook
+"""Files in the chat: the attach button, chips, drag and drop, paste, and the hook
 that puts the files into a message (whole, or the retrieved chunks) on the loop thread.
 
 The files belong to the conversation: they stay attached (as chips) for the next questions,
 until removed or a new chat; each message retrieves what it needs from them.
 
-Images (issue 16) come the same ways (a pasted screenshot too) and go with the next message
+Images come the same ways (a pasted screenshot too) and go with the next message
 only: sent, their chips leave the bar. They are checked with the server's decoder and bounds
 (``vision`` settings) off the GUI thread; a model without vision refuses them at once.
 """

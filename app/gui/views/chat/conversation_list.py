@@ -1,4 +1,4 @@
-"""The Chat page's sidebar (issue 15): saved conversations, newest first, with search.
+"""The Chat page's sidebar: saved conversations, newest first, with search.
 
 Per conversation (its context menu): Rename, Duplicate, Export Markdown…, Export JSON…,
 Delete; a delete shows an Undo bar for a few seconds (the store keeps the row longer).

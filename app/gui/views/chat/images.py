@@ -1,4 +1,4 @@
-"""Images on the Chat page (issue 16): the chip of an image waiting to be sent, the
+"""Images on the Chat page: the chip of an image waiting to be sent, the
 thumbnails in a message, the dialog that shows one larger, and a pasted image's bytes.
 
 Every image shown here was checked by Pillow with the server's bounds first

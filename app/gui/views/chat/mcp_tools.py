@@ -1,4 +1,4 @@
-"""MCP tools on the Chat page (issue 15): the per-chat tools menu (servers and tools on/off), a
+"""MCP tools on the Chat page: the per-chat tools menu (servers and tools on/off), a
 collapsible block per tool call (its arguments, Allow once / Always for this tool / Deny, then
 its result), and the glue that runs the core tool loop (app.core.workspace.mcp.toolloop) on the loop
 thread. The page adds it through a marked hook; the blocks go wherever ``place`` puts them."""

@@ -335,7 +335,7 @@ class ChatPage(QWidget):
         self._turn = turn
         max_tokens = self.max_tokens_spin.value() or None
         self._sent_text = self.history[-1].content if self.history else ""
-        # attachments (issue 15); images decoded for the model (issue 16)
+        # attachments; images decoded for the model
         prepare = self.attachments.preparer(model_id, max_tokens, images=has_sources(messages))
         sampling = SamplingParams(temperature=self.temperature_spin.value())
         busy = partial(self._cpu_busy_streamed.emit, turn)
@@ -472,7 +472,7 @@ class ChatPage(QWidget):
             self._end_answer(f"Error: {final.error}", "error")
         else:
             self._end_answer(stats, "meta")
-            self.attachments.answer_done(self)  # "Used: report.pdf p.3, ..." (issue 15)
+            self.attachments.answer_done(self)  # "Used: report.pdf p.3, ..."
         self._finish_turn()
         self.answer_finished.emit(reason)
 
@@ -487,7 +487,7 @@ class ChatPage(QWidget):
             self.history.append(ChatMessage("assistant", self.answer_text))
             self.history_ids.append(self._answer_view.msg_id)
         self._end_answer(f"Error: {text}", "error")
-        self.attachments.turn_failed(self, exc, self._sent_text)  # issue 15: not sent
+        self.attachments.turn_failed(self, exc, self._sent_text)  # not sent
         self._finish_turn()
         self.answer_finished.emit("error")
 

@@ -166,7 +166,7 @@ class ChatSession(QObject):
                 p.history += calls
                 p.history_ids += [m.id] * len(calls)
             refs = image_refs(m.extras) if m.role == "user" else []
-            if refs:  # issue 16: shown again, and sent again with the history
+            if refs:  # shown again, and sent again with the history
                 found = [self.images.load(r) for r in refs]
                 images = [i for i in found if i is not None]
                 view.set_images(images)

@@ -11,7 +11,7 @@ API (what the page and the conversation store wire to):
 - ``MessageView``: ``append_text``, ``append_reasoning``, ``set_text``, ``set_caption`` (a line
   above the body, e.g. the CPU-busy notice), ``set_notice`` (the stats or error line under it),
   ``set_branch``, ``finish``, ``plain_text``, ``markdown`` (the raw text); ``set_images``
-  (a user message's thumbnails, issue 16; ``images`` holds them).
+  (a user message's thumbnails; ``images`` holds them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The first-run welcome (issue #13): what the Library page shows while the library is empty.
+"""The first-run welcome: what the Library page shows while the library is empty.
 
 It says what the server is for, suggests a few small models that fit this machine (looked up on
 the Hub, downloaded only when the user picks one), offers Discover and import, and the two

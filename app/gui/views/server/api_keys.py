@@ -1,4 +1,4 @@
-"""The Server page's API keys (issue 14): list the named keys, add one (limits, model patterns,
+"""The Server page's API keys: list the named keys, add one (limits, model patterns,
 admin role) and copy its secret the one time it is shown, remove one. It edits keys.json
 itself, as ``hearth keys`` does (on the loop thread, through the bridge: the GUI thread never
 touches files); a running server sees each change at its next request."""

@@ -143,7 +143,7 @@ class ServerPage(QWidget):
         self.splitter.addWidget(self.request_log)
         self.keys_section = KeysSection(KeyStore(self._server.paths.keys_file), self._bridge)
         self.splitter.addWidget(self.keys_section)
-        paths = self._server.paths  # the response cache's box (issue 14)
+        paths = self._server.paths  # the response cache's box
         self.cache_section = CacheSection(
             self._server.settings_store, paths.response_cache_db, self._bridge
         )

@@ -1,4 +1,4 @@
-"""The Server page's request log (issue 14): the request records database, newest first, with
+"""The Server page's request log: the request records database, newest first, with
 filters (model, status code or class, route text), a TTFT column, and every field of a record
 (and its content, when ``records.log_content`` kept it) on Enter or a double-click.
 

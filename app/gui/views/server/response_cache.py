@@ -1,4 +1,4 @@
-"""The Server page's response cache (issue 14): its mode, TTL, entry bound, semantic threshold
+"""The Server page's response cache: its mode, TTL, entry bound, semantic threshold
 and embedding model (the ``cache`` settings), the hit/miss counts, and a Clear button. Reads and
 writes go through the settings store and the cache's SQLite file on the loop thread (the GUI
 thread never touches files); a running server uses a saved change at its next request."""

@@ -1,4 +1,4 @@
-"""The "Start at login" switch the welcome and the Settings page share (issue #13)."""
+"""The "Start at login" switch the welcome and the Settings page share."""
 
 from __future__ import annotations
 

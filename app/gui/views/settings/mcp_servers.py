@@ -1,4 +1,4 @@
-"""Settings › MCP servers (issue 15): mcp.json edited as text, validated on Save (bad JSON: the
+"""Settings › MCP servers: mcp.json edited as text, validated on Save (bad JSON: the
 error, and the file stays as it was), a status list (server: running N tools / its error) and
 Restart. Files are read and written on the loop thread, through the bridge; servers restart
 there too, so the GUI never waits on one."""

@@ -98,7 +98,7 @@ class SettingsPage(QWidget):
         self.address_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.change_address_button = QPushButton("Change on the Server page")
         self.start_at_launch_check = QCheckBox("Start the server when Hearth starts")
-        # issue #13: the OS autostart, applied at once (not by Save); None: not offered
+        # the OS autostart, applied at once (not by Save); None: not offered
         self.start_at_login_check = (
             StartAtLoginCheck(autostart, store, bridge) if autostart is not None else None
         )
@@ -291,9 +291,9 @@ class SettingsPage(QWidget):
         layout.addWidget(memory_box)
         layout.addWidget(hub_box)
         layout.addWidget(window_box)
-        self.mcp_box = McpServersBox(bridge, mcp)  # mcp.json, status, Restart (t22-mcp)
+        self.mcp_box = McpServersBox(bridge, mcp)  # mcp.json, status, Restart
         layout.addWidget(self.mcp_box)
-        # the doctor's report (issue #13); absent where the page is built without a service
+        # the doctor's report; absent where the page is built without a service
         self.runtime_box = RuntimeBox(bridge, runtime_report) if runtime_report else None
         if self.runtime_box is not None:
             layout.addWidget(self.runtime_box)  # it checks when first shown

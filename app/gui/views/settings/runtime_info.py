@@ -1,4 +1,4 @@
-"""The Settings page's "Runtime" section: the same report as ``hearth doctor`` (issue #13)."""
+"""The Settings page's "Runtime" section: the same report as ``hearth doctor``."""
 
 from __future__ import annotations
 

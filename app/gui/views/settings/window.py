@@ -1,4 +1,4 @@
-"""Settings › Window: the theme and what closing the window does (issue #13), each written to
+"""Settings › Window: the theme and what closing the window does, each written to
 settings.json (``ui``) at once, without Save."""
 
 from __future__ import annotations
