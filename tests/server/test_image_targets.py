@@ -35,7 +35,7 @@ from app.core.types import ChatMessage, LoadOptions
 from app.errors import ModelNotFound
 from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
-from app.server.vision import VisionEdge
+from app.server.edge.vision import VisionEdge
 from app.settings import ServerSettings, VisionSettings
 from tests.core.fakes import FakeRuntime
 from tests.hostile_images import data_url, header_only_png, one_colour_png

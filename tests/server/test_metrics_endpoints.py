@@ -22,8 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
-from app.server import metrics as server_metrics
 from app.server.app import create_app
+from app.server.routes import metrics as server_metrics
 from app.settings import ServerSettings, hash_key
 from tests.conftest import Served
 from tests.core.fakes import FakeRuntime

@@ -346,13 +346,13 @@ def test_caps_refuse_only_new_incomplete_connections(tmp_path: Path, smollm2_pat
     ],
 )
 def test_client_key_groups_an_ipv6_host_by_its_64(peer: tuple, key: str) -> None:
-    from app.server.edge import client_key
+    from app.server.edge.connections import client_key
 
     assert client_key(peer) == key
 
 
 def test_incomplete_counter_caps_and_releases() -> None:
-    from app.server.edge import EdgeLimits, IncompleteConnections
+    from app.server.edge.connections import EdgeLimits, IncompleteConnections
 
     c = IncompleteConnections(EdgeLimits(max_incomplete=3, max_incomplete_per_client=2))
     assert c.admit("a") and c.admit("a") and not c.admit("a")  # per client

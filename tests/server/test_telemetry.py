@@ -39,11 +39,11 @@ from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.runtimes.remote.client import RemoteEngine
-from app.server import metrics as server_metrics
 from app.server import telemetry as server_telemetry
 from app.server.app import create_app
 from app.server.middleware import edge_middleware
 from app.server.records import RECORDER, Recorder
+from app.server.routes import metrics as server_metrics
 from app.settings import ServerSettings, hash_key
 from tests.conftest import listen_loopback
 from tests.core.fakes import FakeRuntime

@@ -39,8 +39,8 @@ from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.core.util import filecache
 from app.server.app import create_app
-from app.server.image_fetch import ImageFetcher, public_address
-from app.server.vision import VisionEdge
+from app.server.edge.image_fetch import ImageFetcher, public_address
+from app.server.edge.vision import VisionEdge
 from app.settings import ServerSettings, VisionSettings
 from tests.core.fakes import FakeRuntime, ScriptEngine
 from tests.core.gguf_files import CHATML, write_model

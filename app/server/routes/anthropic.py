@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from app.server.body import read_json_body
+from app.server.edge.body import read_json_body
+from app.server.edge.vision import resolve_images
 from app.server.protocols import ANTHROPIC
 from app.server.protocols import anthropic as wire
 from app.server.protocols.base import Context
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE
 from app.server.streaming import respond
-from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(ANTHROPIC)
 

@@ -13,7 +13,8 @@ from aiohttp import web
 from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.errors import InvalidRequest, ModelNotFound
-from app.server.body import large_json_response, read_json_body
+from app.server.edge.body import large_json_response, read_json_body
+from app.server.edge.vision import resolve_images
 from app.server.protocols import OLLAMA
 from app.server.protocols import ollama as wire
 from app.server.protocols import ollama_models as listing
@@ -23,7 +24,6 @@ from app.server.protocols.common import Body
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE
 from app.server.streaming import respond
-from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(OLLAMA)
 

@@ -14,8 +14,8 @@ from app.core.inference.generation import Choices, Completion
 from app.core.service import Hearth
 from app.core.types import ModelStatus
 from app.errors import InvalidRequest
-from app.server.body import large_json_response, read_json_body
-from app.server.health import health_body, model_filter
+from app.server.edge.body import large_json_response, read_json_body
+from app.server.edge.vision import resolve_images
 from app.server.protocols import OPENAI
 from app.server.protocols import openai as wire
 from app.server.protocols import rerank as rerank_wire
@@ -23,9 +23,9 @@ from app.server.protocols.base import Context, StreamRenderer
 from app.server.protocols.common import MAX_PIECES, Body, parse_tokenize_content
 from app.server.protocols.openai_fields import StreamOptions
 from app.server.routes import ProtocolRoutes
+from app.server.routes.health import health_body, model_filter
 from app.server.state import REQUEST_LOG, SERVICE, STATE
 from app.server.streaming import respond
-from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(OPENAI)
 

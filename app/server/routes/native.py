@@ -10,7 +10,7 @@ from aiohttp import web
 from app.core.engine.presets import validate_options
 from app.core.engine.scheduler import LoadedInfo, parse_keep_alive
 from app.errors import InvalidRequest
-from app.server.body import read_json_body
+from app.server.edge.body import read_json_body
 from app.server.protocols.common import Body, parse_ttl
 from app.server.state import SERVICE
 

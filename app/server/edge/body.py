@@ -1,6 +1,6 @@
 """Request bodies: read whole, then their Content-Encoding decoded strictly and within the limit.
 
-Hearth's server turns aiohttp's own decompression off (see edge.py): aiohttp accepts a gzip
+Hearth's server turns aiohttp's own decompression off (see connections.py): aiohttp accepts a gzip
 body cut short as if it were whole, and its errors surface as a bare exception (a 500).
 """
 

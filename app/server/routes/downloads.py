@@ -23,7 +23,7 @@ from app.errors import (
     InvalidRequest,
     RuntimeUnavailable,
 )
-from app.server.body import read_json_body
+from app.server.edge.body import read_json_body
 from app.server.protocols.common import Body
 from app.server.protocols.openai import error_body
 from app.server.state import SERVICE

@@ -30,7 +30,7 @@ from app.core.gateway import access
 from app.core.gateway.metrics import OTHER_MODEL, RequestMetrics
 from app.core.service import Hearth
 from app.errors import ModelNotFound
-from app.server.health import health_state
+from app.server.routes.health import health_state
 from app.server.state import SERVICE, STATE
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from app.core.gateway.providers.store import (
     check,
 )
 from app.errors import InvalidRequest, NotFound
-from app.server.body import read_body
+from app.server.edge.body import read_body
 from app.server.protocols.common import Body, parse_json
 from app.server.state import SERVICE, STATE
 from app.settings import generate_key

@@ -35,7 +35,7 @@ from app.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
-# aiohttp's own decompression is off: app/server/body.py decodes bodies strictly
+# aiohttp's own decompression is off: app/server/edge/body.py decodes bodies strictly
 HANDLER_OPTIONS: dict[str, Any] = {"access_log": None, "auto_decompress": False}
 
 

@@ -25,7 +25,7 @@ from app.core.inference.images import (
 from app.core.requests import ChatRequest
 from app.core.util.job_pool import JobPool
 from app.errors import UnsupportedParameter
-from app.server.image_fetch import ImageFetcher, Resolve, system_resolve
+from app.server.edge.image_fetch import ImageFetcher, Resolve, system_resolve
 from app.server.state import SERVICE
 from app.settings import VisionSettings
 
