@@ -381,7 +381,7 @@ async def test_300_mixed_requests_record_no_canary_and_bounded_series(tmp_path: 
     assert bound == 2 * r * 5 + 3 * m + m * p  # the documented formula
     assert 0 < series < bound
     assert server_metrics.series_bound(len(patterns), known) > 0  # the Prometheus bound holds
-    # (test_metrics_endpoints checks the Prometheus side's series against its own bound)
+    # (routes/test_metrics.py checks the Prometheus side's series against its own bound)
 
 
 def _codes(spans: list[ReadableSpan]) -> set[str]:

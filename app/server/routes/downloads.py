@@ -25,7 +25,7 @@ from app.errors import (
 )
 from app.server.edge.body import read_json_body
 from app.server.protocols.common import Body
-from app.server.protocols.openai import error_body
+from app.server.protocols.openai.render import error_body
 from app.server.state import SERVICE
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any
 from app.core.requests import MAX_RERANK_DOCUMENTS, Reranking, RerankRequest
 from app.errors import InvalidRequest
 from app.server.protocols.common import Body, parse_ttl
-from app.server.protocols.openai import model_field
+from app.server.protocols.openai.parse import model_field
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,12 +24,18 @@ from app.core.types import (
 )
 from app.errors import GenerationTimeout, InvalidRequest, ModelNotFound, UnsupportedParameter
 from app.server.protocols import OLLAMA
-from app.server.protocols import ollama as wire
-from app.server.protocols import ollama_render as render
 from app.server.protocols.base import Context, Frame
 from app.server.protocols.common import MAX_STOP, MAX_TOOLS
+from app.server.protocols.ollama.parse import (
+    Key,
+    parse_chat,
+    parse_embed,
+    parse_embeddings_legacy,
+    parse_generate,
+)
+from app.server.protocols.ollama.render import NdjsonStream, load_response, whole_response
 
-from .replay import lp, lp_json
+from ..replay import lp, lp_json
 
 T0 = 1_700_000_000.0
 STAMP = "2023-11-14T22:13:20Z"  # T0 as Ollama writes it
@@ -55,11 +61,11 @@ def ctx() -> Context:
     return Context("m", started_ns=START_NS, load_ns=1234)
 
 
-def stream(key: wire.Key = "message", think: bool = True) -> render.NdjsonStream:
-    return render.NdjsonStream(key, think, ctx(), clock=lambda: T0, perf_ns=lambda: NOW_NS)
+def stream(key: Key = "message", think: bool = True) -> NdjsonStream:
+    return NdjsonStream(key, think, ctx(), clock=lambda: T0, perf_ns=lambda: NOW_NS)
 
 
-def play(deltas: Sequence[Delta], key: wire.Key = "message", think: bool = True) -> list[Any]:
+def play(deltas: Sequence[Delta], key: Key = "message", think: bool = True) -> list[Any]:
     """What respond() writes for these deltas (the last one final): delta() for each with a
     payload, then end_choice() and close(); the frames' data, as the NDJSON lines."""
     r = stream(key, think)
@@ -86,10 +92,8 @@ DONE = {
 }
 
 
-def whole(results: Sequence[Completion], key: wire.Key = "message", think: bool = True) -> Any:
-    return render.whole_response(
-        key, think, results, ctx(), clock=lambda: T0, perf_ns=lambda: NOW_NS
-    )
+def whole(results: Sequence[Completion], key: Key = "message", think: bool = True) -> Any:
+    return whole_response(key, think, results, ctx(), clock=lambda: T0, perf_ns=lambda: NOW_NS)
 
 
 def completion(deltas: Sequence[Delta]) -> Completion:
@@ -327,11 +331,11 @@ def test_error_body_is_ollama_s_shape() -> None:
 
 
 def test_load_and_unload_answers() -> None:
-    assert render.load_response("m", "message", False)["message"] == {
+    assert load_response("m", "message", False)["message"] == {
         "role": "assistant",
         "content": "",
     }
-    r = render.load_response("m", "response", True)
+    r = load_response("m", "response", True)
     assert r["done"] and r["done_reason"] == "unload" and r["response"] == ""
 
 
@@ -345,7 +349,7 @@ def chat_body(**kw: Any) -> dict[str, Any]:
 
 
 def test_chat_body_to_request() -> None:
-    p = wire.parse_chat(
+    p = parse_chat(
         chat_body(
             options={"temperature": 0, "num_predict": 12, "stop": ["\n", ""], "seed": 3},
             format="json",
@@ -383,7 +387,7 @@ def test_history_with_ollama_tool_calls_becomes_typed_history() -> None:
         {"role": "tool", "tool_name": "get_weather", "content": "18 C"},
         {"role": "tool", "tool_call_id": "call_9", "content": "?"},
     ]
-    req = wire.parse_chat(chat_body(messages=messages), ident).request
+    req = parse_chat(chat_body(messages=messages), ident).request
     assert isinstance(req, ChatRequest)
     assert req.messages == (
         ChatMessage("user", "weather?"),
@@ -411,18 +415,18 @@ WEATHER = {
 
 
 def test_tools_are_auto() -> None:
-    req = wire.parse_chat(chat_body(tools=[WEATHER]), ident).request
+    req = parse_chat(chat_body(tools=[WEATHER]), ident).request
     assert isinstance(req, ChatRequest) and req.tool_choice == ToolChoice("auto")
     assert [t.name for t in req.tools] == ["get_weather"]
 
 
 def test_hearth_s_tool_choice_extension_takes_openai_s_spellings() -> None:
     named = {"type": "function", "function": {"name": "get_weather"}}
-    req = wire.parse_chat(chat_body(tools=[WEATHER], tool_choice=named), ident).request
+    req = parse_chat(chat_body(tools=[WEATHER], tool_choice=named), ident).request
     assert isinstance(req, ChatRequest)
     assert req.tool_choice == ToolChoice("named", "get_weather", False)
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_chat(
+        parse_chat(
             chat_body(tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "x"}}),
             ident,
         )
@@ -474,7 +478,7 @@ def _tool(name: str, params: Any = None) -> dict[str, Any]:
 )
 def test_bad_chat_bodies_are_400_naming_the_field(body: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_chat(body, ident)
+        parse_chat(body, ident)
     assert ei.value.param == param, ei.value.message
 
 
@@ -485,8 +489,8 @@ def test_logprobs_and_top_logprobs_on_chat_and_generate() -> None:
     ]
 
     def asked(**kw: Any) -> list[int | None]:
-        chat = wire.parse_chat(chat_body(**kw), ident).request
-        reqs = [chat, *(wire.parse_generate({**g, **kw}, ident).request for g in gens)]
+        chat = parse_chat(chat_body(**kw), ident).request
+        reqs = [chat, *(parse_generate({**g, **kw}, ident).request for g in gens)]
         assert isinstance(reqs[1], CompletionRequest) and isinstance(reqs[2], ChatRequest)
         return [r.logprobs for r in reqs]  # type: ignore[union-attr]
 
@@ -500,20 +504,20 @@ def test_logprobs_and_top_logprobs_on_chat_and_generate() -> None:
     for bad in ({"top_logprobs": 2}, {"logprobs": True, "top_logprobs": 21}):
         for g in gens:
             with pytest.raises(InvalidRequest) as ei:
-                wire.parse_generate({**g, **bad}, ident)
+                parse_generate({**g, **bad}, ident)
             assert ei.value.param == "top_logprobs"
     # checked before an empty prompt loads the model, as every field is
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_generate({"model": "m", "top_logprobs": 4}, ident)
+        parse_generate({"model": "m", "top_logprobs": 4}, ident)
     # Ollama's error shape, as every other error of these routes
     assert OLLAMA.error_body(ei.value) == {"error": "'top_logprobs' needs 'logprobs': true"}
 
 
 def test_the_stop_bound_is_the_one_of_every_protocol() -> None:
-    ok = wire.parse_chat(chat_body(options={"stop": ["x"] * MAX_STOP}), ident).request
+    ok = parse_chat(chat_body(options={"stop": ["x"] * MAX_STOP}), ident).request
     assert ok is not None and len(ok.stop) == MAX_STOP
     with pytest.raises(InvalidRequest):
-        wire.parse_generate(
+        parse_generate(
             {"model": "m", "prompt": "x", "raw": True, "options": {"stop": ["y"] * 17}}, ident
         )
 
@@ -528,31 +532,29 @@ def test_the_stop_bound_is_the_one_of_every_protocol() -> None:
 )
 def test_unsupported_fields_are_400(body: dict[str, Any], param: str) -> None:
     # images parse now (tests/server/protocols/test_image_parts.py); a model without vision
-    # refuses them at the service (tests/server/test_vision_server.py)
-    parse = wire.parse_chat if "messages" in body else wire.parse_generate
+    # refuses them at the service (tests/server/edge/test_vision.py)
+    parse = parse_chat if "messages" in body else parse_generate
     with pytest.raises(UnsupportedParameter) as ei:
         parse({"model": "m", **body}, ident)
     assert ei.value.param == param
 
 
 def test_generate_raw_is_a_completion_and_templated_is_a_chat() -> None:
-    raw = wire.parse_generate(
+    raw = parse_generate(
         {"model": "m", "prompt": "1, 2,", "raw": True, "format": {"type": "object"}}, ident
     )
     assert isinstance(raw.request, CompletionRequest) and raw.request.prompts == ("1, 2,",)
     assert raw.request.constraint is not None and raw.request.constraint.kind == "json_schema"
-    t = wire.parse_generate(
-        {"model": "m", "prompt": "Hi", "system": "Be brief.", "think": False}, ident
-    )
+    t = parse_generate({"model": "m", "prompt": "Hi", "system": "Be brief.", "think": False}, ident)
     assert isinstance(t.request, ChatRequest) and t.key == "response" and not t.think
     assert t.request.messages == (ChatMessage("system", "Be brief."), ChatMessage("user", "Hi"))
     assert t.request.template_vars == {"enable_thinking": False}
 
 
 def test_empty_prompt_or_messages_is_a_load_or_an_unload() -> None:
-    p = wire.parse_generate({"model": "m:latest", "keep_alive": 0}, ident)
+    p = parse_generate({"model": "m:latest", "keep_alive": 0}, ident)
     assert p.request is None and p.model == "m" and p.ttl == 0
-    p = wire.parse_chat({"model": "m", "messages": [], "keep_alive": -1}, ident)
+    p = parse_chat({"model": "m", "messages": [], "keep_alive": -1}, ident)
     assert p.request is None and p.key == "message" and p.ttl is None
 
 
@@ -561,16 +563,16 @@ def test_unknown_model_is_resolved_first() -> None:
         raise ModelNotFound(f"model '{name}' does not exist")
 
     with pytest.raises(ModelNotFound):
-        wire.parse_chat(chat_body(format="xml"), resolve)
+        parse_chat(chat_body(format="xml"), resolve)
 
 
 def test_embed_inputs() -> None:
-    req = wire.parse_embed({"model": "e", "input": "a"}, ident)
+    req = parse_embed({"model": "e", "input": "a"}, ident)
     assert req.inputs == ("a",)
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_embed({"model": "e", "input": ["x"] * 2049}, ident)
+        parse_embed({"model": "e", "input": ["x"] * 2049}, ident)
     assert "2048" in ei.value.message and ei.value.param == "input"
     for bad in ([], [""], [1, 2], None):
         with pytest.raises(InvalidRequest):
-            wire.parse_embed({"model": "e", "input": bad}, ident)
-    assert wire.parse_embeddings_legacy({"model": "e", "prompt": "p"}, ident).inputs == ("p",)
+            parse_embed({"model": "e", "input": bad}, ident)
+    assert parse_embeddings_legacy({"model": "e", "prompt": "p"}, ident).inputs == ("p",)

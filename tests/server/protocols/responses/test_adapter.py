@@ -10,13 +10,14 @@ import pytest
 
 from app.core.types import Delta, ToolCallDelta, Usage
 from app.errors import GenerationTimeout, InvalidRequest, UnsupportedParameter
-from app.server.protocols import responses as wire
 from app.server.protocols.base import Context
+from app.server.protocols.responses.parse import Echo, parse_request
+from app.server.protocols.responses.render import ResponseStream, response_body
 from app.server.streaming import StreamBroken
 
-from .replay import completion, deltas, events, lp, lp_json, render
+from ..replay import completion, deltas, events, lp, lp_json, render
 
-ECHO = wire.Echo()
+ECHO = Echo()
 THINK_TOOL = (
     'Hmm, 2+2.</think>\n\nIt is 4.<tool_call>{"name": "add", "arguments": {"a": [2, 2]}}'
     "</tool_call>"
@@ -28,7 +29,7 @@ def ctx() -> Context:
 
 
 def stream(ds: list[Delta], **kw: Any) -> list[tuple[str | None, Any]]:
-    evs = events(render(wire.ResponseStream(ECHO, ctx()), ds, **kw))
+    evs = events(render(ResponseStream(ECHO, ctx()), ds, **kw))
     assert [d["sequence_number"] for _, d in evs] == list(range(len(evs)))
     assert all(k == d["type"] for k, d in evs)
     return [
@@ -146,7 +147,7 @@ def test_reasoning_text_and_a_call_exact_events() -> None:
         "output_tokens_details": {"reasoning_tokens": 2},
         "total_tokens": 12,
     }
-    whole = wire.response_body(ECHO, [completion(ds)], ctx())
+    whole = response_body(ECHO, [completion(ds)], ctx())
     assert whole["output"] == done["response"]["output"]
     assert whole["status"] == "completed"
 
@@ -165,7 +166,7 @@ def test_split_at_every_point_gives_the_whole_answer(k: int) -> None:
         assert added == [0, 1, 2] and sorted(finished) == [0, 1, 2], pieces
         final = evs[-1][1]["response"]
         assert [o["type"] for o in final["output"]] == ["reasoning", "message", "function_call"]
-        whole = wire.response_body(ECHO, [completion(ds)], ctx())
+        whole = response_body(ECHO, [completion(ds)], ctx())
         assert whole["output"] == final["output"]
 
 
@@ -198,14 +199,14 @@ def test_logprobs_go_with_the_text_they_wrote_and_whole_in_the_done_events() -> 
     assert item["content"] == [part]
     final = evs[-1][1]["response"]
     assert final["output"] == [item]
-    assert wire.response_body(ECHO, [completion(ds)], ctx())["output"] == [item]
+    assert response_body(ECHO, [completion(ds)], ctx())["output"] == [item]
 
 
 def test_logprobs_are_asked_for_with_include_and_counted_by_top_logprobs() -> None:
     inc = ["message.output_text.logprobs"]
 
     def asked(**kw: Any) -> tuple[int | None, int | None]:
-        p = wire.parse_request(_body(**kw))
+        p = parse_request(_body(**kw))
         return p.request.logprobs, p.echo.top_logprobs
 
     assert asked() == (None, None)
@@ -215,8 +216,8 @@ def test_logprobs_are_asked_for_with_include_and_counted_by_top_logprobs() -> No
     # as OpenAI: top_logprobs alone asks for none (the count is echoed back)
     assert asked(top_logprobs=5) == (None, 5)
     assert asked(include=["reasoning.encrypted_content"], top_logprobs=5) == (None, 5)
-    echoed = wire.response_body(
-        wire.parse_request(_body(top_logprobs=3)).echo,
+    echoed = response_body(
+        parse_request(_body(top_logprobs=3)).echo,
         [completion([Delta(text="a"), Delta(finish_reason="stop")])],
         ctx(),
     )
@@ -281,26 +282,26 @@ def _fn(name: str, **kw: Any) -> dict[str, Any]:
 )
 def test_bounds_shared_with_chat_completions(extra: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_request(_body(**extra))
+        parse_request(_body(**extra))
     assert ei.value.param == param
 
 
 def test_tool_choice_and_items() -> None:
-    p = wire.parse_request(
+    p = parse_request(
         _body(tools=[_fn("a"), _fn("b")], tool_choice={"type": "function", "name": "b"})
     )
     assert (p.request.tool_choice.mode, p.request.tool_choice.name) == ("named", "b")
-    p = wire.parse_request(_body(tools=[_fn("a")], parallel_tool_calls=False))
+    p = parse_request(_body(tools=[_fn("a")], parallel_tool_calls=False))
     assert (p.request.tool_choice.mode, p.request.tool_choice.parallel) == ("auto", False)
     with pytest.raises(UnsupportedParameter):
-        wire.parse_request(_body(tools=[{"type": "teleport"}]))
+        parse_request(_body(tools=[{"type": "teleport"}]))
     # a reasoning item handed back from an earlier response is skipped, as on chat routes
     items = [
         {"role": "user", "content": "2+2?"},
         {"type": "reasoning", "id": "rs_1", "summary": [], "content": []},
         {"role": "assistant", "content": [{"type": "output_text", "text": "4"}]},
     ]
-    p = wire.parse_request(_body(input=items))
+    p = parse_request(_body(input=items))
     assert [(m.role, m.content) for m in p.request.messages] == [
         ("user", "2+2?"),
         ("assistant", "4"),
@@ -328,7 +329,7 @@ def test_codex_s_tools_namespaces_are_flattened_and_hosted_ones_left_out() -> No
         prompt_cache_key="k",
         client_metadata={"turn_id": "t"},
     )
-    p = wire.parse_request(body)
+    p = parse_request(body)
     assert [t.name for t in p.request.tools] == ["exec_command", "close_agent", "spawn_agent"]
     assert p.echo.namespaces == {"close_agent": "multi_agent_v1", "spawn_agent": "multi_agent_v1"}
     calls = [
@@ -337,13 +338,13 @@ def test_codex_s_tools_namespaces_are_flattened_and_hosted_ones_left_out() -> No
         Delta(tool_calls=(ToolCallDelta(1, "call_2", "exec_command", '{"a": "ls"}'),)),
         Delta(finish_reason="tool_calls", usage=Usage(3, 2)),
     ]
-    whole = wire.response_body(p.echo, [completion(calls)], ctx())
+    whole = response_body(p.echo, [completion(calls)], ctx())
     fcs = [o for o in whole["output"] if o["type"] == "function_call"]
     assert [(f["name"], f.get("namespace")) for f in fcs] == [
         ("spawn_agent", "multi_agent_v1"),
         ("exec_command", None),
     ]
-    evs = events(render(wire.ResponseStream(p.echo, ctx()), calls))
+    evs = events(render(ResponseStream(p.echo, ctx()), calls))
     done = [d["item"] for k, d in evs if k == "response.output_item.done"]
     added = [d["item"] for k, d in evs if k == "response.output_item.added"]
     for items in (done, [a for a in added if a["type"] == "function_call"]):
@@ -354,11 +355,11 @@ def test_codex_s_tools_namespaces_are_flattened_and_hosted_ones_left_out() -> No
 def test_a_namespace_is_bounded_and_checked_as_tools_are() -> None:
     many = {"type": "namespace", "name": "n", "tools": [_fn(f"t{i}") for i in range(100)]}
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_request(_body(tools=[many, {**many, "name": "m"}]))
+        parse_request(_body(tools=[many, {**many, "name": "m"}]))
     assert ei.value.param == "tools"
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_request(_body(tools=[{"type": "namespace", "name": "n"}]))
+        parse_request(_body(tools=[{"type": "namespace", "name": "n"}]))
     assert ei.value.param == "tools[0]"
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_request(_body(tools=[{"type": "namespace", "name": "n", "tools": [_fn("a b")]}]))
+        parse_request(_body(tools=[{"type": "namespace", "name": "n", "tools": [_fn("a b")]}]))
     assert ei.value.param == "tools[0].tools[0]"

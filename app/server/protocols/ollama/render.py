@@ -1,13 +1,15 @@
 """Ollama's answers from core results: NDJSON lines of a stream (a tool call once whole, the
 reasoning in ``thinking`` or back in the content for ``think: false``, each line's tokens'
 ``logprobs`` when asked for), the one object of a ``"stream": false`` answer, and the
-load/unload and embedding answers. Pure (no aiohttp)."""
+load/unload and embedding answers, and Ollama's error shape ``{"error": "..."}``. Pure (no
+aiohttp)."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from app.core.inference.generation import Completion
@@ -16,11 +18,28 @@ from app.core.requests import Embeddings
 from app.core.types import Delta, TokenLogprob
 from app.core.util import jsonsafe
 from app.errors import HearthError
-from app.server.protocols.base import Context, Frame, StreamRenderer
+from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
 from app.server.protocols.common import token_logprobs
-from app.server.protocols.ollama import Key, error_body, now_iso
+from app.server.protocols.ollama.parse import Key
 
 log = logging.getLogger(__name__)
+
+
+def error_body(err: HearthError) -> dict[str, Any]:
+    return {"error": err.message}
+
+
+class Ollama(Protocol):
+    name = "ollama"
+
+    def error_body(self, err: HearthError) -> dict[str, Any]:
+        return error_body(err)
+
+
+def now_iso(ts: float | None = None) -> str:
+    """Ollama's ``created_at``/``modified_at``: UTC, ISO 8601, ``Z``."""
+    when = datetime.fromtimestamp(ts if ts is not None else time.time(), UTC)
+    return when.isoformat().replace("+00:00", "Z")
 
 
 def _call(i: int, call_id: str, name: str, raw: str) -> dict[str, Any]:

@@ -11,11 +11,12 @@ import pytest
 from app.core.requests import ChatRequest
 from app.core.types import Delta, ToolCallDelta, Usage
 from app.errors import GenerationTimeout, InvalidRequest
-from app.server.protocols import anthropic as wire
+from app.server.protocols.anthropic.parse import parse_request
+from app.server.protocols.anthropic.render import MessageStream, message_response
 from app.server.protocols.base import Context
 from app.server.streaming import StreamBroken
 
-from .replay import completion, deltas, events, render
+from ..replay import completion, deltas, events, render
 
 REQ = ChatRequest("m", ())
 THINK_TOOL = (
@@ -29,7 +30,7 @@ def ctx() -> Context:
 
 
 def stream(ds: list[Delta], **kw: Any) -> list[tuple[str | None, Any]]:
-    return events(render(wire.MessageStream(REQ, ctx(), 7), ds, **kw))
+    return events(render(MessageStream(REQ, ctx(), 7), ds, **kw))
 
 
 def test_thinking_text_and_a_tool_call_exact_events() -> None:
@@ -97,7 +98,7 @@ def test_thinking_text_and_a_tool_call_exact_events() -> None:
         ),
         ("message_stop", {"type": "message_stop"}),
     ]
-    whole = wire.message_response(REQ, [completion(ds)], ctx())
+    whole = message_response(REQ, [completion(ds)], ctx())
     assert whole["content"] == [
         {"type": "thinking", "thinking": "Let me think.", "signature": ""},
         {"type": "text", "text": "Sure."},
@@ -148,7 +149,7 @@ def test_split_at_every_point_gives_the_whole_answer(k: int) -> None:
         assert blocks[0]["thinking"] == "Hmm, 2+2." and blocks[1]["text"] == "It is 4."
         assert blocks[2]["name"] == "add" and blocks[2]["input"] == {"a": [2, 2]}
         assert evs[-2][1]["delta"]["stop_reason"] == "tool_use"
-        whole = wire.message_response(REQ, [completion(ds)], ctx())
+        whole = message_response(REQ, [completion(ds)], ctx())
         assert [b.get("thinking") or b.get("text") or b.get("input") for b in whole["content"]] == [
             "Hmm, 2+2.",
             "It is 4.",
@@ -192,7 +193,7 @@ def test_an_empty_answer_still_has_one_text_block_and_usage() -> None:
 def test_stop_sequence_named() -> None:
     req = ChatRequest("m", (), stop=(" end",))
     final = Delta(finish_reason="stop", stop_string=" end", usage=Usage(7, 2))
-    r = wire.message_response(req, [completion([Delta(text="a b"), final])], ctx())
+    r = message_response(req, [completion([Delta(text="a b"), final])], ctx())
     assert (r["stop_reason"], r["stop_sequence"]) == ("stop_sequence", " end")
     assert not any(b["type"] == "thinking" for b in r["content"])
 
@@ -224,7 +225,7 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "string"}}}
 )
 def test_bounds_shared_with_chat_completions(extra: dict[str, Any], param: str | None) -> None:
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_request(_body(**extra))
+        parse_request(_body(**extra))
     if param is not None:
         assert ei.value.param == param
 
@@ -237,17 +238,17 @@ def test_tool_choice_mapping() -> None:
         "none": ("none", True),
     }
     for kind, (mode, parallel) in cases.items():
-        tc = wire.parse_request(_body(tools=tools, tool_choice={"type": kind})).request.tool_choice
+        tc = parse_request(_body(tools=tools, tool_choice={"type": kind})).request.tool_choice
         assert (tc.mode, tc.parallel) == (mode, parallel)
-    tc = wire.parse_request(
+    tc = parse_request(
         _body(tools=tools, tool_choice={"type": "any", "disable_parallel_tool_use": True})
     ).request.tool_choice
     assert (tc.mode, tc.parallel) == ("required", False)
-    tc = wire.parse_request(
+    tc = parse_request(
         _body(tools=tools, tool_choice={"type": "tool", "name": "b"})
     ).request.tool_choice
     assert (tc.mode, tc.name) == ("named", "b")
-    assert wire.parse_request(_body()).request.tool_choice.mode == "none"
+    assert parse_request(_body()).request.tool_choice.mode == "none"
 
 
 def test_claude_code_s_request_shape_parses() -> None:
@@ -273,7 +274,7 @@ def test_claude_code_s_request_shape_parses() -> None:
         max_tokens=32000,
         stream=True,
     )
-    msgs = wire.parse_request(body).request.messages
+    msgs = parse_request(body).request.messages
     assert [(m.role, m.content) for m in msgs] == [
         ("system", "billing headerYou are an agent."),
         ("user", "<system-reminder>ctx"),
@@ -285,7 +286,7 @@ def test_claude_code_s_request_shape_parses() -> None:
 def test_a_system_message_in_messages_takes_text_only() -> None:
     bad = [{"role": "system", "content": [{"type": "tool_use", "name": "t", "input": {}}]}]
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_request(_body(messages=[{"role": "user", "content": "x"}, *bad]))
+        parse_request(_body(messages=[{"role": "user", "content": "x"}, *bad]))
     assert ei.value.param == "messages[1].content[0]"
     with pytest.raises(InvalidRequest, match="role user, assistant or system"):
-        wire.parse_request(_body(messages=[{"role": "tool", "content": "x"}]))
+        parse_request(_body(messages=[{"role": "tool", "content": "x"}]))

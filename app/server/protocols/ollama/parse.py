@@ -1,7 +1,7 @@
-"""Ollama's API (/api/chat, /api/generate, /api/embed, /api/embeddings): bodies -> requests,
-errors ``{"error": "..."}``. Pure (no aiohttp); the routes in ``app/server/routes/ollama.py``
-hand the bodies here and write what ``ollama_render.py`` makes of the results through the one
-streaming path. The model listings (/api/tags, /api/show, /api/ps) are in ``ollama_models.py``.
+"""Ollama's API (/api/chat, /api/generate, /api/embed, /api/embeddings), parsed: bodies ->
+requests. Pure (no aiohttp); the routes in ``app/server/routes/ollama.py`` hand the bodies here
+and write what ``render.py`` makes of the results through the one streaming path. The model
+listings (/api/tags, /api/show, /api/ps) are in ``models.py``.
 
 ``format``, ``tools`` and ``think`` map onto the core every protocol uses:
 
@@ -30,10 +30,8 @@ streaming path. The model listings (/api/tags, /api/show, /api/ps) are in ``olla
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from app.core.engine.keep_alive import parse_keep_alive
@@ -45,8 +43,7 @@ from app.core.requests import (
     EmbeddingRequest,
 )
 from app.core.types import UNSET, ChatMessage, Constraint, SamplingParams, ToolCall
-from app.errors import HearthError, InvalidRequest, UnsupportedParameter
-from app.server.protocols.base import Protocol
+from app.errors import InvalidRequest, UnsupportedParameter
 from app.server.protocols.common import (
     MAX_MESSAGES,
     MAX_TOKENS_LIMIT,
@@ -65,24 +62,6 @@ Key = Literal["message", "response"]  # where the output goes: /api/chat, /api/g
 Resolve = Callable[[str], str]  # an Ollama model name ("x:latest") -> the library id
 
 
-def error_body(err: HearthError) -> dict[str, Any]:
-    return {"error": err.message}
-
-
-class Ollama(Protocol):
-    name = "ollama"
-
-    def error_body(self, err: HearthError) -> dict[str, Any]:
-        return error_body(err)
-
-
-def now_iso(ts: float | None = None) -> str:
-    """Ollama's ``created_at``/``modified_at``: UTC, ISO 8601, ``Z``."""
-    when = datetime.fromtimestamp(ts if ts is not None else time.time(), UTC)
-    return when.isoformat().replace("+00:00", "Z")
-
-
-# -- parsing -----------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Parsed:
     """An /api/chat or /api/generate body. ``request`` None: the prompt/messages were empty,

@@ -12,16 +12,17 @@ from app.core.inference.generation import Completion
 from app.core.requests import ChatRequest, CompletionRequest
 from app.core.types import ChatMessage, Delta, TokenLogprob, ToolCallDelta, Usage
 from app.errors import GenerationTimeout, InvalidRequest
-from app.server.protocols import openai as wire
 from app.server.protocols.base import Context
-from app.server.protocols.openai_fields import StreamOptions
+from app.server.protocols.openai.fields import StreamOptions
+from app.server.protocols.openai.parse import parse_chat
+from app.server.protocols.openai.render import ChatStream, CompletionStream, chat_response
 
 CTX = Context("smol", created=1700000000, id="abc")
 REQ = ChatRequest("smol", (ChatMessage("user", "hi"),))
 FINAL = Delta(finish_reason="stop", usage=Usage(prompt_tokens=7, completion_tokens=3))
 
 
-def _chunks(renderer: wire.ChatStream, deltas: list[Delta]) -> list[object]:
+def _chunks(renderer: ChatStream, deltas: list[Delta]) -> list[object]:
     frames = list(renderer.open())
     for d in deltas:
         if d.finish_reason is None:
@@ -35,7 +36,7 @@ def _chunks(renderer: wire.ChatStream, deltas: list[Delta]) -> list[object]:
 
 
 def test_text_stream_is_role_then_content_then_finish_then_usage_then_done() -> None:
-    r = wire.ChatStream(REQ, StreamOptions(True, True), CTX)
+    r = ChatStream(REQ, StreamOptions(True, True), CTX)
     out = _chunks(r, [Delta(text="Hel"), Delta(text="lo"), FINAL])
     assert out[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert [c["choices"][0]["delta"].get("content") for c in out[1:3]] == ["Hel", "lo"]
@@ -60,7 +61,7 @@ def test_tool_call_fragments_split_anywhere_join_to_the_arguments(cut: int) -> N
         Delta(tool_calls=(ToolCallDelta(0, arguments=args[cut:]),)),
         Delta(finish_reason="tool_calls", usage=Usage(5, 9)),
     ]
-    out = _chunks(wire.ChatStream(REQ, StreamOptions(True, False), CTX), deltas)
+    out = _chunks(ChatStream(REQ, StreamOptions(True, False), CTX), deltas)
     calls = [
         tc for c in out[:-1] for ch in c["choices"] for tc in ch["delta"].get("tool_calls", [])
     ]
@@ -79,17 +80,17 @@ def test_tool_call_fragments_split_anywhere_join_to_the_arguments(cut: int) -> N
 def test_reasoning_goes_out_as_reasoning_content_and_optionally_reasoning() -> None:
     both = Context("smol", reasoning_also=True)
     out = _chunks(
-        wire.ChatStream(REQ, StreamOptions(True, False), both),
+        ChatStream(REQ, StreamOptions(True, False), both),
         [Delta(reasoning="hmm"), Delta(text="ok"), FINAL],
     )
     assert out[1]["choices"][0]["delta"] == {"reasoning_content": "hmm", "reasoning": "hmm"}
     res = Completion(text="ok", reasoning="hmm", final=FINAL)
-    msg = wire.chat_response(REQ, [res], CTX)["choices"][0]["message"]
+    msg = chat_response(REQ, [res], CTX)["choices"][0]["message"]
     assert msg["reasoning_content"] == "hmm" and "reasoning" not in msg
 
 
 def test_an_error_mid_stream_is_one_error_event_and_no_done() -> None:
-    r = wire.ChatStream(REQ, StreamOptions(True, True), CTX)
+    r = ChatStream(REQ, StreamOptions(True, True), CTX)
     frames = [*r.open(), *r.delta(0, Delta(text="par")), *r.error(GenerationTimeout("late"))]
     data = [f.data for f in frames]
     assert data[-1] == {
@@ -106,7 +107,7 @@ def test_whole_answer_with_only_tool_calls_has_null_content() -> None:
         tool_calls=[ToolCall("call_1", "f", "{}")],
         final=Delta(finish_reason="tool_calls", usage=Usage(2, 3)),
     )
-    body = wire.chat_response(REQ, [res], CTX)
+    body = chat_response(REQ, [res], CTX)
     msg = body["choices"][0]["message"]
     assert msg["content"] is None
     assert msg["tool_calls"] == [
@@ -119,7 +120,7 @@ def test_whole_answer_with_only_tool_calls_has_null_content() -> None:
 
 def test_completion_logprob_offsets_run_on_across_deltas() -> None:
     req = CompletionRequest("smol", ("x",), logprobs=0)
-    r = wire.CompletionStream(req, StreamOptions(True, False), CTX)
+    r = CompletionStream(req, StreamOptions(True, False), CTX)
     lp = lambda t: TokenLogprob(t, -0.5, tuple(t.encode()))  # noqa: E731
     a = r.delta(0, Delta(text="ab", logprobs=(lp("a"), lp("b"))))[0].data
     b = r.delta(0, Delta(text="c", logprobs=(lp("c"),)))[0].data
@@ -128,7 +129,7 @@ def test_completion_logprob_offsets_run_on_across_deltas() -> None:
 
 
 def test_parse_chat_maps_openai_names_onto_the_request() -> None:
-    p = wire.parse_chat(
+    p = parse_chat(
         {
             "model": "m",
             "messages": [
@@ -150,12 +151,12 @@ def test_parse_chat_maps_openai_names_onto_the_request() -> None:
     assert not r.tool_choice.parallel, "a named choice is exactly one call"
     assert p.stream.stream and p.stream.include_usage
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_chat(
+        parse_chat(
             {"model": "m", "messages": [{"role": "user", "content": "x"}], "stop": ["s"] * 17}
         )
     assert ei.value.param == "stop"
     with pytest.raises(InvalidRequest) as ei:
-        wire.parse_chat(
+        parse_chat(
             {
                 "model": "m",
                 "messages": [{"role": "user", "content": "x"}],

@@ -12,7 +12,7 @@ from app.core.engine.scheduler import LoadedInfo
 from app.core.gateway.providers.pool import RemoteListing
 from app.core.inference.reasoning import OPEN_TAG, is_harmony_template
 from app.core.types import ModelStatus
-from app.server.protocols.ollama import now_iso
+from app.server.protocols.ollama.render import now_iso
 
 OLLAMA_VERSION = "0.12.0"  # the API level these shapes follow
 LATEST = ":latest"
