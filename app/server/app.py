@@ -77,9 +77,9 @@ def create_app(
     app.router.add_routes(anthropic.routes)
     app.router.add_routes(responses.routes)
     app.router.add_routes(downloads.routes)
-    app.router.add_routes(manage.routes)  # keys, providers (issue 14)
-    metrics.install(app)  # /metrics, /api/v1/metrics (issue 14)
-    otel.install(app, tele, owned=telemetry is None)  # spans and metrics, when on (issue 14)
+    app.router.add_routes(manage.routes)  # keys, providers
+    metrics.install(app)  # /metrics, /api/v1/metrics
+    otel.install(app, tele, owned=telemetry is None)  # spans and metrics, when on
     app.on_startup.append(_start_providers)
     return app
 

@@ -216,7 +216,7 @@ class ServerController:
             state.starting, state.startup_error = False, error
 
     def _recorder(self) -> Recorder:
-        """The request records' store (issue 14), with the ``records`` settings as of now."""
+        """The request records' store, with the ``records`` settings as of now."""
         cfg = self.settings_store.load().records
         store = RecordStore(self.paths.requests_db, max_rows=cfg.max_rows)
         return Recorder(store, cfg.log_content, cfg.content_max_chars)

@@ -30,7 +30,7 @@ class ServerState:
     # preloads) run while ``starting``; the message of the one that failed
     starting: bool = False
     startup_error: str | None = None
-    guard: KeyGuard | None = None  # named keys and rate limits (issue 14); None: hashes only
+    guard: KeyGuard | None = None  # named keys and rate limits; None: hashes only
 
 
 SERVICE = web.AppKey("service", Hearth)

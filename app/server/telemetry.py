@@ -1,4 +1,4 @@
-"""OpenTelemetry at the server's edge (issue 14): a SERVER span per request, its children made
+"""OpenTelemetry at the server's edge: a SERVER span per request, its children made
 after the fact from the measured times, and the request metrics.
 
 The span tree of a generation (``attempt`` spans come from the gateway, app/core/gateway/telemetry.py)::

@@ -1,4 +1,4 @@
-"""HTTPS for the server: the SSLContext built from a certificate and key file (issue 11).
+"""HTTPS for the server: the SSLContext built from a certificate and key file.
 
 A missing, unreadable or mismatched pair is a ServerError naming the file and the reason, raised
 before the socket is bound, so ``hearth serve`` exits 1 with it and the GUI shows it inline.

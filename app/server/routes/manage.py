@@ -1,4 +1,4 @@
-"""The keys and providers management routes (issue 14): ``/api/v1/keys`` and
+"""The keys and providers management routes: ``/api/v1/keys`` and
 ``/api/v1/providers``, admin keys only (app/server/keyguard.py refuses the others with 403
 before the body is read).
 
