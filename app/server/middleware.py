@@ -25,7 +25,7 @@ from app.errors import (
     Unauthorized,
 )
 from app.server import records
-from app.server.body import too_large
+from app.server.edge.body import too_large
 from app.server.keyguard import KEY_NAME, Admission
 from app.server.protocols import OLLAMA, OPENAI
 from app.server.protocols.base import Protocol
@@ -212,7 +212,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         admission: Admission | None = None
         partition = ""  # the caller's response-cache partition: "" without a key
         if state.guard is not None and request.path not in PUBLIC_PATHS:
-            admission = state.guard.enter(request)  # named keys, roles, rate limits (issue 14)
+            admission = state.guard.enter(request)  # named keys, roles, rate limits
         elif state.guard is None and state.api_key_hashes and request.path not in PUBLIC_PATHS:
             auth = request.headers.get("Authorization", "")
             token = (
@@ -224,7 +224,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
                 raise Unauthorized(
                     "Invalid or missing API key. Send it as 'Authorization: Bearer <key>'."
                 )
-            request[REQUEST_LOG]["key"] = "default"  # the single key's name (issue 14)
+            request[REQUEST_LOG]["key"] = "default"  # the single key's name
             partition = cache_partition(hash_secret(token))
         if admission is not None:
             request[REQUEST_LOG]["key"] = request.get(KEY_NAME) or None
@@ -232,7 +232,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         guard = state.guard
         with (
             access.scoped(admission.caller.models if admission else None, partition),
-            response_cache.requested(request.headers.get("x-hearth-cache")),  # issue 14
+            response_cache.requested(request.headers.get("x-hearth-cache")),  # the response cache
             ratelimit.charging(guard.charger(admission) if guard and admission else None),
         ):
             cut = True  # a request cut short (client gone, our bug): what it was charged stands
