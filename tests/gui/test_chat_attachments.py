@@ -25,7 +25,7 @@ from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.views.attachments import LONG_PASTE_CHARS
 from app.gui.views.chat import ChatPage
-from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.core.fakes import FakeModel, FakeRuntime
 from tests.core.gguf_files import write_model
 from tests.gui.helpers import SLOW

@@ -1,5 +1,5 @@
-"""The GBNF measure at llama.cpp's edge (app/runtimes/gbnf.py) and the schema -> GBNF step
-(app/runtimes/llama_grammar.py): pure Python, no model loaded."""
+"""The GBNF measure at llama.cpp's edge (app/runtimes/grammar/gbnf.py) and the schema -> GBNF step
+(app/runtimes/llama/grammar.py): pure Python, no model loaded."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from app.core.inference.constraints import MAX_CHOICES, MAX_REPEAT, MAX_TOTAL_REPEAT, check_schema
 from app.core.inference.tools import Tool, tool_call_constraint
 from app.errors import InvalidRequest
-from app.runtimes.gbnf import (
+from app.runtimes.grammar.gbnf import (
     MAX_GRAMMAR_BYTES,
     MAX_GRAMMAR_DEPTH,
     MAX_GRAMMAR_ELEMENTS,
@@ -19,7 +19,7 @@ from app.runtimes.gbnf import (
     check_grammar,
     measure,
 )
-from app.runtimes.llama_grammar import grammar_for
+from app.runtimes.llama.grammar import grammar_for
 from tests.core.test_constraints import AGENT_TOOLS
 
 pytest.importorskip("llama_cpp")

@@ -17,7 +17,7 @@ import pytest
 
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidRequest
-from app.runtimes.gbnf import MAX_GRAMMAR_DEPTH, GrammarError, measure
+from app.runtimes.grammar.gbnf import MAX_GRAMMAR_DEPTH, GrammarError, measure
 
 pytestmark = pytest.mark.model
 L = pytest.importorskip("llama_cpp")
@@ -25,7 +25,7 @@ L = pytest.importorskip("llama_cpp")
 
 @pytest.fixture(scope="module")
 def vocab(smollm2_path: Path) -> Iterator[object]:
-    from app.runtimes.llama_backend import ensure_backend
+    from app.runtimes.llama.backend import ensure_backend
 
     ensure_backend()
     mp = L.llama_model_default_params()
@@ -95,7 +95,7 @@ def test_the_measure_reads_grammars_as_llama_cpp_does(vocab: object) -> None:
 
 def test_the_converter_output_for_real_schemas_compiles(vocab: object) -> None:
     from app.core.inference.tools import Tool, tool_call_constraint
-    from app.runtimes.llama_grammar import grammar_for
+    from app.runtimes.llama.grammar import grammar_for
     from tests.core.test_constraints import AGENT_TOOLS
 
     tools = [Tool(f"tool_{i}", "", s) for i, s in enumerate(AGENT_TOOLS)]
@@ -167,8 +167,8 @@ async def test_constraints_convert_off_the_worker_thread_and_the_event_loop(
     import threading
 
     from app.core.types import Constraint, GenerationRequest, SamplingParams
-    from app.runtimes.compile_pool import COMPILE_POOL
-    from app.runtimes.llama_cpp import LlamaCppRuntime
+    from app.runtimes.grammar.compile_pool import COMPILE_POOL
+    from app.runtimes.llama.runtime import LlamaCppRuntime
 
     model = LocalModel(
         id="smollm2", path=str(smollm2_path), format="gguf", size_bytes=0, owned=False

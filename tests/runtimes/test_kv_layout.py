@@ -15,7 +15,7 @@ import pytest
 from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
-from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
 from tests.service_calls import chat, complete

@@ -14,10 +14,10 @@ from app.core.library.gguf import read_header
 from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
-from app.runtimes import llama_probe
-from app.runtimes.llama_backend import L, build_info, flash_attn_type, physical_cores
-from app.runtimes.llama_cpp import LlamaCppRuntime
-from app.runtimes.llama_probe_child import GATE_ENV
+from app.runtimes.llama import probe as llama_probe
+from app.runtimes.llama.backend import L, build_info, flash_attn_type, physical_cores
+from app.runtimes.llama.probe_child import GATE_ENV
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
 from tests.service_calls import chat, complete
 
@@ -612,7 +612,7 @@ async def test_a_busy_cpu_is_said_in_the_deltas_and_the_timings(
         lm = await h.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         engine.tuner = BusyMachine(2)
-        from app.runtimes.llama_backend import L
+        from app.runtimes.llama.backend import L
 
         gen = await complete(
             h, model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=8

@@ -27,11 +27,11 @@ from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
 from app.errors import ModelLoadFailed
-from app.runtimes import llama_probe
-from app.runtimes.llama_backend import build_info
-from app.runtimes.llama_cpp import LlamaCppRuntime
-from app.runtimes.llama_probe import Prober
-from app.runtimes.llama_probe_child import GATE_ENV
+from app.runtimes.llama import probe as llama_probe
+from app.runtimes.llama.backend import build_info
+from app.runtimes.llama.probe import Prober
+from app.runtimes.llama.probe_child import GATE_ENV
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.gguf_corpus import ARR, BOOL, F32, STR, U32, serialize, tiny_llama
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -295,7 +295,7 @@ PARENT = """
 import os, sys, json, subprocess, time
 spec = json.loads(sys.argv[1])
 spec["ppid"] = os.getpid()
-subprocess.Popen([sys.executable, "-m", "app.runtimes.llama_probe_child", json.dumps(spec)],
+subprocess.Popen([sys.executable, "-m", "app.runtimes.llama.probe_child", json.dumps(spec)],
                  stdin=subprocess.PIPE)
 time.sleep(600)
 """

@@ -2,7 +2,7 @@
 
 glibc raises its mmap threshold to the size of each large block freed (up to 32 MiB); after
 that, blocks below it come from the heap and stay there when freed. Hearth fixes the threshold
-at backend init (app/runtimes/llama_backend._fix_mmap_threshold). Each case runs in a child
+at backend init (app/runtimes/llama/backend._fix_mmap_threshold). Each case runs in a child
 process, so the allocator starts fresh and nothing else in the test process moves its RSS."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
 if sys.argv[1] == "hearth":
-    from app.runtimes.llama_backend import ensure_backend
+    from app.runtimes.llama.backend import ensure_backend
     ensure_backend()
 def rss_mib():
     for line in open("/proc/self/status"):

@@ -17,7 +17,7 @@ import pytest
 from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
-from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
 from tests.service_calls import chat, complete
 
@@ -218,7 +218,7 @@ async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
     """llama.cpp calls the abort callback once per graph node, a Python call each: a short
     prompt decodes without it (it doubled such a decode); a long one keeps it, so a cancel
     still stops it mid-prompt (test_llama_cpp.py's abort test)."""
-    from app.runtimes import llama_engine
+    from app.runtimes.llama import engine as llama_engine
 
     h = hearth(tmp_path)
     model, _ = h.import_model(smollm2_path)

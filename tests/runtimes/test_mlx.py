@@ -135,7 +135,7 @@ async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
     from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import LoadOptions, SamplingParams
-    from app.runtimes.mlx import MlxRuntime
+    from app.runtimes.mlx.runtime import MlxRuntime
 
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     m, _ = lib.import_path(tiny_mlx)
@@ -390,7 +390,7 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
     from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import ChatMessage, LoadOptions, SamplingParams
-    from app.runtimes.mlx import PREFILL_STEP, MlxRuntime
+    from app.runtimes.mlx.runtime import PREFILL_STEP, MlxRuntime
 
     sampling = SamplingParams(temperature=0, repeat_penalty=1.3)
     results = {}
@@ -449,7 +449,7 @@ async def test_mlx_takes_the_default_parallel_and_decodes_one_at_a_time(
     from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import LoadOptions, SamplingParams
-    from app.runtimes.mlx import MlxRuntime
+    from app.runtimes.mlx.runtime import MlxRuntime
 
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     m, _ = lib.import_path(tiny_mlx)
@@ -471,7 +471,7 @@ def test_the_grammar_warm_up_ends_before_close_returns(tmp_path: Path, tiny_mlx:
     closing the model waits for it."""
     from app.core.library.index import ModelLibrary
     from app.core.types import LoadOptions
-    from app.runtimes.mlx import MlxRuntime
+    from app.runtimes.mlx.runtime import MlxRuntime
 
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     m, _ = lib.import_path(tiny_mlx)

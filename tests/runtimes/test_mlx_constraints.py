@@ -167,7 +167,7 @@ async def test_mlx_compiles_constraints_off_its_worker(tmp_path: Path) -> None:
 
     from app.core.types import LoadOptions, LocalModel
     from app.errors import InvalidRequest
-    from app.runtimes.mlx import MlxRuntime
+    from app.runtimes.mlx.runtime import MlxRuntime
     from tests.mlx_model import build_tiny_mlx_model
 
     folder = build_tiny_mlx_model(tmp_path / "m")

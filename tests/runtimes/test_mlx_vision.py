@@ -21,7 +21,7 @@ from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.errors import ContextLengthExceeded, UnsupportedParameter
-from app.runtimes.mlx import MlxModel, MlxRuntime
+from app.runtimes.mlx.runtime import MlxModel, MlxRuntime
 from tests.conftest import Served, serving, transcript
 from tests.service_calls import chat
 

@@ -19,8 +19,8 @@ from app.core.library.gguf import read_header
 from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
-from app.runtimes.llama_backend import L
-from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.llama.backend import L
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.test_mixed_batch import gate_first_step

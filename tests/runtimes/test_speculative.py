@@ -17,8 +17,8 @@ from app.core.inference.images import image_tokens
 from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
-from app.runtimes.llama_cpp import LlamaCppRuntime
-from app.runtimes.llama_spec import DRAFT_FIRST, PAUSE, Drafts
+from app.runtimes.llama.runtime import LlamaCppRuntime
+from app.runtimes.llama.speculative import DRAFT_FIRST, PAUSE, Drafts
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.test_mixed_batch import Recorder
 from tests.service_calls import chat

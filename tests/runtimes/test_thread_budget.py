@@ -13,8 +13,8 @@ import pytest
 from app.core.library.index import ModelLibrary
 from app.core.service import Hearth
 from app.core.types import LoadOptions
-from app.runtimes import llama_backend as B
-from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.llama import backend as B
+from app.runtimes.llama.runtime import LlamaCppRuntime
 
 needs_openmp = pytest.mark.skipif(
     not B.openmp_build(), reason="llama.cpp here is built without OpenMP: no shared budget"

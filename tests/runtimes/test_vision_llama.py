@@ -17,8 +17,8 @@ from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.errors import ContextLengthExceeded, ModelLoadFailed
-from app.runtimes.llama_cpp import LlamaCppModel, LlamaCppRuntime
-from app.runtimes.llama_vision import image_tokens
+from app.runtimes.llama.runtime import LlamaCppModel, LlamaCppRuntime
+from app.runtimes.llama.vision import image_tokens
 from tests.conftest import REUSE_LOGPROB_TOLERANCE, assert_greedy_close, transcript
 from tests.service_calls import chat
 from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector

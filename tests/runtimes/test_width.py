@@ -1,6 +1,6 @@
 """How many requests the default load decodes at once: up to ``parallel`` (8) while their cells
 are few, 4 once every token attending the others' cells would cost more than the wider step
-saves (app/runtimes/llama_admission.py). The first decode step waits at a gate until every
+saves (app/runtimes/llama/admission.py). The first decode step waits at a gate until every
 request is queued, so what joins does not depend on the machine's speed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.core.service import Hearth
-from app.runtimes.llama_admission import BASE_WIDTH, goes_wide, small_joins, wide_cells
+from app.runtimes.llama.admission import BASE_WIDTH, goes_wide, small_joins, wide_cells
 from tests.runtimes.test_mixed_batch import gate_first_step, hearth, one
 
 WORDS = "river stone light quiet market garden winter letter window harbor village bridge".split()

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.core.types import SamplingParams, TokenLogprob
-from app.runtimes.llama_backend import L
+from app.runtimes.llama.backend import L
 
 PENALTY_LAST_N = 64
 

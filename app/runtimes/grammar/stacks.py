@@ -1,9 +1,9 @@
 """How many grammar stacks llama.cpp can keep alive at once for a parsed GBNF grammar, with
-the chain of leading references (the rest of :func:`app.runtimes.gbnf.measure`)."""
+the chain of leading references (the rest of :func:`app.runtimes.grammar.gbnf.measure`)."""
 
 from __future__ import annotations
 
-from app.runtimes.gbnf_parse import (
+from app.runtimes.grammar.parse import (
     EPS,
     MAX_GRAMMAR_DEPTH,
     MAX_GRAMMAR_FANOUT,

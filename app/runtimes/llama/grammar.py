@@ -1,6 +1,6 @@
 """llama.cpp grammars for output constraints: a JSON schema (or a forced tool call) becomes GBNF
 through llama-cpp-python's converter, and the result is measured by
-:func:`app.runtimes.gbnf.check_grammar` before llama.cpp ever parses it."""
+:func:`app.runtimes.grammar.gbnf.check_grammar` before llama.cpp ever parses it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from app.core.types import Constraint
 from app.errors import InvalidRequest
-from app.runtimes.gbnf import check_grammar
-from app.runtimes.guidance import MAX_PARALLEL_CALLS
+from app.runtimes.grammar.gbnf import check_grammar
+from app.runtimes.grammar.guidance import MAX_PARALLEL_CALLS
 
 _CONVERTER_ERRORS = (
     ValueError,
@@ -24,7 +24,7 @@ _CONVERTER_ERRORS = (
 
 def grammar_for(constraint: Constraint | None) -> str | None:
     """GBNF for a response_format constraint (llama-cpp-python's JSON-schema converter), bounded
-    by :func:`app.runtimes.gbnf.check_grammar` before llama.cpp ever parses it. Pure Python work
+    by :func:`app.runtimes.grammar.gbnf.check_grammar` before llama.cpp ever parses it. Pure Python work
     that can take a while on a large schema: call it off the event loop.
 
     Raises:

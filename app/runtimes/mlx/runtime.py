@@ -23,9 +23,9 @@ from app.core.types import (
     TokenLogprob,
 )
 from app.errors import InvalidModel, ModelLoadFailed, RuntimeUnavailable, UnsupportedParameter
-from app.runtimes.compile_pool import COMPILE_POOL
-from app.runtimes.guidance import Guide
-from app.runtimes.mlx_vision import VisionModel, is_vision_config, vlm_available
+from app.runtimes.grammar.compile_pool import COMPILE_POOL
+from app.runtimes.grammar.guidance import Guide
+from app.runtimes.mlx.vision import VisionModel, is_vision_config, vlm_available
 from app.runtimes.worker import DeltaStream, Sequence, Worker, common_prefix
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class MlxEngine:
                 f"'{model.id}' needs custom code (trust_remote_code); Hearth never runs it"
             )
         # an mlx-vlm folder (a vision tower in its config) loads through mlx-vlm when it is
-        # here; its language model is then driven like any other (app/runtimes/mlx_vision.py)
+        # here; its language model is then driven like any other (app/runtimes/mlx/vision.py)
         self.vision: VisionModel | None = None
         self.model: Any = None
         raw_text = cfg.get("text_config")
@@ -303,7 +303,7 @@ class MlxEngine:
         if seq.error is not None or seq.finish_reason == "error" or not self.prompt_cache:
             self._cache = None  # a failed step may have left the layers' caches uneven
         if self.vision is not None and self.vision.language.positional:
-            self._cache = None  # M-RoPE positions: never continued from (mlx_vision.py)
+            self._cache = None  # M-RoPE positions: never continued from (vision.py)
             self.vision.language.extra = {}
 
     def shutdown(self) -> None:

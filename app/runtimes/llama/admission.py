@@ -39,7 +39,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.types import GenerationRequest
-from app.runtimes.llama_backend import L
+from app.runtimes.llama.backend import L
 from app.runtimes.worker import Sequence
 
 # the answer tokens a sequence is counted for when the shared cache's room is weighed (more come

@@ -3,7 +3,7 @@
 llama.cpp aborts the whole process (GGML_ASSERT, an uncaught exception) on some malformed
 files that pass every header check, and, on some CPUs (seen: Xeons with AMX), on the first
 decode with its extra buffer types. Neither may take Hearth down, so an unknown file is first
-loaded and given a first request in a child (``app.runtimes.llama_probe_child``). The verdict
+loaded and given a first request in a child (``app.runtimes.llama.probe_child``). The verdict
 is remembered in ``cache/runtime-probe.json`` under a cheap key of the file (size, mtime, a hash
 of its header and a few sampled blocks, the llama.cpp build, the CPU, the load options that
 change llama.cpp's code path), so a known file pays a lookup, not a child.
@@ -345,7 +345,7 @@ class Prober:
             "options": dataclasses.asdict(opts),
             "ppid": os.getpid(),
         }
-        cmd = [sys.executable, "-m", "app.runtimes.llama_probe_child", json.dumps(spec)]
+        cmd = [sys.executable, "-m", "app.runtimes.llama.probe_child", json.dumps(spec)]
         env = {**os.environ, "GGML_NO_BACKTRACE": "1"}
         limit = timeout_for(size)
         t0 = time.perf_counter()

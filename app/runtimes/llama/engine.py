@@ -15,8 +15,8 @@ from typing import Any
 from app.core.library.fit import KV_BYTES, cache_slots, separate_caches
 from app.core.types import GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
-from app.runtimes.llama_admission import Admission, wide_cells
-from app.runtimes.llama_backend import (
+from app.runtimes.llama.admission import Admission, wide_cells
+from app.runtimes.llama.backend import (
     L,
     claim_threads,
     ensure_backend,
@@ -24,11 +24,11 @@ from app.runtimes.llama_backend import (
     release_free_memory,
     release_threads,
 )
-from app.runtimes.llama_pooled import PooledOutputs
-from app.runtimes.llama_sampling import Sampling
-from app.runtimes.llama_slots import Slots, copy_costs, stream_copy_min
-from app.runtimes.llama_spec import Speculation
-from app.runtimes.llama_vision import ImageBatch, open_images, projector_path
+from app.runtimes.llama.pooled import PooledOutputs
+from app.runtimes.llama.sampling import Sampling
+from app.runtimes.llama.slots import Slots, copy_costs, stream_copy_min
+from app.runtimes.llama.speculative import Speculation
+from app.runtimes.llama.vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
 from app.runtimes.worker import NativeLifetime, Sequence
 
@@ -140,7 +140,7 @@ class LlamaEngine(Admission, PooledOutputs, Sampling, Speculation):
         # them (llama-server reads new prompts in one batch); the exact cache reads each as a
         # fresh run would instead
         self.prompts_together = self.cache_mode != "exact"
-        # a sequence decoding alone drafts by prompt lookup (llama_spec.py)
+        # a sequence decoding alone drafts by prompt lookup (speculative.py)
         self.speculative = options.speculative == "ngram" and not self.is_embedding
         self.slots = Slots(
             self.mem,
@@ -344,7 +344,7 @@ class LlamaEngine(Admission, PooledOutputs, Sampling, Speculation):
         self, seq: Sequence, tokens: list[int], start: int, slot: int
     ) -> tuple[list[int], Any]:
         """The next prompt piece from ``start`` in a filled batch: text tokens up to an image
-        (or n_batch), or an image's positions as embeddings (app/runtimes/llama_vision.py)."""
+        (or n_batch), or an image's positions as embeddings (app/runtimes/llama/vision.py)."""
         st: _SeqState = seq.engine_state  # type: ignore[assignment]
         if self.vision is not None and tokens[start] < 0:
             n = self.vision.fill(tokens, seq.request.images, start, slot)
@@ -587,6 +587,6 @@ class _SeqState:
         self.ready = False
         self.parked = False  # its cells were freed for others; it reads its tokens again
         self.last_rows = 0  # rows in the last prompt batch (its last one's logits are sampled)
-        self.drafts: Any = None  # its n-gram index, once it decodes alone (llama_spec.Drafts)
+        self.drafts: Any = None  # its n-gram index, once it decodes alone (speculative.Drafts)
         # holds back an incomplete UTF-8 character until its last byte arrives
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -1,5 +1,5 @@
 """GBNF, parsed the way llama.cpp parses it (iteratively: no recursion here), with the bounds
-and range helpers that :mod:`app.runtimes.gbnf` and :mod:`app.runtimes.gbnf_stacks` share."""
+and range helpers that :mod:`app.runtimes.grammar.gbnf` and :mod:`app.runtimes.grammar.stacks` share."""
 
 from __future__ import annotations
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.library.fit import STASH_CAP
-from app.runtimes.llama_backend import L
+from app.runtimes.llama.backend import L
 from app.runtimes.worker import common_prefix
 
 # a host copy holding this many tokens more than a prompt shares with it (another answer to the

@@ -3,7 +3,7 @@ image positions, and the embedding batches that put an image into a sequence.
 
 An image takes a run of positions in the prompt. In ``prompt_tokens`` those are negative
 pseudo-token ids derived from the image's digest (never a real token: real ids are >= 0), so the
-prompt cache (llama_slots.py compares token lists) reuses an image's cells only for the same
+prompt cache (slots.py compares token lists) reuses an image's cells only for the same
 image at the same place, and a different image differs at its first position.
 """
 
@@ -19,7 +19,7 @@ from app.core.inference.images import ImageInput, image_tokens
 from app.core.library.projector import projector_problem
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
-from app.runtimes.llama_backend import L
+from app.runtimes.llama.backend import L
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ too, so llama.cpp never prints it.
 from __future__ import annotations
 
 from app.errors import InvalidRequest
-from app.runtimes.gbnf_parse import (
+from app.runtimes.grammar.parse import (
     MAX_GRAMMAR_BYTES,
     MAX_GRAMMAR_DEPTH,
     MAX_GRAMMAR_ELEMENTS,
@@ -29,7 +29,7 @@ from app.runtimes.gbnf_parse import (
     GrammarShape,
     parse,
 )
-from app.runtimes.gbnf_stacks import Analysis
+from app.runtimes.grammar.stacks import Analysis
 
 __all__ = [
     "MAX_GRAMMAR_BYTES",

@@ -1,6 +1,6 @@
 """The probe child: load a GGUF file with llama.cpp and serve it one first request, then exit.
 
-Started by ``app.runtimes.llama_probe`` as ``python -m app.runtimes.llama_probe_child SPEC``
+Started by ``app.runtimes.llama.probe`` as ``python -m app.runtimes.llama.probe_child SPEC``
 (SPEC is JSON). It builds the same engine Hearth builds in process (``LlamaEngine`` and
 ``LlamaCppModel`` with the caller's load options and a small context) and does what a first
 request does: the special tokens' pieces, tokenizing a chat prompt with special tokens, prompt
@@ -137,8 +137,8 @@ def run(spec: dict[str, Any]) -> None:
     """Load and exercise ``spec['path']``; reports each stage and the result on stdout."""
     from app.core.types import LoadOptions, LocalModel
     from app.errors import HearthError
-    from app.runtimes.llama_cpp import LlamaCppModel
-    from app.runtimes.llama_engine import LlamaEngine
+    from app.runtimes.llama.engine import LlamaEngine
+    from app.runtimes.llama.runtime import LlamaCppModel
 
     native = _NativeErrors()
     logging.getLogger("llama_cpp.native").addHandler(native)

@@ -1,9 +1,9 @@
-"""What this llama.cpp build can do here, from llama.cpp itself (``hearth doctor``, issue #13).
+"""What this llama.cpp build can do here, from llama.cpp itself for ``hearth doctor``.
 
 The backends and devices come from ggml's backend registry (``ggml_backend_dev_*``, through
 ctypes on the libggml that llama-cpp-python ships: its Python bindings do not wrap them), the
 CPU features from ``llama_print_system_info``, and the AMX verdict from the probe children's
-record (``app.runtimes.llama_probe``).
+record (``app.runtimes.llama.probe``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from app.runtimes.llama_backend import L, build_info, ensure_backend
+from app.runtimes.llama.backend import L, build_info, ensure_backend
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def amx_report(probe_file: Path | None) -> dict[str, Any]:
     "not-probed" (no model was loaded on this CPU and build yet).
     """
     from app.core.util.fsutil import read_json
-    from app.runtimes.llama_probe import ENV_OVERRIDE, probe_key
+    from app.runtimes.llama.probe import ENV_OVERRIDE, probe_key
 
     forced = os.environ.get(ENV_OVERRIDE)
     seen: dict[str, bool] = {}

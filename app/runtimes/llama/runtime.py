@@ -17,11 +17,11 @@ from typing import Any
 from app.core.inference.images import ImageInput
 from app.core.types import Constraint, GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelUnloaded, RuntimeUnavailable, UnsupportedParameter
-from app.runtimes.compile_pool import COMPILE_POOL
-from app.runtimes.llama_backend import L, build_info
-from app.runtimes.llama_engine import LlamaEngine
-from app.runtimes.llama_grammar import grammar_for
-from app.runtimes.llama_vision import check_projector, projector_path
+from app.runtimes.grammar.compile_pool import COMPILE_POOL
+from app.runtimes.llama.backend import L, build_info
+from app.runtimes.llama.engine import LlamaEngine
+from app.runtimes.llama.grammar import grammar_for
+from app.runtimes.llama.vision import check_projector, projector_path
 from app.runtimes.worker import DeltaStream, Worker
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ class LlamaCppModel:
 
     async def check_constraint(self, constraint: Constraint) -> None:
         """Convert the constraint into a grammar, check and compile it on a compile thread
-        (app/runtimes/compile_pool.py): never on this model's worker, whose streams would stall
+        (app/runtimes/grammar/compile_pool.py): never on this model's worker, whose streams would stall
         meanwhile, nor on the event loop. A bad one is a 400 before any output."""
         if constraint in self._grammars:
             self._grammars.move_to_end(constraint)
@@ -174,7 +174,7 @@ class LlamaCppRuntime:
     formats = ("gguf",)
 
     def __init__(self, *, probe_file: Path | None = None, queue_size: int = 16) -> None:
-        from app.runtimes.llama_probe import Prober
+        from app.runtimes.llama.probe import Prober
 
         self.probe_file = probe_file
         self.queue_size = queue_size
@@ -190,7 +190,7 @@ class LlamaCppRuntime:
 
     def system_report(self) -> dict[str, Any]:
         """llama.cpp's build, backends and devices, and the AMX probe's verdict (the doctor)."""
-        from app.runtimes.llama_system import amx_report, llama_report
+        from app.runtimes.llama.system import amx_report, llama_report
 
         return {"llama_cpp": llama_report(), "amx_probe": amx_report(self.probe_file)}
 

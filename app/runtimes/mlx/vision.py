@@ -4,7 +4,7 @@ embeddings that put them into mlx-lm's decode loop.
 A model folder whose config.json has a ``vision_config`` loads through ``mlx_vlm.utils.load``
 (mlx-vlm is optional: without it such a folder loads as a text model through mlx-lm, when mlx-lm
 knows its architecture). The text half is driven exactly like a text model (``MlxEngine`` in
-mlx.py: the same worker, sampler, grammar, cancellation and prompt cache): the vision tower and
+runtime.py: the same worker, sampler, grammar, cancellation and prompt cache): the vision tower and
 projector run once per request with images, and their merged embeddings are fed to mlx-lm's
 ``generate_step`` as ``input_embeddings``.
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.errors import InvalidRequest
-from app.runtimes.llama_backend import L
+from app.runtimes.llama.backend import L
 
 
 class PooledOutputs:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import array
 from typing import TYPE_CHECKING, Any
 
-from app.runtimes.llama_backend import L
+from app.runtimes.llama.backend import L
 
 if TYPE_CHECKING:
     from app.runtimes.worker import Sequence
