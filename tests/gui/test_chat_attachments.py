@@ -5,7 +5,7 @@ answer names them; with no embedding model the message is not sent and says the 
 
 The chat model is the scripted engine over the real worker (one token per character, so the
 test reads the exact prompt it got); the embedder is the real llama.cpp runtime on MiniLM.
-Retrieval on SmolLM2 itself is tests/runtimes/test_retrieval_real.py."""
+Retrieval on SmolLM2 itself is tests/runtimes/llama/test_retrieval_real.py."""
 
 from __future__ import annotations
 

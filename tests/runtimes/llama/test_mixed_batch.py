@@ -217,7 +217,7 @@ async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
 ) -> None:
     """llama.cpp calls the abort callback once per graph node, a Python call each: a short
     prompt decodes without it (it doubled such a decode); a long one keeps it, so a cancel
-    still stops it mid-prompt (test_llama_cpp.py's abort test)."""
+    still stops it mid-prompt (test_runtime.py's abort test)."""
     from app.runtimes.llama import engine as llama_engine
 
     h = hearth(tmp_path)

@@ -28,7 +28,7 @@ from app.runtimes.remote.kinds import (
     stream_error,
 )
 
-ENGINES = Path(__file__).parent.parent / "fixtures" / "engines"
+ENGINES = Path(__file__).resolve().parents[2] / "fixtures" / "engines"
 CHAT = ("completion", "chat")
 EMBED = ("embeddings", "rerank")
 

@@ -12,7 +12,7 @@ import pytest
 
 from app.core.service import Hearth
 from app.runtimes.llama.admission import BASE_WIDTH, goes_wide, small_joins, wide_cells
-from tests.runtimes.test_mixed_batch import gate_first_step, hearth, one
+from tests.runtimes.llama.test_mixed_batch import gate_first_step, hearth, one
 
 WORDS = "river stone light quiet market garden winter letter window harbor village bridge".split()
 

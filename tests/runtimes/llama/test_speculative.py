@@ -20,7 +20,7 @@ from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.llama.speculative import DRAFT_FIRST, PAUSE, Drafts
 from tests.conftest import assert_greedy_close, transcript
-from tests.runtimes.test_mixed_batch import Recorder
+from tests.runtimes.llama.test_mixed_batch import Recorder
 from tests.service_calls import chat
 
 DOC = (
