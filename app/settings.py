@@ -88,7 +88,7 @@ class LoadDefaults:
     threads: int = 0  # 0 = auto: the physical cores, fewer while other programs keep them busy
     batch_size: int = 512
     # the most requests one GGUF model decodes together; they share one cache of context_length
-    # tokens, and beyond 4 join only while that is faster (app/runtimes/llama_admission.py);
+    # tokens, and beyond 4 join only while that is faster (app/runtimes/llama/admission.py);
     # with prompt_cache.mode "exact" or kv_layout "per-sequence", each gets its own cache
     parallel: int = 8
     jit_ttl_s: int = 900  # an on-demand load unloads after this long idle; 0 = at once when idle

@@ -1,7 +1,7 @@
 """The frozen app's entry point: ``hearth`` is ``app.cli:main``, as the console script is.
 
 A frozen executable has no interpreter to run ``python -m MODULE``, yet Hearth starts its
-llama.cpp check child as ``[sys.executable, "-m", "app.runtimes.llama_probe_child", SPEC]``;
+llama.cpp check child as ``[sys.executable, "-m", "app.runtimes.llama.probe_child", SPEC]``;
 in the bundle ``sys.executable`` is this program, so ``hearth -m app.X ARGS`` runs that module
 the way the interpreter would. Only Hearth's own modules are runnable this way.
 """

@@ -751,7 +751,7 @@ async def _run_all(folder: Any, home: Any, report: Any) -> None:
     from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import LoadOptions
-    from app.runtimes.llama_cpp import LlamaCppRuntime
+    from app.runtimes.llama.runtime import LlamaCppRuntime
 
     home = Path(home)
     lib = ModelLibrary(home / "library.json", home / "models")

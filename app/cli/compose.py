@@ -87,8 +87,8 @@ def response_cache(paths: AppPaths, store: SettingsStore, service: Hearth) -> An
 
 def build_runtimes(paths: AppPaths, settings: Settings) -> dict[str, Any]:
     """The in-process runtimes, by model format."""
-    from app.runtimes.llama_cpp import LlamaCppRuntime
-    from app.runtimes.mlx import MlxRuntime
+    from app.runtimes.llama.runtime import LlamaCppRuntime
+    from app.runtimes.mlx.runtime import MlxRuntime
 
     return {
         "gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size),

@@ -173,7 +173,7 @@ class GenerationRequest:
     constraint: Constraint | None = None
     prepare_ms: float = 0.0  # spent rendering and tokenizing it (reported in its timings)
     # the prompt's images in order; each takes a run of negative pseudo-token ids (derived from
-    # its digest) in prompt_tokens, where its embeddings go (app/runtimes/llama_vision.py)
+    # its digest) in prompt_tokens, where its embeddings go (app/runtimes/llama/vision.py)
     images: tuple[ImageInput, ...] = ()
 
 

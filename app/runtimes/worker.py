@@ -30,7 +30,7 @@ T = TypeVar("T")
 # The stack of the threads that own a model, where grammars are compiled and run. llama.cpp's
 # grammar code recurses once per nesting level (about 450 bytes a level, measured), and the
 # default differs by platform (8 MiB on Linux, 512 KiB for native threads on macOS); a known size
-# keeps the depth bounds of app/runtimes/gbnf.py far from an overflow everywhere.
+# keeps the depth bounds of app/runtimes/grammar/gbnf.py far from an overflow everywhere.
 THREAD_STACK_BYTES = 16 * 1024 * 1024
 # how long the worker waits, at most, for the event loop to send a first token before it decodes
 # on (its threads would take the CPU the loop needs)

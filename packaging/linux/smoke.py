@@ -11,7 +11,7 @@ would, so nothing of the build's interpreter is on the path:
   from Xvfb's framebuffer file (``-fbdir``, XWD), is saved as a PNG and must hold a drawn area
   of at least 400x300 pixels with more than a few colours, and the process must still be up.
 - serve: ``hearth serve --model MODEL --port 0`` imports and loads the model (through the
-  llama.cpp check child, which runs as ``hearth -m app.runtimes.llama_probe_child``), and a
+  llama.cpp check child, which runs as ``hearth -m app.runtimes.llama.probe_child``), and a
   chat completion on the printed URL answers with tokens.
 
 ``--offline`` runs everything in a new network namespace with only loopback (``unshare -rn``),

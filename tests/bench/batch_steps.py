@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from app.core.library.index import ModelLibrary  # noqa: E402
 from app.core.service import Hearth  # noqa: E402
 from app.core.types import ChatMessage, LoadOptions, SamplingParams  # noqa: E402
-from app.runtimes.llama_cpp import LlamaCppRuntime  # noqa: E402
+from app.runtimes.llama.runtime import LlamaCppRuntime  # noqa: E402
 from tests.bench.vs_llama_server import TOPICS, default_model  # noqa: E402
 from tests.service_calls import chat  # noqa: E402
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.runtimes.llama_backend import physical_cores  # noqa: E402
+from app.runtimes.llama.backend import physical_cores  # noqa: E402
 from tests.e2e.serveproc import start_serve  # noqa: E402
 
 PROMPT = "Here is a long story about a lighthouse keeper and the sea. Once upon a time"

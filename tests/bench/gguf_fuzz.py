@@ -80,7 +80,7 @@ def timing(smollm2: Path, reps: int) -> None:
     from app.core.library.index import ModelLibrary
     from app.core.service import Hearth
     from app.core.types import LoadOptions
-    from app.runtimes.llama_cpp import LlamaCppRuntime
+    from app.runtimes.llama.runtime import LlamaCppRuntime
 
     async def load_once(home: Path) -> float:
         lib = ModelLibrary(home / "library.json", home / "models")

@@ -37,7 +37,7 @@ def default_model() -> Path:
 
 def threads() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from app.runtimes.llama_backend import physical_cores
+    from app.runtimes.llama.backend import physical_cores
 
     return physical_cores()
 
@@ -66,8 +66,8 @@ def extra_bufts_ok(model: Path) -> bool:
     """Ask Hearth's probe (in a scratch home) whether llama.cpp's default buffers are safe here."""
     from app.core.library.gguf import read_header
     from app.core.types import LoadOptions
-    from app.runtimes.llama_backend import build_info
-    from app.runtimes.llama_probe import Prober
+    from app.runtimes.llama.backend import build_info
+    from app.runtimes.llama.probe import Prober
 
     header = read_header(model)
     return Prober(None).check(

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.runtimes.llama_backend import physical_cores  # noqa: E402
+from app.runtimes.llama.backend import physical_cores  # noqa: E402
 from tests.e2e.engines import (  # noqa: E402
     LLAMA_SERVER_HOWTO,
     free_port,

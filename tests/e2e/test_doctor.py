@@ -16,9 +16,9 @@ import app
 from app.core.desktop.doctor import build_report, runtime_ok
 from app.core.library.hardware import HardwareGpu, detect_gpus
 from app.core.util.fsutil import atomic_write_json
-from app.runtimes.llama_backend import build_info
-from app.runtimes.llama_probe import ENV_OVERRIDE, probe_key
-from app.runtimes.llama_system import amx_report
+from app.runtimes.llama.backend import build_info
+from app.runtimes.llama.probe import ENV_OVERRIDE, probe_key
+from app.runtimes.llama.system import amx_report
 
 KEYS = {
     "version",

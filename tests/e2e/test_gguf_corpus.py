@@ -38,7 +38,7 @@ def _leftover_children(marker: str) -> list[int]:
             state = (p / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if b"llama_probe_child" in cmd and marker.encode() in cmd and state not in "ZX":
+        if b"llama.probe_child" in cmd and marker.encode() in cmd and state not in "ZX":
             pids.append(int(p.name))
     return pids
 

@@ -29,7 +29,7 @@ from app.core.workspace.mcp.toolloop import (
     PendingCall,
     run_tool_loop,
 )
-from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.mcp_fixtures import stdio_entry, write_config
 
 

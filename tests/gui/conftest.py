@@ -28,8 +28,8 @@ from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
 from app.paths import AppPaths
-from app.runtimes.llama_cpp import LlamaCppRuntime
-from app.runtimes.mlx import MlxRuntime
+from app.runtimes.llama.runtime import LlamaCppRuntime
+from app.runtimes.mlx.runtime import MlxRuntime
 from app.server.runner import ServerController
 from app.settings import SettingsStore, TokenStore
 from tests.fakehub import FakeHub, gguf_bytes, mlx_files

@@ -110,7 +110,7 @@ def test_window_appears_under_xvfb(bundle: Path, smollm2_path: Path, tmp_path: P
 def test_serve_answers_a_chat_completion(bundle: Path, smollm2_path: Path, tmp_path: Path) -> None:
     result = smoke(bundle, smollm2_path, tmp_path, "serve")
     assert str(result["answer"]).strip()
-    # the load ran llama.cpp's check child as `hearth -m app.runtimes.llama_probe_child` and
+    # the load ran llama.cpp's check child as `hearth -m app.runtimes.llama.probe_child` and
     # the child passed the file (a child that cannot start leaves a crash verdict, or none)
     verdict = result["probe_verdict"]
     assert isinstance(verdict, dict) and verdict["ok"] is True

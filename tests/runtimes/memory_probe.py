@@ -31,13 +31,13 @@ async def main(
 
     runtimes: dict = {}
     if fmt == "gguf":
-        from app.runtimes.llama_backend import build_info
-        from app.runtimes.llama_cpp import LlamaCppRuntime
+        from app.runtimes.llama.backend import build_info
+        from app.runtimes.llama.runtime import LlamaCppRuntime
 
         build_info()  # initialize the backend before the baseline
         runtimes["gguf"] = LlamaCppRuntime(probe_file=Path(home) / "probe.json")
     else:
-        from app.runtimes.mlx import MlxRuntime, _import_mlx
+        from app.runtimes.mlx.runtime import MlxRuntime, _import_mlx
 
         _import_mlx()
         runtimes["mlx"] = MlxRuntime()

@@ -5,7 +5,7 @@ llama-cpp-python's converter writes ``maxLength: 32000`` as a 32,000-deep nest o
 groups, which overflowed llama.cpp's recursive grammar parser (SIGSEGV), and ``minItems:
 20000000`` as twenty million copies of the item rule (1.9 GB). Every protocol's parser calls
 :func:`check_schemas` before anything expands, so each bound is written once, here; the runtimes
-bound the final grammar again (``app/runtimes/gbnf.py`` for llama.cpp).
+bound the final grammar again (``app/runtimes/grammar/gbnf.py`` for llama.cpp).
 
 The conversion itself grows faster than the schema: llama-cpp-python's converter writes an
 object's optional properties as one alternative per starting property, each a chain of rules

@@ -113,7 +113,7 @@ async def prepare_chat(
 
     # a template is a model's code: it compiles and renders off the event loop, bounded
     template, prompt, text_tokens = await asyncio.to_thread(render)
-    if text_tokens is None:  # the runtime places them (llama.cpp: libmtmd; llama_vision.py)
+    if text_tokens is None:  # the runtime places them (llama.cpp: libmtmd; llama/vision.py)
         tokens = await tokenize_images(lm, prompt, images)
     else:
         tokens = text_tokens

@@ -29,7 +29,7 @@ LLAMA_OVERHEAD = 12 * 1024 * 1024  # context structs, graph metadata, thread poo
 MLX_OVERHEAD = 21 * 1024 * 1024  # MLX's allocator and kernel caches on first use
 RUNTIME_OVERHEAD = LLAMA_OVERHEAD
 # the most host memory one model's idle conversation caches take (a shared "reuse" cache moves
-# them there, up to its own size: llama_slots.py)
+# them there, up to its own size: app/runtimes/llama/slots.py)
 STASH_CAP = 1 << 30
 
 Fit = Literal["fits-gpu", "fits-ram", "too-large"]

@@ -5,7 +5,7 @@ GGML_ABORT or an uncaught C++ exception, and those end the whole process. The ch
 the llama.cpp that llama-cpp-python 0.3.36 vendors (the source line is named at each check);
 each raises InvalidModel saying what is wrong. Values of the wrong type or missing keys are left
 alone: llama.cpp refuses those cleanly. What these checks cannot see (each architecture's graph,
-each kernel) a child process finds out first (``app.runtimes.llama_probe``).
+each kernel) a child process finds out first (``app.runtimes.llama.probe``).
 
 The token list is read in one streaming pass over the file (raw bytes, no decoding): duplicates
 abort llama.cpp's vocabulary load, and an SPM vocabulary without byte tokens aborts on the first

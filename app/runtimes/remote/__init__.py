@@ -1,1 +1,2 @@
-"""Remote engines as providers (issue #11): the HTTP client and each engine's quirks."""
+"""Remote engines as providers: the HTTP client (client.py), the OpenAI wire it speaks
+(codec.py) and what each kind of engine says about itself (kinds.py)."""

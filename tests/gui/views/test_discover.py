@@ -16,7 +16,7 @@ from app.gui.main_window import MainWindow
 from app.gui.models.hub import COLUMNS
 from app.gui.units import human_byte_range, human_bytes
 from app.gui.views.discover import DiscoverPage
-from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.fakehub import FakeHub, gguf_bytes
 from tests.gui.conftest import GATED_REPO, HUB_FILE, HUB_REPO, MLX_REPO
 

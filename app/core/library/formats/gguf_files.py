@@ -201,7 +201,7 @@ class GgufFormat(ModelFormat):
             context_length=options.context_length or None,
             kv_type=options.kv_type,
             batch_size=options.ubatch_size or options.batch_size,
-            # "auto" is off on CPU (app/runtimes/llama_backend.flash_attn_type), llama.cpp's
+            # "auto" is off on CPU (app/runtimes/llama/backend.flash_attn_type), llama.cpp's
             # choice with a GPU: counted off, the larger compute buffer
             flash_attention=options.flash_attention == "on",
             embedding=bool(model.extra.get("embedding")),

@@ -5,7 +5,7 @@ answer names them; with no embedding model the message is not sent and says the 
 
 The chat model is the scripted engine over the real worker (one token per character, so the
 test reads the exact prompt it got); the embedder is the real llama.cpp runtime on MiniLM.
-Retrieval on SmolLM2 itself is tests/runtimes/test_retrieval_real.py."""
+Retrieval on SmolLM2 itself is tests/runtimes/llama/test_retrieval_real.py."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.views.chat.attachments import LONG_PASTE_CHARS
 from app.gui.views.chat.page import ChatPage
-from app.runtimes.llama_cpp import LlamaCppRuntime
+from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.core.fakes import FakeModel, FakeRuntime
 from tests.core.gguf_files import write_model
 from tests.gui.helpers import SLOW

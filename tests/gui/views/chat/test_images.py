@@ -24,8 +24,8 @@ from app.core.workspace.conversations import ConversationStore
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.views.chat.page import ChatPage
-from app.runtimes.llama_cpp import LlamaCppModel, LlamaCppRuntime
-from app.runtimes.llama_vision import image_tokens
+from app.runtimes.llama.runtime import LlamaCppModel, LlamaCppRuntime
+from app.runtimes.llama.vision import image_tokens
 from tests.core.gguf_files import write_model
 from tests.core.test_chat_images import bomb_png, noise_png
 from tests.gui.helpers import SLOW

@@ -1,0 +1,121 @@
+"""Which waiting requests join the running ones (``LlamaEngine.fits``): room in a shared
+cache, and how many sequences it decodes at once on the CPU.
+
+In a shared (unified) cache with the attention on the CPU, every token of a step attends every
+used cell of the cache, its own sequence's and the others' (masked). A step of W sequences of
+m cells each (on average over their steps) costs about ``a + b*W + c*W*W*m``: a per step
+(graph, threads, the worker's own work), b per token (the weights), c per token and cell (the
+attention). A token then costs ``a/W + b + c*W*m``: more at once share ``a`` among more tokens,
+but each token attends more cells. So the requests beyond ``BASE_WIDTH`` join the running ones
+only when ``parallel`` at once costs a token no more than BASE_WIDTH at once (``goes_wide``).
+The choice is between the two, not a width in between: a burst of 8 split 6 and 2, or 7 and
+1, cost more than 4 and 4 (a decision per joining request, as the running ones' cells grew,
+did that: 99 tok/s where 4 at once made 107).
+
+Measured in process on 2 Intel Xeon cores with SmolLM2-135M (f16 cache, flash attention off;
+8 greedy requests of 128 tokens, two rounds each; tokens a second of wall time, prompts read
+included), 4 at once against 8 at once: prompts of ~39 tokens 168-179 against 176-206; ~69
+tokens 137-143 against 146-153; ~139 tokens 107 against 105-109; ~189 tokens 93 against 88-90;
+~339 tokens 59 against 55-56. Equal at ~139 tokens (m ~203 cells with half the answer):
+``a = 32*c*m``, so a step's own cost is ~6,500 cells of one token's attention for that model
+(``wide_cells``). Other models scale it by their weights' work per token against their
+attention's work per cell: a bigger model's step costs more for the weights it reads, which
+more sequences at once share.
+
+A small request still joins beside long ones when it is of another kind (a quarter of their
+average cells or less) and its joining pays (``small_joins``): beside 4 requests of ~330-token
+prompts, a short question's first token came after 2.6-3.5 s (read with their prompts' last
+pieces; ~0.8 s since short prompts are read first) instead of 6.9-7.3 s (one of them ended),
+and they took no longer.
+
+The first BASE_WIDTH sequences always decode together (several clients are served at once
+whatever the cost, as peers' default of 4 does). Caches of their own per sequence (a cache
+stream each) and attention on a GPU have no such bound: a step's attention reads only a
+sequence's own cells there, and a GPU's attention was not measured.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.types import GenerationRequest
+from app.runtimes.llama.backend import L
+from app.runtimes.worker import Sequence
+
+# the answer tokens a sequence is counted for when the shared cache's room is weighed (more come
+# as others finish; a sequence that outgrows the cache parks the youngest)
+ANSWER_ROOM = 256
+BASE_WIDTH = 4
+# a step's own cost in cells of attention for SmolLM2 (134,515,008 parameters, 30 layers of 576
+# attention dimensions), per its parameters over its attention's dimensions
+WIDE_CELLS_PER_RATIO = 6500.0 / (134_515_008 / (30 * 576))
+
+
+def wide_cells(model: Any) -> float:
+    """A decode step's own cost in cells of one token's attention, for ``model`` (a
+    llama_model pointer): ~6,500 for SmolLM2, more for models whose weights weigh more against
+    their attention."""
+    params = max(1, int(L.llama_model_n_params(model)))
+    attention = max(1, int(L.llama_model_n_layer(model)) * int(L.llama_model_n_embd(model)))
+    return WIDE_CELLS_PER_RATIO * params / attention
+
+
+def goes_wide(cells_each: float, most: int, step_cells: float) -> bool:
+    """Whether requests of ``cells_each`` cells on average decode ``most`` at once rather than
+    BASE_WIDTH: whether one round of ``most`` costs a token no more than rounds of BASE_WIDTH,
+    ``a/most + c*most*m <= a/BASE_WIDTH + c*BASE_WIDTH*m``, i.e. ``m <= a/(c*most*BASE_WIDTH)``
+    (~203 cells for SmolLM2 with ``most`` 8)."""
+    return most * BASE_WIDTH * cells_each <= step_cells
+
+
+def small_joins(cells: float, running: list[float], step_cells: float) -> bool:
+    """Whether a request of ``cells`` cells joins the ``running`` ones (their cells) however
+    long they are: when it is a different kind of request, a quarter of their average or less
+    (a quick question beside an agent's long prompts), and adding it costs their tokens no more
+    than it saves, ``c*B*(B+1)*cells <= a`` for B running (the running cells do not enter: its
+    token attends them as each of theirs does). A burst of like requests is never split so."""
+    width = len(running)
+    return cells * 4 * width <= sum(running) and width * (width + 1) * cells <= step_cells
+
+
+class Admission:
+    """LlamaEngine's admission: what the worker asks before a waiting request joins."""
+
+    unified: bool  # one cache that the sequences share
+    cache_tokens: int  # its cells
+    n_ctx: int  # the most one sequence may hold
+    step_cells: float  # ``wide_cells`` of the model; infinite: no bound on the width
+    max_sequences: int  # the most decoded at once (``parallel``)
+
+    def fits(self, seq: Sequence, active: list[Sequence]) -> bool:
+        """Whether ``seq`` joins the ``active`` sequences now: in a shared cache, when it has
+        room for its prompt and the start of its answer (ANSWER_ROOM tokens at most) beside
+        what they hold and will add (idle caches give way), and beyond BASE_WIDTH only while
+        their cells are few enough that decoding them all at once pays (above), or when it is
+        a small one whose joining pays (``small_joins``).
+        Admitted without room, it would park a running sequence, whose tokens are then read
+        again: 8 requests of ~730 prompt and 200 answer tokens in a 4,096-cell cache, all at
+        once, took 49.7 s (5 parked), 37.8 s with this check. Caches of their own per sequence
+        (no sharing) always fit."""
+        if not self.unified:
+            return True
+        held = sum(len(s.request.prompt_tokens) + s.generated for s in (*active, seq))
+        answers = sum(self._answer_room(s.request, s.generated) for s in (*active, seq))
+        if held + answers > self.cache_tokens:
+            return False
+        if len(active) < BASE_WIDTH:
+            return True
+        # each one's cells over its steps on average: its prompt and half the answer counted
+        # ahead (from its start, so that the requests of one round weigh the same throughout)
+        cells = [self._cells(s) for s in (*active, seq)]
+        if goes_wide(sum(cells) / len(cells), self.max_sequences, self.step_cells):
+            return True
+        return small_joins(cells[-1], cells[:-1], self.step_cells)
+
+    def _cells(self, seq: Sequence) -> float:
+        return len(seq.request.prompt_tokens) + self._answer_room(seq.request) / 2
+
+    def _answer_room(self, req: GenerationRequest, generated: int = 0) -> int:
+        """An answer's tokens counted ahead: what its max_tokens leaves, at most ANSWER_ROOM."""
+        left = self.n_ctx if req.max_tokens is None else req.max_tokens - generated
+        return max(0, min(left, ANSWER_ROOM))

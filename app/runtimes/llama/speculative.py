@@ -1,0 +1,118 @@
+"""Speculative decoding by prompt lookup (llama-server's ``--spec-type ngram``), for a sequence
+decoding alone: the last NGRAM tokens are looked up in the sequence's own tokens (prompt and
+answer so far); the tokens that followed their latest earlier occurrence are a draft, decoded
+in one batch with the pending token. Each row's logits go through the sequence's own sampler
+chain in order, exactly as one-token steps would (grammar, penalties, seed and logprobs
+included), and the draft is kept up to the first token the sampler did not pick; that pick
+is the next token, and the cells of the rest are dropped. A repeat or an edit of a document
+comes out several tokens a step. On llama.cpp's CPU backend each row is computed as a
+one-token step computes it, so answers are those of plain decoding (tested bit for bit on
+logprobs)."""
+
+from __future__ import annotations
+
+import array
+from typing import TYPE_CHECKING, Any
+
+from app.runtimes.llama.backend import L
+
+if TYPE_CHECKING:
+    from app.runtimes.worker import Sequence
+
+NGRAM = 3  # tokens looked up
+DRAFT_MAX = 16  # the longest draft
+DRAFT_FIRST = 4  # the first draft's length; doubled when all of it is kept, halved when not
+PAUSE = 16
+
+
+class Drafts:
+    """A sequence's next draft's length, and the lookup. The tokens are searched as bytes (C
+    speed, and no index to keep: a dict of n-gram tuples held a Python object per position)."""
+
+    __slots__ = ("size", "pause")
+
+    def __init__(self) -> None:
+        self.size = DRAFT_FIRST
+        self.pause = 0  # lookups to skip: drafts of one token kept missing
+
+    def propose(self, tokens: list[int], room: int) -> list[int]:
+        """Up to ``min(size, room)`` tokens that followed the last NGRAM tokens the latest
+        time they came before."""
+        n = NGRAM
+        if len(tokens) <= n or room < 1:
+            return []
+        if self.pause:
+            self.pause -= 1
+            return []
+        # 8 bytes a token: an image's pseudo-ids go down to -2**62 (core/images.py)
+        hist = array.array("q", tokens).tobytes()
+        key = hist[-8 * n :]
+        # an earlier occurrence with a token after it: it ends before the last token
+        pos = hist.rfind(key, 0, len(hist) - 8)
+        while pos > 0 and pos % 8:  # matched across token boundaries: look further back
+            pos = hist.rfind(key, 0, pos + len(key) - 1)
+        if pos < 0 or pos % 8:
+            return []
+        start = pos // 8 + n
+        draft = tokens[start : start + min(self.size, room)]
+        for i, t in enumerate(draft):
+            if t < 0:  # an image's place: never drafted
+                return draft[:i]
+        return draft
+
+    def kept(self, proposed: int, accepted: int) -> None:
+        """How a draft went: the next one is longer after a whole draft was kept, shorter
+        after a miss; after a one-token draft missed, PAUSE lookups are skipped (prose that
+        only happens to repeat three tokens would pay for drafts it never keeps)."""
+        if accepted == proposed:
+            self.size = min(DRAFT_MAX, self.size * 2)
+        elif accepted == 0 and self.size == 1:
+            self.pause = PAUSE
+        else:
+            self.size = max(1, self.size // 2)
+
+
+class Speculation:
+    """Mixed into LlamaEngine: the drafted step."""
+
+    ctx: Any
+    mem: Any
+    batch: Any
+    n_batch: int
+    n_ctx: int
+    slots: Any
+
+    def _speculate(self, seq: Sequence, st: Any) -> bool:
+        """One step of ``seq`` (decoding alone, its pending token appended to its cache list)
+        with a draft; False (nothing done) when there is none or the cache has no room."""
+        kv: list[int] = self.slots.kv[st.slot]
+        if st.drafts is None:
+            st.drafts = Drafts()
+        room = min(self.n_batch - 1, self.n_ctx - 2 - st.pos)  # the batch; the context
+        draft = st.drafts.propose(kv, room)
+        if not draft:
+            return False
+        rows = [kv[-1], *draft]
+        for i, t in enumerate(rows):
+            self._put(i, t, st.pos + i, st.slot, logits=True)  # type: ignore[attr-defined]
+        self.batch.n_tokens = len(rows)
+        rc = self._decode()  # type: ignore[attr-defined]
+        if rc != 0:
+            L.llama_memory_seq_rm(self.mem, st.slot, st.pos, -1)
+            if rc == 1:
+                return False  # no room for the draft: the one-token step decides
+            self._fail([seq], rc)  # type: ignore[attr-defined]
+        kept = 0
+        for i in range(len(rows)):
+            self._decoded(seq, st, 1)  # type: ignore[attr-defined]  # row i is in the cache
+            self._sample(seq, st, i)  # type: ignore[attr-defined]  # picks (and sends) st.next
+            if seq.finish_reason is not None or i == len(draft) or st.next != draft[i]:
+                break
+            kv.append(draft[i])  # the pick is the drafted token, already decoded in row i+1
+            st.next = None
+            kept += 1
+        L.llama_memory_seq_rm(self.mem, st.slot, st.pos, -1)  # the rows past the last pick
+        st.drafts.kept(len(draft), kept)
+        seq.drafted += len(draft)
+        seq.draft_kept += kept
+        return True

@@ -1,0 +1,281 @@
+"""Prompts that join running streams are read together (llama-server reads new prompts in one
+batch), not in a decode of their own each: after the streams' step, one llama_decode carries the
+next pieces of the joining prompts, the shortest first (a much longer one waits for a later
+decode). The streams' tokens keep their own step, so their numbers
+stay as close to a solo run's as before. The tests hold the first decode step at a gate until
+the others have joined, so they do not depend on the machine's speed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.core.library.index import ModelLibrary
+from app.core.service import Hearth
+from app.core.types import ChatMessage, LoadOptions, SamplingParams
+from app.runtimes.llama.runtime import LlamaCppRuntime
+from tests.conftest import assert_greedy_close, transcript
+from tests.service_calls import chat, complete
+
+pytestmark = pytest.mark.model
+
+GREEDY = SamplingParams(temperature=0)
+PROMPTS = [f"Write a short story about a {x}." for x in ("cat", "lighthouse", "dragon", "robot")]
+LONG = "The keeper climbed the stairs of the lighthouse every night. " * 40  # ~500 tokens
+MID = "The keeper climbed the stairs of the lighthouse every night. " * 16  # ~200 tokens
+# a chat prompt of ~150 tokens: read in one decode with MID (within twice its length)
+NOTE = "Here is a note. " + "The harbor was quiet at dawn and the boats slept. " * 11 + PROMPTS[1]
+
+
+def hearth(tmp_path: Path, **options: Any) -> Hearth:
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    opts = LoadOptions(context_length=2048, **options)
+    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+
+
+class Recorder:
+    """Wraps an engine's llama_decode: each call's (tokens, sequence ids, output rows), and
+    an optional hook that runs on the worker thread just before the call."""
+
+    def __init__(self, engine: Any, hook: Any = None) -> None:
+        self.calls: list[tuple[int, frozenset[int], int]] = []
+        self.engine = engine
+        self.hook = hook
+        real = engine._decode
+
+        def decode(batch: Any = None) -> int:
+            b = engine.batch if batch is None else batch
+            n = int(b.n_tokens)
+            seqs = frozenset(int(b.seq_id[i][0]) for i in range(n))
+            self.calls.append((n, seqs, sum(int(b.logits[i]) for i in range(n))))
+            if self.hook is not None:
+                self.hook(engine, n)
+            return real(batch)
+
+        engine._decode = decode
+
+
+def gate_first_step(engine: Any) -> threading.Event:
+    """The first pure decode step waits until the returned event is set."""
+    opened = threading.Event()
+    step = engine._decode_step
+
+    def gated(decoded: Any) -> int:
+        assert opened.wait(120), "the test never opened the gate"
+        return step(decoded)
+
+    engine._decode_step = gated
+    return opened
+
+
+async def one(h: Hearth, model_id: str, prompt: str, max_tokens: int = 24) -> Any:
+    return await chat(
+        h, model_id, [ChatMessage("user", prompt)], sampling=GREEDY, max_tokens=max_tokens,
+        logprobs=3,
+    )  # fmt: skip
+
+
+async def test_joining_prompts_are_read_together_in_one_decode(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
+    model, _ = solo_h.import_model(smollm2_path)
+    try:
+        solo = [await transcript(await one(solo_h, model.id, p)) for p in PROMPTS]
+    finally:
+        await solo_h.close()
+    h = hearth(tmp_path / "batched")  # the default load: reuse cache, shared, parallel 8
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        rec = Recorder(engine)
+        first = await one(h, model.id, PROMPTS[0])
+        it = first.__aiter__()
+        head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
+        others = [await one(h, model.id, p) for p in PROMPTS[1:]]  # queued when this returns
+        opened.set()
+        rest = [d async for d in it]
+        results = [
+            (
+                "".join(d.text for d in [head, *rest]),
+                [(x.token, x.logprob, x.top) for d in [head, *rest] for x in d.logprobs],
+                rest[-1],
+            )
+        ] + [await transcript(g) for g in others]
+        together = [c for c in rec.calls if len(c[1]) == 3 and c[0] > 3 and c[2] == 3]
+        assert together, f"the three prompts were not read in one decode: {rec.calls[:8]}"
+        # before it, only the first request's own prompt was decoded (and its stream's step):
+        # the others' prompts had no decodes of their own
+        before = rec.calls[: rec.calls.index(together[0])]
+        assert len([c for c in before if c[0] > 1]) == 1, before
+        for i, (a, b) in enumerate(zip(solo, results, strict=True)):
+            if not assert_greedy_close(a[1], b[1], f"request {i}"):
+                assert a[0] == b[0], f"request {i}: the text changed in a mixed batch"
+        assert all(r[2].usage.completion_tokens == s[2].usage.completion_tokens
+                   for r, s in zip(results, solo, strict=True))  # fmt: skip
+        assert engine.peak_batch == 4  # then the four streams decoded together
+    finally:
+        await h.close()
+
+
+async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """A long prompt is cancelled while the batch that reads it with another joining prompt
+    decodes (the abort callback stops llama.cpp): the running stream and the other prompt go
+    on with the answers solo runs give, and the long prompt asked again reads from a cache
+    that holds nothing half-written."""
+    solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
+    model, _ = solo_h.import_model(smollm2_path)
+    try:
+        solo_run = await transcript(await one(solo_h, model.id, PROMPTS[0], 32))
+        solo_other = await transcript(await one(solo_h, model.id, NOTE, 16))
+        solo_long = await transcript(
+            await complete(solo_h, model.id, MID, sampling=GREEDY, max_tokens=8, logprobs=3)
+        )
+    finally:
+        await solo_h.close()
+    h = hearth(tmp_path / "batched", ubatch_size=128)  # several micro-batches per decode
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        aborted: list[int] = []
+
+        def cancel_the_joiner(eng: Any, n: int) -> None:
+            if len(eng._aborting) == 2 and not aborted:  # the joiners' batch, under the callback
+                aborted.append(n)
+                longest = max(eng._aborting, key=lambda s: len(s.request.prompt_tokens))
+                longest.stream.cancel()
+
+        rec = Recorder(engine, cancel_the_joiner)
+        running = await one(h, model.id, PROMPTS[0], 32)
+        it = running.__aiter__()
+        head = await asyncio.wait_for(it.__anext__(), 60)
+        joiner = await complete(h, model.id, MID, sampling=GREEDY, max_tokens=8, logprobs=3)
+        other = await one(h, model.id, NOTE, 16)
+        opened.set()
+        rest = [d async for d in it]
+        got = [d async for d in joiner]
+        other_run = await transcript(other)
+        assert aborted and aborted[0] > 64, f"no mixed batch was aborted: {rec.calls[:6]}"
+        assert got[-1].finish_reason == "cancelled"
+        lps = [(x.token, x.logprob, x.top) for d in [head, *rest] for x in d.logprobs]
+        if not assert_greedy_close(solo_run[1], lps, "the running stream"):
+            assert "".join(d.text for d in [head, *rest]) == solo_run[0]
+        if not assert_greedy_close(solo_other[1], other_run[1], "the other joiner"):
+            assert other_run[0] == solo_other[0]
+        again = await transcript(
+            await complete(h, model.id, MID, sampling=GREEDY, max_tokens=8, logprobs=3)
+        )
+        if not assert_greedy_close(solo_long[1], again[1], "the prompt asked again"):
+            assert again[0] == solo_long[0]
+        assert lm.pending == 0
+    finally:
+        await h.close()
+
+
+async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """Joining prompts are read the shortest first, and a much longer one waits for a later
+    decode: a short question is not read behind ~500 tokens of another prompt."""
+    h = hearth(tmp_path)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        running = await one(h, model.id, PROMPTS[0], 8)
+        it = running.__aiter__()
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        rec = Recorder(engine)
+        joiner = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=4)
+        short = await one(h, model.id, PROMPTS[1], 4)
+        opened.set()
+        [d async for d in it]
+        await transcript(short)
+        await joiner.collect()
+        reads = [c for c in rec.calls if c[2] < c[0]]  # prompt decodes: fewer output rows
+        assert len(reads[0][1]) == 1 and reads[0][0] < 64, f"the short prompt first: {reads[:3]}"
+        assert all(len(c[1]) == 1 for c in reads), "the long prompt in decodes of its own"
+        assert sum(c[0] for c in reads[1:]) > 400, reads
+    finally:
+        await h.close()
+
+
+async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
+    tmp_path: Path, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """llama.cpp calls the abort callback once per graph node, a Python call each: a short
+    prompt decodes without it (it doubled such a decode); a long one keeps it, so a cancel
+    still stops it mid-prompt (test_runtime.py's abort test)."""
+    from app.runtimes.llama import engine as llama_engine
+
+    h = hearth(tmp_path)
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        armed: list[int] = []
+        real = llama_engine.L.llama_set_abort_callback
+
+        def set_callback(ctx: Any, cb: Any, data: Any) -> None:
+            if cb is engine._abort_cb:
+                armed.append(1)
+            real(ctx, cb, data)
+
+        monkeypatch.setattr(llama_engine.L, "llama_set_abort_callback", set_callback)
+        short = await transcript(await one(h, model.id, "Hi", 2))
+        assert short[2].usage.prompt_tokens - short[2].usage.cached_tokens < 64
+        assert armed == [], "a short prompt decoded under the abort callback"
+        await transcript(
+            await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=2, logprobs=3)
+        )
+        assert armed == [1], "a long prompt decoded without the abort callback"
+    finally:
+        await h.close()
+
+
+async def test_per_sequence_steps_list_the_streams_in_order(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """With a cache stream per sequence, llama.cpp puts sequences in one micro-batch only when
+    their ids follow each other in the batch (else each run of them is a compute of its own):
+    a step lists its sequences by slot, whatever order they came in."""
+    h = hearth(tmp_path, parallel=4, kv_layout="per-sequence")
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        rec = Recorder(engine)
+        order: list[list[int]] = []
+        real = engine._decode
+
+        def decode(batch: Any = None) -> int:
+            b = engine.batch if batch is None else batch
+            order.append([int(b.seq_id[i][0]) for i in range(int(b.n_tokens))])
+            return real(batch)
+
+        engine._decode = decode
+
+        async def run(prompt: str) -> Any:
+            return await transcript(await one(h, model.id, prompt, 12))
+
+        for rnd in range(3):  # later rounds find the slots in another order
+            prompts = [f"{p} ({rnd})" for p in (PROMPTS if rnd % 2 else PROMPTS[::-1])]
+            await asyncio.gather(*(run(p) for p in prompts))
+        steps = [o for o in order if len(o) > 1 and len(set(o)) == len(o)]
+        assert steps and rec.calls
+        assert all(o == sorted(o) for o in steps), [o for o in steps if o != sorted(o)][:3]
+        assert any(len(o) == 4 for o in steps)
+    finally:
+        await h.close()

@@ -1,0 +1,103 @@
+"""How many requests the default load decodes at once: up to ``parallel`` (8) while their cells
+are few, 4 once every token attending the others' cells would cost more than the wider step
+saves (app/runtimes/llama/admission.py). The first decode step waits at a gate until every
+request is queued, so what joins does not depend on the machine's speed."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from app.core.service import Hearth
+from app.runtimes.llama.admission import BASE_WIDTH, goes_wide, small_joins, wide_cells
+from tests.runtimes.llama.test_mixed_batch import gate_first_step, hearth, one
+
+WORDS = "river stone light quiet market garden winter letter window harbor village bridge".split()
+
+
+def test_more_at_once_only_while_the_cells_are_few() -> None:
+    # SmolLM2's step costs ~6,500 cells of attention: 8 at once pay up to ~203 cells each
+    assert goes_wide(200, 8, 6500) and not goes_wide(210, 8, 6500)
+    assert goes_wide(270, 6, 6500)  # fewer at once pay for more cells
+    assert goes_wide(10**6, 8, float("inf"))  # a cache per sequence or a GPU: no bound
+    assert BASE_WIDTH == 4
+    # a quick question beside four long requests joins them; a like one (a burst) does not
+    assert small_joins(50, [330.0] * 4, 6500) and not small_joins(330, [330.0] * 4, 6500)
+    assert not small_joins(120, [600.0] * 7, 6500)  # 7 x 8 x 120 cells: more than it saves
+
+
+async def burst(h: Hearth, model_id: str, prompts: list[str]) -> tuple[int, list[str]]:
+    """The prompts sent while the first one's first step waits: the widest step, the texts."""
+    lm = await h.load(model_id)
+    engine = lm.engine  # type: ignore[attr-defined]
+    engine.peak_batch = 0
+    opened = gate_first_step(engine)
+    first = await one(h, model_id, prompts[0])
+    it = first.__aiter__()
+    head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+    others = [await one(h, model_id, p) for p in prompts[1:]]  # queued when this returns
+    opened.set()
+    texts = [head.text + "".join([d.text async for d in it])]
+    for g in others:
+        texts.append("".join([d.text async for d in g]))
+    return engine.peak_batch, texts
+
+
+# a liveness bound: on a loaded machine the three bursts take minutes (OpenMP threads wait
+# for each other), while what decodes at once is held by the gate, not by the machine's speed
+@pytest.mark.model
+@pytest.mark.timeout(1200)
+async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_ones_four(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    h = hearth(tmp_path)  # the default load, with a 2,048-token cache
+    model, _ = h.import_model(smollm2_path)
+    try:
+        lm = await h.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        assert engine.max_sequences == 8, "the default parallel"
+        assert 5000 < engine.step_cells < 8000, engine.step_cells  # SmolLM2's, on the CPU
+        assert wide_cells(engine.model) == engine.step_cells
+        topics = ("cat", "lighthouse", "dragon", "robot", "garden", "river", "train", "owl")
+        short = [f"Write a short story about a {t}." for t in topics]  # ~40 tokens each
+        widest, texts = await burst(h, model.id, short)
+        assert widest == 8, "eight short requests decode in one step"
+        assert all(texts), texts
+        # ~320 prompt tokens each: every token attending 8 such would cost more than the
+        # wider step saves, so 4 decode at once and the others wait for them
+        long = [
+            " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(300)) + f"\nA story about {t}."
+            for i, t in enumerate(topics)
+        ]
+        widest, texts = await burst(h, model.id, long)
+        assert widest == 4, "long requests decode four at once"
+        assert all(texts), texts
+        # a short one beside four long ones joins them at once, not after one of them ends
+        widest, texts = await burst(h, model.id, long[:4] + short[:1])
+        assert widest == 5, "the short request decoded beside the four long ones"
+        assert all(texts), texts
+    finally:
+        await h.close()
+
+
+@pytest.mark.model
+@pytest.mark.timeout(1200)
+async def test_a_cache_stream_per_sequence_decodes_all_at_once(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """With a cache stream per request a step's attention reads only each request's own
+    cells, so long prompts do not bound how many decode at once."""
+    h = hearth(tmp_path, kv_layout="per-sequence")
+    model, _ = h.import_model(smollm2_path)
+    try:
+        long = [
+            " ".join(WORDS[(i * 5 + k) % len(WORDS)] for k in range(300)) + "\nA story."
+            for i in range(8)
+        ]
+        widest, texts = await burst(h, model.id, long)
+        assert widest == 8, "eight long requests decode at once, each in its own stream"
+        assert all(texts), texts
+    finally:
+        await h.close()
