@@ -12,7 +12,7 @@ from app.core.engine.presets import PresetStore, validate_options
 from app.core.engine.scheduler import ModelScheduler, parse_keep_alive
 from app.core.events import EventHub
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.errors import InsufficientMemory, InvalidRequest
 
@@ -225,11 +225,11 @@ async def test_estimate_grows_with_context_and_shrinks_with_kv_type(
 
 
 async def test_hearth_estimate_reports_budget(lib3: ModelLibrary) -> None:
-    h = Hearth(
+    h = assemble(
         lib3, {"gguf": FakeRuntime(delay=0)}, load_defaults=LoadOptions, budget_bytes=lambda: 10**12
     )
     try:
-        e = h.estimate("a", {"context_length": 512})
+        e = h.models.estimate("a", {"context_length": 512})
         assert e["fits"] is True and e["budget"] == 10**12 and e["total"] > 0
     finally:
         await h.close()

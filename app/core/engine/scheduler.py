@@ -133,6 +133,7 @@ class ModelScheduler:
                     mid in self._reloads,
                     getattr(s.model, "cache_tokens", s.model.context_length),
                     getattr(s.model, "parallel", 1),
+                    bool(getattr(s.model, "queue_full", False)),
                 )
             )
         return out
