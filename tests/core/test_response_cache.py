@@ -15,11 +15,11 @@ import pytest
 
 from app.core.engine.presets import PresetStore
 from app.core.gateway import AliasStore
-from app.core.gateway.cache.replay import ResponseCache, local_identity, request_keys, requested
+from app.core.gateway.cache.replay import ResponseCache, directive, local_identity, request_keys
 from app.core.gateway.cache.store import CacheConfig, CachedAnswer, CacheStore, decode, encode
 from app.core.inference.generation import Choices
 from app.core.library.index import ModelLibrary
-from app.core.requests import ChatRequest, CompletionRequest
+from app.core.requests import ChatRequest, CompletionRequest, RequestContext
 from app.core.service import assemble
 from app.core.types import (
     ChatMessage,
@@ -218,12 +218,12 @@ async def test_non_deterministic_requests_bypass_unless_forced(tmp_path: Path) -
         for _ in range(2):
             assert (await rig.chat(sampling=hot))[0] == "bypass"
         assert rig.submits == 2 and rig.store.stats()["entries"] == 0
-        with requested("force"):
-            assert (await rig.chat(sampling=hot))[0] == "miss"
-            assert (await rig.chat(sampling=hot))[0] == "hit"
+        force = RequestContext(cache="force")
+        assert (await rig.chat(sampling=hot, context=force))[0] == "miss"
+        assert (await rig.chat(sampling=hot, context=force))[0] == "hit"
         assert rig.submits == 3
-        with requested("bypass"):  # the client opts a deterministic request out
-            assert (await rig.chat())[0] == "bypass"
+        # the client opts a deterministic request out
+        assert (await rig.chat(context=RequestContext(cache="bypass")))[0] == "bypass"
         assert rig.store.stats()["bypasses"] == 3
     finally:
         await rig.service.close()
@@ -373,13 +373,9 @@ def test_stored_deltas_come_back_whole() -> None:
 
 
 def test_an_unknown_directive_counts_as_none(tmp_path: Path) -> None:
-    from app.core.gateway.cache import replay as response_cache
-
-    with requested("sometimes"):
-        assert response_cache._DIRECTIVE.get() is None
-    with requested(" Force "):
-        assert response_cache._DIRECTIVE.get() == "force"
-    assert response_cache._DIRECTIVE.get() is None
+    assert directive("sometimes") is None
+    assert directive(None) is None
+    assert directive(" Force ") == "force"
 
 
 @pytest.mark.parametrize(

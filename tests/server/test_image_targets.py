@@ -166,7 +166,7 @@ async def test_decodes_wait_in_their_own_pool_tokenize_answers_and_an_ended_requ
     tmp_path: Path,
 ) -> None:
     async with env(tmp_path, request_timeout_s=3.0) as e:
-        await e.hearth.load("seer")
+        await e.hearth.models.load("seer")
         loop = asyncio.get_running_loop()
         gate = threading.Event()
         busy = asyncio.Semaphore(0)

@@ -395,7 +395,11 @@ def test_a_limited_keys_streams_carry_the_headers(keyed: Keyed) -> None:
         "stream": True,
     }
     with httpx.stream(
-        "POST", keyed.url("/v1/chat/completions"), json=body, headers=auth(keyed.keys["sixty"])
+        "POST",
+        keyed.url("/v1/chat/completions"),
+        json=body,
+        headers=auth(keyed.keys["sixty"]),
+        timeout=60,  # a first request loads the model: a liveness bound, not a speed one
     ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")

@@ -23,7 +23,7 @@ from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.core.library.index import ModelLibrary
 from app.core.service import Hearth, assemble
 from app.core.types import LoadOptions
-from app.runtimes.remote import client as client_mod
+from app.runtimes.remote import stream as stream_mod
 from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
 from app.settings import ServerSettings
@@ -166,7 +166,7 @@ async def test_a_stream_past_max_tokens_ends_there_and_the_engine_is_hung_up_on(
 async def test_a_stream_over_the_answer_bound_ends_with_a_provider_error_event(
     front: Front, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_mod, "MAX_BODY", 256 * 1024)
+    monkeypatch.setattr(stream_mod, "MAX_BODY", 256 * 1024)
     status, raw = await _post(front, {"model": "evil/huge", "messages": HI, "stream": True})
     assert status == 200
     last = _events(raw)[-1]

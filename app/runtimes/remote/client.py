@@ -21,7 +21,8 @@ from app.core.gateway.providers.store import ProviderConfig
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
 from app.errors import NotSupported, ProviderError, ProviderTimeout, ProviderUnavailable
 from app.runtimes.remote import codec, kinds
-from app.runtimes.remote.stream import MAX_BODY, RemoteStream, _EmptyStream, read_body
+from app.runtimes.remote import stream as answers
+from app.runtimes.remote.stream import RemoteStream, _EmptyStream, read_body
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +142,9 @@ class RemoteEngine:
             ) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)
-                raw, whole = await read_body(resp, MAX_BODY)
+                raw, whole = await read_body(resp, answers.MAX_BODY)
             if not whole:
-                raise self._bad_answer(path, f"a body under {MAX_BODY // 2**20} MiB")
+                raise self._bad_answer(path, f"a body under {answers.MAX_BODY // 2**20} MiB")
             out = self.parse(raw)
             if isinstance(out, str):
                 raise self._bad_answer(path, "JSON")
