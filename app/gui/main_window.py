@@ -38,23 +38,23 @@ from app.gui.models.memory import MemoryMonitor, MemorySnapshot
 from app.gui.theme import apply_theme, theme_signals
 from app.gui.tray import Tray
 from app.gui.units import human_bytes
-from app.gui.views.chat import ChatPage
-from app.gui.views.chat_session import open_store
+from app.gui.views.chat.page import ChatPage
+from app.gui.views.chat.session import open_store
 from app.gui.views.connect import TITLE as CONNECT_PAGE
 from app.gui.views.connect import ConnectPage
 from app.gui.views.discover import TITLE as DISCOVER_PAGE
 from app.gui.views.discover import DiscoverPage
 from app.gui.views.downloads import TITLE as DOWNLOADS_PAGE
 from app.gui.views.downloads import DownloadsPage
-from app.gui.views.library import LibraryPage, gguf_paths
-from app.gui.views.memory import TITLE as MEMORY_PAGE
-from app.gui.views.memory import MemoryPage
-from app.gui.views.providers import TITLE as PROVIDERS_PAGE
-from app.gui.views.providers import ProvidersPage
-from app.gui.views.runtime_info import report_source
-from app.gui.views.server import ServerPage
-from app.gui.views.settings import SettingsPage
-from app.gui.views.welcome import WelcomeView
+from app.gui.views.library.memory import TITLE as MEMORY_PAGE
+from app.gui.views.library.memory import MemoryPage
+from app.gui.views.library.page import LibraryPage, gguf_paths
+from app.gui.views.library.welcome import WelcomeView
+from app.gui.views.providers.page import TITLE as PROVIDERS_PAGE
+from app.gui.views.providers.page import ProvidersPage
+from app.gui.views.server.page import ServerPage
+from app.gui.views.settings.page import SettingsPage
+from app.gui.views.settings.runtime_info import report_source
 from app.gui.window_state import (
     DEFAULT_SIZE,
     MINIMUM_SIZE,
@@ -129,15 +129,15 @@ class MainWindow(QMainWindow):
         self.discover_page = DiscoverPage(ctx.service, bridge)
         self.downloads_page = DownloadsPage(ctx.service, bridge)
         self.memory_page = MemoryPage(ctx.service, bridge, self.memory)
-        convs = open_store(ctx.paths.conversations_db)  # issue 15: saved conversations
+        convs = open_store(ctx.paths.conversations_db)  # saved conversations
         self.chat_page = ChatPage(
             ctx.service, bridge, conversations=convs, mcp=ctx.mcp,
             settings=ctx.settings_store, cache_root=ctx.paths.cache,
         )  # fmt: skip
         self.server_page = ServerPage(ctx.server, bridge)
-        self.connect_page = ConnectPage(ctx, bridge)  # issue 15: settings for other apps
+        self.connect_page = ConnectPage(ctx, bridge)  # settings for other apps
         self.providers_page = ProvidersPage(ctx.service, bridge)
-        self.autostart = Autostart()  # issue #13: start at login, this platform's way
+        self.autostart = Autostart()  # start at login, this platform's way
         self.settings_page = SettingsPage(
             ctx.settings_store,
             bridge,

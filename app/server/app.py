@@ -8,11 +8,11 @@ from aiohttp import web
 
 from app.core.gateway.telemetry import Telemetry
 from app.core.service import Hearth
-from app.server.body import large_json_response, read_json_body
+from app.server.edge.body import large_json_response, read_json_body
+from app.server.edge.vision import VISION, VisionEdge
 from app.server.keyguard import KeyGuard, add_rate_headers
 from app.server.middleware import edge_middleware, mark_prepared
 from app.server.state import REQUEST_LOG, SERVICE, STATE, ServerState
-from app.server.vision import VISION, VisionEdge
 from app.settings import ServerSettings
 
 __all__ = [
@@ -41,9 +41,17 @@ def create_app(
 
     ``telemetry``: OpenTelemetry's exporters (a test's in-memory ones); by default those
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` asks for, or none (off)."""
-    from app.server import downloads_api, manage_api, metrics, native
     from app.server import telemetry as otel
-    from app.server.routes import anthropic, ollama, openai, responses
+    from app.server.routes import (
+        anthropic,
+        downloads,
+        manage,
+        metrics,
+        native,
+        ollama,
+        openai,
+        responses,
+    )
 
     tele = telemetry if telemetry is not None else Telemetry.from_env()
     app = web.Application(
@@ -68,10 +76,10 @@ def create_app(
     app.router.add_routes(ollama.routes)
     app.router.add_routes(anthropic.routes)
     app.router.add_routes(responses.routes)
-    app.router.add_routes(downloads_api.routes)
-    app.router.add_routes(manage_api.routes)  # keys, providers (issue 14)
-    metrics.install(app)  # /metrics, /api/v1/metrics (issue 14)
-    otel.install(app, tele, owned=telemetry is None)  # spans and metrics, when on (issue 14)
+    app.router.add_routes(downloads.routes)
+    app.router.add_routes(manage.routes)  # keys, providers
+    metrics.install(app)  # /metrics, /api/v1/metrics
+    otel.install(app, tele, owned=telemetry is None)  # spans and metrics, when on
     app.on_startup.append(_start_providers)
     return app
 

@@ -1,4 +1,4 @@
-"""Named keys at the edge (issue 14): who is calling, whether their role allows the route, and
+"""Named keys at the edge: who is calling, whether their role allows the route, and
 their token buckets (plus the server-wide one). The middleware calls :meth:`KeyGuard.enter`
 before the body is read (one request; a key in token debt waits here), the core charges the
 tokens a parsed request can cost through :meth:`KeyGuard.charger`, and the middleware calls

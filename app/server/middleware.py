@@ -24,7 +24,7 @@ from app.errors import (
     Unauthorized,
 )
 from app.server import records
-from app.server.body import too_large
+from app.server.edge.body import too_large
 from app.server.keyguard import KEY_NAME, Admission
 from app.server.protocols import OLLAMA, OPENAI
 from app.server.protocols.base import Protocol

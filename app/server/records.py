@@ -1,9 +1,9 @@
-"""The server's side of the request records (issue 14): what each request's log entry gathers
+"""The server's side of the request records: what each request's log entry gathers
 while it runs, and the record written when it ends (app/core/gateway/records.py stores it).
 
 The edge middleware calls :func:`begin` and :func:`finish`; the streaming path reports the first
-token, the answer's text and each generation's end here. Seams for the parts of issue 14 built
-elsewhere: the log entry's ``key`` (the key's name), ``cache`` and ``trace_id``.
+token, the answer's text and each generation's end here. Other parts fill in the log entry's
+``key`` (the key's name), ``cache`` and ``trace_id``.
 """
 
 from __future__ import annotations

@@ -24,11 +24,11 @@ from app.core.util.fsutil import atomic_write_json, read_json
 from app.errors import ServerError
 from app.paths import AppPaths
 from app.server.app import STATE, create_app
-from app.server.edge import EdgeLimits, GuardedSite, IncompleteConnections
+from app.server.edge.connections import EdgeLimits, GuardedSite, IncompleteConnections
+from app.server.edge.tls import TlsConfig, load_tls, tls_pair
+from app.server.edge.vision import VisionEdge
 from app.server.keyguard import KeyGuard
 from app.server.records import RECORDER, Recorder
-from app.server.tls import TlsConfig, load_tls, tls_pair
-from app.server.vision import VisionEdge
 from app.settings import ServerSettings, SettingsStore, hash_key
 
 log = logging.getLogger(__name__)
@@ -182,7 +182,7 @@ class ServerController:
         app[RECORDER] = recorder = self._recorder()
         # handler_cancellation: a client that disconnects cancels its handler, which cancels
         # the generation within one token
-        # the connections themselves are GuardedSite's (edge.py: deadlines, caps)
+        # the connections themselves are GuardedSite's (edge/connections.py: deadlines, caps)
         runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=5.0)
         try:
             await runner.setup()
@@ -216,7 +216,7 @@ class ServerController:
             state.starting, state.startup_error = False, error
 
     def _recorder(self) -> Recorder:
-        """The request records' store (issue 14), with the ``records`` settings as of now."""
+        """The request records' store, with the ``records`` settings as of now."""
         cfg = self.settings_store.load().records
         store = RecordStore(self.paths.requests_db, max_rows=cfg.max_rows)
         return Recorder(store, cfg.log_content, cfg.content_max_chars)

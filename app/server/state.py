@@ -34,7 +34,7 @@ class ServerState:
     stopping: bool = False
     started_at: float = field(default_factory=time.time)
     bound_addresses: tuple[str, ...] = ()  # what the listening sockets are bound to
-    # /health's state (app/server/health.py): startup steps after listening (the --model
+    # /health's state (app/server/routes/health.py): startup steps after listening (the --model
     # preloads) run while ``starting``; the message of the one that failed
     starting: bool = False
     startup_error: str | None = None

@@ -204,7 +204,7 @@ async def respond(
     """
     # the gateway's route: the model ids tried for this answer, in order (the last answered)
     headers = {"x-hearth-model": model, "x-hearth-route": ",".join(choices.route or [model])}
-    if choices.cache is not None:  # the response cache's result (issue 14), and the record's
+    if choices.cache is not None:  # the response cache's result, and the record's
         headers["x-hearth-cache"] = choices.cache
         records.note_cache(request, choices.cache)
     records.note_start(request, model, stream)
@@ -262,7 +262,7 @@ def note_generation(request: web.Request, model: str, final: Delta) -> None:
     if info is None:  # a route driven without the edge middleware (tests)
         return
     records.note_final(request, model, final)
-    telemetry.note_generation(request, final)  # its phases as spans, when traced (issue 14)
+    telemetry.note_generation(request, final)  # its phases as spans, when traced
     info["model"] = model
     if final.usage:
         info["prompt_tokens"] += final.usage.prompt_tokens

@@ -1,4 +1,4 @@
-"""OpenTelemetry at the server's edge (issue 14): a SERVER span per request, its children made
+"""OpenTelemetry at the server's edge: a SERVER span per request, its children made
 after the fact from the measured times, and the request metrics.
 
 The span tree of a generation (``attempt`` spans come from the gateway, app/core/gateway/telemetry.py)::
@@ -13,7 +13,7 @@ The span tree of a generation (``attempt`` spans come from the gateway, app/core
 Off (``create_app`` installs nothing: no middleware, no provider) unless a :class:`Telemetry`
 is given or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Attributes are bounded values only: route
 templates (``unmatched`` for any other path), model labels by the Prometheus labels' rule
-(app/server/metrics.py ``known_model``), provider names, error codes, counts and times. Never
+(app/server/routes/metrics.py ``known_model``), provider names, error codes, counts and times. Never
 prompt or output text, key names or values, client addresses, user agents or raw paths.
 """
 
@@ -34,7 +34,7 @@ from app.core.gateway.telemetry import PROPAGATOR, Scope, Telemetry, error_type
 from app.core.types import Delta, Timings
 from app.errors import GenerationCancelled
 from app.server import records
-from app.server.metrics import METRICS, STATUS_CLASSES, UNMATCHED_ROUTE, status_class
+from app.server.routes.metrics import METRICS, STATUS_CLASSES, UNMATCHED_ROUTE, status_class
 from app.server.state import REQUEST_LOG, SERVICE, context_of
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

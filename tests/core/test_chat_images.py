@@ -31,7 +31,7 @@ from app.core.workspace.chat_images import (
 )
 from app.core.workspace.conversation_export import to_json, to_markdown
 from app.core.workspace.conversations import Conversation, ConversationStore
-from app.server.protocols.ollama import parse_history
+from app.server.protocols.ollama.parse import parse_history
 
 
 def png(width: int, height: int, color: tuple[int, int, int] = (200, 30, 30)) -> bytes:

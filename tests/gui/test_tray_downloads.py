@@ -7,7 +7,7 @@ from pytestqt.qtbot import QtBot
 from app.gui.main_window import MainWindow
 from tests.fakehub import FakeHub
 from tests.gui.conftest import HUB_FILE, HUB_REPO
-from tests.gui.test_downloads import TIMEOUT, start
+from tests.gui.views.test_downloads import TIMEOUT, start
 
 
 def tray_texts(window: MainWindow) -> list[str]:

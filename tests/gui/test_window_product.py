@@ -428,7 +428,7 @@ def test_dark_theme_banners_memory_bar_and_you_label_follow_the_palette(
     img = bar.grab().toImage()
     assert img.pixelColor(img.width() - 4, img.height() // 2).lightness() < 100  # the groove
 
-    from app.gui.views.chat import role_color
+    from app.gui.views.chat.page import role_color
 
     assert _contrast(role_color("user"), base) >= 4.5  # the "You" header is readable
     window.show_page("Server")

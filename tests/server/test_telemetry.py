@@ -39,11 +39,11 @@ from app.core.library.index import ModelLibrary
 from app.core.service import Hearth, assemble
 from app.core.types import LoadOptions
 from app.runtimes.remote.client import RemoteEngine
-from app.server import metrics as server_metrics
 from app.server import telemetry as server_telemetry
 from app.server.app import create_app
 from app.server.middleware import edge_middleware
 from app.server.records import RECORDER, Recorder
+from app.server.routes import metrics as server_metrics
 from app.settings import ServerSettings, hash_key
 from tests.conftest import listen_loopback
 from tests.core.fakes import FakeRuntime
@@ -383,7 +383,7 @@ async def test_300_mixed_requests_record_no_canary_and_bounded_series(tmp_path: 
     assert bound == 2 * r * 5 + 3 * m + m * p  # the documented formula
     assert 0 < series < bound
     assert server_metrics.series_bound(len(patterns), known) > 0  # the Prometheus bound holds
-    # (test_metrics_endpoints checks the Prometheus side's series against its own bound)
+    # (routes/test_metrics.py checks the Prometheus side's series against its own bound)
 
 
 def _codes(spans: list[ReadableSpan]) -> set[str]:

@@ -15,7 +15,7 @@ from app.core.inference.tools import ToolCallParser
 from app.core.requests import ChatRequest
 from app.core.types import Delta, Usage
 from app.server.app import STATE, ServerState
-from app.server.protocols import anthropic as anthropic_wire
+from app.server.protocols.anthropic.render import MessageStream, message_response
 from app.server.protocols.base import Context
 from app.server.streaming import respond
 from app.settings import ServerSettings
@@ -302,8 +302,8 @@ async def test_anthropic_stream_keeps_blocks_in_order() -> None:
             Choices([gen]),
             stream=True,
             model="m",
-            whole=lambda results: anthropic_wire.message_response(req, results, ctx),
-            renderer=lambda: anthropic_wire.MessageStream(req, ctx, gen.prompt_tokens),
+            whole=lambda results: message_response(req, results, ctx),
+            renderer=lambda: MessageStream(req, ctx, gen.prompt_tokens),
         )
 
     app = web.Application()

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 SERVICE_NAME = "hearth"
-# seconds, as app/server/metrics.py buckets the Prometheus histograms
+# seconds, as app/server/routes/metrics.py buckets the Prometheus histograms
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # only W3C trace context travels: traceparent and tracestate (no baggage, whatever a client sends)

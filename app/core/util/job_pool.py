@@ -5,8 +5,9 @@ Work queued here cannot starve the loop's default executor (which /tokenize, fil
 like share) nor stall a model's running streams. A job gets a ``stop`` flag: when the awaiting
 request ends (client gone, time limit), a job not started yet is dropped and a running one sees
 ``stop()`` turn true. Idle threads end after :data:`IDLE_SECONDS`, so a pool nobody uses holds
-none. Tested through its users: tests/server/test_image_targets.py (a queued decode dropped with
-its request) and tests/runtimes/test_grammar_limits.py (compiling off the worker and the loop).
+none. Tested through its users: tests/server/edge/test_image_targets.py (a queued decode dropped
+with its request) and tests/runtimes/test_grammar_limits.py (compiling off the worker and the
+loop).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Connect page (issue 15, "connect an app"): ready settings for Continue, Cline, Zed, Open
+"""The Connect page ("connect an app"): ready settings for Continue, Cline, Zed, Open
 WebUI, Claude Code, Codex, openai-python and LangChain, from app/core/desktop/connect.py (the same as
 ``hearth connect TOOL``). It shows the base URL, key, environment and a snippet to copy, warns
 when the model's context is too small for the tool and can save a larger one in its preset.

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.server.protocols.anthropic import Anthropic
-from app.server.protocols.ollama import Ollama
-from app.server.protocols.openai import OpenAI
+from app.server.protocols.anthropic.render import Anthropic
+from app.server.protocols.ollama.render import Ollama
+from app.server.protocols.openai.render import OpenAI
 
 OPENAI = OpenAI()
 ANTHROPIC = Anthropic()

@@ -1,5 +1,7 @@
-"""Thin aiohttp handlers, one module per wire API: read the body, let the protocol adapter
-make the request, call the service, answer through the one streaming path."""
+"""Every route table of the server, thin aiohttp handlers. One module per wire API (openai,
+responses, anthropic, ollama): read the body, let the protocol adapter make the request, call the
+service, answer through the one streaming path. Hearth's own API under /api/v1/: native (models,
+load, presets), downloads, manage (keys, providers), metrics; health is /health's state."""
 
 from __future__ import annotations
 

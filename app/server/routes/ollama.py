@@ -13,22 +13,21 @@ from aiohttp import web
 from app.core.requests import ChatRequest
 from app.core.service import Hearth
 from app.errors import InvalidRequest, ModelNotFound
-from app.server.body import large_json_response, read_json_body
+from app.server.edge.body import large_json_response, read_json_body
+from app.server.edge.vision import resolve_images
 from app.server.protocols import OLLAMA
-from app.server.protocols import ollama as wire
-from app.server.protocols import ollama_models as listing
-from app.server.protocols import ollama_render as render
 from app.server.protocols.base import Context
 from app.server.protocols.common import Body
+from app.server.protocols.ollama import models as listing
+from app.server.protocols.ollama import parse, render
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE, context_of, scope_of, with_context
 from app.server.streaming import respond
-from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(OLLAMA)
 
 
-def resolver(request: web.Request) -> wire.Resolve:
+def resolver(request: web.Request) -> parse.Resolve:
     """Ollama names carry a tag ("llama3:latest"); Hearth ids may not."""
     service, scope = request.app[SERVICE], scope_of(request)
 
@@ -109,7 +108,7 @@ async def ps(request: web.Request) -> web.Response:
     return web.json_response(listing.ps(service.models.loaded(scope), service.models.all(scope)))
 
 
-async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -> Any:
+async def _generation(request: web.Request, parsed: parse.Parsed, ctx: Context) -> Any:
     """/api/chat and /api/generate after parsing: load/unload, or generate through the one
     streaming path (time limit, disconnect, errors as ``{"error": ...}`` lines)."""
     service: Hearth = request.app[SERVICE]
@@ -139,7 +138,7 @@ async def _generation(request: web.Request, parsed: wire.Parsed, ctx: Context) -
 async def chat(request: web.Request) -> web.StreamResponse:
     ctx = Context("")  # the request's clock starts here (total_duration)
     body = await read_json_body(request)
-    parsed = wire.parse_chat(body, resolver(request))
+    parsed = parse.parse_chat(body, resolver(request))
     return await _generation(request, parsed, ctx)
 
 
@@ -147,7 +146,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
 async def generate(request: web.Request) -> web.StreamResponse:
     ctx = Context("")
     body = await read_json_body(request)
-    parsed = wire.parse_generate(body, resolver(request))
+    parsed = parse.parse_generate(body, resolver(request))
     return await _generation(request, parsed, ctx)
 
 
@@ -155,7 +154,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
 async def embed(request: web.Request) -> web.Response:
     ctx = Context("")
     service: Hearth = request.app[SERVICE]
-    req = with_context(request, wire.parse_embed(await read_json_body(request), resolver(request)))
+    req = with_context(request, parse.parse_embed(await read_json_body(request), resolver(request)))
     request[REQUEST_LOG]["model"] = req.model
     ctx.load_ns = await _load_ns(request, req.model)
     result = await service.embed(req)
@@ -170,7 +169,7 @@ async def embed(request: web.Request) -> web.Response:
 @routes.post("/api/embeddings")
 async def embeddings_legacy(request: web.Request) -> web.Response:
     service: Hearth = request.app[SERVICE]
-    req = wire.parse_embeddings_legacy(await read_json_body(request), resolver(request))
+    req = parse.parse_embeddings_legacy(await read_json_body(request), resolver(request))
     req = with_context(request, req)
     result = await service.embed(req)
     return web.json_response({"embedding": result.vectors[0]})

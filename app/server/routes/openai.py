@@ -14,18 +14,18 @@ from app.core.inference.generation import Choices, Completion
 from app.core.service import Hearth
 from app.core.types import ModelStatus
 from app.errors import InvalidRequest
-from app.server.body import large_json_response, read_json_body
-from app.server.health import health_body, model_filter
+from app.server.edge.body import large_json_response, read_json_body
+from app.server.edge.vision import resolve_images
 from app.server.protocols import OPENAI
-from app.server.protocols import openai as wire
-from app.server.protocols import rerank as rerank_wire
 from app.server.protocols.base import Context, StreamRenderer
 from app.server.protocols.common import MAX_PIECES, Body, parse_tokenize_content
-from app.server.protocols.openai_fields import StreamOptions
+from app.server.protocols.openai import parse, render
+from app.server.protocols.openai import rerank as rerank_wire
+from app.server.protocols.openai.fields import StreamOptions
 from app.server.routes import ProtocolRoutes
+from app.server.routes.health import health_body, model_filter
 from app.server.state import REQUEST_LOG, SERVICE, STATE, context_of, scope_of, with_context
 from app.server.streaming import respond
-from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(OPENAI)
 
@@ -105,7 +105,7 @@ async def get_model(request: web.Request) -> web.Response:
 
 async def _generate(
     request: web.Request,
-    parsed: wire.Parsed,
+    parsed: parse.Parsed,
     start: Callable[[Any], Awaitable[Choices]],
     whole: Callable[[Any, Sequence[Completion], Context], dict[str, Any]],
     stream: Callable[[Any, StreamOptions, Context], StreamRenderer],
@@ -129,30 +129,30 @@ async def _generate(
 
 @routes.post("/v1/chat/completions")
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    parsed = wire.parse_chat(await read_json_body(request))
+    parsed = parse.parse_chat(await read_json_body(request))
     service = request.app[SERVICE]
-    return await _generate(request, parsed, service.chat, wire.chat_response, wire.ChatStream)
+    return await _generate(request, parsed, service.chat, render.chat_response, render.ChatStream)
 
 
 @routes.post("/v1/completions")
 async def completions(request: web.Request) -> web.StreamResponse:
-    parsed = wire.parse_completion(await read_json_body(request))
+    parsed = parse.parse_completion(await read_json_body(request))
     service = request.app[SERVICE]
     return await _generate(
-        request, parsed, service.complete, wire.completion_response, wire.CompletionStream
+        request, parsed, service.complete, render.completion_response, render.CompletionStream
     )
 
 
 @routes.post("/v1/embeddings")
 async def embeddings(request: web.Request) -> web.Response:
-    req, fmt = wire.parse_embeddings(await read_json_body(request))
+    req, fmt = parse.parse_embeddings(await read_json_body(request))
     req = with_context(request, req)
     request[REQUEST_LOG]["model"] = req.model
     result = await request.app[SERVICE].embed(req)
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
     request[REQUEST_LOG]["answered_by"] = result.model
     # ~1 s for 2,048 vectors: built and encoded off the event loop
-    body = await asyncio.to_thread(wire.embeddings_response, req, result, fmt, result.model)
+    body = await asyncio.to_thread(render.embeddings_response, req, result, fmt, result.model)
     return await large_json_response(body, headers=_route_headers(result.model, result.route))
 
 
@@ -175,7 +175,7 @@ async def tokenize(request: web.Request) -> web.Response:
     """llama.cpp-style: {"model", "content", "add_special": false, "with_pieces": false}."""
     service: Hearth = request.app[SERVICE]
     b = Body(await read_json_body(request))
-    model = wire.model_field(b)
+    model = parse.model_field(b)
     content = parse_tokenize_content(b)
     with_pieces = b.flag("with_pieces")
     async with service.using(model, context_of(request)) as lm:
@@ -204,7 +204,7 @@ async def detokenize(request: web.Request) -> web.Response:
     """llama.cpp-style: {"model", "tokens": [ids]} -> {"content"}."""
     service: Hearth = request.app[SERVICE]
     b = Body(await read_json_body(request))
-    model = wire.model_field(b)
+    model = parse.model_field(b)
     tokens = b.data.get("tokens")
     if not isinstance(tokens, list) or not all(
         isinstance(t, int) and not isinstance(t, bool) for t in tokens

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from app.server.body import read_json_body
+from app.server.edge.body import read_json_body
+from app.server.edge.vision import resolve_images
 from app.server.protocols import OPENAI
-from app.server.protocols import responses as wire
 from app.server.protocols.base import Context
+from app.server.protocols.responses import parse, render
 from app.server.routes import ProtocolRoutes
 from app.server.state import REQUEST_LOG, SERVICE
 from app.server.streaming import respond
-from app.server.vision import resolve_images
 
 routes = ProtocolRoutes(OPENAI)
 
 
 @routes.post("/v1/responses")
 async def responses(request: web.Request) -> web.StreamResponse:
-    parsed = wire.parse_request(await read_json_body(request))
+    parsed = parse.parse_request(await read_json_body(request))
     req = parsed.request
     request[REQUEST_LOG]["model"] = req.model
     choices = await request.app[SERVICE].chat(await resolve_images(request, req))
@@ -29,6 +29,6 @@ async def responses(request: web.Request) -> web.StreamResponse:
         choices,
         stream=parsed.stream,
         model=choices.model,
-        whole=lambda results: wire.response_body(parsed.echo, results, ctx),
-        renderer=lambda: wire.ResponseStream(parsed.echo, ctx),
+        whole=lambda results: render.response_body(parsed.echo, results, ctx),
+        renderer=lambda: render.ResponseStream(parsed.echo, ctx),
     )

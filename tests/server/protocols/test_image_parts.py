@@ -13,7 +13,10 @@ import pytest
 from app.core.inference.images import IMAGE_MARKER, MARKER_LOOKALIKE
 from app.core.requests import ChatRequest
 from app.errors import InvalidRequest, UnsupportedParameter
-from app.server.protocols import anthropic, ollama, openai, responses
+from app.server.protocols.anthropic import parse as anthropic
+from app.server.protocols.ollama import parse as ollama
+from app.server.protocols.openai import parse as openai
+from app.server.protocols.responses import parse as responses
 
 A, B, C = b"\x89PNG-a", b"GIF89a-b", b"\xff\xd8-c"  # bytes only: decoding is the server's step
 

@@ -1,0 +1,119 @@
+"""OpenAI chat completions, legacy completions and embeddings, parsed: body -> request.
+
+Pure translation (no aiohttp): the routes in ``app/server/routes/openai.py`` hand the bodies
+here; the fields themselves are read in fields.py, the answers written by render.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest
+from app.errors import InvalidRequest
+from app.server.protocols.common import (
+    MAX_N,
+    Body,
+    parse_max_tokens,
+    parse_sampling,
+    parse_stop,
+    parse_template_vars,
+    parse_tools,
+    parse_ttl,
+)
+from app.server.protocols.openai.fields import (
+    StreamOptions,
+    parse_embedding_input,
+    parse_logprobs,
+    parse_messages,
+    parse_prompt,
+    parse_response_format,
+    parse_stream,
+    reject_pending_features,
+)
+
+
+def model_field(b: Body) -> str:
+    """The request's model; "" when absent or empty (the gateway then takes default_model, or
+    answers 400 when none is set)."""
+    return b.text("model") or ""
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """A request and how the client wants it answered."""
+
+    request: Any  # ChatRequest | CompletionRequest
+    stream: StreamOptions
+
+
+def parse_chat(data: dict[str, Any]) -> Parsed:
+    b = Body(data)
+    model = model_field(b)
+    messages = parse_messages(b)
+    sampling = parse_sampling(b)
+    stop = parse_stop(b)
+    max_tokens = parse_max_tokens(b)
+    so = parse_stream(b)
+    reject_pending_features(b, chat=True)
+    tools, choice = parse_tools(b)
+    req = ChatRequest(
+        model=model,
+        messages=tuple(messages),
+        sampling=sampling,
+        max_tokens=max_tokens,
+        stop=stop,
+        tools=tuple(tools),
+        tool_choice=choice,
+        constraint=parse_response_format(b),
+        logprobs=parse_logprobs(b, chat=True),
+        template_vars=parse_template_vars(b) or {},
+        ttl=parse_ttl(b),
+        n=b.integer("n", 1, lo=1, hi=MAX_N) or 1,
+    )
+    return Parsed(req, so)
+
+
+def parse_completion(data: dict[str, Any]) -> Parsed:
+    b = Body(data)
+    model = model_field(b)
+    prompts = parse_prompt(b)
+    sampling = parse_sampling(b)
+    stop = parse_stop(b)
+    max_tokens = parse_max_tokens(b)
+    if max_tokens is None and not b.has("max_tokens"):
+        max_tokens = 16  # OpenAI's documented default for legacy completions
+    so = parse_stream(b)
+    reject_pending_features(b, chat=False)
+    req = CompletionRequest(
+        model=model,
+        prompts=tuple(p if isinstance(p, str) else tuple(p) for p in prompts),
+        sampling=sampling,
+        max_tokens=max_tokens,
+        stop=stop,
+        # an extension here, as vLLM and llama.cpp take it
+        constraint=parse_response_format(b),
+        logprobs=parse_logprobs(b, chat=False),
+        ttl=parse_ttl(b),
+        n=b.integer("n", 1, lo=1, hi=MAX_N) or 1,
+    )
+    return Parsed(req, so)
+
+
+def parse_embeddings(data: dict[str, Any]) -> tuple[EmbeddingRequest, str]:
+    """The request and its ``encoding_format`` (float | base64)."""
+    b = Body(data)
+    model = model_field(b)
+    inputs = parse_embedding_input(b)
+    fmt = b.text("encoding_format", default="float")
+    if fmt not in ("float", "base64"):
+        raise InvalidRequest(
+            "'encoding_format' must be 'float' or 'base64'", param="encoding_format"
+        )
+    req = EmbeddingRequest(
+        model=model,
+        inputs=tuple(i if isinstance(i, str) else tuple(i) for i in inputs),
+        ttl=parse_ttl(b),
+        dimensions=b.integer("dimensions", None, lo=1, hi=1 << 16),
+    )
+    return req, fmt or "float"
