@@ -179,7 +179,7 @@ def hub_ctx(gui_ctx: GuiContext, hub: FakeHub) -> GuiContext:
         memory_probe=lambda: DeviceMemory(ram_total=64 << 30, ram_available=32 << 30),
     )
     gui_ctx.service.hub = DownloadManager(
-        gui_ctx.service.library,
+        gui_ctx.service.models._library,
         client,
         gui_ctx.service.events,
         stall_timeout=3600.0,  # tests hold transfers with fake-Hub gates, not stalls

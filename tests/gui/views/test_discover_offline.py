@@ -33,7 +33,7 @@ def discover(qtbot: QtBot, ctx: GuiContext, bridge: Bridge) -> DiscoverPage:
     """A window whose Hub client is the app's own (``compose.hub_client``: HF_ENDPOINT, the
     listing cache under the data folder)."""
     ctx.service.hub = DownloadManager(
-        ctx.service.library,
+        ctx.service.models._library,
         hub_client(ctx.paths, ctx.settings_store.load()),
         ctx.service.events,
     )
@@ -101,7 +101,7 @@ def test_featured_models_from_an_earlier_listing_show_offline_marked_cached(
     # later, offline: a new session of the app (a new client) over the same data folder
     monkeypatch.setenv("HF_ENDPOINT", "http://hearth-offline.invalid")
     gui_ctx.service.hub = DownloadManager(
-        gui_ctx.service.library,
+        gui_ctx.service.models._library,
         hub_client(gui_ctx.paths, gui_ctx.settings_store.load()),
         gui_ctx.service.events,
     )

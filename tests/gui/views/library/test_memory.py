@@ -248,7 +248,7 @@ def test_keep_alive_counts_down_and_unloads(
 def test_pinned_load_and_preset_from_the_dialog(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, imported: str
 ) -> None:
-    presets = gui_ctx.service.presets
+    presets = gui_ctx.service.models._presets
     assert presets is not None
     dialog = open_dialog(window, qtbot, imported)
     assert dialog.preset_check.text() == "Save as preset for this model"
