@@ -127,6 +127,7 @@ def hub_parts(
 ) -> dict[str, Any]:
     """The download manager and other apps' model stores, for build_service."""
     from app.core.hub.downloads import DownloadManager
+    from app.core.hub.downloads.manager import DownloadPolicy
     from app.core.library.stores import ForeignLocations
 
     hub = hub_client(paths, settings)
@@ -134,8 +135,10 @@ def hub_parts(
         library,
         hub,
         events,
-        stall_timeout=settings.downloads.stall_timeout_s,
-        max_concurrent=settings.downloads.max_concurrent,
+        policy=DownloadPolicy(
+            stall_timeout=settings.downloads.stall_timeout_s,
+            max_concurrent=settings.downloads.max_concurrent,
+        ),
     )
     return {"downloads": downloads, "foreign": ForeignLocations.default()}
 

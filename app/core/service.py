@@ -15,10 +15,11 @@ from pathlib import Path
 
 from app.core.engine.autofit import DEFAULT_MAX_AUTO_CONTEXT
 from app.core.engine.models import ModelService
+from app.core.engine.policy import SchedulerPolicy
 from app.core.engine.presets import PresetStore
 from app.core.engine.runner import LocalRunner
 from app.core.engine.scheduler import ModelScheduler
-from app.core.events import EventHub, ModelLoaded
+from app.core.events import EventHub
 from app.core.gateway import AliasStore, Gateway, Routing
 from app.core.gateway.cache.replay import ResponseCache
 from app.core.gateway.dispatch import Dispatch
@@ -27,7 +28,6 @@ from app.core.gateway.providers.pool import ProviderPool
 from app.core.gateway.routing import RoutingService
 from app.core.hub.downloads import DownloadManager
 from app.core.inference.generation import Choices
-from app.core.library import fit
 from app.core.library.index import ModelLibrary
 from app.core.library.stores import ForeignLocations
 from app.core.requests import (
@@ -40,7 +40,6 @@ from app.core.requests import (
     RerankRequest,
 )
 from app.core.types import LoadedModel, LoadOptions, Runtime
-from app.core.util.fsutil import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -125,18 +124,15 @@ def assemble(
     ``cache(gateway(dispatch(local | remote)))``. ``cache`` builds the response cache from the
     pipeline's own embed path (semantic mode); without it the cache is off."""
     events = events or EventHub()
-    scheduler = ModelScheduler(
-        library,
-        runtimes,
-        events,
-        load_defaults,
-        presets=presets,
+    policy = SchedulerPolicy(
         budget_bytes=budget_bytes,
         default_ttl=default_ttl,
         auto_context_cap=auto_context_cap,
+        calibration_file=calibration_file,
     )
-    if calibration_file is not None:
-        keep_calibration(scheduler, events, calibration_file)
+    scheduler = ModelScheduler(
+        library, runtimes, events, load_defaults, presets=presets, policy=policy
+    )
     models = ModelService(library, scheduler, events, presets, foreign)
     local = LocalRunner(models, scheduler, presets, jit_enabled)
     dispatch = Dispatch(library, models, local, providers)
@@ -155,19 +151,3 @@ def assemble(
         response_cache,
         runtimes,
     )
-
-
-def keep_calibration(scheduler: ModelScheduler, events: EventHub, path: Path) -> None:
-    """Memory calibration: read from ``path`` now, written back after each load measured it."""
-    scheduler.set_calibration(fit.read_calibration(path))
-
-    def on_event(event: object) -> None:
-        if isinstance(event, ModelLoaded):
-            values = scheduler.calibration()
-            if values:
-                try:
-                    atomic_write_json(path, values)
-                except OSError:
-                    log.exception("could not save memory calibration")
-
-    events.subscribe(on_event)

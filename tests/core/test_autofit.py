@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from app.core.engine.autofit import STEP, choose_context
+from app.core.engine.policy import SchedulerPolicy
 from app.core.engine.scheduler import ModelScheduler
 from app.core.events import EventHub
 from app.core.library.index import ModelLibrary
@@ -62,9 +63,9 @@ def _sched(lib: ModelLibrary, rt: FakeRuntime, budget: int, cap: int = 32768) ->
         {"gguf": rt},
         EventHub(),
         LoadOptions,  # context 0: auto
-        budget_bytes=lambda: budget,
-        auto_context_cap=lambda: cap,
-        sweep_interval=3600,
+        policy=SchedulerPolicy(
+            budget_bytes=lambda: budget, auto_context_cap=lambda: cap, sweep_interval=3600
+        ),
     )
 
 

@@ -19,6 +19,7 @@ from app.core.engine.presets import PresetStore
 from app.core.gateway import AliasStore
 from app.core.hub import HubClient
 from app.core.hub.downloads import DownloadManager
+from app.core.hub.downloads.manager import DownloadPolicy
 from app.core.library.fit import DeviceMemory, default_budget
 from app.core.library.index import ModelLibrary
 from app.core.service import assemble
@@ -182,10 +183,12 @@ def hub_ctx(gui_ctx: GuiContext, hub: FakeHub) -> GuiContext:
         gui_ctx.service.models._library,
         client,
         gui_ctx.service.events,
-        stall_timeout=3600.0,  # tests hold transfers with fake-Hub gates, not stalls
-        backoff_base=0.05,
-        lock_poll=0.05,
-        progress_interval=0.05,
+        policy=DownloadPolicy(
+            stall_timeout=3600.0,  # tests hold transfers with fake-Hub gates, not stalls
+            backoff_base=0.05,
+            lock_poll=0.05,
+            progress_interval=0.05,
+        ),
     )
     return gui_ctx
 
