@@ -98,7 +98,7 @@ def start_served(
     paths = AppPaths.default(home).ensure()
     store = SettingsStore(paths.settings_file)
     service = build_service(paths, store.load())
-    mid, _ = service.import_model(model)
+    mid, _ = service.models.import_path(model)
     if prepare is not None:
         prepare(service, paths, store)
     loop = LoopThread().start()
@@ -128,7 +128,7 @@ def serving(home: Path, model: Path, *extra_models: Path, **kw: Any) -> Iterator
         s = start_served(home, model, **kw)
         try:
             for m in extra_models:
-                s.service.import_model(m)  # type: ignore[attr-defined]
+                s.service.models.import_path(m)  # type: ignore[attr-defined]
             yield s
         finally:
             stop_served(s)

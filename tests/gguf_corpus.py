@@ -708,9 +708,9 @@ async def _try_file(h: Any, path: Any) -> dict[str, Any]:
 
     stage = "import"
     try:
-        model, _ = h.import_model(path)
+        model, _ = h.models.import_path(path)
         stage = "load"
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         stage = "request"
         if "embeddings" in lm.capabilities:
             emb = await h.embed(EmbeddingRequest(model.id, ("Hello world",)))
@@ -730,7 +730,7 @@ async def _try_file(h: Any, path: Any) -> dict[str, Any]:
             if final.error:
                 raise RuntimeError(final.error)
             answer = f"{final.usage.completion_tokens if final.usage else 0} tokens"
-        await h.unload(model.id)
+        await h.models.unload(model.id)
         return {"outcome": "works", "stage": stage, "answer": answer}
     except HearthError as e:
         return {
@@ -749,14 +749,14 @@ async def _run_all(folder: Any, home: Any, report: Any) -> None:
     from pathlib import Path
 
     from app.core.library.index import ModelLibrary
-    from app.core.service import Hearth
+    from app.core.service import assemble
     from app.core.types import LoadOptions
     from app.runtimes.llama.runtime import LlamaCppRuntime
 
     home = Path(home)
     lib = ModelLibrary(home / "library.json", home / "models")
     rt = LlamaCppRuntime(probe_file=home / "cache" / "runtime-probe.json")
-    h = Hearth(
+    h = assemble(
         lib,
         {"gguf": rt},
         load_defaults=lambda: LoadOptions(context_length=256, threads=1),

@@ -13,7 +13,7 @@ import sys
 from app import __version__
 from app.cli import alias, cache, connect, doctor, hub, keys, models, providers, requests, serve
 from app.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail, setup_logging
-from app.cli.compose import build_service
+from app.compose import build_service
 from app.errors import HearthError
 
 __all__ = ["EXIT_FAIL", "EXIT_OK", "EXIT_USAGE", "build_parser", "build_service", "main"]

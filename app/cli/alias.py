@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import EXIT_OK, context, fail, log
-from app.cli.compose import provider_store
+from app.compose import provider_store
 from app.core.gateway import AliasStore
 from app.core.library.index import ModelLibrary
 from app.errors import ModelNotFound

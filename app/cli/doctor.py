@@ -14,7 +14,7 @@ from app.cli.common import EXIT_FAIL, EXIT_OK, context, find_server
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from app.cli.compose import build_runtimes
+    from app.compose import build_runtimes
     from app.core.desktop import doctor
     from app.core.library.fit import default_budget
 

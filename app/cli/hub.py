@@ -21,7 +21,7 @@ from app.cli.common import (
     size_range,
     ssl_context_of,
 )
-from app.cli.compose import build_service, hub_client
+from app.compose import build_service, hub_client
 from app.errors import HearthError
 
 
@@ -112,7 +112,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     from app.errors import AmbiguousChoice
 
     service = build_service(paths, store.load())
-    dm = service.downloads
+    dm = service.hub
     if dm is None:  # pragma: no cover - build_service always wires it
         return fail("downloads are not available")
     bar = _ProgressBar()
@@ -201,7 +201,7 @@ def _pull_via_server(base: str, ref: str, key: str | None) -> int:
 def cmd_scan(args: argparse.Namespace) -> int:
     paths, store = context()
     service = build_service(paths, store.load())
-    added = asyncio.run(service.scan_foreign_stores())
+    added = asyncio.run(service.models.scan_foreign())
     if args.json:
         print(json.dumps([m.summary() for m in added], indent=2))
     else:

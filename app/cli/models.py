@@ -21,8 +21,8 @@ from app.cli.common import (
     log,
     require_server,
 )
-from app.cli.compose import build_service
 from app.cli.load_flags import add_load_flags, load_options_from_args
+from app.compose import build_service
 from app.core.inference.images import ImageLimits, InvalidImage, supports_vision
 from app.core.requests import ChatRequest
 from app.core.types import ChatMessage, LocalModel, SamplingParams
@@ -33,7 +33,7 @@ from app.errors import HearthError
 def cmd_import(args: argparse.Namespace) -> int:
     paths, store = context()
     service = build_service(paths, store.load())
-    model, created = service.import_model(args.path, copy=args.copy)
+    model, created = service.models.import_path(args.path, copy=args.copy)
     print(model.id)
     if not created:
         log.info("already in the library")
@@ -47,7 +47,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     paths, store = context()
     service = build_service(paths, store.load())
-    models = service.library.list()
+    models = [s.model for s in service.models.all()]
     if args.json:
         print(json.dumps([m.summary() for m in models], indent=2))
         return EXIT_OK
@@ -82,7 +82,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
             api(url, "POST", "/api/v1/models/unload", {"model": args.model}, api_key(args))
         except HearthError:
             pass
-    model, deleted = service.library.remove(args.model, delete_file=args.delete_file)
+    model, deleted = asyncio.run(service.models.remove(args.model, delete_file=args.delete_file))
     print(f"removed {model.id}" + (f" and deleted {model.path}" if deleted else " (file kept)"))
     return EXIT_OK
 
@@ -117,8 +117,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     limits = vcfg.limits()
 
     async def main() -> int:
-        model = await service.resolve_model(args.model)
-        await service.load(model.id, load_options_from_args(args) or None)
+        model = await service.models.resolve(args.model)
+        await service.models.load(model.id, load_options_from_args(args) or None)
         history: list[ChatMessage] = []
         images: list[ChatImage] = []  # /image: for the next message
         if args.system:

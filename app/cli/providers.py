@@ -12,7 +12,7 @@ from typing import Any
 
 from app.cli.alias import _stores
 from app.cli.common import EXIT_OK, context, fail, log
-from app.cli.compose import provider_store
+from app.compose import provider_store
 from app.core.gateway.providers import manage
 from app.core.gateway.providers.pool import ProviderStatus
 from app.core.gateway.providers.store import (

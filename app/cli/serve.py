@@ -9,8 +9,8 @@ import signal
 from typing import Any
 
 from app.cli.common import EXIT_OK, context, fail, log
-from app.cli.compose import build_service, mcp_manager
 from app.cli.load_flags import add_load_flags, load_options_from_args
+from app.compose import build_service, mcp_manager
 from app.errors import HearthError
 
 
@@ -20,8 +20,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     paths, store = context()
     settings = store.load()
     api_key = args.api_key or os.environ.get("HEARTH_API_KEY") or None
-    service = build_service(paths, settings)
-    service.response_cache.mode_override = args.cache  # None: the settings' cache.mode
+    service = build_service(paths, settings, cache_mode=args.cache)  # None: the settings' mode
     controller = ServerController(service, store, paths)
     controller.set_api_key(api_key)
 
@@ -47,8 +46,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         rc = EXIT_OK
         try:
             for ref in args.model or []:
-                model = await service.resolve_model(ref)
-                lm = await service.load(model.id, load_options_from_args(args) or None)
+                model = await service.models.resolve(ref)
+                lm = await service.models.load(model.id, load_options_from_args(args) or None)
                 log.warning("model %s ready (context %d)", model.id, lm.context_length)
             controller.startup_done()
             await stop.wait()

@@ -9,6 +9,7 @@ request (``keep_alive``), a constraint is a :class:`~app.core.types.Constraint`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,6 +19,45 @@ MAX_EMBED_INPUTS = 2048  # inputs in one embedding request, every protocol
 MAX_RERANK_DOCUMENTS = 200  # documents in one rerank request, every protocol
 
 ToolMode = Literal["auto", "none", "required", "named"]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Who a request runs for, and what is measured of it: it travels on the request through
+    every stage (cache, gateway, dispatch, the engine), never in a context variable.
+
+    The server's edge fills the caller's part; a request made in process (the GUI, the CLI)
+    gets an empty one: every model allowed, nothing charged, traced or shared.
+
+    Attributes:
+        models: the key's model patterns (fnmatch); None: every model.
+        partition: the response-cache partition of the key ("" without a key).
+        cache: the client's cache directive (``force``, ``bypass``, ``no-store``) or None.
+        charge: the key's rate limits, charged a request's estimated cost before any work.
+        trace: the server's tracing of this request (``gateway.telemetry.Scope``), or None.
+        load_ms: filled by the engine: the time spent waiting for the model (None: no wait).
+        load_started_ns: when that wait began (``time.time_ns()``), for a span's start.
+        vision_checked: the target whose vision was checked before its images were decoded
+            (the gateway's first); the dispatcher checks any other target it tries.
+    """
+
+    models: tuple[str, ...] | None = None
+    partition: str = ""
+    cache: str | None = None
+    charge: Callable[[Any], None] | None = None
+    trace: Any = None
+    load_ms: float | None = None
+    load_started_ns: int | None = None
+    vision_checked: str | None = None
+
+
+def _context() -> RequestContext:
+    return RequestContext()
+
+
+def _ctx_field() -> Any:
+    """The request's context: not part of what it asks (equality, the cache key, repr)."""
+    return field(default_factory=_context, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +93,7 @@ class ChatRequest:
     ttl: Any = UNSET  # seconds the model stays loaded after this; None = forever; UNSET = default
     n: int = 1
     request_id: str = ""
+    context: RequestContext = _ctx_field()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +110,7 @@ class CompletionRequest:
     ttl: Any = UNSET
     n: int = 1
     request_id: str = ""
+    context: RequestContext = _ctx_field()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +121,7 @@ class EmbeddingRequest:
     inputs: tuple[str | tuple[int, ...], ...]
     ttl: Any = UNSET
     dimensions: int | None = None
+    context: RequestContext = _ctx_field()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +133,7 @@ class RerankRequest:
     documents: tuple[str, ...]
     top_n: int | None = None
     ttl: Any = UNSET
+    context: RequestContext = _ctx_field()
 
 
 @dataclass(frozen=True, slots=True)

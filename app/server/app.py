@@ -91,5 +91,4 @@ async def _flush(guard: KeyGuard) -> None:
 async def _start_providers(app: web.Application) -> None:
     """Probe every provider as the server starts (not at the first request that needs one)."""
     service = app[SERVICE]
-    if service.providers is not None:
-        service.providers.statuses()
+    service.routing.provider_statuses()  # starts probing the providers

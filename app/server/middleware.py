@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from app.core.events import RequestFinished
-from app.core.gateway import access, ratelimit
 from app.core.gateway.cache import replay as response_cache
 from app.core.gateway.keys import cache_partition, hash_secret
 from app.errors import (
@@ -30,7 +29,7 @@ from app.server.keyguard import KEY_NAME, Admission
 from app.server.protocols import OLLAMA, OPENAI
 from app.server.protocols.base import Protocol
 from app.server.routes import owner
-from app.server.state import REQUEST_LOG, SERVICE, STATE, ServerState
+from app.server.state import REQUEST_LOG, SERVICE, STATE, ServerState, context_of
 from app.server.streaming import DEADLINE, ClientGone
 from app.settings import key_matches
 
@@ -230,23 +229,23 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             request[REQUEST_LOG]["key"] = request.get(KEY_NAME) or None
             partition = admission.caller.partition
         guard = state.guard
-        with (
-            access.scoped(admission.caller.models if admission else None, partition),
-            response_cache.requested(request.headers.get("x-hearth-cache")),  # the response cache
-            ratelimit.charging(guard.charger(admission) if guard and admission else None),
-        ):
-            cut = True  # a request cut short (client gone, our bug): what it was charged stands
-            try:
-                resp = await _within_time_limit(request, handler)
-                cut = False
-            except HearthError:
-                cut = False
-                raise
-            finally:
-                if admission is not None and guard is not None:
-                    info = request[REQUEST_LOG]
-                    used = info["prompt_tokens"] + info["completion_tokens"]
-                    guard.settle(admission, None if cut else used)
+        ctx = context_of(request)  # what the core's stages read of the caller
+        ctx.models = (admission.caller.models or None) if admission else None
+        ctx.partition = partition
+        ctx.cache = response_cache.directive(request.headers.get("x-hearth-cache"))
+        ctx.charge = guard.charger(admission) if guard and admission else None
+        cut = True  # a request cut short (client gone, our bug): what it was charged stands
+        try:
+            resp = await _within_time_limit(request, handler)
+            cut = False
+        except HearthError:
+            cut = False
+            raise
+        finally:
+            if admission is not None and guard is not None:
+                info = request[REQUEST_LOG]
+                used = info["prompt_tokens"] + info["completion_tokens"]
+                guard.settle(admission, None if cut else used)
     except HearthError as e:
         if request[REQUEST_LOG].get("key") is None and request.get(KEY_NAME):
             request[REQUEST_LOG]["key"] = request[KEY_NAME]  # refused (403, 429): still named

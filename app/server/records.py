@@ -17,14 +17,13 @@ from typing import Any
 
 from aiohttp import web
 
-from app.core.gateway import request_timing
 from app.core.gateway.records import RecordStore, RequestRecord
-from app.core.gateway.request_timing import RequestTiming
+from app.core.requests import RequestContext
 from app.core.service import Hearth
 from app.core.types import Delta
-from app.errors import HearthError, ModelNotFound
+from app.errors import HearthError
 from app.server.routes import owner
-from app.server.state import REQUEST_LOG, SERVICE
+from app.server.state import REQUEST_LOG, SERVICE, context_of
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +44,6 @@ class Recorder:
 
 
 RECORDER = web.AppKey("recorder", Recorder)
-_TIMING = web.RequestKey("hearth_timing", RequestTiming)
 TRACE_ID = web.RequestKey("hearth_trace_id", str)  # set by app/server/telemetry.py when tracing
 
 
@@ -65,14 +63,11 @@ def begin(request: web.Request) -> None:
         response_text=[],
         response_chars=0,
     )
-    # the core adds its waits (a model's load) to this; the request runs in its own task, whose
-    # context ends with it (nothing to reset)
-    request[_TIMING] = request_timing.begin()[0]
 
 
-def timing_of(request: web.Request) -> RequestTiming | None:
-    """What the core measured for the request (its load wait)."""
-    return request.get(_TIMING)
+def timing_of(request: web.Request) -> RequestContext:
+    """What the core measured for the request (its load wait), on its context."""
+    return context_of(request)
 
 
 def _content_cap(request: web.Request) -> int:
@@ -164,15 +159,7 @@ def provider_of(service: Hearth, model_id: str | None) -> str | None:
     """``local`` for a library model, the provider's name for a remote one."""
     if model_id is None:
         return None
-    pool = service.providers
-    entry = pool.owner(model_id) if pool is not None else None
-    if entry is None:
-        return "local"
-    try:
-        service.library.get(model_id)  # a library id wins over a provider prefix
-    except ModelNotFound:
-        return entry.cfg.name
-    return "local"
+    return service.routing.provider_of(model_id)
 
 
 def record_of(request: web.Request, status: int, started: float) -> RequestRecord:
@@ -180,7 +167,7 @@ def record_of(request: web.Request, status: int, started: float) -> RequestRecor
     info: dict[str, Any] = request[REQUEST_LOG]
     tps = info["tps"]
     answered = info["answered_by"]
-    timing = request.get(_TIMING)
+    timing = context_of(request)
     return RequestRecord(
         time=info["wall"],
         route=route_of(request),

@@ -4,11 +4,19 @@ each other."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from aiohttp import web
 
 from app.core.inference.generation import Generation
+from app.core.requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RequestContext,
+    RerankRequest,
+)
 from app.core.service import Hearth
 from app.server.keyguard import KeyGuard
 from app.settings import ServerSettings
@@ -36,3 +44,25 @@ class ServerState:
 SERVICE = web.AppKey("service", Hearth)
 REQUEST_LOG = web.RequestKey("hearth_log", dict)
 STATE = web.AppKey("state", ServerState)
+CONTEXT = web.RequestKey("hearth_context", RequestContext)
+
+Req = TypeVar("Req", bound=ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest)
+
+
+def context_of(request: web.Request) -> RequestContext:
+    """The request's context: who it runs for (the key's scope, cache partition, rate limits),
+    its cache directive and tracing, and what the core measures of it. The edge fills it."""
+    ctx = request.get(CONTEXT)
+    if ctx is None:
+        ctx = request[CONTEXT] = RequestContext()
+    return ctx
+
+
+def scope_of(request: web.Request) -> tuple[str, ...] | None:
+    """The caller's model patterns (None: every model)."""
+    return context_of(request).models
+
+
+def with_context(request: web.Request, req: Req) -> Req:
+    """``req`` (as its protocol adapter parsed it) carrying this HTTP request's context."""
+    return replace(req, context=context_of(request))

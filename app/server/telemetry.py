@@ -30,13 +30,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from app.core.gateway import telemetry
 from app.core.gateway.telemetry import PROPAGATOR, Scope, Telemetry, error_type
 from app.core.types import Delta, Timings
 from app.errors import GenerationCancelled
 from app.server import records
 from app.server.routes.metrics import METRICS, STATUS_CLASSES, UNMATCHED_ROUTE, status_class
-from app.server.state import REQUEST_LOG, SERVICE
+from app.server.state import REQUEST_LOG, SERVICE, context_of
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -145,7 +144,7 @@ async def _traced(request: web.Request, handler: Handler) -> web.StreamResponse:
     if sc.is_valid:
         request[records.TRACE_ID] = trace.format_trace_id(sc.trace_id)
     token = otel_context.attach(trace.set_span_in_context(span, parent))
-    scoped = telemetry.enter(scope)
+    context_of(request).trace = scope  # the gateway's attempts and the providers' traceparent
     status = 500
     try:
         resp = await handler(request)
@@ -158,7 +157,6 @@ async def _traced(request: web.Request, handler: Handler) -> web.StreamResponse:
         status = GenerationCancelled.status
         raise
     finally:
-        telemetry.leave(scoped)
         otel_context.detach(token)
         _finish(request, scope, span, route, status)
 
@@ -239,7 +237,7 @@ def _phases(request: web.Request, scope: Scope, span: Span) -> None:
         s.end(end_time=max(start, end))
 
     timing = records.timing_of(request)
-    if timing is not None and timing.load_ms is not None and timing.load_started_ns is not None:
+    if timing.load_ms is not None and timing.load_started_ns is not None:
         child("model_load", timing.load_started_ns, timing.load_started_ns + _ns(timing.load_ms))
     t: Timings
     for ended, t in request[_GENERATIONS]:

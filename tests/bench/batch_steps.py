@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.core.library.index import ModelLibrary  # noqa: E402
-from app.core.service import Hearth  # noqa: E402
+from app.core.service import Hearth, assemble  # noqa: E402
 from app.core.types import ChatMessage, LoadOptions, SamplingParams  # noqa: E402
 from app.runtimes.llama.runtime import LlamaCppRuntime  # noqa: E402
 from tests.bench.vs_llama_server import TOPICS, default_model  # noqa: E402
@@ -46,10 +46,10 @@ async def run(model: Path, opts: LoadOptions, a: argparse.Namespace) -> dict[str
     home = Path(tempfile.mkdtemp(prefix="hearth-steps-"))
     lib = ModelLibrary(home / "library.json", home / "models")
     rt = LlamaCppRuntime(probe_file=home / "probe.json")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
-    m, _ = h.import_model(model)
+    h = assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    m, _ = h.models.import_path(model)
     try:
-        lm = await h.load(m.id)
+        lm = await h.models.load(m.id)
         engine = lm.engine  # type: ignore[attr-defined]
         steps: list[float] = []
         real = engine._decode_step

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.core.library.index import ModelLibrary  # noqa: E402
-from app.core.service import Hearth  # noqa: E402
+from app.core.service import assemble  # noqa: E402
 from app.core.types import ChatMessage, LoadOptions, SamplingParams  # noqa: E402
 from app.runtimes.llama.runtime import LlamaCppRuntime  # noqa: E402
 from tests.bench.vs_llama_server import FILLER, default_model  # noqa: E402
@@ -37,13 +37,13 @@ async def measure(
     home = Path(tempfile.mkdtemp(prefix="hearth-fa-"))
     lib = ModelLibrary(home / "library.json", home / "models")
     opts = LoadOptions(flash_attention=fa, speculative="off", context_length=ctx)
-    h = Hearth(
+    h = assemble(
         lib, {"gguf": LlamaCppRuntime(probe_file=home / "probe.json")}, load_defaults=lambda: opts
     )
-    m, _ = h.import_model(model)
+    m, _ = h.models.import_path(model)
     out = []
     try:
-        await h.load(m.id)
+        await h.models.load(m.id)
         for n in sizes:
             text = ("Meeting notes. " + FILLER * (n // 16 + 1))[: n * 4]
             msg = [ChatMessage("user", f"{text} Write story number {n}.")]

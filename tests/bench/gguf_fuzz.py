@@ -78,17 +78,17 @@ def timing(smollm2: Path, reps: int) -> None:
     import asyncio
 
     from app.core.library.index import ModelLibrary
-    from app.core.service import Hearth
+    from app.core.service import assemble
     from app.core.types import LoadOptions
     from app.runtimes.llama.runtime import LlamaCppRuntime
 
     async def load_once(home: Path) -> float:
         lib = ModelLibrary(home / "library.json", home / "models")
         rt = LlamaCppRuntime(probe_file=home / "runtime-probe.json")
-        h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=2048))
-        model, _ = h.import_model(smollm2)
+        h = assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=2048))
+        model, _ = h.models.import_path(smollm2)
         t0 = time.perf_counter()
-        await h.load(model.id)
+        await h.models.load(model.id)
         secs = time.perf_counter() - t0
         await h.close()
         return secs

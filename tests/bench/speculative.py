@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.core.library.index import ModelLibrary  # noqa: E402
-from app.core.service import Hearth  # noqa: E402
+from app.core.service import assemble  # noqa: E402
 from app.core.types import ChatMessage, LoadOptions, SamplingParams  # noqa: E402
 from app.runtimes.llama.runtime import LlamaCppRuntime  # noqa: E402
 from tests.conftest import smollm2_file, transcript  # noqa: E402
@@ -57,11 +57,11 @@ async def answer(model: Path, speculative: str, prompt: str, tokens: int) -> tup
     tmp = Path(tempfile.mkdtemp())
     lib = ModelLibrary(tmp / "library.json", tmp / "models")
     opts = LoadOptions(context_length=4096, prompt_cache="off", speculative=speculative)
-    h = Hearth(lib, {"gguf": LlamaCppRuntime(probe_file=tmp / "probe.json")},
+    h = assemble(lib, {"gguf": LlamaCppRuntime(probe_file=tmp / "probe.json")},
                load_defaults=lambda: opts)  # fmt: skip
     try:
         m, _ = lib.import_path(model)
-        await h.load(m.id)
+        await h.models.load(m.id)
         gen = await chat(h, m.id, [ChatMessage("user", prompt)],
                          sampling=SamplingParams(temperature=0), max_tokens=tokens)  # fmt: skip
         text, _, final = await transcript(gen)

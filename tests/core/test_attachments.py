@@ -12,7 +12,7 @@ import pytest
 
 from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, Runtime
 from app.core.workspace import attachments as att
 from app.core.workspace.attachments import attachment_from_text, read_attachment
@@ -137,7 +137,7 @@ def test_vector_cache_keeps_vectors_in_memory_and_on_disk(tmp_path: Path) -> Non
 def service(tmp_path: Path) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = cast(Runtime, FakeRuntime(delay=0.0))
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=2048))
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=2048))
 
 
 def test_answer_reserve() -> None:
@@ -150,8 +150,8 @@ def test_answer_reserve() -> None:
 async def test_a_small_file_goes_in_whole_without_an_embedding_model(
     service: Hearth, tmp_path: Path
 ) -> None:
-    model, _ = service.import_model(write_model(tmp_path / "Tiny-Q8_0.gguf"))
-    await service.load(model.id)
+    model, _ = service.models.import_path(write_model(tmp_path / "Tiny-Q8_0.gguf"))
+    await service.models.load(model.id)
     small = attachment_from_text("notes.txt", "The door code is 4711.")
     msgs = [ChatMessage("system", "Be brief."), ChatMessage("user", "What is the door code?")]
     r = Retriever(service)
@@ -181,14 +181,14 @@ async def test_a_small_file_goes_in_whole_without_an_embedding_model(
 async def test_a_big_file_and_no_embedding_model_gives_the_fix(
     service: Hearth, tmp_path: Path
 ) -> None:
-    model, _ = service.import_model(write_model(tmp_path / "Tiny-Q8_0.gguf"))
+    model, _ = service.models.import_path(write_model(tmp_path / "Tiny-Q8_0.gguf"))
     big = attachment_from_text("handbook.txt", "word " * 2000)
     msgs = [ChatMessage("user", "Summarize it.")]
     r = Retriever(service)
     # not loaded: the context it would load with, and the estimate (3 characters a token)
     with pytest.raises(NoEmbeddingModel) as e:
         await r.prepare(model.id, msgs, [big])
-    assert service.scheduler.state(model.id) == "not-loaded"
+    assert service.models._scheduler.state(model.id) == "not-loaded"
     assert "handbook.txt does not fit the model's context (2048 tokens" in e.value.message
     assert e.value.message.endswith(NO_EMBEDDER_FIX)
     assert "all-MiniLM-L6-v2 on the Discover page, or attach a smaller file" in NO_EMBEDDER_FIX

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 from app.core.engine.autofit import STEP, choose_context
+from app.core.engine.policy import SchedulerPolicy
 from app.core.engine.scheduler import ModelScheduler
 from app.core.events import EventHub
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.errors import InsufficientMemory
 from app.settings import Settings, settings_from_dict
@@ -62,9 +63,9 @@ def _sched(lib: ModelLibrary, rt: FakeRuntime, budget: int, cap: int = 32768) ->
         {"gguf": rt},
         EventHub(),
         LoadOptions,  # context 0: auto
-        budget_bytes=lambda: budget,
-        auto_context_cap=lambda: cap,
-        sweep_interval=3600,
+        policy=SchedulerPolicy(
+            budget_bytes=lambda: budget, auto_context_cap=lambda: cap, sweep_interval=3600
+        ),
     )
 
 
@@ -168,7 +169,7 @@ async def test_an_explicit_context_always_wins_and_auto_loads_do_not_reload(
 
 async def test_the_load_estimate_says_why(long_lib: ModelLibrary) -> None:
     long_id, _ = _ids(long_lib)
-    svc = Hearth(
+    svc = assemble(
         long_lib,
         {"gguf": FakeRuntime(delay=0)},
         load_defaults=LoadOptions,
@@ -176,9 +177,9 @@ async def test_the_load_estimate_says_why(long_lib: ModelLibrary) -> None:
         auto_context_cap=lambda: 16384,
     )
     try:
-        est = svc.estimate(long_id)
+        est = svc.models.estimate(long_id)
         assert est["context_length"] == 16384 and "cap" in est["context_reason"]
-        est = svc.estimate(long_id, {"context_length": 3000})
+        est = svc.models.estimate(long_id, {"context_length": 3000})
         assert est["context_length"] == 3000 and est["context_reason"].startswith("set explicitly")
     finally:
         await svc.close()

@@ -25,6 +25,7 @@ from app.core import events as ev
 from app.core.events import EventHub
 from app.core.hub import HubClient
 from app.core.hub.downloads import DownloadManager
+from app.core.hub.downloads.manager import DownloadPolicy
 from app.core.library.index import ModelLibrary
 from app.errors import (
     AccessDenied,
@@ -60,9 +61,9 @@ class Env:
         kw.setdefault("backoff_base", 0.05)
         kw.setdefault("lock_poll", 0.05)
         kw.setdefault("progress_interval", 0.0)
-        dm = DownloadManager(
-            self.library, HubClient(endpoint=self.hub.endpoint, token=token), self.events, **kw
-        )
+        hub = HubClient(endpoint=self.hub.endpoint, token=token)
+        free = {"free_space": kw.pop("free_space")} if "free_space" in kw else {}
+        dm = DownloadManager(self.library, hub, self.events, **free, policy=DownloadPolicy(**kw))
         self.managers.append(dm)
         return dm
 
@@ -408,7 +409,8 @@ async def test_real_small_disk_refuses_then_enospc_mid_write(
     lib = ModelLibrary(env.root / "data" / "library.json", small_disk.path / "models")
     hub = HubClient(endpoint=env.hub.endpoint)
     # the real free-space probe throughout: 3.2 MB cannot fit in 2 MiB, refused before a byte
-    dm = DownloadManager(lib, hub, env.events, backoff_base=0.05, stall_timeout=600)
+    policy = DownloadPolicy(backoff_base=0.05, stall_timeout=600)
+    dm = DownloadManager(lib, hub, env.events, policy=policy)
     with pytest.raises(InsufficientStorage, match="disk space"):
         await dm.pull("acme/big-GGUF")
     assert env.hub.file_requests("acme/big-GGUF", "big-Q4_K_M.gguf") == []

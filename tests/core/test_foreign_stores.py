@@ -243,15 +243,15 @@ def test_hearth_own_models_are_untouched_by_a_scan(
 
 async def test_service_scan_publishes_library_changed(stores: Stores, lib: ModelLibrary) -> None:
     from app.core.events import EventHub, LibraryChanged
-    from app.core.service import Hearth
+    from app.core.service import assemble
     from app.core.types import LoadOptions
 
     events = EventHub()
     seen: list[object] = []
     events.subscribe(seen.append)
-    service = Hearth(lib, {}, load_defaults=LoadOptions, events=events, foreign=stores.locations)
-    added = await service.scan_foreign_stores()
+    service = assemble(lib, {}, load_defaults=LoadOptions, events=events, foreign=stores.locations)
+    added = await service.models.scan_foreign()
     assert len(added) == 8 and any(isinstance(e, LibraryChanged) for e in seen)
-    model, deleted = await service.remove_model("tiny:1b")
+    model, deleted = await service.models.remove("tiny:1b")
     assert model.origin == "ollama" and not deleted and stores.ollama_blob.exists()
     await service.close()

@@ -9,6 +9,7 @@ import pytest
 
 from app.core.gateway import AliasStore, AutoRule, Gateway, RequestFacts, Routing, parse_rules
 from app.core.gateway.aliases import AliasCycle
+from app.core.requests import RequestContext
 from app.core.util.fsutil import atomic_write_json
 from app.errors import (
     ConfigError,
@@ -156,7 +157,7 @@ def test_retryable_failures_fall_through(tmp_path: Path, err: HearthError) -> No
             raise err
         return f"answer from {m}"
 
-    assert asyncio.run(gw.run("chain", RequestFacts(), start)) == (
+    assert asyncio.run(gw.run("chain", RequestFacts(), RequestContext(), start)) == (
         "answer from small",
         ["big", "small"],
     )
@@ -173,7 +174,7 @@ def test_non_retryable_failures_answer_at_once(tmp_path: Path) -> None:
         raise InvalidRequest("bad request")
 
     with pytest.raises(InvalidRequest) as e:
-        asyncio.run(gw.run("chain", RequestFacts(), start))
+        asyncio.run(gw.run("chain", RequestFacts(), RequestContext(), start))
     assert tried == ["big"] and e.value.route == ["big"]  # type: ignore[attr-defined]
 
 
@@ -185,7 +186,7 @@ def test_last_retryable_failure_is_raised_with_the_route(tmp_path: Path) -> None
         raise InsufficientMemory(f"{m} does not fit", needed=2, available=1)
 
     with pytest.raises(InsufficientMemory, match="small") as e:
-        asyncio.run(gw.run("chain", RequestFacts(), start))
+        asyncio.run(gw.run("chain", RequestFacts(), RequestContext(), start))
     assert e.value.route == ["big", "small"]  # type: ignore[attr-defined]
 
 
@@ -201,7 +202,10 @@ def test_an_unload_racing_the_start_retries_the_same_target_once(tmp_path: Path)
             raise ModelUnloaded("unloading", raced=True)
         return m
 
-    assert asyncio.run(gw.run("small", RequestFacts(), raced_once)) == ("small", ["small"])
+    assert asyncio.run(gw.run("small", RequestFacts(), RequestContext(), raced_once)) == (
+        "small",
+        ["small"],
+    )
     assert calls == ["small", "small"]
 
     async def always_raced(m: str) -> str:
@@ -210,7 +214,7 @@ def test_an_unload_racing_the_start_retries_the_same_target_once(tmp_path: Path)
 
     calls.clear()
     with pytest.raises(ModelUnloaded):
-        asyncio.run(gw.run("small", RequestFacts(), always_raced))
+        asyncio.run(gw.run("small", RequestFacts(), RequestContext(), always_raced))
     assert calls == ["small", "small"]  # once more, not forever
 
     async def unloaded_while_running(m: str) -> str:
@@ -219,5 +223,5 @@ def test_an_unload_racing_the_start_retries_the_same_target_once(tmp_path: Path)
 
     calls.clear()
     with pytest.raises(ModelUnloaded):
-        asyncio.run(gw.run("small", RequestFacts(), unloaded_while_running))
+        asyncio.run(gw.run("small", RequestFacts(), RequestContext(), unloaded_while_running))
     assert calls == ["small"]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.gateway import access
 from app.core.gateway.keys import KeyStore, hash_secret
+from app.core.util import access
 from app.errors import InvalidRequest, ModelNotFound
 
 
@@ -88,13 +88,12 @@ def test_last_use_is_batched_and_survives_a_concurrent_add(tmp_path: Path) -> No
 
 
 def test_model_scope_patterns() -> None:
-    assert access.allowed("anything")
-    with access.scoped(["smol*", "org/exact"]):
-        assert access.allowed("smollm2-135m") and access.allowed("org/exact")
-        assert not access.allowed("Smollm2") and not access.allowed("org/exact2")
-        with pytest.raises(ModelNotFound) as e:
-            access.check("other")
-        assert e.value.message == "The model 'other' does not exist"
-    with access.scoped([]):
-        assert access.allowed("other")
-    assert access.allowed("other")
+    assert access.in_scope("anything", None)
+    scope = ("smol*", "org/exact")
+    assert access.in_scope("smollm2-135m", scope) and access.in_scope("org/exact", scope)
+    assert not access.in_scope("Smollm2", scope) and not access.in_scope("org/exact2", scope)
+    with pytest.raises(ModelNotFound) as e:
+        access.check("other", scope)
+    assert e.value.message == "The model 'other' does not exist"
+    assert access.in_scope("other", ())
+    assert access.visible(["smollm2", "other"], str, scope) == ["smollm2"]

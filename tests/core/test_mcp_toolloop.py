@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.core.workspace.mcp import McpManager
 from app.core.workspace.mcp.toolloop import (
@@ -61,7 +61,7 @@ async def setup(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Setup
     lib.import_path(write_model(tmp / "src" / "m.gguf", chat_template=TEMPLATE))
     (model,) = lib.list()
     runtime = FakeRuntime(delay=0.0)
-    hearth = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions)
+    hearth = assemble(lib, {"gguf": runtime}, load_defaults=LoadOptions)
     manager = McpManager(write_config(tmp / "mcp.json", {"local": stdio_entry()}))
     await manager.start()
     try:

@@ -18,6 +18,7 @@ import pytest
 from app.core.events import EventHub
 from app.core.hub import HubClient
 from app.core.hub.downloads import DownloadManager
+from app.core.hub.downloads.manager import DownloadPolicy
 from app.core.library.formats import RepoFile, group_gguf
 from app.core.library.index import ModelLibrary
 from app.core.library.projector import pair_in_folder, projector_problem, projector_rank
@@ -135,9 +136,7 @@ def _manager(hub: FakeHub, root: Path) -> DownloadManager:
         lib,
         HubClient(endpoint=hub.endpoint),
         EventHub(),
-        backoff_base=0.05,
-        lock_poll=0.05,
-        progress_interval=0.0,
+        policy=DownloadPolicy(backoff_base=0.05, lock_poll=0.05, progress_interval=0.0),
     )
 
 

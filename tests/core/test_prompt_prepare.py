@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, Runtime
 from app.errors import ContextLengthExceeded
 from tests.core.fakes import FakeModel, FakeRuntime
@@ -23,14 +23,14 @@ from tests.service_calls import chat
 def service(tmp_path: Path) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = cast(Runtime, FakeRuntime(delay=0.0))
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=256))
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=256))
 
 
 async def test_render_and_tokenize_share_one_thread_off_the_loop(
     service: Hearth, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model, _ = service.import_model(write_model(tmp_path / "Tiny-Q8_0.gguf"))
-    await service.load(model.id)
+    model, _ = service.models.import_path(write_model(tmp_path / "Tiny-Q8_0.gguf"))
+    await service.models.load(model.id)
     loop_thread = threading.get_ident()
     handed: list[str] = []
     tokenized_on: list[int] = []

@@ -174,7 +174,7 @@ async def test_harmony_through_the_service(tmp_path: Path) -> None:
     calls come out separated, with reasoning tokens counted."""
     from app.core.inference.tools import Tool
     from app.core.library.index import ModelLibrary
-    from app.core.service import Hearth
+    from app.core.service import assemble
     from app.core.types import ChatMessage, LoadOptions, SamplingParams
 
     from .fakes import FakeRuntime
@@ -198,7 +198,7 @@ async def test_harmony_through_the_service(tmp_path: Path) -> None:
         '{"city":',
         ' "Paris"}',
     ]
-    h = Hearth(lib, {"gguf": FakeRuntime(delay=0.0, pieces=pieces)}, load_defaults=LoadOptions)
+    h = assemble(lib, {"gguf": FakeRuntime(delay=0.0, pieces=pieces)}, load_defaults=LoadOptions)
     weather = Tool(
         "get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}}
     )

@@ -15,12 +15,12 @@ import pytest
 
 from app.core.engine.presets import PresetStore
 from app.core.gateway import AliasStore
-from app.core.gateway.cache.replay import ResponseCache, local_identity, request_keys, requested
+from app.core.gateway.cache.replay import ResponseCache, directive, local_identity, request_keys
 from app.core.gateway.cache.store import CacheConfig, CachedAnswer, CacheStore, decode, encode
 from app.core.inference.generation import Choices
 from app.core.library.index import ModelLibrary
-from app.core.requests import ChatRequest, CompletionRequest
-from app.core.service import Hearth
+from app.core.requests import ChatRequest, CompletionRequest, RequestContext
+from app.core.service import assemble
 from app.core.types import (
     ChatMessage,
     Constraint,
@@ -56,22 +56,23 @@ class Rig:
         (model,) = lib.list()
         self.model = model.id
         self.runtime = FakeRuntime(delay=0.0, pieces=("Four", ".", " Done"), hold_at=hold_at)
-        self.service = Hearth(
+        self.config = CacheConfig(mode="exact", **config)
+        self.clock = Clock()
+        self.store = CacheStore(tmp_path / "data" / "response_cache.sqlite")
+        presets = PresetStore(tmp_path / "presets.json")
+        self.service = assemble(
             lib,
             {"gguf": self.runtime},
             load_defaults=LoadOptions,
             aliases=AliasStore(tmp_path / "aliases.json"),
-            presets=PresetStore(tmp_path / "presets.json"),
-        )
-        self.config = CacheConfig(mode="exact", **config)
-        self.clock = Clock()
-        self.store = CacheStore(tmp_path / "data" / "response_cache.sqlite")
-        self.service.response_cache = ResponseCache(
-            self.store,
-            lambda: self.config,
-            embed=self.service.embed,
-            clock=self.clock,
-            identity=local_identity(lib, self.service.presets),  # as build_service wires it
+            presets=presets,
+            cache=lambda embed: ResponseCache(
+                self.store,
+                lambda: self.config,
+                embed=embed,
+                clock=self.clock,
+                identity=local_identity(lib, presets),  # as build_service wires it
+            ),
         )
 
     @property
@@ -128,7 +129,7 @@ async def test_cache_off_stores_nothing_and_names_no_result(tmp_path: Path) -> N
             result, _ = await rig.chat()
             assert result is None
         assert rig.submits == 2 and rig.store.stats()["entries"] == 0
-        rig.service.response_cache.mode_override = "exact"  # hearth serve --cache exact
+        rig.service.cache.mode_override = "exact"  # hearth serve --cache exact
         assert (await rig.chat())[0] == "miss"
         assert (await rig.chat())[0] == "hit"
     finally:
@@ -185,7 +186,7 @@ def test_each_key_partition_has_its_own_exact_and_semantic_keys() -> None:
 async def test_aliases_resolve_before_the_key(tmp_path: Path) -> None:
     rig = Rig(tmp_path)
     try:
-        rig.service.set_alias("fast", [rig.model])
+        rig.service.routing.set_alias("fast", [rig.model])
         assert (await rig.chat())[0] == "miss"
         # the same request through an alias is the same resolved request
         choices = await rig.service.chat(replace(rig.chat_req(), model="fast"))
@@ -201,7 +202,9 @@ async def test_an_edited_preset_misses(tmp_path: Path) -> None:
     try:
         assert (await rig.chat())[0] == "miss"
         assert (await rig.chat())[0] == "hit"
-        rig.service.save_preset(rig.model, {"tool_format": "hermes"})  # changes what it writes
+        rig.service.models.save_preset(
+            rig.model, {"tool_format": "hermes"}
+        )  # changes what it writes
         assert (await rig.chat())[0] == "miss"
         assert (await rig.chat())[0] == "hit"
     finally:
@@ -215,12 +218,12 @@ async def test_non_deterministic_requests_bypass_unless_forced(tmp_path: Path) -
         for _ in range(2):
             assert (await rig.chat(sampling=hot))[0] == "bypass"
         assert rig.submits == 2 and rig.store.stats()["entries"] == 0
-        with requested("force"):
-            assert (await rig.chat(sampling=hot))[0] == "miss"
-            assert (await rig.chat(sampling=hot))[0] == "hit"
+        force = RequestContext(cache="force")
+        assert (await rig.chat(sampling=hot, context=force))[0] == "miss"
+        assert (await rig.chat(sampling=hot, context=force))[0] == "hit"
         assert rig.submits == 3
-        with requested("bypass"):  # the client opts a deterministic request out
-            assert (await rig.chat())[0] == "bypass"
+        # the client opts a deterministic request out
+        assert (await rig.chat(context=RequestContext(cache="bypass")))[0] == "bypass"
         assert rig.store.stats()["bypasses"] == 3
     finally:
         await rig.service.close()
@@ -261,7 +264,7 @@ async def test_the_least_recently_used_entry_goes_past_the_bound(tmp_path: Path)
 async def test_a_failed_generation_is_not_stored(tmp_path: Path) -> None:
     rig = Rig(tmp_path)
     try:
-        await rig.service.load(rig.model)
+        await rig.service.models.load(rig.model)
         rig.runtime.models[0].engine.fail_step.add("boom")
         result, out = await rig.chat(request_id="boom")
         assert result == "miss" and out[0][-1].finish_reason == "error"
@@ -370,13 +373,9 @@ def test_stored_deltas_come_back_whole() -> None:
 
 
 def test_an_unknown_directive_counts_as_none(tmp_path: Path) -> None:
-    from app.core.gateway.cache import replay as response_cache
-
-    with requested("sometimes"):
-        assert response_cache._DIRECTIVE.get() is None
-    with requested(" Force "):
-        assert response_cache._DIRECTIVE.get() == "force"
-    assert response_cache._DIRECTIVE.get() is None
+    assert directive("sometimes") is None
+    assert directive(None) is None
+    assert directive(" Force ") == "force"
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from app.core.events import (
 )
 from app.core.inference.chat_template import FALLBACK_STOPS
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, GenerationRequest, LoadOptions, SamplingParams
 from app.errors import (
     ContextLengthExceeded,
@@ -257,7 +257,7 @@ async def test_unload_cancels_running_and_queued_requests(sched: ModelScheduler)
 
 @pytest.fixture
 async def hearth(lib: ModelLibrary) -> AsyncIterator[Hearth]:
-    h = Hearth(
+    h = assemble(
         lib, {"gguf": FakeRuntime(delay=0.0)}, load_defaults=lambda: LoadOptions(context_length=256)
     )
     yield h
@@ -265,7 +265,7 @@ async def hearth(lib: ModelLibrary) -> AsyncIterator[Hearth]:
 
 
 async def _fake(h: Hearth, model_id: str) -> FakeModel:
-    lm = h.scheduler.loaded_model(model_id)
+    lm = h.models._scheduler.loaded_model(model_id)
     assert isinstance(lm, FakeModel)
     return lm
 
@@ -297,7 +297,7 @@ async def test_chat_renders_tokenizes_and_streams(hearth: Hearth) -> None:
 
 async def test_chat_without_template_uses_fallback_and_its_stops(lib: ModelLibrary) -> None:
     runtime = FakeRuntime(delay=0.0, pieces=("Sure.", "\nUser:", " and more"))
-    h = Hearth(lib, {"gguf": runtime}, load_defaults=lambda: LoadOptions(context_length=256))
+    h = assemble(lib, {"gguf": runtime}, load_defaults=lambda: LoadOptions(context_length=256))
     try:
         gen = await chat(h, "base", [ChatMessage("user", "hi")], sampling=SAMPLING, max_tokens=None)
         _c = await gen.collect()
@@ -323,7 +323,7 @@ async def test_chat_drops_a_doubled_bos(hearth: Hearth) -> None:
 
 
 async def test_context_overflow_is_refused_before_submitting(hearth: Hearth) -> None:
-    await hearth.load("alpha", LoadOptions(context_length=64))
+    await hearth.models.load("alpha", LoadOptions(context_length=64))
     lm = await _fake(hearth, "alpha")
     with pytest.raises(ContextLengthExceeded) as ei:
         await chat(
@@ -339,7 +339,7 @@ async def test_context_overflow_is_refused_before_submitting(hearth: Hearth) -> 
 
 
 async def test_context_boundary(hearth: Hearth) -> None:
-    await hearth.load("alpha", LoadOptions(context_length=16))
+    await hearth.models.load("alpha", LoadOptions(context_length=16))
     lm = await _fake(hearth, "alpha")
     with pytest.raises(ContextLengthExceeded):  # a full context leaves no room to generate
         await complete(hearth, "alpha", [5] * 16, sampling=SAMPLING, max_tokens=1)
@@ -352,7 +352,7 @@ async def test_context_boundary(hearth: Hearth) -> None:
 
 
 async def test_empty_prompt_is_an_invalid_request(lib: ModelLibrary) -> None:
-    h = Hearth(lib, {"gguf": FakeRuntime(delay=0.0, add_bos=False)}, load_defaults=LoadOptions)
+    h = assemble(lib, {"gguf": FakeRuntime(delay=0.0, add_bos=False)}, load_defaults=LoadOptions)
     try:
         prompts: list[str | list[int]] = ["", []]
         for prompt in prompts:
@@ -374,9 +374,9 @@ async def test_token_ids_out_of_vocabulary(hearth: Hearth) -> None:
 
 async def test_queue_full(lib: ModelLibrary) -> None:
     runtime = FakeRuntime(delay=0.0, queue_size=1)
-    h = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions)
+    h = assemble(lib, {"gguf": runtime}, load_defaults=LoadOptions)
     try:
-        lm = await h.load("alpha")
+        lm = await h.models.load("alpha")
         assert isinstance(lm, FakeModel)
         lm.engine.gate.clear()  # the engine blocks in prompt processing until released
         first = await complete(h, "alpha", "one", sampling=SAMPLING, max_tokens=3, request_id="a")
@@ -400,14 +400,14 @@ async def test_queue_full(lib: ModelLibrary) -> None:
 
 async def test_jit_disabled_in_hearth(lib: ModelLibrary) -> None:
     runtime = FakeRuntime(delay=0.0)
-    h = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions, jit_enabled=lambda: False)
+    h = assemble(lib, {"gguf": runtime}, load_defaults=LoadOptions, jit_enabled=lambda: False)
     try:
         with pytest.raises(ModelNotFound):
             await chat(h, "alpha", [ChatMessage("user", "hi")], sampling=SAMPLING, max_tokens=1)
         with pytest.raises(ModelNotFound):
             await complete(h, "nope", "x", sampling=SAMPLING, max_tokens=1)
         assert runtime.calls == 0
-        await h.load("alpha")
+        await h.models.load("alpha")
         gen = await complete(h, "alpha", "x", sampling=SAMPLING, max_tokens=1)
         assert (await gen.collect()).text == "Hello"
     finally:
@@ -416,7 +416,7 @@ async def test_jit_disabled_in_hearth(lib: ModelLibrary) -> None:
 
 async def test_cancelling_a_generation(lib: ModelLibrary) -> None:
     runtime = FakeRuntime(delay=0.0, pieces=None)  # generates forever
-    h = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions)
+    h = assemble(lib, {"gguf": runtime}, load_defaults=LoadOptions)
     try:
         gen = await complete(h, "alpha", "go", sampling=SAMPLING, max_tokens=None)
         got = []
@@ -440,15 +440,15 @@ async def test_cancelling_a_generation(lib: ModelLibrary) -> None:
 async def test_models_status_and_remove(hearth: Hearth, lib: ModelLibrary) -> None:
     seen: list[Event] = []
     hearth.events.subscribe(seen.append)
-    await hearth.load("alpha", LoadOptions(context_length=128))
-    status = {s.model.id: s for s in hearth.models()}
+    await hearth.models.load("alpha", LoadOptions(context_length=128))
+    status = {s.model.id: s for s in hearth.models.all()}
     assert status["alpha"].state == "loaded"
     assert status["alpha"].context_length == 128 and status["alpha"].runtime == "fake"
     assert status["base"].state == "not-loaded" and status["base"].context_length is None
-    d = hearth.model_status("alpha").as_dict()
+    d = hearth.models.status("alpha").as_dict()
     assert d["state"] == "loaded" and d["loaded_context_length"] == 128 and d["id"] == "alpha"
     lm = await _fake(hearth, "alpha")
-    model, deleted = await hearth.remove_model("alpha")
+    model, deleted = await hearth.models.remove("alpha")
     assert model.id == "alpha" and deleted is False
     assert lm.closed  # unloaded before it was forgotten
     assert "alpha" not in {m.id for m in lib.list()}
@@ -458,8 +458,8 @@ async def test_models_status_and_remove(hearth: Hearth, lib: ModelLibrary) -> No
 
 async def test_resolve_model_by_path_imports_it(hearth: Hearth, tmp_path: Path) -> None:
     p = write_model(tmp_path / "new" / "fresh.gguf")
-    m = await hearth.resolve_model(str(p))
-    assert m.id == "fresh" and hearth.library.get("fresh") == m
-    assert (await hearth.resolve_model("fresh")) == m
+    m = await hearth.models.resolve(str(p))
+    assert m.id == "fresh" and hearth.models._library.get("fresh") == m
+    assert (await hearth.models.resolve("fresh")) == m
     with pytest.raises(ModelNotFound):
-        await hearth.resolve_model("missing")
+        await hearth.models.resolve("missing")

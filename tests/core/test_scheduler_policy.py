@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from app.core.engine.policy import SchedulerPolicy
 from app.core.engine.presets import PresetStore, validate_options
 from app.core.engine.scheduler import ModelScheduler, parse_keep_alive
 from app.core.events import EventHub
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.errors import InsufficientMemory, InvalidRequest
 
@@ -36,7 +37,8 @@ def lib3(library: ModelLibrary, tmp_path: Path) -> ModelLibrary:
 
 
 def _sched(lib: ModelLibrary, rt: FakeRuntime, **kw) -> ModelScheduler:  # type: ignore[no-untyped-def]
-    return ModelScheduler(lib, {"gguf": rt}, EventHub(), LoadOptions, sweep_interval=3600, **kw)
+    policy = SchedulerPolicy(sweep_interval=3600, **kw)
+    return ModelScheduler(lib, {"gguf": rt}, EventHub(), LoadOptions, policy=policy)
 
 
 @pytest.fixture
@@ -153,7 +155,9 @@ async def test_request_ttl_overrides_and_never(lib3: ModelLibrary, clock: Clock)
 
 async def test_background_sweeper_runs(lib3: ModelLibrary) -> None:
     rt = FakeRuntime(delay=0)
-    s = ModelScheduler(lib3, {"gguf": rt}, EventHub(), LoadOptions, sweep_interval=0.05)
+    s = ModelScheduler(
+        lib3, {"gguf": rt}, EventHub(), LoadOptions, policy=SchedulerPolicy(sweep_interval=0.05)
+    )
     try:
         await s.acquire("a", ttl=0.1)
         s.release("a")
@@ -177,7 +181,7 @@ async def test_preset_applies_to_jit_loads(lib3: ModelLibrary, tmp_path: Path) -
         EventHub(),
         lambda: LoadOptions(context_length=4096),
         presets=presets,
-        sweep_interval=3600,
+        policy=SchedulerPolicy(sweep_interval=3600),
     )
     try:
         await s.get("a")  # on demand
@@ -225,11 +229,11 @@ async def test_estimate_grows_with_context_and_shrinks_with_kv_type(
 
 
 async def test_hearth_estimate_reports_budget(lib3: ModelLibrary) -> None:
-    h = Hearth(
+    h = assemble(
         lib3, {"gguf": FakeRuntime(delay=0)}, load_defaults=LoadOptions, budget_bytes=lambda: 10**12
     )
     try:
-        e = h.estimate("a", {"context_length": 512})
+        e = h.models.estimate("a", {"context_length": 512})
         assert e["fits"] is True and e["budget"] == 10**12 and e["total"] > 0
     finally:
         await h.close()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.core.engine.policy import SchedulerPolicy
 from app.core.engine.scheduler import ModelScheduler
 from app.core.events import EventHub
 from app.core.library.index import ModelLibrary
@@ -34,7 +35,9 @@ def runtime() -> FakeRuntime:
 
 @pytest.fixture
 async def sched(lib: ModelLibrary, runtime: FakeRuntime) -> AsyncIterator[ModelScheduler]:
-    s = ModelScheduler(lib, {"gguf": runtime}, EventHub(), LoadOptions, sweep_interval=3600)
+    s = ModelScheduler(
+        lib, {"gguf": runtime}, EventHub(), LoadOptions, policy=SchedulerPolicy(sweep_interval=3600)
+    )
     yield s
     await s.close()
 
@@ -131,7 +134,8 @@ async def test_a_reload_that_does_not_fit_keeps_the_loaded_model(
     big = probe.estimate(lib.get("a"), LoadOptions(context_length=2048, parallel=16))[1]
     assert big > small + 2**20
     budget = (small + big) // 2  # holds one small copy, never the big one
-    s = ModelScheduler(lib, {"gguf": runtime}, EventHub(), LoadOptions, budget_bytes=lambda: budget)
+    policy = SchedulerPolicy(budget_bytes=lambda: budget)
+    s = ModelScheduler(lib, {"gguf": runtime}, EventHub(), LoadOptions, policy=policy)
     try:
         lm = await s.load("a", {"context_length": 512})
         with pytest.raises(InsufficientMemory):

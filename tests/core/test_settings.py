@@ -58,7 +58,7 @@ def test_defaults_are_safe() -> None:
 
 def test_prompt_cache_mode_reaches_every_load(tmp_path: Path) -> None:
     """``prompt_cache.mode`` in settings.json is the default of every load's prompt_cache."""
-    from app.cli.compose import build_service
+    from app.compose import build_service
 
     paths = AppPaths.default(tmp_path).ensure()
     s = Settings()
@@ -68,7 +68,7 @@ def test_prompt_cache_mode_reaches_every_load(tmp_path: Path) -> None:
     )
     assert settings_from_dict(store.load().to_dict()).prompt_cache.mode == "exact"
     service = build_service(paths, store.load())
-    assert service.scheduler.effective_options("any").prompt_cache == "exact"
+    assert service.models.effective_options("any").prompt_cache == "exact"
 
 
 def test_missing_file_loads_defaults(store: SettingsStore) -> None:

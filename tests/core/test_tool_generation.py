@@ -173,7 +173,7 @@ async def test_named_choice_through_the_service(tmp_path: Path, parallel: bool) 
     real worker is stopped after it: the engine writes the first recorded block, then waits to be
     cancelled before the second."""
     from app.core.library.index import ModelLibrary
-    from app.core.service import Hearth
+    from app.core.service import assemble
 
     from .fakes import FakeRuntime
     from .gguf_files import write_model
@@ -182,7 +182,7 @@ async def test_named_choice_through_the_service(tmp_path: Path, parallel: bool) 
     lib.import_path(write_model(tmp_path / "src" / "m.gguf", chat_template=HERMES_TEMPLATE))
     (model,) = lib.list()
     runtime = FakeRuntime(delay=0.0, pieces=SMOL_NAMED, hold_at=len(BLOCK))
-    h = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions)
+    h = assemble(lib, {"gguf": runtime}, load_defaults=LoadOptions)
     params = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     tools = [Tool("get_weather", "", params), Tool("get_time", "", {})]
     try:

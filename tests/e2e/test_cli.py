@@ -252,5 +252,5 @@ def test_settings_load_defaults_reach_every_load(tmp_path: Path) -> None:
     load = LoadDefaults(context_length=1024, threads=1, batch_size=256, parallel=3)
     store.save(dataclasses.replace(Settings(), load=load))
     service = build_service(paths, store.load())
-    opts = service.scheduler._load_defaults()  # type: ignore[attr-defined]
+    opts = service.models._scheduler._load_defaults()  # type: ignore[attr-defined]
     assert (opts.context_length, opts.threads, opts.batch_size, opts.parallel) == (1024, 1, 256, 3)

@@ -184,7 +184,7 @@ def test_exec_runs_the_command_with_the_environment_and_its_exit_code(served: Se
 def test_a_context_too_small_is_warned_and_can_be_raised(served: Served) -> None:
     # the module's server loads with 2,048 tokens (tests/conftest.write_settings); SmolLM2 was
     # trained for 8,192: Continue's 8,192 fits the model but not this load
-    served.call(served.service.load(served.model_id))  # type: ignore[attr-defined]
+    served.call(served.service.models.load(served.model_id))  # type: ignore[attr-defined]
     r = hearth(served.home, "continue", "--model", served.model_id)
     assert r.returncode == 0
     assert "runs with a 2,048-token context; this tool needs 8,192" in r.stderr

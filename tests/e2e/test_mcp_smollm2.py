@@ -18,7 +18,7 @@ import pytest
 
 from app.core.library.index import ModelLibrary
 from app.core.requests import ToolChoice
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.core.workspace.mcp import McpManager
 from app.core.workspace.mcp.toolloop import (
@@ -70,7 +70,7 @@ async def test_smollm2_calls_a_real_mcp_tool_under_required(
     lib.import_path(smollm2_path)
     (model,) = lib.list()
     runtime = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
-    hearth = Hearth(
+    hearth = assemble(
         lib, {"gguf": runtime}, load_defaults=lambda: LoadOptions(context_length=2048, parallel=1)
     )
     manager = McpManager(write_config(tmp_path / "mcp.json", {"calc": stdio_entry()}))

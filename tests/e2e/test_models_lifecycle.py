@@ -48,7 +48,7 @@ def two_runtimes(tmp_path: Path, smollm2_path: Path):  # type: ignore[no-untyped
 
     folder = build_tiny_mlx_model(tmp_path / "src" / "Tiny-MLX")
     s = start_served(tmp_path / "h", smollm2_path)
-    mlx_model, _ = s.service.import_model(folder)  # type: ignore[attr-defined]
+    mlx_model, _ = s.service.models.import_path(folder)  # type: ignore[attr-defined]
     yield s, mlx_model.id
     stop_served(s)
 
@@ -78,9 +78,9 @@ def test_llama_and_mlx_side_by_side_with_ttl_and_cli(two_runtimes) -> None:  # t
     )
     # the keep-alive runs out: the idle MLX model unloads by itself
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and s.service.scheduler.state(mlx_id) != "not-loaded":  # type: ignore[attr-defined]
+    while time.monotonic() < deadline and s.service.models._scheduler.state(mlx_id) != "not-loaded":  # type: ignore[attr-defined]
         time.sleep(0.1)
-    assert s.service.scheduler.state(mlx_id) == "not-loaded"  # type: ignore[attr-defined]
+    assert s.service.models._scheduler.state(mlx_id) == "not-loaded"  # type: ignore[attr-defined]
     assert {m.id: m.model_dump()["state"] for m in c.models.list().data}[mlx_id] == "not-loaded"
     # CLI load with options, pin, unload
     r = hearth(s.home, "load", mlx_id, "--ctx", "256", "--pin", "--json")
@@ -90,7 +90,7 @@ def test_llama_and_mlx_side_by_side_with_ttl_and_cli(two_runtimes) -> None:  # t
     pinned = {m["id"]: m["pinned"] for m in json.loads(hearth(s.home, "ps", "--json").stdout)}
     assert pinned[mlx_id] is True
     assert hearth(s.home, "unload", mlx_id).returncode == 0
-    assert s.service.scheduler.state(mlx_id) == "not-loaded"  # type: ignore[attr-defined]
+    assert s.service.models._scheduler.state(mlx_id) == "not-loaded"  # type: ignore[attr-defined]
 
 
 def test_budget_refusal_force_and_eviction_over_http(
@@ -98,7 +98,7 @@ def test_budget_refusal_force_and_eviction_over_http(
 ) -> None:
     s = start_served(tmp_path / "h", smollm2_path)
     try:
-        emb, _ = s.service.import_model(embedding_gguf)  # type: ignore[attr-defined]
+        emb, _ = s.service.models.import_path(embedding_gguf)  # type: ignore[attr-defined]
         root = s.root
         st, est = api(
             root,
@@ -116,7 +116,7 @@ def test_budget_refusal_force_and_eviction_over_http(
         assert est2["kv_cache"] == 2 * est["kv_cache"]
         # a budget that holds the chat model alone (at the default 2048 context)
         budget = est2["total"] + 10 * 2**20
-        s.service.scheduler._budget = lambda: budget  # type: ignore[attr-defined]  # the settings hook
+        s.service.models._scheduler._budget = lambda: budget  # type: ignore[attr-defined]  # the settings hook
         st, body = api(
             root,
             "POST",
@@ -198,11 +198,11 @@ def test_failed_load_is_clear_and_others_keep_serving(tmp_path: Path, smollm2_pa
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        m, _ = s.service.import_model(bad)  # type: ignore[attr-defined]
+        m, _ = s.service.models.import_path(bad)  # type: ignore[attr-defined]
         with pytest.raises(openai.APIStatusError) as ei:
             c.completions.create(model=m.id, prompt="Hi", max_tokens=2)
         assert ei.value.status_code == 500 and ei.value.body["code"] == "model_load_failed"
-        assert s.service.scheduler.state(m.id) == "not-loaded"  # type: ignore[attr-defined]
+        assert s.service.models._scheduler.state(m.id) == "not-loaded"  # type: ignore[attr-defined]
         # an MLX folder where mlx can't load it (no weights it knows) is also a clear error
         r = c.completions.create(model=s.model_id, prompt="Hi", max_tokens=2)
         assert r.choices[0].text is not None, "the loaded model kept serving"

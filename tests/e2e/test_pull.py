@@ -207,7 +207,7 @@ def served(hub: FakeHub, tmp_path: Path) -> Iterator[Served]:
     model.parent.mkdir(parents=True)
     model.write_bytes(gguf_bytes(tmp_path / "b", name="seed", file_type=7))
     s = start_served(tmp_path / "served", model)  # its HubClient reads HF_ENDPOINT (the fake)
-    s.service.downloads.stall_timeout = 3600  # type: ignore[attr-defined]  # gates hold, not stalls
+    s.service.hub.stall_timeout = 3600  # type: ignore[attr-defined]  # gates hold, not stalls
     try:
         yield s
     finally:

@@ -79,7 +79,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterato
             paths = AppPaths.default(home).ensure()
             store = SettingsStore(paths.settings_file)
             service = build_service(paths, store.load())
-            (model,) = service.library.list()
+            (model,) = service.models._library.list()
             loop = LoopThread().start()
             ctl = ServerController(service, store, paths)
             url = loop.call(ctl.start("127.0.0.1", 0), 30)
@@ -209,7 +209,7 @@ def assert_images_decide(
 def test_the_pulled_model_has_its_projector(
     srv: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    model = srv.service.library.get(srv.model_id)  # type: ignore[attr-defined]
+    model = srv.service.models._library.get(srv.model_id)  # type: ignore[attr-defined]
     proj = Path(model.path).parent / PROJECTOR
     assert model.extra["projector"] == str(proj) and proj.is_file()
     assert "vision" in model.capabilities
@@ -236,7 +236,7 @@ def test_import_says_why_a_projector_next_to_a_model_is_not_paired(
     assert "not paired with a projector" in out.err
     assert "embedding size 576 does not match the model's 64" in out.err
     mid = out.out.strip()
-    assert srv.service.library.get(mid).summary()["projector"] is None  # type: ignore[attr-defined]
+    assert srv.service.models._library.get(mid).summary()["projector"] is None  # type: ignore[attr-defined]
 
 
 def test_images_answer_in_all_four_apis_and_decide_the_logits(srv: Served) -> None:

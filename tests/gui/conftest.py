@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.cli.compose import provider_pool
+from app.compose import provider_pool
 from app.core.engine.presets import PresetStore
 from app.core.gateway import AliasStore
 from app.core.hub import HubClient
 from app.core.hub.downloads import DownloadManager
+from app.core.hub.downloads.manager import DownloadPolicy
 from app.core.library.fit import DeviceMemory, default_budget
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions, Runtime
 from app.core.util.loop import LoopThread
 from app.gui.bridge import Bridge
@@ -59,7 +60,7 @@ def gui_ctx(hearth_home: Path, gui_runtimes: dict[str, Runtime]) -> Iterator[Gui
         return None if d.jit_keep_forever else float(d.jit_ttl_s)
 
     # wired like app.cli.build_service, so the Settings page's budget and TTL take effect
-    service = Hearth(
+    service = assemble(
         library,
         gui_runtimes,
         load_defaults=lambda: LoadOptions(context_length=2048),
@@ -178,14 +179,16 @@ def hub_ctx(gui_ctx: GuiContext, hub: FakeHub) -> GuiContext:
         token=tokens.load,
         memory_probe=lambda: DeviceMemory(ram_total=64 << 30, ram_available=32 << 30),
     )
-    gui_ctx.service.downloads = DownloadManager(
-        gui_ctx.service.library,
+    gui_ctx.service.hub = DownloadManager(
+        gui_ctx.service.models._library,
         client,
         gui_ctx.service.events,
-        stall_timeout=3600.0,  # tests hold transfers with fake-Hub gates, not stalls
-        backoff_base=0.05,
-        lock_poll=0.05,
-        progress_interval=0.05,
+        policy=DownloadPolicy(
+            stall_timeout=3600.0,  # tests hold transfers with fake-Hub gates, not stalls
+            backoff_base=0.05,
+            lock_poll=0.05,
+            progress_interval=0.05,
+        ),
     )
     return gui_ctx
 

@@ -94,7 +94,7 @@ def smollm2_shot(size: tuple[int, int]) -> tuple[ShotApp, str] | None:
         lib.import_files([str(model)])
         wait_until(lambda: lib.table_model.rowCount() == 1)
         mid = lib.table_model.ids()[0]
-        shot.loop.call(shot.service.load(mid, {"context_length": 2048}), timeout=300)
+        shot.loop.call(shot.service.models.load(mid, {"context_length": 2048}), timeout=300)
     except BaseException:
         shot.close()
         raise

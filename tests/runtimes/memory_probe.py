@@ -26,7 +26,7 @@ async def main(
     from app.core.library import fit, formats
     from app.core.library.index import ModelLibrary
     from app.core.requests import CompletionRequest, EmbeddingRequest
-    from app.core.service import Hearth
+    from app.core.service import assemble
     from app.core.types import LoadOptions, SamplingParams
 
     runtimes: dict = {}
@@ -49,7 +49,7 @@ async def main(
     options = LoadOptions(
         context_length=ctx, use_mmap=False, parallel=parallel, prompt_cache=cache, kv_layout=layout
     )
-    h = Hearth(lib, runtimes, load_defaults=lambda: options, budget_bytes=lambda: 1 << 40)
+    h = assemble(lib, runtimes, load_defaults=lambda: options, budget_bytes=lambda: 1 << 40)
     estimate = formats.estimate_model(model, options)
     if fmt == "gguf":  # the probe child runs once, outside this measurement
         from app.core.library.gguf import read_header
@@ -65,7 +65,7 @@ async def main(
             embedding=bool(model.extra.get("embedding")),
         )
     before = fit.current_rss()
-    lm = await h.load(model.id)
+    lm = await h.models.load(model.id)
     after_load = fit.current_rss()
     if "embeddings" in lm.capabilities:
         n = lm.context_length - 2

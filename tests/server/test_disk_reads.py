@@ -99,8 +99,8 @@ def test_listings_do_not_scan_the_models_folder_or_read_the_index(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     service: Any = served.service
-    models_dir = service.library.models_dir
-    index_file = service.library.index_file
+    models_dir = service.models.folder
+    index_file = service.models._library.index_file
     listed(served)
     scans = Counter(library_module._candidates, models_dir)
     reads = Counter(library_module.read_json, index_file)
@@ -150,5 +150,5 @@ def test_a_model_imported_by_another_process_is_listed(served: Served, tmp_path:
 
 def test_a_file_dropped_into_the_models_folder_is_listed(served: Served) -> None:
     service: Any = served.service
-    write_model(Path(service.library.models_dir) / "Dropped-In.gguf")
+    write_model(Path(service.models.folder) / "Dropped-In.gguf")
     wait_listed(served, "dropped-in")

@@ -62,7 +62,7 @@ def test_float_and_base64_are_the_same_vector(emb_served: Served) -> None:
 
 def test_token_array_inputs(emb_served: Served) -> None:
     c = client(emb_served)
-    lm = emb_served.call(emb_served.service.scheduler.get(emb_served.model_id))  # type: ignore[attr-defined]
+    lm = emb_served.call(emb_served.service.models._scheduler.get(emb_served.model_id))  # type: ignore[attr-defined]
     ids = lm.tokenize("hello there", add_special=True, parse_special=False)
     by_text = c.embeddings.create(
         model=emb_served.model_id, input="hello there", encoding_format="float"

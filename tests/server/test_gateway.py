@@ -31,7 +31,7 @@ def gw(
 
 
 def _emb_id(s: Served) -> str:
-    return next(m.model.id for m in s.service.models() if m.model.extra.get("embedding"))  # type: ignore[attr-defined]
+    return next(m.model.id for m in s.service.models.all() if m.model.extra.get("embedding"))  # type: ignore[attr-defined]
 
 
 def _store(s: Served) -> SettingsStore:
@@ -167,12 +167,12 @@ def test_a_target_that_does_not_fit_falls_to_the_next(gw: Served) -> None:
     """The chain's first target (SmolLM2) does not fit a budget set between the two models'
     estimates (507); the second (MiniLM) answers, and the route names both."""
     emb = _emb_id(gw)
-    gw.call(gw.service.unload(gw.model_id))  # type: ignore[attr-defined]
+    gw.call(gw.service.models.unload(gw.model_id))  # type: ignore[attr-defined]
     assert hearth(gw.home, "alias", "set", "emb-chain", gw.model_id, emb).returncode == 0
     # a budget between the two models' own estimates (calibrated by earlier loads, so they
     # are read here rather than assumed): the first target cannot fit, the second can
-    small = gw.service.estimate(emb)["calibrated_total"]  # type: ignore[attr-defined]
-    large = gw.service.estimate(gw.model_id)["calibrated_total"]  # type: ignore[attr-defined]
+    small = gw.service.models.estimate(emb)["calibrated_total"]  # type: ignore[attr-defined]
+    large = gw.service.models.estimate(gw.model_id)["calibrated_total"]  # type: ignore[attr-defined]
     assert small < large, (small, large)
     store = _store(gw)
     before = store.load().load

@@ -54,9 +54,9 @@ def keyed(
     made: dict[str, Any] = {}
 
     def prepare(service: Any, paths: Any, store: SettingsStore) -> None:
-        smol = next(s.model for s in service.models())
-        emb, _ = service.import_model(embedding_gguf)
-        service.set_alias("both", [smol.id, emb.id])
+        smol = next(s.model for s in service.models.all())
+        emb, _ = service.models.import_path(embedding_gguf)
+        service.routing.set_alias("both", [smol.id, emb.id])
         ks = KeyStore(paths.keys_file)
         ks.add("admin", secrets["admin"], admin=True)
         ks.add("chat", secrets["chat"], models=[smol.id])

@@ -18,7 +18,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.server.app import create_app
 from app.settings import ServerSettings, hash_key
@@ -37,7 +37,7 @@ async def fake_server(
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     lib.import_path(write_model(tmp_path / "src" / "think.gguf", chat_template=THINK))
     (model,) = lib.list()
-    h = Hearth(lib, {"gguf": FakeRuntime(delay=0.0, pieces=PIECES)}, load_defaults=LoadOptions)
+    h = assemble(lib, {"gguf": FakeRuntime(delay=0.0, pieces=PIECES)}, load_defaults=LoadOptions)
     hashes = (hash_key(api_key),) if api_key else ()
     app = create_app(h, ServerSettings(**settings), api_key_hashes=hashes)
     try:

@@ -72,10 +72,10 @@ def keyed(
     made: dict[str, Any] = {}
 
     def prepare(service: Any, paths: Any, store: SettingsStore) -> None:
-        smol = next(s.model for s in service.models())
-        emb, _ = service.import_model(embedding_gguf)
-        service.set_alias("smol-alias", [smol.id])
-        service.set_alias("emb-alias", [emb.id])
+        smol = next(s.model for s in service.models.all())
+        emb, _ = service.models.import_path(embedding_gguf)
+        service.routing.set_alias("smol-alias", [smol.id])
+        service.routing.set_alias("emb-alias", [emb.id])
         ks = KeyStore(paths.keys_file)
         ks.add("admin", secrets["admin"], admin=True)
         ks.add("six", secrets["six"], rpm=6)
@@ -395,7 +395,11 @@ def test_a_limited_keys_streams_carry_the_headers(keyed: Keyed) -> None:
         "stream": True,
     }
     with httpx.stream(
-        "POST", keyed.url("/v1/chat/completions"), json=body, headers=auth(keyed.keys["sixty"])
+        "POST",
+        keyed.url("/v1/chat/completions"),
+        json=body,
+        headers=auth(keyed.keys["sixty"]),
+        timeout=60,  # a first request loads the model: a liveness bound, not a speed one
     ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")

@@ -254,7 +254,7 @@ def test_completions_prompt_forms(served: Served) -> None:
         model=served.model_id, prompt="The capital of France is", max_tokens=5, temperature=0
     )
     assert r.object == "text_completion" and r.choices[0].text
-    ids = served.call(served.service.scheduler.get(served.model_id)).tokenize(
+    ids = served.call(served.service.models._scheduler.get(served.model_id)).tokenize(
         "The capital of France is", add_special=True, parse_special=False
     )
     r2 = c.completions.create(model=served.model_id, prompt=ids, max_tokens=5, temperature=0)
@@ -469,7 +469,7 @@ def test_logit_bias_steers_sampling(served: Served) -> None:
     base = c.completions.create(
         model=served.model_id, prompt="My favourite fruit is", max_tokens=4, temperature=0
     )
-    lm = served.call(served.service.scheduler.get(served.model_id))  # type: ignore[attr-defined]
+    lm = served.call(served.service.models._scheduler.get(served.model_id))  # type: ignore[attr-defined]
     banana = lm.tokenize(" banana", add_special=False, parse_special=False)[0]
     forced = c.completions.create(
         model=served.model_id,

@@ -21,9 +21,9 @@ from aiohttp.test_utils import TestServer
 from app.core.gateway.providers.pool import ProviderPool
 from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import LoadOptions
-from app.runtimes.remote import client as client_mod
+from app.runtimes.remote import stream as stream_mod
 from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
 from app.settings import ServerSettings
@@ -113,13 +113,13 @@ async def front(tmp_path: Path) -> AsyncIterator[Front]:
     providers = ProviderStore(tmp_path / "providers.json", tmp_path / "provider_keys.json")
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     pool = ProviderPool(providers, RemoteEngine)
-    service = Hearth(lib, {}, load_defaults=LoadOptions, providers=pool)
-    service.add_provider(ProviderConfig("evil", engine_url + "/v1", kind="vllm"), None)
+    service = assemble(lib, {}, load_defaults=LoadOptions, providers=pool)
+    service.routing.add_provider(ProviderConfig("evil", engine_url + "/v1", kind="vllm"), None)
     try:
         async with TestServer(create_app(service, ServerSettings()), host="127.0.0.1") as srv:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + DEADLINE_S
-            while not all(service.is_routable(f"evil/{m}") for m in MODELS):
+            while not all(service.routing.is_routable(f"evil/{m}") for m in MODELS):
                 assert loop.time() < deadline, "the provider never became ready"
                 await asyncio.sleep(0.02)
             yield Front(str(srv.make_url("")).rstrip("/"), seen, pool, service)
@@ -166,7 +166,7 @@ async def test_a_stream_past_max_tokens_ends_there_and_the_engine_is_hung_up_on(
 async def test_a_stream_over_the_answer_bound_ends_with_a_provider_error_event(
     front: Front, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_mod, "MAX_BODY", 256 * 1024)
+    monkeypatch.setattr(stream_mod, "MAX_BODY", 256 * 1024)
     status, raw = await _post(front, {"model": "evil/huge", "messages": HI, "stream": True})
     assert status == 200
     last = _events(raw)[-1]
@@ -200,10 +200,12 @@ async def test_a_redirect_is_not_followed_unless_the_provider_allows_it(front: F
     # a provider configured to follow them does
     cfg = front.pool.store.get("evil")
     assert cfg is not None and not cfg.follow_redirects
-    front.service.add_provider(ProviderConfig(**{**cfg.as_json(), "follow_redirects": True}), None)
+    front.service.routing.add_provider(
+        ProviderConfig(**{**cfg.as_json(), "follow_redirects": True}), None
+    )
     loop = asyncio.get_running_loop()
     deadline = loop.time() + DEADLINE_S
-    while not front.service.is_routable("evil/redirect"):
+    while not front.service.routing.is_routable("evil/redirect"):
         assert loop.time() < deadline, "the provider never became ready again"
         await asyncio.sleep(0.02)
     await _post(front, body)

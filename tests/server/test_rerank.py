@@ -28,7 +28,7 @@ def rr(
     ce = write_cross_encoder(embedding_gguf, home.parent / "minilm-cross-encoder.gguf")
     with serving(home, embedding_gguf, smollm2_path, ce) as s:
         # by resolved path: ../shared (the embedder's folder) may be a symlink
-        ids = {Path(m.model.path).resolve(): m.model.id for m in s.service.models()}  # type: ignore[attr-defined]
+        ids = {Path(m.model.path).resolve(): m.model.id for m in s.service.models.all()}  # type: ignore[attr-defined]
         yield (
             s,
             {

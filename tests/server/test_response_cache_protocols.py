@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from app.core.gateway.cache.replay import ResponseCache
 from app.core.gateway.cache.store import CacheConfig, CacheStore
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.server.app import create_app
 from app.settings import ServerSettings
@@ -39,9 +39,13 @@ async def cached_server(tmp_path: Path) -> AsyncIterator[tuple[str, str, FakeRun
     lib.import_path(write_model(tmp_path / "src" / "think.gguf", chat_template=THINK))
     (model,) = lib.list()
     runtime = FakeRuntime(delay=0.0, pieces=PIECES)
-    h = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions)
     store = CacheStore(tmp_path / "data" / "response_cache.sqlite")
-    h.response_cache = ResponseCache(store, lambda: CacheConfig(mode="exact"), embed=h.embed)
+    h = assemble(
+        lib,
+        {"gguf": runtime},
+        load_defaults=LoadOptions,
+        cache=lambda embed: ResponseCache(store, lambda: CacheConfig(mode="exact"), embed=embed),
+    )
     app = create_app(h, ServerSettings())
     try:
         async with TestServer(app, host="127.0.0.1") as server:

@@ -15,7 +15,7 @@ from app.core.gateway.providers.pool import ProviderPool
 from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
@@ -36,20 +36,25 @@ async def test_a_remote_model_is_cached_the_same_way(tmp_path: Path) -> None:
     lib.import_path(write_model(tmp_path / "src" / "m.gguf", chat_template=CHATML))
     (model,) = lib.list()
     runtime = FakeRuntime(delay=0.0, pieces=("Four", "."))
-    upstream = Hearth(lib, {"gguf": runtime}, load_defaults=LoadOptions)
+    upstream = assemble(lib, {"gguf": runtime}, load_defaults=LoadOptions)
     providers = ProviderStore(tmp_path / "providers.json", tmp_path / "provider_keys.json")
     front_lib = ModelLibrary(tmp_path / "front" / "lib.json", tmp_path / "front" / "models")
     pool = ProviderPool(providers, RemoteEngine)
-    front = Hearth(front_lib, {}, load_defaults=LoadOptions, providers=pool)
-    front.response_cache = ResponseCache(
-        CacheStore(tmp_path / "cache.sqlite"), lambda: CacheConfig(mode="exact")
+    front = assemble(
+        front_lib,
+        {},
+        load_defaults=LoadOptions,
+        providers=pool,
+        cache=lambda _embed: ResponseCache(
+            CacheStore(tmp_path / "cache.sqlite"), lambda: CacheConfig(mode="exact")
+        ),
     )
     try:
         async with TestServer(create_app(upstream, ServerSettings()), host="127.0.0.1") as srv:
             url = str(srv.make_url("/v1"))
-            front.add_provider(ProviderConfig("up", url, kind="hearth"), None)
+            front.routing.add_provider(ProviderConfig("up", url, kind="hearth"), None)
             remote_id = f"up/{model.id}"
-            await _until(lambda: front.is_routable(remote_id) and pool.listings(), "ready")
+            await _until(lambda: front.routing.is_routable(remote_id) and pool.listings(), "ready")
             req = ChatRequest(remote_id, (ChatMessage("user", "2+2?"),), SamplingParams(0.0))
             results = []
             for _ in range(2):

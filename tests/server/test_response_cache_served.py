@@ -99,11 +99,11 @@ def test_an_exact_repeat_is_replayed_with_the_model_unloaded(
     opts = {"stream": True, "stream_options": {"include_usage": True}}
     first = chat(srv, ASK, **opts)
     assert first[0] == "miss"
-    srv.call(srv.service.unload(srv.model_id))  # type: ignore[attr-defined]
+    srv.call(srv.service.models.unload(srv.model_id))  # type: ignore[attr-defined]
     second = chat(srv, ASK, **opts)
     assert second[0] == "hit"
     # nothing loaded the model again: the runtime was not touched
-    assert srv.service.scheduler.state(srv.model_id) == "not-loaded"  # type: ignore[attr-defined]
+    assert srv.service.models._scheduler.state(srv.model_id) == "not-loaded"  # type: ignore[attr-defined]
     f1, f2 = sse(first[1]), sse(second[1])
     assert scrub(f2) == scrub(f1)
     text = "".join(
@@ -147,7 +147,7 @@ def test_semantic_mode_hits_a_paraphrase_on_minilm(
     srv: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
     embedder = "all-minilm-l6-v2-q8_0"
-    srv.service.model(embedder)  # type: ignore[attr-defined]  # imported by the fixture
+    srv.service.models.get(embedder)  # type: ignore[attr-defined]  # imported by the fixture
     set_cache(srv, mode="semantic", embedding_model=embedder)
     first = chat(srv, ASK)
     assert first[0] == "miss"

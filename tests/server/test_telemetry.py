@@ -36,7 +36,7 @@ from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.core.gateway.records import RecordStore, read_records
 from app.core.gateway.telemetry import Telemetry
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import LoadOptions
 from app.runtimes.remote.client import RemoteEngine
 from app.server import telemetry as server_telemetry
@@ -95,7 +95,7 @@ async def app_with(
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     lib.import_path(write_model(tmp_path / "src" / "tiny.gguf"))
     (model,) = lib.list()
-    h = Hearth(
+    h = assemble(
         lib,
         {"gguf": FakeRuntime(delay=0.0)},
         load_defaults=LoadOptions,
@@ -280,8 +280,10 @@ async def test_providers_get_the_trace_and_a_fallback_is_an_attempt_per_target(
         aliases = AliasStore(tmp_path / "aliases.json")
         pool = ProviderPool(store, RemoteEngine)
         async with app_with(tmp_path, providers=pool, aliases=aliases) as a:
-            await _until(lambda: len(a.service.remote_models()) == 2, "both providers ready")
-            a.service.set_alias("chain", ["bad/m", "good/m"])
+            await _until(
+                lambda: len(a.service.routing.remote_models()) == 2, "both providers ready"
+            )
+            a.service.routing.set_alias("chain", ["bad/m", "good/m"])
             headers = {"traceparent": TRACEPARENT}
             async with a.s.post(
                 "/v1/chat/completions", json=ask("chain", "hi"), headers=headers
@@ -347,7 +349,7 @@ async def test_300_mixed_requests_record_no_canary_and_bounded_series(tmp_path: 
         metrics_json = data.to_json()
         points = a.points()
         patterns = {res.canonical for res in a.app.router.resources()}
-        known = len(a.service.library.list())
+        known = len(a.service.models._library.list())
     assert len(made_up) > 100
     assert {s // 100 for s in statuses} >= {2, 4}
     everything = {"spans": _dump_spans(spans), "metrics": metrics_json, "/metrics": prometheus}
@@ -419,7 +421,7 @@ async def test_off_without_the_env_var_no_span_is_made(
         lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
         lib.import_path(write_model(tmp_path / "src" / "tiny.gguf"))
         (model,) = lib.list()
-        h = Hearth(
+        h = assemble(
             lib,
             {"gguf": FakeRuntime(delay=0.0)},
             load_defaults=LoadOptions,
@@ -433,7 +435,7 @@ async def test_off_without_the_env_var_no_span_is_made(
             async with TestServer(app, host="127.0.0.1") as server:
                 root = str(server.make_url("")).rstrip("/")
                 async with aiohttp.ClientSession(root) as s:
-                    await _until(lambda: len(h.remote_models()) == 1, "the provider ready")
+                    await _until(lambda: len(h.routing.remote_models()) == 1, "the provider ready")
                     for m in (model.id, "up/m"):
                         body = ask(m, "hi")
                         headers = {"traceparent": TRACEPARENT}
@@ -468,7 +470,7 @@ async def test_the_env_var_turns_on_otlp_export_flushed_when_the_server_stops(
         lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
         lib.import_path(write_model(tmp_path / "src" / "tiny.gguf"))
         (model,) = lib.list()
-        h = Hearth(lib, {"gguf": FakeRuntime(delay=0.0)}, load_defaults=LoadOptions)
+        h = assemble(lib, {"gguf": FakeRuntime(delay=0.0)}, load_defaults=LoadOptions)
         app = create_app(h, ServerSettings())
         try:
             async with TestServer(app, host="127.0.0.1") as server:

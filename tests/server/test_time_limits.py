@@ -37,7 +37,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Ite
     with serving(tmp_path_factory.mktemp("limits"), smollm2_path, request_timeout_s=LIMIT) as s:
         # loaded before the first request: on a busy machine the first load (and its probe
         # child) alone runs past the limit, and a stream would be a 504 before its headers
-        s.call(s.service.load(s.model_id), 300)  # type: ignore[attr-defined]
+        s.call(s.service.models.load(s.model_id), 300)  # type: ignore[attr-defined]
         yield s
 
 
@@ -134,7 +134,7 @@ def roomy(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Itera
     """A limit no 5-token answer reaches on any machine: a 2 s one failed on a loaded one (load
     average 6 on 2 cores), which says nothing about the limit's machinery."""
     with serving(tmp_path_factory.mktemp("roomy"), smollm2_path, request_timeout_s=120) as s:
-        s.call(s.service.load(s.model_id), 300)  # type: ignore[attr-defined]
+        s.call(s.service.models.load(s.model_id), 300)  # type: ignore[attr-defined]
         yield s
 
 

@@ -20,7 +20,7 @@ from PIL import Image
 from app.core.gateway.providers.pool import ProviderPool
 from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
@@ -44,7 +44,7 @@ def seer_library(root: Path) -> ModelLibrary:
 
 
 async def test_images_go_to_a_remote_model_as_png_data_urls(tmp_path: Path) -> None:
-    upstream = Hearth(
+    upstream = assemble(
         seer_library(tmp_path / "up"), {"gguf": FakeRuntime(delay=0.0, pieces=["ok"])},
         load_defaults=LoadOptions,
     )  # fmt: skip
@@ -62,7 +62,7 @@ async def test_images_go_to_a_remote_model_as_png_data_urls(tmp_path: Path) -> N
         ProviderStore(tmp_path / "providers.json", tmp_path / "keys.json"), RemoteEngine
     )
     front_lib = ModelLibrary(tmp_path / "front" / "lib.json", tmp_path / "front" / "models")
-    front = Hearth(front_lib, {}, load_defaults=LoadOptions, providers=pool)
+    front = assemble(front_lib, {}, load_defaults=LoadOptions, providers=pool)
     picture = Image.new("RGBA", (3, 2), (10, 20, 30, 255))
     picture.putpixel((2, 1), (0, 0, 0, 0))  # transparent: white once decoded
     buf = io.BytesIO()
@@ -74,9 +74,11 @@ async def test_images_go_to_a_remote_model_as_png_data_urls(tmp_path: Path) -> N
             TestServer(create_app(front, ServerSettings()), host="127.0.0.1") as srv,
             aiohttp.ClientSession() as session,
         ):
-            front.add_provider(ProviderConfig("up", str(up.make_url("/v1")), kind="hearth"), None)
+            front.routing.add_provider(
+                ProviderConfig("up", str(up.make_url("/v1")), kind="hearth"), None
+            )
             deadline = asyncio.get_running_loop().time() + 60
-            while not front.is_routable("up/seer") or not pool.listings():
+            while not front.routing.is_routable("up/seer") or not pool.listings():
                 assert asyncio.get_running_loop().time() < deadline, "provider never ready"
                 await asyncio.sleep(0.01)
             body = {
@@ -93,7 +95,7 @@ async def test_images_go_to_a_remote_model_as_png_data_urls(tmp_path: Path) -> N
                 out = await r.json()
             assert out["choices"][0]["message"]["content"] == "ok"
             # the engine's listing says the model takes images; the front lists it so
-            assert "vision" in front.remote_listing("up/seer").model.capabilities  # type: ignore[union-attr]
+            assert "vision" in front.routing.remote_listing("up/seer").model.capabilities  # type: ignore[union-attr]
             # its listing says this one takes none: a 400 naming the image, nothing sent
             body["model"] = "up/plain"
             async with session.post(srv.make_url("/v1/chat/completions"), json=body) as r:

@@ -26,6 +26,7 @@ class LoadedInfo:
     reload_pending: bool = False  # a reload waits for its running requests to finish
     cache_tokens: int = 0  # the KV cache's cells, all sequences together (context: one's most)
     parallel: int = 1  # requests decoded together
+    queue_full: bool = False  # its runtime takes no more requests now (/health's "busy")
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,9 +23,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.engine.autofit import DEFAULT_MAX_AUTO_CONTEXT, ContextChoice, choose_context
+from app.core.engine.autofit import ContextChoice, choose_context
 from app.core.engine.keep_alive import parse_keep_alive as parse_keep_alive  # re-exported
 from app.core.engine.loaded import LoadedInfo, LoadResult
+from app.core.engine.policy import SchedulerPolicy
 from app.core.engine.presets import PresetStore, apply_options
 from app.core.events import EventHub, ModelLoaded, ModelLoadFailed, ModelLoading, ModelUnloaded
 from app.core.library import fit, formats
@@ -75,22 +76,20 @@ class ModelScheduler:
         load_defaults: Callable[[], LoadOptions],
         *,
         presets: PresetStore | None = None,
-        budget_bytes: Callable[[], int] | None = None,
-        default_ttl: Callable[[], float | None] = lambda: None,
-        auto_context_cap: Callable[[], int] = lambda: DEFAULT_MAX_AUTO_CONTEXT,
-        sweep_interval: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
+        policy: SchedulerPolicy | None = None,
     ) -> None:
+        policy = policy or SchedulerPolicy()
         self._library = library
         self._runtimes = dict(runtimes)
         self._events = events
         self._load_defaults = load_defaults
         self._presets = presets
-        self._budget = budget_bytes or fit.default_budget
-        self._default_ttl = default_ttl
-        self._auto_cap = auto_context_cap
-        self._sweep_interval = sweep_interval
-        self._clock = clock
+        self._policy = policy
+        self._budget = policy.budget_bytes or fit.default_budget
+        self._default_ttl = policy.default_ttl
+        self._auto_cap = policy.auto_context_cap
+        self._sweep_interval = policy.sweep_interval
+        self._clock = policy.clock
         self._slots: dict[str, _Slot] = {}
         self._loading: dict[str, asyncio.Future[LoadedModel]] = {}
         self._loading_memory: dict[str, int] = {}
@@ -98,7 +97,7 @@ class ModelScheduler:
         self._reloads: dict[str, asyncio.Future[None]] = {}
         self._load_lock: asyncio.Lock | None = None
         self._sweeper: asyncio.Task[None] | None = None
-        self._calibrated: dict[str, int] = {}
+        self._calibrated: dict[str, int] = policy.read_calibration()
 
     # -- queries ---------------------------------------------------------------------------
     def state(self, model_id: str) -> str:
@@ -133,6 +132,7 @@ class ModelScheduler:
                     mid in self._reloads,
                     getattr(s.model, "cache_tokens", s.model.context_length),
                     getattr(s.model, "parallel", 1),
+                    bool(getattr(s.model, "queue_full", False)),
                 )
             )
         return out
@@ -147,7 +147,7 @@ class ModelScheduler:
     def used(self) -> int:
         return sum(s.memory for s in self._slots.values()) + sum(self._loading_memory.values())
 
-    def runtime_for(self, model: LocalModel) -> Runtime:
+    def _runtime_for(self, model: LocalModel) -> Runtime:
         rt = self._runtimes.get(model.format)
         if rt is None or not rt.available():
             raise RuntimeUnavailable(
@@ -302,7 +302,7 @@ class ModelScheduler:
                 break
             await asyncio.shield(fut)  # joined a load in progress: compare with what it loaded
         model = self._library.get(model_id)
-        runtime = self.runtime_for(model)
+        runtime = self._runtime_for(model)
         opts = self._resolve(model_id, options)
         extra = self._preset_extra(model_id)
         if ttl is UNSET:
@@ -367,7 +367,7 @@ class ModelScheduler:
                 pending=n,
             )
         model = self._library.get(model_id)
-        runtime = self.runtime_for(model)
+        runtime = self._runtime_for(model)
         gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._reloads[model_id] = gate
         try:
@@ -485,6 +485,7 @@ class ModelScheduler:
         if measured > memory:
             # the real footprint is larger than the estimate: remember it for next time
             self._calibrated[key] = measured
+            self._policy.save_calibration(self._calibrated)
             log.info(
                 "%s: measured %s after load, estimated %s",
                 model.id,
@@ -529,12 +530,6 @@ class ModelScheduler:
             raise ModelNotFound(f"The model '{model_id}' is not loaded", param="model")
         s.ttl = ttl
         s.last_used = self._clock()
-
-    def set_calibration(self, values: dict[str, int]) -> None:
-        self._calibrated.update(values)
-
-    def calibration(self) -> dict[str, int]:
-        return dict(self._calibrated)
 
     # -- keep-alive ---------------------------------------------------------------------------
     def _ensure_sweeper(self) -> None:

@@ -1,4 +1,4 @@
-"""Token buckets for requests and tokens per minute (issue 14).
+"""Token buckets for requests and tokens per minute .
 
 A bucket refills at ``per_minute / 60`` a second and holds at most ten seconds of that
 (``BURST_S``; at least 1): OpenAI documents its per-minute limits as "quantized", enforced
@@ -7,16 +7,14 @@ too. At 6 rpm that is one request every 10 s, never six at once. The clock is in
 (tests freeze it); every call happens on the server's loop, so admission is atomic.
 
 Tokens are charged what a request can cost once it is parsed (:func:`cost`: its prompt, about
-4 characters a token, plus its token cap), through the charger the server puts in the
-request's context (:func:`charging`); the edge settles the charge with the real usage after."""
+4 characters a token, plus its token cap), through the charger the server puts on the
+request's context (:func:`charge`); the edge settles the charge with the real usage after."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
@@ -29,7 +27,6 @@ UNCAPPED_TOKENS = 4096
 CHARS_PER_TOKEN = 4
 
 Charger = Callable[["Cost"], None]
-_CHARGER: ContextVar[Charger | None] = ContextVar("hearth_token_charger", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,25 +69,15 @@ def cost(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest
     return Cost(_estimate(len(req.query) * len(req.documents) + sum(map(len, req.documents))))
 
 
-@contextlib.contextmanager
-def charging(charger: Charger | None) -> Iterator[None]:
-    """Within: :func:`charge` calls ``charger`` (the server's, for one request's key)."""
-    token = _CHARGER.set(charger)
-    try:
-        yield
-    finally:
-        _CHARGER.reset(token)
-
-
-def charge(c: Cost) -> None:
-    """Charge the current request's limits ``c`` (no charger: nothing is limited).
+def charge(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> None:
+    """Charge the request's key (its context's charger) the most ``req`` can cost, before any
+    work; nothing is limited without a charger (in process, or a server without limits).
 
     Raises:
         RateLimited: the limits cannot admit it (now, or ever as sent).
     """
-    charger = _CHARGER.get()
-    if charger is not None:
-        charger(c)
+    if req.context.charge is not None:
+        req.context.charge(cost(req))
 
 
 def duration(seconds: float) -> str:

@@ -12,10 +12,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from app.core.gateway import access, telemetry
+from app.core.gateway import telemetry
 from app.core.gateway.aliases import AliasStore, find_cycle
 from app.core.gateway.auto import AUTO, AutoRule, RequestFacts, pick
 from app.core.gateway.retry import is_retryable
+from app.core.requests import RequestContext
+from app.core.util import access
+from app.core.util.access import Patterns
 from app.errors import HearthError, InvalidRequest, ModelNotFound, ModelUnloaded
 
 T = TypeVar("T")
@@ -57,8 +60,8 @@ class Gateway:
         """A name the gateway answers for besides a model id: an alias or ``auto``."""
         return name == AUTO or name in self.alias_map(name)
 
-    def targets(self, model: str, facts: RequestFacts) -> list[str]:
-        """The model ids to try, in order.
+    def targets(self, model: str, facts: RequestFacts, scope: Patterns = None) -> list[str]:
+        """The model ids to try, in order, those in the caller's ``scope`` (a key's patterns).
 
         Raises:
             InvalidRequest: no model named and no default_model; ``auto`` matching no rule.
@@ -72,29 +75,29 @@ class Gateway:
                 )
             model = routing.default_model
         if model == AUTO:
-            model = pick(routing.auto, facts, self._loaded_target)
+            model = pick(routing.auto, facts, lambda name: self._loaded_target(name, scope))
         out: list[str] = []
         self._expand(model, self.alias_map(model), out)
-        out = [t for t in out if access.allowed(t)]  # a key's --models scope (issue 14)
+        out = [t for t in out if access.in_scope(t, scope)]  # a key's --models patterns
         if not out:  # the answer an unknown name gets: the key cannot learn the model exists
             raise ModelNotFound(
                 f"model '{model}' not found (not a model id or an alias)", param="model"
             )
         return out
 
-    def visible_aliases(self, name: str = "") -> dict[str, tuple[str, ...]]:
-        """The aliases the request's scope reaches, each listing only the targets it reaches
+    def visible_aliases(self, name: str = "", scope: Patterns = None) -> dict[str, tuple[str, ...]]:
+        """The aliases ``scope`` reaches, each listing only the targets it reaches
         (every alias as it is outside a scope); a ``name`` to look up is checked in the file at
         once when it is not known yet (as ``alias_map``)."""
         aliases = self.alias_map(name)
-        if not access.active():
+        if not scope:
             return aliases
 
         def reaches(target: str) -> bool:
             if self._is_model(target) or target not in aliases:
-                return access.allowed(target)
+                return access.in_scope(target, scope)
             with contextlib.suppress(HearthError):
-                return bool(self.targets(target, RequestFacts()))  # raises: none in scope
+                return bool(self.targets(target, RequestFacts(), scope))  # raises: none in scope
             return False
 
         return {
@@ -119,44 +122,53 @@ class Gateway:
         for t in targets:
             self._expand(t, aliases, out)
 
-    def _loaded_target(self, name: str) -> bool:
+    def _loaded_target(self, name: str, scope: Patterns) -> bool:
         try:
-            first = self.targets(name, RequestFacts())[0]
+            first = self.targets(name, RequestFacts(), scope)[0]
         except HearthError:
             return False
         return self._is_loaded(first)
 
     async def check(
-        self, model: str, facts: RequestFacts, check: Callable[[str], Awaitable[None]]
-    ) -> None:
+        self,
+        model: str,
+        facts: RequestFacts,
+        ctx: RequestContext,
+        check: Callable[[str], Awaitable[None]],
+    ) -> str:
         """``check`` the targets :meth:`run` would start, in its order, without starting any:
-        the first that passes ends it; a retryable failure moves on (as :meth:`run` would), any
+        the first that passes ends it (and is returned); a retryable failure moves on (as :meth:`run` would), any
         other is raised, and the last retryable one when none passes."""
         last: HearthError | None = None
-        for target in self.targets(model, facts):
+        for target in self.targets(model, facts, ctx.models):
             try:
                 await check(target)
-                return
+                return target
             except HearthError as e:
                 if not is_retryable(e):
                     raise
                 last = e
-        if last is not None:
-            raise last
+        if last is None:  # pragma: no cover - targets() never returns an empty list
+            raise ModelNotFound(f"model '{model}' has no targets")
+        raise last
 
     async def run(
-        self, model: str, facts: RequestFacts, start: Callable[[str], Awaitable[T]]
+        self,
+        model: str,
+        facts: RequestFacts,
+        ctx: RequestContext,
+        start: Callable[[str], Awaitable[T]],
     ) -> tuple[T, list[str]]:
         """``start`` each target in turn until one starts (its first byte not yet sent); a
         retryable failure moves on, any other answers at once. The result names the model that
         answered and the ids tried: ``(result, route)``, the last of ``route`` answered."""
         route: list[str] = []
         last: HearthError | None = None
-        targets = self.targets(model, facts)
+        targets = self.targets(model, facts, ctx.models)
         for i, target in enumerate(targets):
             route.append(target)
             try:
-                with telemetry.attempt(target, i):  # a span per attempt when traced (issue 14)
+                with telemetry.attempt(ctx.trace, target, i):  # a span per attempt when traced
                     result = await _start_once_more_if_raced(start, target)
             except HearthError as e:
                 if not is_retryable(e):
@@ -164,7 +176,7 @@ class Gateway:
                     raise
                 last = e
                 if i + 1 < len(targets):
-                    telemetry.fell_back(target)
+                    telemetry.fell_back(ctx.trace, target)
                 continue
             return result, route
         if last is None:  # pragma: no cover - targets() never returns an empty list

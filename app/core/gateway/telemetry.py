@@ -1,11 +1,11 @@
-"""OpenTelemetry (issue 14): the tracer and meter of one server, and the core's side of a
+"""OpenTelemetry: the tracer and meter of one server, and the core's side of a
 request's trace (one span per gateway attempt, ``traceparent`` for the providers).
 
 Off unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set: then :meth:`Telemetry.from_env` builds an
 OTLP/HTTP exporter for spans (batched) and metrics (a periodic reader), configured by the
 standard ``OTEL_*`` variables the SDK reads. No global provider is installed: the server holds
-its own, and sets the request's :class:`Scope` in a context variable while the request runs, so
-the core needs no request object and costs one lookup when tracing is off.
+its own, and puts the request's :class:`Scope` on its context (``RequestContext.trace``), which
+the gateway and the remote client read; an untraced request carries None and costs nothing.
 
 Nothing here records free text: a span's attributes are bounded values (model labels through
 the server's rule, operator-configured provider names, error codes), never messages.
@@ -14,7 +14,6 @@ the server's rule, operator-configured provider names, error codes), never messa
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import logging
 import os
 import re
@@ -159,20 +158,6 @@ class Scope:
     provider_of: Callable[[str], str | None]
 
 
-_SCOPE: contextvars.ContextVar[Scope | None] = contextvars.ContextVar(
-    "hearth_telemetry", default=None
-)
-
-
-def enter(scope: Scope) -> contextvars.Token[Scope | None]:
-    """Trace the request running in this task with ``scope`` (``leave`` with the token)."""
-    return _SCOPE.set(scope)
-
-
-def leave(token: contextvars.Token[Scope | None]) -> None:
-    _SCOPE.reset(token)
-
-
 def attrs_of(scope: Scope, model_id: str) -> dict[str, str]:
     """The bounded attributes of a target: its model label and provider."""
     out = {"gen_ai.request.model": scope.model_label(model_id)}
@@ -183,11 +168,10 @@ def attrs_of(scope: Scope, model_id: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def attempt(target: str, index: int) -> Iterator[Span | None]:
+def attempt(scope: Scope | None, target: str, index: int) -> Iterator[Span | None]:
     """One gateway attempt at ``target`` as a span (a child of the request's), current while
     it starts, so a provider's request carries it in its ``traceparent``. Its status is the
     error code of a failure (never the message, which may quote the request)."""
-    scope = _SCOPE.get()
     if scope is None:
         yield None
         return
@@ -204,17 +188,16 @@ def attempt(target: str, index: int) -> Iterator[Span | None]:
             raise
 
 
-def fell_back(target: str) -> None:
+def fell_back(scope: Scope | None, target: str) -> None:
     """``target`` failed and the gateway moves on to the route's next one."""
-    scope = _SCOPE.get()
     if scope is not None:
         scope.telemetry.fallbacks.add(1, attrs_of(scope, target))
 
 
-def trace_headers() -> dict[str, str] | None:
+def trace_headers(scope: Scope | None) -> dict[str, str] | None:
     """``traceparent`` (and ``tracestate``) of the current span, for a request to a provider;
     None when the request is not traced."""
-    if _SCOPE.get() is None:
+    if scope is None:
         return None
     carrier: dict[str, str] = {}
     PROPAGATOR.inject(carrier)

@@ -166,6 +166,14 @@ class ModelLibrary:
                 return self._to_model(d)
         raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
 
+    def has(self, model_id: str) -> bool:
+        """Whether ``model_id`` is in the index (looked up as :meth:`get` does)."""
+        try:
+            self.get(model_id)
+        except ModelNotFound:
+            return False
+        return True
+
     def find_by_path(self, path: Path) -> LocalModel | None:
         real = str(path.resolve())
         for d in self._entries(fresh=True):

@@ -146,13 +146,13 @@ class Retriever:
     def context_of(self, model_id: str) -> int:
         """The model's context: loaded, else the one it would load with (a remote model's as
         its engine says, else :data:`DEFAULT_REMOTE_CONTEXT`)."""
-        info = next((i for i in self.service.loaded() if i.model_id == model_id), None)
+        info = next((i for i in self.service.models.loaded() if i.model_id == model_id), None)
         if info is not None:
             return info.context_length
-        listing = self.service.remote_listing(model_id)
+        listing = self.service.routing.remote_listing(model_id)
         if listing is not None:
             return listing.model.context_length or DEFAULT_REMOTE_CONTEXT
-        return int(self.service.estimate(model_id)["context_length"])
+        return int(self.service.models.estimate(model_id)["context_length"])
 
     def _counters(
         self, model_id: str
@@ -160,7 +160,7 @@ class Retriever:
         """(tokens of a conversation as the template renders it, tokens of a text): the
         model's tokenizer when it is loaded here, else the estimate."""
         service = self.service
-        if service.scheduler.state(model_id) == "loaded":
+        if any(i.model_id == model_id for i in service.models.loaded()):
 
             async def conversation(messages: Sequence[ChatMessage]) -> int:
                 return await service.count_tokens(ChatRequest(model_id, tuple(messages)))
@@ -188,7 +188,7 @@ class Retriever:
         setting = self.embedding_setting().strip()
         if setting:
             return setting
-        for s in self.service.models():
+        for s in self.service.models.all():
             rt = self.service.runtimes.get(s.model.format)
             if "embeddings" in s.model.capabilities and rt is not None and rt.available():
                 return s.model.id
@@ -196,7 +196,7 @@ class Retriever:
 
     def _identity(self, model_id: str) -> Any:
         try:
-            m = self.service.model(model_id)
+            m = self.service.models.get(model_id)
         except ModelNotFound:
             return model_id  # a remote or alias id: its name is all there is
         return [m.id, m.path, m.size_bytes, m.mtime]
@@ -209,13 +209,13 @@ class Retriever:
         first tokens). ``progress`` gets the count done after each batch."""
         inputs: list[str | tuple[int, ...]] = list(texts)
         try:
-            self.service.model(model_id)
+            self.service.models.get(model_id)
             local = True
         except ModelNotFound:
             local = False
         if local:
-            if self.service.scheduler.state(model_id) != "loaded":
-                await self.service.load(model_id)
+            if not any(i.model_id == model_id for i in self.service.models.loaded()):
+                await self.service.models.load(model_id)
             async with self.service.using(model_id) as lm:
                 limit = lm.context_length
                 inputs = []

@@ -19,7 +19,8 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QColor
 
-from app.core.engine.scheduler import LoadedInfo, ModelScheduler
+from app.core.engine.loaded import LoadedInfo
+from app.core.engine.models import ModelService
 from app.core.service import Hearth
 from app.gui.bridge import Bridge, log_failure
 from app.gui.models.base import RowTableModel
@@ -45,12 +46,11 @@ class MemorySnapshot:
         return next((m for m in self.models if m.model_id == model_id), None)
 
 
-def take_snapshot(scheduler: ModelScheduler) -> MemorySnapshot:
+def take_snapshot(models: ModelService) -> MemorySnapshot:
     """Loop thread only: the scheduler's state lives there."""
-    models = sorted(scheduler.loaded(), key=lambda m: m.loaded_at)
-    return MemorySnapshot(
-        tuple(models), scheduler.used(), scheduler.budget(), tuple(scheduler.loading())
-    )
+    loaded = sorted(models.loaded(), key=lambda m: m.loaded_at)
+    memory = models.memory()
+    return MemorySnapshot(tuple(loaded), memory["used"], memory["budget"], tuple(models.loading()))
 
 
 def countdown(seconds: float) -> str:
@@ -127,7 +127,7 @@ class MemoryMonitor(QObject):
         self._in_flight = True
         self._bridge.call(
             take_snapshot,
-            self._service.scheduler,
+            self._service.models,
             on_done=self._on_snapshot_taken,
             on_error=self._on_snapshot_failed,
         )

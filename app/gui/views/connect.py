@@ -279,7 +279,7 @@ class ConnectPage(QWidget):
         service, mid, needed = self._ctx.service, st.model, st.conn.context_needed
 
         def save() -> int:
-            service.save_preset(mid, with_context(service.preset(mid), needed))
+            service.models.save_preset(mid, with_context(service.models.preset(mid), needed))
             return needed
 
         def saved(n: int) -> None:
@@ -314,14 +314,16 @@ class ConnectPage(QWidget):
             self._failed(exc)
 
         # {}: the preset and defaults, resolved afresh: the new context reloads the model
-        self._bridge.run(self._ctx.service.load(mid, {}, wait=True), on_done=done, on_error=failed)
+        self._bridge.run(
+            self._ctx.service.models.load(mid, {}, wait=True), on_done=done, on_error=failed
+        )
 
     # -- loop thread ---------------------------------------------------------------------------
     def _gather(self, tool: str, asked: object, secret: str | None) -> ConnectState:
         service, server = self._ctx.service, self._ctx.server
         settings = self._ctx.settings_store.load()
-        statuses = service.models()
-        models = [s.model.id for s in statuses] + list(service.aliases())
+        statuses = service.models.all()
+        models = [s.model.id for s in statuses] + list(service.routing.aliases())
         model = asked if isinstance(asked, str) and asked in models else None
         model = model or pick_model(settings.default_model, (s.model for s in statuses))
         if model and model not in models:
@@ -335,7 +337,7 @@ class ConnectPage(QWidget):
         loaded = status is not None and status.state == "loaded"
         check, preset = ContextCheck(True), None
         if model:
-            raw = service.preset(model).get("context_length") if status else None
+            raw = service.models.preset(model).get("context_length") if status else None
             preset = int(raw) if raw else None
             current = effective_context(
                 loaded=status.context_length if status and loaded else None,

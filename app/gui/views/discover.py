@@ -233,7 +233,7 @@ class DiscoverPage(QWidget):
     # -- public --------------------------------------------------------------------------------------
     @property
     def manager(self) -> DownloadManager | None:
-        return self._service.downloads
+        return self._service.hub
 
     @property
     def hub(self) -> HubClient | None:

@@ -139,7 +139,7 @@ class DownloadsPage(QWidget):
     # -- public --------------------------------------------------------------------------------------
     @property
     def manager(self) -> DownloadManager | None:
-        return self._service.downloads
+        return self._service.hub
 
     def refresh(self) -> None:
         dm = self.manager

@@ -26,7 +26,7 @@ from app.runtimes.llama.backend import (
 )
 from app.runtimes.llama.pooled import PooledOutputs
 from app.runtimes.llama.sampling import Sampling
-from app.runtimes.llama.slots import Slots, copy_costs, stream_copy_min
+from app.runtimes.llama.slots import CacheShape, CopyCosts, Slots, copy_costs, stream_copy_min
 from app.runtimes.llama.speculative import Speculation
 from app.runtimes.llama.vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
@@ -142,17 +142,18 @@ class LlamaEngine(Admission, PooledOutputs, Sampling, Speculation):
         self.prompts_together = self.cache_mode != "exact"
         # a sequence decoding alone drafts by prompt lookup (speculative.py)
         self.speculative = options.speculative == "ngram" and not self.is_embedding
-        self.slots = Slots(
-            self.mem,
-            n_seq,
-            mode=self.cache_mode,
-            shared=self.unified,
-            align=n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch),
-            n_swa=int(L.llama_model_n_swa(self.model)),
-            ctx=self.ctx,
-            cells=int(self.cache_tokens),
+        shape = CacheShape(
+            self.cache_mode,
+            self.unified,
+            n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch),
+            int(L.llama_model_n_swa(self.model)),
+        )
+        costs = CopyCosts(
             **copy_costs(self.model, v_transposed=cp.flash_attn_type == 0),
             copy_min=stream_copy_min(self.model, self.n_ctx, KV_BYTES[options.kv_type]),
+        )
+        self.slots = Slots(
+            self.mem, n_seq, shape, ctx=self.ctx, cells=int(self.cache_tokens), costs=costs
         )
         # other threads' calls (tokenize, pieces, grammar checks) hold this; shutdown waits
         self.lifetime = NativeLifetime()

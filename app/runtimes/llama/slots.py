@@ -113,22 +113,41 @@ def _bytes(m: mmap.mmap) -> Any:
     return (ctypes.c_uint8 * len(m)).from_buffer(m)
 
 
+@dataclass(frozen=True, slots=True)
+class CacheShape:
+    """The KV cache the slots share: its prompt-cache ``mode``, whether it is one unified cache
+    (``shared``: cells can be shared between slots), the batch alignment and the SWA window."""
+
+    mode: str
+    shared: bool
+    align: int
+    n_swa: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopyCosts:
+    """A cell copy's cost per range and per cell, in units of one query token attending one
+    cell, and (a stream per sequence) the shortest common prefix worth copying."""
+
+    range_cost: float = 0.0
+    cell_cost: float = 0.0
+    copy_min: int = 1
+
+
 class Slots:
     def __init__(
         self,
         mem: Any,
         n_slots: int,
+        shape: CacheShape,
         *,
-        mode: str,
-        shared: bool,
-        align: int,
-        n_swa: int,
         ctx: Any = None,
         cells: int = 0,
-        range_cost: float = 0.0,
-        cell_cost: float = 0.0,
-        copy_min: int = 1,
+        costs: CopyCosts | None = None,
     ) -> None:
+        costs = costs or CopyCosts()
+        mode, shared, align, n_swa = shape.mode, shape.shared, shape.align, shape.n_swa
+        range_cost, cell_cost, copy_min = costs.range_cost, costs.cell_cost, costs.copy_min
         self.mem = mem
         self.copy_min = copy_min  # with a stream per sequence: a prefix worth copying
         # a copy's cost per range and per cell, in units of one query token attending one cell

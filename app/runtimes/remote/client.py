@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
@@ -19,17 +19,18 @@ from app.core.gateway import telemetry
 from app.core.gateway.providers.base import Answer, Probe
 from app.core.gateway.providers.store import ProviderConfig
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
-from app.core.types import Delta
 from app.errors import NotSupported, ProviderError, ProviderTimeout, ProviderUnavailable
 from app.runtimes.remote import codec, kinds
+from app.runtimes.remote import stream as answers
+from app.runtimes.remote.stream import RemoteStream, _EmptyStream, read_body
 
 log = logging.getLogger(__name__)
 
+Headers = dict[str, str] | None  # a request's trace context (``traceparent``), sent upstream
+
 T = TypeVar("T")
 MAX_ERROR_BODY = 64 * 1024  # what is read of an error answer
-MAX_LINE = 16 * 1024 * 1024  # one SSE line (a long tool call's arguments in one chunk)
 MAX_PROBE_BODY = 4 * 1024 * 1024  # a model list, /props, /api/show...
-MAX_BODY = 64 * 1024 * 1024  # a whole answer, streamed or not (2,048 embeddings of 4,096 floats)
 PROBE_TIMEOUT_S = 10.0
 KEEPALIVE_S = 2.0
 
@@ -129,19 +130,21 @@ class RemoteEngine:
         """``models``-style names are under the base URL, "/..." paths under the root."""
         return f"{self.root}{path}" if path.startswith("/") else f"{self.base}/{path}"
 
-    async def _json(self, method: str, path: str, body: Any, timeout: float) -> Any:
-        """One whole request; the JSON answer or a translated error."""
+    async def _json(
+        self, method: str, path: str, body: Any, timeout: float, headers: Headers = None
+    ) -> Any:
+        """One whole request (``headers``: the request's trace, continued upstream); the JSON
+        answer or a translated error."""
 
         async def once() -> Any:
-            headers = telemetry.trace_headers()  # the request's trace continues upstream
             async with self._http().request(
                 method, self._url(path), json=body, headers=headers, allow_redirects=self._follow
             ) as resp:
                 if resp.status != 200:
                     raise await self._error(resp)
-                raw, whole = await read_body(resp, MAX_BODY)
+                raw, whole = await read_body(resp, answers.MAX_BODY)
             if not whole:
-                raise self._bad_answer(path, f"a body under {MAX_BODY // 2**20} MiB")
+                raise self._bad_answer(path, f"a body under {answers.MAX_BODY // 2**20} MiB")
             out = self.parse(raw)
             if isinstance(out, str):
                 raise self._bad_answer(path, "JSON")
@@ -212,9 +215,11 @@ class RemoteEngine:
     # -- generation -----------------------------------------------------------------------------
     async def chat(self, remote_id: str, req: ChatRequest) -> RemoteStream:
         body = codec.chat_body(self.kind, remote_id, req)
-        return await self._stream_schema("chat/completions", body, chat=True)
+        return await self._stream_schema("chat/completions", body, chat=True, headers=_trace(req))
 
-    async def _stream_schema(self, path: str, body: dict[str, Any], *, chat: bool) -> RemoteStream:
+    async def _stream_schema(
+        self, path: str, body: dict[str, Any], *, chat: bool, headers: Headers = None
+    ) -> RemoteStream:
         """Stream ``body``; an engine that refuses OpenAI's ``json_schema`` response format
         (llama-cpp-python's server takes only ``json_object`` with a ``schema``) gets its own
         dialect, once, and from then on."""
@@ -222,9 +227,9 @@ class RemoteEngine:
         schema_fmt = isinstance(fmt, dict) and fmt.get("type") == "json_schema"
         if schema_fmt and self._json_object_schema:
             body = {**body, "response_format": codec.json_object_dialect(fmt)}
-            return await self._stream(path, body, chat=chat)
+            return await self._stream(path, body, chat=chat, headers=headers)
         try:
-            return await self._stream(path, body, chat=chat)
+            return await self._stream(path, body, chat=chat, headers=headers)
         except ProviderError as e:
             if not (schema_fmt and e.upstream_status in (400, 422, 500)):
                 raise
@@ -233,22 +238,23 @@ class RemoteEngine:
             log.info("provider %s takes json_object+schema, not json_schema", self.cfg.name)
             self._json_object_schema = True
             body = {**body, "response_format": codec.json_object_dialect(fmt)}
-            return await self._stream(path, body, chat=chat)
+            return await self._stream(path, body, chat=chat, headers=headers)
 
     async def complete(
         self, remote_id: str, req: CompletionRequest, prompt: str | tuple[int, ...]
     ) -> RemoteStream:
         body = codec.completion_body(self.kind, remote_id, req, prompt)
-        return await self._stream_schema("completions", body, chat=False)
+        return await self._stream_schema("completions", body, chat=False, headers=_trace(req))
 
-    async def _stream(self, path: str, body: dict[str, Any], *, chat: bool) -> RemoteStream:
+    async def _stream(
+        self, path: str, body: dict[str, Any], *, chat: bool, headers: Headers = None
+    ) -> RemoteStream:
         """POST a streaming request; return once its first token (or its end) came, so every
         failure up to there is raised (and a fallback chain may try the next target)."""
         cap = body.get("max_tokens")
         stream = RemoteStream(self, chat, max_tokens=cap if isinstance(cap, int) else None)
 
         async def start() -> None:
-            headers = telemetry.trace_headers()  # the request's trace continues upstream
             url = self._url(path)
             opts: dict[str, Any] = {"headers": headers, "allow_redirects": self._follow}
             try:
@@ -268,19 +274,21 @@ class RemoteEngine:
             await self._guard(start(), self.cfg.first_token_timeout)
         except _EmptyStream:
             stream.cancel()
-            return await self._whole(path, body, chat=chat)
+            return await self._whole(path, body, chat=chat, headers=headers)
         except BaseException:
             stream.cancel()
             raise
         return stream
 
-    async def _whole(self, path: str, body: dict[str, Any], *, chat: bool) -> RemoteStream:
+    async def _whole(
+        self, path: str, body: dict[str, Any], *, chat: bool, headers: Headers = None
+    ) -> RemoteStream:
         """The request once more, not streamed: an engine that ends a stream with no event at
         all (llama_cpp.server does for a prompt over its context) says why this way (its 400
         answers at once), or answers whole, replayed as one delta."""
         plain = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
         out = await self._json(
-            "POST", path, {**plain, "stream": False}, self.cfg.first_token_timeout
+            "POST", path, {**plain, "stream": False}, self.cfg.first_token_timeout, headers
         )
         return RemoteStream.replay(self, chat, out)
 
@@ -292,7 +300,9 @@ class RemoteEngine:
         }
         if req.dimensions is not None:
             body["dimensions"] = req.dimensions
-        out = await self._json("POST", "embeddings", body, self.cfg.first_token_timeout)
+        out = await self._json(
+            "POST", "embeddings", body, self.cfg.first_token_timeout, _trace(req)
+        )
         data = out.get("data") if isinstance(out, dict) else None
         if not isinstance(data, list) or len(data) != len(req.inputs):
             raise self._bad_answer("embeddings", "a vector per input")
@@ -313,7 +323,9 @@ class RemoteEngine:
         if req.top_n is not None:
             body["top_n"] = req.top_n
         try:
-            out = await self._json("POST", "rerank", body, self.cfg.first_token_timeout)
+            out = await self._json(
+                "POST", "rerank", body, self.cfg.first_token_timeout, _trace(req)
+            )
         except ProviderError as e:
             if e.upstream_status in (404, 405, 501):
                 raise NotSupported(
@@ -333,26 +345,28 @@ class RemoteEngine:
 
     async def count_tokens(self, remote_id: str, req: ChatRequest) -> int:
         msgs = [codec.message(m) for m in req.messages]
-        t = self.cfg.first_token_timeout
+        t, h = self.cfg.first_token_timeout, _trace(req)
         if self.kind in ("vllm", "sglang"):
-            out = await self._json("POST", "/tokenize", {"model": remote_id, "messages": msgs}, t)
+            out = await self._json(
+                "POST", "/tokenize", {"model": remote_id, "messages": msgs}, t, h
+            )
             if isinstance(out, dict) and isinstance(out.get("count"), int):
                 return int(out["count"])
             raise self._bad_answer("tokenize", "count")
         if self.kind == "llama.cpp":
-            applied = await self._json("POST", "/apply-template", {"messages": msgs}, t)
+            applied = await self._json("POST", "/apply-template", {"messages": msgs}, t, h)
             prompt = applied.get("prompt") if isinstance(applied, dict) else None
             if not isinstance(prompt, str):
                 raise self._bad_answer("apply-template", "prompt")
             toks = await self._json(
-                "POST", "/tokenize", {"content": prompt, "parse_special": True}, t
+                "POST", "/tokenize", {"content": prompt, "parse_special": True}, t, h
             )
             if isinstance(toks, dict) and isinstance(toks.get("tokens"), list):
                 return len(toks["tokens"])
             raise self._bad_answer("tokenize", "tokens")
         if self.kind == "hearth":  # another Hearth counts through its template and tools
             body = codec.anthropic_count_body(remote_id, req)
-            out = await self._json("POST", "/v1/messages/count_tokens", body, t)
+            out = await self._json("POST", "/v1/messages/count_tokens", body, t, h)
             if isinstance(out, dict) and isinstance(out.get("input_tokens"), int):
                 return int(out["input_tokens"])
             raise self._bad_answer("count_tokens", "input_tokens")
@@ -369,221 +383,9 @@ class RemoteEngine:
         )
 
 
-class RemoteStream:
-    """A remote generation's deltas (a GenerationStream). Idle longer than the provider's
-    idle timeout, a dropped connection, an error event, a malformed line or an answer over
-    MAX_BODY end it with an error delta; an engine that writes past the request's
-    ``max_tokens`` is cut there (finish reason ``length``). Either way the connection closes."""
-
-    def __init__(self, engine: RemoteEngine, chat: bool, *, max_tokens: int | None = None) -> None:
-        self._engine = engine
-        self._max_tokens = max_tokens
-        self._read = 0  # bytes of the answer so far
-        self._reader = codec.ChunkReader(chat=chat)
-        self._resp: aiohttp.ClientResponse | None = None
-        self._pending: list[Delta] = []
-        self._buf = bytearray()
-        self._done = False
-        self._ended: Delta | None = None  # the final delta, once known
-        self._cancelled = False
-        self.prompt_tokens = 0
-
-    @classmethod
-    def replay(cls, engine: RemoteEngine, chat: bool, whole: Any) -> RemoteStream:
-        """A stream of a whole (not streamed) answer: its content as one delta, then the end."""
-        s = cls(engine, chat)
-        choices = whole.get("choices") if isinstance(whole, dict) else None
-        c = (
-            choices[0]
-            if isinstance(choices, list) and choices and isinstance(choices[0], dict)
-            else {}
-        )
-        if chat:
-            msg = c.get("message") if isinstance(c.get("message"), dict) else {}
-            chunk = {"choices": [{"delta": msg, "logprobs": c.get("logprobs")}]}
-        else:
-            chunk = {"choices": [{"text": c.get("text")}]}
-        s._take(chunk)
-        s._reader.feed({"choices": [{"finish_reason": c.get("finish_reason") or "stop"}],
-                        "usage": whole.get("usage") if isinstance(whole, dict) else None})  # fmt: skip
-        s._ended = s._reader.final(0)
-        return s
-
-    def attach(self, resp: aiohttp.ClientResponse) -> None:
-        self._resp = resp
-        self._engine.stream_opened()
-
-    async def first(self) -> None:
-        """Read until the first token (or the end): what :meth:`RemoteEngine._stream` waits."""
-        while not self._reader.started and self._ended is None:
-            try:
-                ev = await self._event(None)
-            except aiohttp.ClientPayloadError:  # the body was cut before its end
-                ev = None
-            except _BadStream as e:
-                raise ProviderError(
-                    f"provider '{self._engine.cfg.name}' sent {e}",
-                    provider=self._engine.cfg.name,
-                    status=502,
-                ) from e
-            if ev is None:  # nothing at all came: ask again without streaming, to hear why
-                raise _EmptyStream(
-                    f"provider '{self._engine.cfg.name}' ended the stream before its first token",
-                    provider=self._engine.cfg.name,
-                    status=502,
-                )
-            self._take(ev, first=True)
-
-    def _take(self, ev: Any, *, first: bool = False) -> None:
-        err = kinds.stream_error(ev)
-        if err is not None:
-            msg = f"provider '{self._engine.cfg.name}': {self._engine.redact(err)}"
-            if first and not self._pending:
-                status = codec.status_in(ev)
-                raise ProviderError(msg, provider=self._engine.cfg.name, status=status)
-            self._ended = Delta(finish_reason="error", error=msg, error_code="provider_error")
-            return
-        try:
-            d = self._reader.feed(ev)
-        except (TypeError, ValueError, KeyError, AttributeError) as e:  # a malformed chunk
-            if first and not self._pending:
-                raise ProviderError(
-                    f"provider '{self._engine.cfg.name}' sent a malformed chunk: {e}",
-                    provider=self._engine.cfg.name,
-                    status=502,
-                ) from e
-            self._ended = self._fail(f"a malformed chunk ({e})")
-            return
-        if d is None:
-            return
-        if self._max_tokens is not None and self._reader.pieces > self._max_tokens:
-            # an engine ignoring max_tokens: what it asked for is the answer (the rest unread)
-            self._reader.pieces -= 1
-            self._reader.finish = "length"
-            self._ended = self._reader.final(self.prompt_tokens)
-            return
-        self._pending.append(d)
-
-    async def _line(self) -> bytes:
-        """The next line of the body (b"" at its end, or once cancelled), at most MAX_LINE."""
-        while True:
-            cut = self._buf.find(b"\n")
-            if cut >= 0:
-                line = bytes(self._buf[: cut + 1])
-                del self._buf[: cut + 1]
-                return line
-            if len(self._buf) > MAX_LINE:
-                raise _LineTooLong(f"a stream line over {MAX_LINE // 2**20} MiB")
-            if self._resp is None:
-                return b""
-            chunk = await self._resp.content.readany()
-            if not chunk:
-                line, self._buf = bytes(self._buf), bytearray()
-                return line
-            self._read += len(chunk)
-            if self._read > MAX_BODY:
-                raise _BadStream(f"an answer over {MAX_BODY // 2**20} MiB (the answer bound)")
-            self._buf += chunk
-
-    async def _event(self, timeout: float | None) -> Any:
-        """The next ``data:`` object; None at ``[DONE]`` or the end of the body."""
-        while True:
-            line = await (asyncio.wait_for(self._line(), timeout) if timeout else self._line())
-            if not line:
-                return None
-            text = line.decode(errors="replace").strip()
-            if not text.startswith("data:"):
-                continue
-            data = self._engine.redact(text[5:].strip())
-            if data == "[DONE]":
-                self._done = True
-                return None
-            try:
-                return codec.decode(data)
-            except ValueError as e:  # one event lost would corrupt the answer: it ends here
-                raise _BadStream(f"a malformed data line ({e})") from e
-
-    def __aiter__(self) -> AsyncIterator[Delta]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Delta]:
-        idle = self._engine.cfg.idle_timeout
-        try:
-            while True:
-                while self._pending:
-                    yield self._pending.pop(0)
-                if self._ended is not None:
-                    yield self._ended
-                    return
-                if self._cancelled:
-                    yield Delta(finish_reason="cancelled")
-                    return
-                try:
-                    ev = await self._event(idle)
-                except asyncio.TimeoutError:
-                    if self._reader.finish is not None:  # done, the engine just kept it open
-                        self._ended = self._reader.final(self.prompt_tokens)
-                        continue
-                    self._ended = self._fail(f"no data for {idle:g} s (the idle timeout)")
-                    continue
-                except _BadStream as e:
-                    self._ended = self._fail(str(e))
-                    continue
-                except (aiohttp.ClientError, OSError) as e:
-                    if self._cancelled:
-                        continue
-                    self._ended = self._fail(f"the connection failed: {e or type(e).__name__}")
-                    continue
-                if ev is None:
-                    # [DONE] without a finish reason is a cut answer (llama_cpp.server sends
-                    # one when another request interrupts it): an error, not a short answer
-                    if self._reader.finish is not None:
-                        self._ended = self._reader.final(self.prompt_tokens)
-                    else:
-                        self._ended = self._fail("the stream ended before the answer did")
-                    continue
-                self._take(ev)
-        finally:
-            self.cancel()
-
-    def _fail(self, why: str) -> Delta:
-        msg = f"provider '{self._engine.cfg.name}': {self._engine.redact(why)}"
-        log.warning("%s", msg)
-        return Delta(finish_reason="error", error=msg, error_code="provider_error")
-
-    def cancel(self) -> None:
-        """Stop: the connection is closed (the engine stops generating when it notices)."""
-        if self._ended is None and not self._done:
-            self._cancelled = True
-        if self._resp is not None:
-            with contextlib.suppress(Exception):
-                self._resp.close()
-            self._resp = None
-            self._engine.stream_closed()
-
-
-async def read_body(resp: aiohttp.ClientResponse, cap: int) -> tuple[bytes, bool]:
-    """The body, to its end or ``cap`` bytes: (bytes, whether that was all of it)."""
-    buf = bytearray()
-    while len(buf) < cap:
-        chunk = await resp.content.read(min(2**20, cap - len(buf)))
-        if not chunk:
-            return bytes(buf), True
-        buf += chunk
-    return bytes(buf), await resp.content.read(1) == b""
-
-
-class _BadStream(Exception):
-    """A stream no engine in good health sends: a malformed or too deep line, an answer over
-    MAX_BODY (a hostile or broken engine)."""
-
-
-class _LineTooLong(_BadStream):
-    """A stream line over MAX_LINE."""
-
-
-class _EmptyStream(ProviderError):
-    """A stream that ended before any event (see RemoteEngine._whole)."""
-
-
 MakeClient = Callable[[ProviderConfig, str | None], RemoteEngine]
+
+
+def _trace(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> Headers:
+    """The headers that continue ``req``'s trace upstream (None when it is not traced)."""
+    return telemetry.trace_headers(req.context.trace)

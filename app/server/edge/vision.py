@@ -22,11 +22,11 @@ from app.core.inference.images import (
     PixelBudget,
     decode_image,
 )
-from app.core.requests import ChatRequest
+from app.core.requests import ChatRequest, CompletionRequest
 from app.core.util.job_pool import JobPool
 from app.errors import UnsupportedParameter
 from app.server.edge.image_fetch import ImageFetcher, Resolve, system_resolve
-from app.server.state import SERVICE
+from app.server.state import SERVICE, with_context
 from app.settings import VisionSettings
 
 DECODE_THREADS = 2  # images decode one at a time per request; two requests' side by side
@@ -54,7 +54,7 @@ class VisionEdge:
 
 
 VISION = web.AppKey("vision", VisionEdge)
-R = TypeVar("R")
+R = TypeVar("R", bound=ChatRequest | CompletionRequest)
 
 
 def _local_client(request: web.Request) -> bool:
@@ -75,6 +75,7 @@ async def resolve_images(request: web.Request, req: R) -> R:
         InvalidImage: an image that cannot be fetched or decoded, or over the request's
             pixel total (``param``: its part).
     """
+    req = with_context(request, req)  # the caller's scope and limits go with it
     if not isinstance(req, ChatRequest):
         return req
     sources = [s for m in req.messages for s in m.image_sources]

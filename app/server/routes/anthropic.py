@@ -10,7 +10,7 @@ from app.server.protocols import ANTHROPIC
 from app.server.protocols.anthropic import parse, render
 from app.server.protocols.base import Context
 from app.server.routes import ProtocolRoutes
-from app.server.state import REQUEST_LOG, SERVICE
+from app.server.state import REQUEST_LOG, SERVICE, with_context
 from app.server.streaming import respond
 
 routes = ProtocolRoutes(ANTHROPIC)
@@ -40,4 +40,5 @@ async def count_tokens(request: web.Request) -> web.Response:
     req = parse.parse_request(await read_json_body(request), counting=True).request
     request[REQUEST_LOG]["model"] = req.model
     req = await resolve_images(request, req)
-    return web.json_response({"input_tokens": await request.app[SERVICE].count_tokens(req)})
+    count = await request.app[SERVICE].count_tokens(with_context(request, req))
+    return web.json_response({"input_tokens": count})

@@ -34,7 +34,7 @@ HEARTBEAT_S = 10.0
 
 
 def _manager(service: Hearth) -> DownloadManager:
-    dm = getattr(service, "downloads", None)
+    dm = service.hub
     if dm is None:
         raise RuntimeUnavailable("downloads are not available in this Hearth")
     return dm

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from aiohttp import web
 
 from app import __version__
-from app.core.gateway import access
 from app.core.service import Hearth
+from app.core.util import access
 from app.errors import Unauthorized
 from app.server.keyguard import token_from
 from app.server.state import SERVICE, STATE, ServerState
@@ -29,9 +29,8 @@ UNAVAILABLE: frozenset[HealthState] = frozenset({"error", "shutting_down"})
 
 def full_queues(service: Hearth) -> tuple[int, int]:
     """``(loaded models, those whose queue is full)``; a model that cannot tell is not full."""
-    loaded = [service.scheduler.loaded_model(i.model_id) for i in service.loaded()]
-    models = [m for m in loaded if m is not None]
-    return len(models), sum(1 for m in models if getattr(m, "queue_full", False))
+    loaded = service.models.loaded()
+    return len(loaded), sum(1 for i in loaded if i.queue_full)
 
 
 def health_state(state: ServerState, service: Hearth) -> HealthState:
@@ -73,9 +72,9 @@ def health_body(
         "status": "unavailable" if current in UNAVAILABLE else "ok",
         "state": current,
         "version": __version__,
-        "loaded": [i.model_id for i in service.loaded() if visible(i.model_id)],
-        "loading": [i for i in service.loading() if visible(i)],
-        "providers": service.providers.states() if service.providers is not None else [],
+        "loaded": [i.model_id for i in service.models.loaded() if visible(i.model_id)],
+        "loading": [i for i in service.models.loading() if visible(i)],
+        "providers": service.routing.provider_states(),
     }
     if state.startup_error is not None:
         body["error"] = state.startup_error

@@ -111,7 +111,9 @@ async def list_providers(request: web.Request) -> web.Response:
     """``{"providers": [...]}``: the objects of ``hearth providers ls --json`` (the server's
     live states; never a provider's API key)."""
     service = request.app[SERVICE]
-    return web.json_response({"providers": [s.as_json() for s in service.provider_statuses()]})
+    return web.json_response(
+        {"providers": [s.as_json() for s in service.routing.provider_statuses()]}
+    )
 
 
 @routes.post("/api/v1/providers")
@@ -120,8 +122,7 @@ async def add_provider(request: web.Request) -> web.Response:
     idle_timeout?, follow_redirects?}: add (201) or replace (200) a provider, as ``hearth providers add``. Without
     ``kind`` the engine is asked (``detect_warning`` says why that failed; "openai" is kept)."""
     service = request.app[SERVICE]
-    pool = service.providers
-    if pool is None:
+    if not service.routing.has_providers:
         raise InvalidRequest("remote providers are not available on this server")
     b = await _body(request, _PROVIDER_FIELDS)
     api_key = b.text("api_key") or None
@@ -144,10 +145,9 @@ async def add_provider(request: web.Request) -> web.Response:
     )
     why = None
     if kind is None:
-        cfg, why = await pool.detect(cfg, api_key)
-    existed = pool.store.get(cfg.name) is not None
-    saved = service.add_provider(cfg, api_key)  # on the loop, where the core's state lives
-    pool.poke(saved.name)  # probe it now, not at the next refresh
+        cfg, why = await service.routing.detect_kind(cfg, api_key)
+    existed = service.routing.provider(cfg.name) is not None
+    saved = service.routing.add_provider(cfg, api_key)  # on the loop, where the core's state lives
     log.info("provider %s %s over HTTP", saved.name, "replaced" if existed else "added")
     body: dict[str, Any] = saved.as_json() | {"has_api_key": bool(api_key)}
     if why:
@@ -160,7 +160,7 @@ async def remove_provider(request: web.Request) -> web.Response:
     """200 ``{"name", "removed": true}`` (its key goes too); 404 for no such provider."""
     service = request.app[SERVICE]
     name = request.match_info["name"]
-    if service.providers is None or not service.remove_provider(name):
+    if not service.routing.remove_provider(name):
         raise NotFound(f"no provider '{name}'", param="name")
     log.info("provider %s removed over HTTP", name)
     return web.json_response({"name": name, "removed": True})
@@ -171,7 +171,7 @@ async def test_provider(request: web.Request) -> web.Response:
     """``hearth providers test --json``'s object: health, model list, a 1-token chat."""
     service = request.app[SERVICE]
     name = request.match_info["name"]
-    if service.providers is None or service.providers.store.get(name) is None:
+    if service.routing.provider(name) is None:
         raise NotFound(f"no provider '{name}'", param="name")
-    result = await service.test_provider(name)
+    result = await service.routing.test_provider(name)
     return web.json_response(result.as_json())

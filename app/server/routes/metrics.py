@@ -26,12 +26,12 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from app.core.events import RequestFinished
-from app.core.gateway import access
 from app.core.gateway.metrics import OTHER_MODEL, RequestMetrics
 from app.core.service import Hearth
+from app.core.util import access
 from app.errors import ModelNotFound
 from app.server.routes.health import health_state
-from app.server.state import SERVICE, STATE
+from app.server.state import SERVICE, STATE, scope_of
 
 log = logging.getLogger(__name__)
 
@@ -62,30 +62,30 @@ def known_model(service: Hearth) -> Callable[[str], bool]:
 
     def known(model_id: str) -> bool:
         try:
-            service.library.get(model_id)
+            service.models.get(model_id)
             return True
         except ModelNotFound:
-            if model_id in service.gateway.alias_map():  # operator-configured names
+            if model_id in service.routing.aliases():  # operator-configured names
                 return True
-            return any(r.id == model_id for r in service.remote_models())
+            return any(r.id == model_id for r in service.routing.remote_models())
 
     return known
 
 
-def shown_to_caller(service: Hearth) -> Callable[[str | None], bool]:
-    """Whether the request's key may see a model label's series: an alias it reaches, a
-    model in its scope, or a label that names no model (everything outside a key scope)."""
-    if not access.active():
+def shown_to_caller(service: Hearth, scope: tuple[str, ...] | None) -> Callable[[str | None], bool]:
+    """Whether a key with model patterns ``scope`` may see a model label's series: an alias it
+    reaches, a model in its scope, or a label that names no model (everything without one)."""
+    if not scope:
         return lambda _label: True
-    every_alias = service.gateway.alias_map()
-    visible = service.aliases()
+    every_alias = service.routing.aliases()
+    visible = service.routing.aliases(scope)
 
     def shown(label: str | None) -> bool:
         if label is None or label in (OTHER_MODEL, NO_MODEL):
             return True
         if label in every_alias:
             return label in visible
-        return access.allowed(label)
+        return access.in_scope(label, scope)
 
     return shown
 
@@ -184,7 +184,7 @@ async def _subscribed(app: web.Application) -> AsyncIterator[None]:
 @routes.get("/api/v1/metrics")
 async def metrics_json(request: web.Request) -> web.Response:
     snapshot = request.app[METRICS].requests.snapshot()
-    shown = shown_to_caller(request.app[SERVICE])
+    shown = shown_to_caller(request.app[SERVICE], scope_of(request))
     snapshot["models"] = {m: t for m, t in snapshot["models"].items() if shown(m)}
     return web.json_response(snapshot)
 
@@ -198,7 +198,7 @@ async def metrics_text(request: web.Request) -> web.Response:
     for s in HEALTH_STATES:
         m.state.labels(s).set(1 if s == current else 0)
     visible = CollectorRegistry()  # this scrape's view: the caller's models' series only
-    visible.register(_Visible(m.registry, shown_to_caller(request.app[SERVICE])))
+    visible.register(_Visible(m.registry, shown_to_caller(request.app[SERVICE], scope_of(request))))
     body = generate_latest(visible)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

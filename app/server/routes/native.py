@@ -12,7 +12,7 @@ from app.core.engine.scheduler import LoadedInfo, parse_keep_alive
 from app.errors import InvalidRequest
 from app.server.edge.body import read_json_body
 from app.server.protocols.common import Body, parse_ttl
-from app.server.state import SERVICE
+from app.server.state import SERVICE, scope_of
 
 routes = web.RouteTableDef()
 
@@ -39,17 +39,19 @@ def loaded_json(i: LoadedInfo) -> dict[str, Any]:
 @routes.get("/api/v1/models")
 async def models(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    return web.json_response({"models": [s.as_dict() for s in service.models()]})
+    return web.json_response(
+        {"models": [s.as_dict() for s in service.models.all(scope_of(request))]}
+    )
 
 
 @routes.get("/api/v1/ps")
 async def ps(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service, scope = request.app[SERVICE], scope_of(request)
     return web.json_response(
         {
-            "models": [loaded_json(i) for i in service.loaded()],
-            "loading": service.loading(),
-            "memory": service.memory(),
+            "models": [loaded_json(i) for i in service.models.loaded(scope)],
+            "loading": service.models.loading(scope),
+            "memory": service.models.memory(),
         }
     )
 
@@ -69,15 +71,16 @@ async def load(request: web.Request) -> web.Response:
     if pin is not None and not isinstance(pin, bool):
         raise InvalidRequest("'pin' must be a boolean", param="pin")
     # the scheduler's own answer says which of loaded / reloaded / unchanged it did
-    result = await service.load_result(
+    result = await service.models.load_result(
         model_id,
         options,
         force=b.flag("force"),
         ttl=parse_ttl(b),
         pin=pin,
         wait=b.flag("wait"),
+        scope=scope_of(request),
     )
-    info = next((i for i in service.loaded() if i.model_id == model_id), None)
+    info = next((i for i in service.models.loaded() if i.model_id == model_id), None)
     body: dict[str, Any] = {"id": model_id, "state": "loaded"}
     if info is not None:
         body.update(loaded_json(info))
@@ -94,8 +97,8 @@ async def unload(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     b = Body(await read_json_body(request))
     model_id = b.text("model", required=True) or ""
-    service.model(model_id)  # 404 for unknown ids
-    was_loaded = await service.unload(model_id)
+    service.models.get(model_id, scope_of(request))  # 404 for unknown ids
+    was_loaded = await service.models.unload(model_id, scope_of(request))
     return web.json_response({"id": model_id, "state": "not-loaded", "was_loaded": was_loaded})
 
 
@@ -105,7 +108,7 @@ async def pin(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     b = Body(await read_json_body(request))
     model_id = b.text("model", required=True) or ""
-    service.set_pinned(model_id, b.flag("pinned", True))
+    service.models.set_pinned(model_id, b.flag("pinned", True), scope_of(request))
     return web.json_response({"id": model_id, "pinned": b.flag("pinned", True)})
 
 
@@ -116,14 +119,16 @@ async def estimate(request: web.Request) -> web.Response:
     b = Body(await read_json_body(request))
     model_id = b.text("model", required=True) or ""
     options = validate_options(b.data.get("options") or {}, where="options")
-    return web.json_response({"id": model_id, **service.estimate(model_id, options)})
+    return web.json_response(
+        {"id": model_id, **service.models.estimate(model_id, options, scope_of(request))}
+    )
 
 
 @routes.get("/api/v1/models/{model_id:.+}/preset")
 async def get_preset(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     model_id = request.match_info["model_id"]
-    preset = service.preset(model_id)
+    preset = service.models.preset(model_id, scope_of(request))
     return web.json_response({"id": model_id, "preset": preset})
 
 
@@ -132,11 +137,11 @@ async def put_preset(request: web.Request) -> web.Response:
     """Replace the model's preset (load options plus "ttl" and "pinned"); {} clears it."""
     service = request.app[SERVICE]
     model_id = request.match_info["model_id"]
-    service.model(model_id)
+    service.models.get(model_id, scope_of(request))
     b = Body(await read_json_body(request))
     raw = b.data.get("preset", b.data)
     if "ttl" in raw and raw["ttl"] is not None:
         ttl = parse_keep_alive(raw["ttl"], param="preset.ttl")
         raw = {**raw, "ttl": -1 if ttl is None else ttl}
-    saved = service.save_preset(model_id, raw)
+    saved = service.models.save_preset(model_id, raw, scope_of(request))
     return web.json_response({"id": model_id, "preset": saved})

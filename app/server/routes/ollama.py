@@ -21,48 +21,50 @@ from app.server.protocols.common import Body
 from app.server.protocols.ollama import models as listing
 from app.server.protocols.ollama import parse, render
 from app.server.routes import ProtocolRoutes
-from app.server.state import REQUEST_LOG, SERVICE
+from app.server.state import REQUEST_LOG, SERVICE, context_of, scope_of, with_context
 from app.server.streaming import respond
 
 routes = ProtocolRoutes(OLLAMA)
 
 
-def resolver(service: Hearth) -> parse.Resolve:
+def resolver(request: web.Request) -> parse.Resolve:
     """Ollama names carry a tag ("llama3:latest"); Hearth ids may not."""
+    service, scope = request.app[SERVICE], scope_of(request)
 
     def resolve(name: str) -> str:
-        if name.endswith(listing.LATEST) and service.is_routable(name):
+        if name.endswith(listing.LATEST) and service.routing.is_routable(name):
             # /api/tags lists a remote "lan/foo" as "lan/foo:latest": the name comes back so
             bare = name.removesuffix(listing.LATEST)
-            if _remote_listed(service, bare) and not _remote_listed(service, name):
+            if _remote_listed(service, bare, scope) and not _remote_listed(service, name, scope):
                 return bare
-        if not name or service.is_routable(name):
+        if not name or service.routing.is_routable(name):
             return name  # default_model, an alias, auto, a remote id: the gateway resolves them
         try:
-            return service.model_status(name).model.id
+            return service.models.status(name, scope).model.id
         except ModelNotFound:
             if name.endswith(listing.LATEST):
                 bare = name.removesuffix(listing.LATEST)
-                if service.is_routable(bare):
+                if service.routing.is_routable(bare):
                     return bare
-                return service.model_status(bare).model.id
+                return service.models.status(bare, scope).model.id
             raise
 
     return resolve
 
 
-def _remote_listed(service: Hearth, model_id: str) -> bool:
-    return any(r.id == model_id for r in service.remote_models())
+def _remote_listed(service: Hearth, model_id: str, scope: tuple[str, ...] | None) -> bool:
+    return any(r.id == model_id for r in service.routing.remote_models(scope))
 
 
-async def _load_ns(service: Hearth, model_id: str) -> int:
+async def _load_ns(request: web.Request, model_id: str) -> int:
     """Load ahead of the work (JIT, as any request would) to report Ollama's load_duration."""
-    if service.is_routable(model_id) or not model_id:
+    service = request.app[SERVICE]
+    if service.routing.is_routable(model_id) or not model_id:
         return 0  # an alias or auto: the gateway picks (and loads) the target
-    if service.model_status(model_id).state == "loaded":
+    if service.models.status(model_id, scope_of(request)).state == "loaded":
         return 0
     t0 = time.perf_counter_ns()
-    async with service.using(model_id):
+    async with service.using(model_id, context_of(request)):
         pass
     return time.perf_counter_ns() - t0
 
@@ -74,9 +76,13 @@ async def version(request: web.Request) -> web.Response:
 
 @routes.get("/api/tags")
 async def tags(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service, scope = request.app[SERVICE], scope_of(request)
     return web.json_response(
-        listing.tags(service.models(), service.aliases(), service.remote_models())
+        listing.tags(
+            service.models.all(scope),
+            service.routing.aliases(scope),
+            service.routing.remote_models(scope),
+        )
     )
 
 
@@ -87,17 +93,19 @@ async def show(request: web.Request) -> web.Response:
     name = b.text("model") or b.text("name") or ""
     if not name:
         raise InvalidRequest("'model' is required", param="model")
-    model_id = resolver(service)(name)
-    remote = service.remote_listing(model_id)  # 503 when its provider is down, 404 unlisted
+    model_id = resolver(request)(name)
+    scope = scope_of(request)
+    remote = service.routing.remote_listing(model_id, scope)  # 503: provider down, 404 unlisted
     if remote is not None:
         return web.json_response(listing.show_remote(remote))
-    return web.json_response(listing.show(service.model_status(service.resolve_local(model_id))))
+    local = service.resolve_local(model_id, scope)
+    return web.json_response(listing.show(service.models.status(local, scope)))
 
 
 @routes.get("/api/ps")
 async def ps(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    return web.json_response(listing.ps(service.loaded(), service.models()))
+    service, scope = request.app[SERVICE], scope_of(request)
+    return web.json_response(listing.ps(service.models.loaded(scope), service.models.all(scope)))
 
 
 async def _generation(request: web.Request, parsed: parse.Parsed, ctx: Context) -> Any:
@@ -108,12 +116,12 @@ async def _generation(request: web.Request, parsed: parse.Parsed, ctx: Context) 
     req = parsed.request
     if req is None:  # Ollama's idiom: an empty prompt loads, with keep_alive 0 unloads
         if parsed.ttl == 0:
-            await service.unload(parsed.model)
+            await service.models.unload(parsed.model, scope_of(request))
         else:
-            await service.load(parsed.model, ttl=parsed.ttl)
+            await service.models.load(parsed.model, ttl=parsed.ttl, scope=scope_of(request))
         return web.json_response(render.load_response(parsed.model, parsed.key, parsed.ttl == 0))
-    req = await resolve_images(request, req)  # a model without vision: 400 before the load
-    ctx.load_ns = await _load_ns(service, parsed.model)
+    req = await resolve_images(request, with_context(request, req))  # no vision: 400, no load
+    ctx.load_ns = await _load_ns(request, parsed.model)
     choices = await (service.chat(req) if isinstance(req, ChatRequest) else service.complete(req))
     ctx.model = choices.model  # the model that answered (an alias's target, auto's pick)
     return await respond(
@@ -130,7 +138,7 @@ async def _generation(request: web.Request, parsed: parse.Parsed, ctx: Context) 
 async def chat(request: web.Request) -> web.StreamResponse:
     ctx = Context("")  # the request's clock starts here (total_duration)
     body = await read_json_body(request)
-    parsed = parse.parse_chat(body, resolver(request.app[SERVICE]))
+    parsed = parse.parse_chat(body, resolver(request))
     return await _generation(request, parsed, ctx)
 
 
@@ -138,7 +146,7 @@ async def chat(request: web.Request) -> web.StreamResponse:
 async def generate(request: web.Request) -> web.StreamResponse:
     ctx = Context("")
     body = await read_json_body(request)
-    parsed = parse.parse_generate(body, resolver(request.app[SERVICE]))
+    parsed = parse.parse_generate(body, resolver(request))
     return await _generation(request, parsed, ctx)
 
 
@@ -146,9 +154,9 @@ async def generate(request: web.Request) -> web.StreamResponse:
 async def embed(request: web.Request) -> web.Response:
     ctx = Context("")
     service: Hearth = request.app[SERVICE]
-    req = parse.parse_embed(await read_json_body(request), resolver(service))
+    req = with_context(request, parse.parse_embed(await read_json_body(request), resolver(request)))
     request[REQUEST_LOG]["model"] = req.model
-    ctx.load_ns = await _load_ns(service, req.model)
+    ctx.load_ns = await _load_ns(request, req.model)
     result = await service.embed(req)
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
     # megabytes of JSON for a big batch: encoded off the event loop
@@ -161,6 +169,7 @@ async def embed(request: web.Request) -> web.Response:
 @routes.post("/api/embeddings")
 async def embeddings_legacy(request: web.Request) -> web.Response:
     service: Hearth = request.app[SERVICE]
-    req = parse.parse_embeddings_legacy(await read_json_body(request), resolver(service))
+    req = parse.parse_embeddings_legacy(await read_json_body(request), resolver(request))
+    req = with_context(request, req)
     result = await service.embed(req)
     return web.json_response({"embedding": result.vectors[0]})

@@ -24,7 +24,7 @@ from app.server.protocols.openai import rerank as rerank_wire
 from app.server.protocols.openai.fields import StreamOptions
 from app.server.routes import ProtocolRoutes
 from app.server.routes.health import health_body, model_filter
-from app.server.state import REQUEST_LOG, SERVICE, STATE
+from app.server.state import REQUEST_LOG, SERVICE, STATE, context_of, scope_of, with_context
 from app.server.streaming import respond
 
 routes = ProtocolRoutes(OPENAI)
@@ -59,10 +59,10 @@ async def health(request: web.Request) -> web.Response:
 
 @routes.get("/v1/models")
 async def list_models(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    data = [model_object(s) for s in service.models()]
-    data += [remote_object(r) for r in service.remote_models()]
-    data += [alias_object(a, ts) for a, ts in service.aliases().items()]
+    service, scope = request.app[SERVICE], scope_of(request)
+    data = [model_object(s) for s in service.models.all(scope)]
+    data += [remote_object(r) for r in service.routing.remote_models(scope)]
+    data += [alias_object(a, ts) for a, ts in service.routing.aliases(scope).items()]
     return web.json_response({"object": "list", "data": data})
 
 
@@ -92,15 +92,15 @@ def alias_object(alias: str, targets: Sequence[str]) -> dict[str, object]:
 
 @routes.get("/v1/models/{model_id:.+}")
 async def get_model(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
+    service, scope = request.app[SERVICE], scope_of(request)
     model_id = request.match_info["model_id"]
-    remote = service.remote_listing(model_id)  # 503 when its provider is down, 404 unlisted
+    remote = service.routing.remote_listing(model_id, scope)  # 503: provider down, 404 unlisted
     if remote is not None:
         return web.json_response(remote_object(remote))
-    targets = service.alias(model_id)
+    targets = service.routing.alias(model_id, scope)
     if targets is not None:
         return web.json_response(alias_object(model_id, targets))
-    return web.json_response(model_object(service.model_status(model_id)))
+    return web.json_response(model_object(service.models.status(model_id, scope)))
 
 
 async def _generate(
@@ -146,6 +146,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
 @routes.post("/v1/embeddings")
 async def embeddings(request: web.Request) -> web.Response:
     req, fmt = parse.parse_embeddings(await read_json_body(request))
+    req = with_context(request, req)
     request[REQUEST_LOG]["model"] = req.model
     result = await request.app[SERVICE].embed(req)
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
@@ -164,7 +165,7 @@ def _route_headers(model: str, route: Sequence[str]) -> dict[str, str]:
 async def rerank(request: web.Request) -> web.Response:
     parsed = rerank_wire.parse_request(await read_json_body(request))
     request[REQUEST_LOG]["model"] = parsed.request.model
-    result = await request.app[SERVICE].rerank(parsed.request)
+    result = await request.app[SERVICE].rerank(with_context(request, parsed.request))
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
     return web.json_response(rerank_wire.rerank_response(parsed, result))
 
@@ -177,7 +178,7 @@ async def tokenize(request: web.Request) -> web.Response:
     model = parse.model_field(b)
     content = parse_tokenize_content(b)
     with_pieces = b.flag("with_pieces")
-    async with service.using(model) as lm:
+    async with service.using(model, context_of(request)) as lm:
         tokens = await asyncio.to_thread(
             lm.tokenize,
             content,
@@ -209,7 +210,7 @@ async def detokenize(request: web.Request) -> web.Response:
         isinstance(t, int) and not isinstance(t, bool) for t in tokens
     ):
         raise InvalidRequest("'tokens' must be an array of token ids", param="tokens")
-    async with service.using(model) as lm:
+    async with service.using(model, context_of(request)) as lm:
         vocab = int(lm.special_tokens.get("n_vocab") or 0)
         if vocab and any(not 0 <= t < vocab for t in tokens):
             raise InvalidRequest(f"token ids must be in [0, {vocab})", param="tokens")

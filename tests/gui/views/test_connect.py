@@ -115,7 +115,7 @@ def test_a_small_loaded_context_warns_and_the_button_saves_the_preset_and_reload
     page: ConnectPage, window: MainWindow, imported: str, gui_ctx: GuiContext, qtbot: QtBot
 ) -> None:
     service, loop = gui_ctx.service, gui_ctx.loop
-    loop.call(service.load(imported, {"context_length": 1024}), timeout=SLOW / 1000)
+    loop.call(service.models.load(imported, {"context_length": 1024}), timeout=SLOW / 1000)
     page.select_tool("continue")  # needs 8,192; SmolLM2 was trained for 8,192
     st = _shown(page, qtbot, tool="continue", loaded=True)
     assert not st.check.ok and st.check.can_raise
@@ -132,7 +132,7 @@ def test_a_small_loaded_context_warns_and_the_button_saves_the_preset_and_reload
     assert saved == [(imported, 8192)]
 
     async def preset() -> dict[str, Any]:
-        return service.preset(imported)
+        return service.models.preset(imported)
 
     assert loop.call(preset(), timeout=30)["context_length"] == 8192  # read back: the service
     # still loaded with 1,024: the page says so and offers the reload
@@ -151,7 +151,7 @@ def test_a_small_loaded_context_warns_and_the_button_saves_the_preset_and_reload
         return st is not None and st.loaded and st.check.ok
 
     qtbot.waitUntil(reloaded, timeout=SLOW)
-    assert [i.context_length for i in service.loaded() if i.model_id == imported] == [8192]
+    assert [i.context_length for i in service.models.loaded() if i.model_id == imported] == [8192]
     assert not page.warning_label.isVisible() and not page.set_context_button.isVisible()
     assert not page.reload_button.isVisible()
 
@@ -181,7 +181,7 @@ def test_a_not_loaded_model_gets_the_context_at_its_next_load(
 
 
 async def _preset(gui_ctx: GuiContext, mid: str) -> dict[str, Any]:
-    return gui_ctx.service.preset(mid)
+    return gui_ctx.service.models.preset(mid)
 
 
 def _start_server(window: MainWindow, qtbot: QtBot) -> str:

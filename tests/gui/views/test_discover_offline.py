@@ -11,7 +11,7 @@ import time
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.cli.compose import hub_client
+from app.compose import hub_client
 from app.core.hub.downloads import DownloadManager
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
@@ -32,8 +32,8 @@ def closed_port() -> int:
 def discover(qtbot: QtBot, ctx: GuiContext, bridge: Bridge) -> DiscoverPage:
     """A window whose Hub client is the app's own (``compose.hub_client``: HF_ENDPOINT, the
     listing cache under the data folder)."""
-    ctx.service.downloads = DownloadManager(
-        ctx.service.library,
+    ctx.service.hub = DownloadManager(
+        ctx.service.models._library,
         hub_client(ctx.paths, ctx.settings_store.load()),
         ctx.service.events,
     )
@@ -100,8 +100,8 @@ def test_featured_models_from_an_earlier_listing_show_offline_marked_cached(
 
     # later, offline: a new session of the app (a new client) over the same data folder
     monkeypatch.setenv("HF_ENDPOINT", "http://hearth-offline.invalid")
-    gui_ctx.service.downloads = DownloadManager(
-        gui_ctx.service.library,
+    gui_ctx.service.hub = DownloadManager(
+        gui_ctx.service.models._library,
         hub_client(gui_ctx.paths, gui_ctx.settings_store.load()),
         gui_ctx.service.events,
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
@@ -46,7 +46,7 @@ def hearth(tmp_path: Path, **options: object) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     opts = LoadOptions(context_length=2048, **options)  # type: ignore[arg-type]
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
 async def run(h: Hearth, model_id: str, i: int, cancel: bool = False) -> tuple:
@@ -71,15 +71,15 @@ async def test_per_sequence_features_hold_under_batching(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
-    model, _ = solo_h.import_model(smollm2_path)
+    model, _ = solo_h.models.import_path(smollm2_path)
     try:
         solo = [await run(solo_h, model.id, i) for i in range(3)]
     finally:
         await solo_h.close()
     h = hearth(tmp_path / "batched")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         results = await asyncio.gather(*(run(h, model.id, i, cancel=True) for i in range(4)))
         assert engine.peak_batch >= 3, "the sequences were decoded in one batch"
@@ -115,10 +115,10 @@ async def test_a_request_waits_for_room_in_the_shared_cache(
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     opts = LoadOptions(context_length=1024, parallel=4)
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
-    model, _ = h.import_model(smollm2_path)
+    h = assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         topics = ("a lighthouse keeper", "a dragon in the hills", "a robot that paints")
         prompts = [f"Tell me about {t}. " * 40 for t in topics]  # ~300 tokens each

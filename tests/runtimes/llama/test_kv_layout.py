@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
@@ -29,7 +29,7 @@ def hearth(tmp_path: Path, **options: object) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     opts = LoadOptions(context_length=1024, **options)  # type: ignore[arg-type]
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
 def assert_close(a: tuple, b: tuple, what: str) -> None:
@@ -51,16 +51,16 @@ async def test_each_request_gets_its_own_cache_and_they_decode_together(
         f"Write a short story about a {x}." for x in ("cat", "lighthouse", "dragon", "robot")
     ]
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
-    model, _ = solo_h.import_model(smollm2_path)
+    model, _ = solo_h.models.import_path(smollm2_path)
     try:
         solo = [(await ask(solo_h, model.id, [ChatMessage("user", p)], 40))[:2] for p in prompts]
     finally:
         await solo_h.close()
 
     h = hearth(tmp_path / "per", parallel=4, kv_layout="per-sequence")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         assert not engine.unified
         assert (engine.max_sequences, lm.context_length, engine.cache_tokens) == (4, 1024, 4096)
@@ -102,7 +102,7 @@ async def test_conversations_keep_their_own_streams_and_a_long_prefix_is_copied(
         await plain_h.close()
 
     h = hearth(tmp_path / "per", parallel=3, kv_layout="per-sequence")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
         firsts = []
         for c, conv in enumerate(convs):
@@ -129,9 +129,9 @@ async def test_a_common_prefix_is_copied_when_cheaper_than_computing_it(
     that many tokens with another stream starts from a copy of it; one sharing fewer takes an
     empty stream and computes its prompt."""
     h = hearth(tmp_path, parallel=3, kv_layout="per-sequence")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        engine = (await h.load(model.id)).engine  # type: ignore[attr-defined]
+        engine = (await h.models.load(model.id)).engine  # type: ignore[attr-defined]
         n = engine.slots.copy_min
         assert 1 < n < 16
         a = "The old grey cat slept on the warm mat by the kitchen door all afternoon."
@@ -165,7 +165,7 @@ async def test_a_regenerated_answer_goes_on_in_its_own_stream(
     prompt again (a regenerated answer) goes on in its own stream, wholly cached, and takes
     nothing from the other conversation."""
     h = hearth(tmp_path, parallel=2, kv_layout="per-sequence")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
         a = [ChatMessage("user", "Write a long story about cats.")]
         b = [ChatMessage("user", "Write a long story about dogs.")]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
@@ -35,7 +35,7 @@ def hearth(tmp_path: Path, **options: Any) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     opts = LoadOptions(context_length=2048, **options)
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
 class Recorder:
@@ -84,15 +84,15 @@ async def test_joining_prompts_are_read_together_in_one_decode(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
-    model, _ = solo_h.import_model(smollm2_path)
+    model, _ = solo_h.models.import_path(smollm2_path)
     try:
         solo = [await transcript(await one(solo_h, model.id, p)) for p in PROMPTS]
     finally:
         await solo_h.close()
     h = hearth(tmp_path / "batched")  # the default load: reuse cache, shared, parallel 8
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         opened = gate_first_step(engine)
         rec = Recorder(engine)
@@ -133,7 +133,7 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
     on with the answers solo runs give, and the long prompt asked again reads from a cache
     that holds nothing half-written."""
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
-    model, _ = solo_h.import_model(smollm2_path)
+    model, _ = solo_h.models.import_path(smollm2_path)
     try:
         solo_run = await transcript(await one(solo_h, model.id, PROMPTS[0], 32))
         solo_other = await transcript(await one(solo_h, model.id, NOTE, 16))
@@ -143,9 +143,9 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
     finally:
         await solo_h.close()
     h = hearth(tmp_path / "batched", ubatch_size=128)  # several micro-batches per decode
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         opened = gate_first_step(engine)
         aborted: list[int] = []
@@ -189,9 +189,9 @@ async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
     """Joining prompts are read the shortest first, and a much longer one waits for a later
     decode: a short question is not read behind ~500 tokens of another prompt."""
     h = hearth(tmp_path)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         opened = gate_first_step(engine)
         running = await one(h, model.id, PROMPTS[0], 8)
@@ -221,9 +221,9 @@ async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
     from app.runtimes.llama import engine as llama_engine
 
     h = hearth(tmp_path)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         armed: list[int] = []
         real = llama_engine.L.llama_set_abort_callback
@@ -252,9 +252,9 @@ async def test_per_sequence_steps_list_the_streams_in_order(
     their ids follow each other in the batch (else each run of them is a compute of its own):
     a step lists its sequences by slot, whatever order they came in."""
     h = hearth(tmp_path, parallel=4, kv_layout="per-sequence")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         rec = Recorder(engine)
         order: list[list[int]] = []

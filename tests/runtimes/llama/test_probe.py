@@ -24,7 +24,7 @@ import pytest
 
 from app.core.library.gguf import read_header
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.errors import ModelLoadFailed
 from app.runtimes.llama import probe as llama_probe
@@ -281,9 +281,9 @@ async def test_closing_hearth_ends_a_load_still_being_checked(tmp_path: Path, ga
     (gate / "open").unlink()
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "runtime-probe.json")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=256))
-    model, _ = h.import_model(tiny(tmp_path))
-    load = asyncio.ensure_future(h.load(model.id))
+    h = assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=256))
+    model, _ = h.models.import_path(tiny(tmp_path))
+    load = asyncio.ensure_future(h.models.load(model.id))
     pid = await asyncio.to_thread(wait_for_child, gate)
     await h.close()
     with pytest.raises(ModelLoadFailed, match="abandoned"):

@@ -17,7 +17,7 @@ import pytest
 from app.core.library.fit import STASH_CAP, estimate_gguf
 from app.core.library.gguf import read_header
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.backend import L
 from app.runtimes.llama.runtime import LlamaCppRuntime
@@ -37,16 +37,16 @@ def hearth(tmp_path: Path, **options: Any) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     opts = LoadOptions(**{"context_length": 2048, **options})
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
 @contextlib.asynccontextmanager
 async def loaded(tmp_path: Path, model_path: Path, **options: Any) -> AsyncIterator[tuple]:
     """(service, model id, engine) of a model loaded with ``options``; closed afterwards."""
     h = hearth(tmp_path, **options)
-    model, _ = h.import_model(model_path)
+    model, _ = h.models.import_path(model_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         yield h, model.id, lm.engine  # type: ignore[attr-defined]
     finally:
         await h.close()
@@ -67,7 +67,7 @@ async def test_an_idle_cache_moves_to_host_memory_and_its_follow_up_restores_it(
 ) -> None:
     follow_up = [ChatMessage("user", A)]
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
-    model, _ = solo_h.import_model(smollm2_path)
+    model, _ = solo_h.models.import_path(smollm2_path)
     try:
         first = await ask(solo_h, model.id, follow_up)
         follow_up += [ChatMessage("assistant", first[0]), ChatMessage("user", "And then?")]
@@ -75,9 +75,9 @@ async def test_an_idle_cache_moves_to_host_memory_and_its_follow_up_restores_it(
     finally:
         await solo_h.close()
     h = hearth(tmp_path / "h")  # the default load: reuse, one shared cache
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         slots = engine.slots
         a1 = await ask(h, model.id, [ChatMessage("user", A)])
@@ -407,9 +407,9 @@ async def test_host_copies_stay_within_the_bound_the_estimate_counts(
     """A 512-token cache: its host copies take at most that cache's bytes (the least recently
     used copy goes first), and the memory estimate counts as much."""
     h = hearth(tmp_path / "h", context_length=512)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         slots = engine.slots
         topics = ["lighthouse", "dragon", "robot", "garden", "harbour", "comet"]
@@ -427,7 +427,7 @@ async def test_host_copies_stay_within_the_bound_the_estimate_counts(
         assert any(topics[-2] in t for t in texts), "the most recently used copy is kept"
         assert not any(topics[0] in t for t in texts), "the least recently used went first"
         maps = [e.data for e in slots.stashed]
-        await h.unload(model.id)  # freeing the model gives the copies' memory back
+        await h.models.unload(model.id)  # freeing the model gives the copies' memory back
         assert not slots.stashed and slots.stashed_bytes == 0
         assert all(m.closed for m in maps)
     finally:
@@ -441,9 +441,9 @@ async def test_separate_caches_keep_idle_caches_in_place(
     """A cache stream per sequence: an idle one costs the others nothing, and nothing is copied
     (the estimate counts no host memory for it)."""
     h = hearth(tmp_path / "h", prompt_cache=mode, kv_layout=layout)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         await ask(h, model.id, [ChatMessage("user", A)], 2)
         await ask(h, model.id, [ChatMessage("user", B)], 2)

@@ -12,7 +12,7 @@ import pytest
 
 from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.core.util.loop import LoopThread
 from app.core.workspace.attachments import Attachment, read_attachment
@@ -60,12 +60,12 @@ def rig(
     tmp = tmp_path_factory.mktemp("retrieval")
     lib = ModelLibrary(tmp / "library.json", tmp / "models")
     rt = LlamaCppRuntime(probe_file=tmp / "probe.json")
-    service = Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=2048))
-    chat, _ = service.import_model(smollm2_path)
-    embedder, _ = service.import_model(embedding_gguf)
+    service = assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=2048))
+    chat, _ = service.models.import_path(smollm2_path)
+    embedder, _ = service.models.import_path(embedding_gguf)
     loop = LoopThread("test-retrieval").start()
     r = Rig(loop, service, chat.id, embedder.id, tmp / "vectors")
-    r.call(service.load(chat.id, {"context_length": CONTEXT}))
+    r.call(service.models.load(chat.id, {"context_length": CONTEXT}))
     try:
         yield r
     finally:

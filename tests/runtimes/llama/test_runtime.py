@@ -12,7 +12,7 @@ import pytest
 
 from app.core.library.gguf import read_header
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama import probe as llama_probe
 from app.runtimes.llama.backend import L, build_info, flash_attn_type, physical_cores
@@ -28,7 +28,7 @@ def make_hearth(tmp_path: Path, queue_size: int = 16, **options: object) -> Hear
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json", queue_size=queue_size)
     opts = LoadOptions(context_length=4096, **options)  # type: ignore[arg-type]
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
 def assert_close(a: tuple, b: tuple, what: str) -> None:
@@ -108,10 +108,10 @@ def _without_template(src: Path, dst: Path) -> Path:
 
 async def test_model_without_template_uses_fallback(tmp_path: Path, smollm2_path: Path) -> None:
     h = make_hearth(tmp_path)
-    model, _ = h.import_model(_without_template(smollm2_path, tmp_path / "notemplate.gguf"))
+    model, _ = h.models.import_path(_without_template(smollm2_path, tmp_path / "notemplate.gguf"))
     assert model.has_chat_template is False
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         assert lm.chat_template is None
         gen = await chat(
             h,
@@ -134,9 +134,9 @@ async def test_model_without_template_uses_fallback(tmp_path: Path, smollm2_path
 async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) -> None:
     """Cancelling during prompt processing stops llama.cpp mid-prompt (abort callback)."""
     h = make_hearth(tmp_path)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        await h.load(model.id)
+        await h.models.load(model.id)
         prompt = "The history of the lighthouse is long and full of storms. " * 170  # ~2,000 tokens
         t0 = time.perf_counter()
         gen = await complete(
@@ -178,9 +178,9 @@ async def test_long_prompt_aborts_quickly(tmp_path: Path, smollm2_path: Path) ->
 
 async def test_queued_request_cancelled_before_it_runs(tmp_path: Path, smollm2_path: Path) -> None:
     h = make_hearth(tmp_path)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        await h.load(model.id)
+        await h.models.load(model.id)
         first = await complete(
             h, model.id, "Once upon a time", sampling=SamplingParams(temperature=0), max_tokens=60
         )
@@ -198,9 +198,9 @@ async def test_queued_request_cancelled_before_it_runs(tmp_path: Path, smollm2_p
 
 async def test_streamed_text_is_whole_utf8(tmp_path: Path, smollm2_path: Path) -> None:
     h = make_hearth(tmp_path)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        await h.load(model.id)
+        await h.models.load(model.id)
         gen = await complete(
             h,
             model.id,
@@ -222,9 +222,9 @@ async def test_seed_reproducible_and_sampling_params_applied(
     """A seed reproduces its sample bit for bit with the exact prompt cache (in reuse mode the
     logits of a cached prompt differ in their last bits, enough to move a random draw)."""
     h = make_hearth(tmp_path, prompt_cache="exact")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        await h.load(model.id)
+        await h.models.load(model.id)
 
         async def run(prompt: str = "My favourite animal is", **kw: object) -> str:
             gen = await complete(h, model.id, prompt, sampling=SamplingParams(**kw), max_tokens=24)
@@ -265,7 +265,7 @@ async def _turns(
         await gen.collect()
     for turn in range(3):
         if fresh:
-            await h.unload(model_id)
+            await h.models.unload(model_id)
         gen = await chat(h, model_id, conv, sampling=g, max_tokens=24, logprobs=3)
         text, lps, final = await transcript(gen)
         out.append((text, lps, final.usage.prompt_tokens, final.usage.cached_tokens))
@@ -284,7 +284,7 @@ async def test_prompt_cache_reuses_the_conversation_and_changes_no_bit(
     results = {}
     for fresh in (True, False):
         h = make_hearth(tmp_path / str(fresh), prompt_cache="exact", parallel=1)
-        model, _ = h.import_model(smollm2_path)
+        model, _ = h.models.import_path(smollm2_path)
         try:
             results[fresh] = await _turns(h, model.id, cancel_first=not fresh, fresh=fresh)
         finally:
@@ -307,7 +307,7 @@ async def test_reuse_mode_continues_from_the_whole_prompt_and_answer(
     results = {}
     for cache in ("off", "reuse"):
         h = make_hearth(tmp_path / cache, prompt_cache=cache)
-        model, _ = h.import_model(smollm2_path)
+        model, _ = h.models.import_path(smollm2_path)
         try:
             results[cache] = await _turns(h, model.id, cancel_first=cache == "reuse")
         finally:
@@ -330,7 +330,7 @@ async def test_interleaved_conversations_keep_their_caches(
     """Four conversations taking turns: each follow-up reuses its own conversation's cache (a
     slot per conversation in the shared cache), not only the system prompt they share."""
     h = make_hearth(tmp_path, prompt_cache="reuse", parallel=1)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     g = SamplingParams(temperature=0)
     convs = [
         [ChatMessage("user", f"Meeting {c}. " + f"Item {c} was discussed at length. " * 40)]
@@ -384,16 +384,16 @@ async def test_parallel_sequences_decode_together_and_match_solo(
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     solo_opts = LoadOptions(context_length=1024, parallel=1, prompt_cache="exact")
-    solo_h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: solo_opts)
-    model, _ = solo_h.import_model(smollm2_path)
+    solo_h = assemble(lib, {"gguf": rt}, load_defaults=lambda: solo_opts)
+    model, _ = solo_h.models.import_path(smollm2_path)
     try:
         solo = await answers(solo_h, model.id, together=False)
     finally:
         await solo_h.close()
     opts = LoadOptions(context_length=1024, parallel=4, prompt_cache="exact")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    h = assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         assert lm.context_length == 1024, "each sequence keeps the whole context"
         together = await answers(h, model.id, together=True)
         assert lm.engine.peak_batch == 4, "the four requests were decoded in one batch"  # type: ignore[attr-defined]
@@ -435,17 +435,17 @@ async def test_shared_cache_batches_and_matches_solo_within_tolerance(
         return text, lps
 
     solo_h = make_hearth(tmp_path / "solo", prompt_cache="off", parallel=1)
-    model, _ = solo_h.import_model(smollm2_path)
+    model, _ = solo_h.models.import_path(smollm2_path)
     try:
         solo = [await one(solo_h, model.id, p) for p in prompts]
     finally:
         await solo_h.close()
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=1024))
-    model, _ = h.import_model(smollm2_path)
+    h = assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=1024))
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         assert (engine.max_sequences, engine.cache_tokens, lm.context_length) == (8, 1024, 1024)
         together = await asyncio.gather(*(one(h, model.id, p) for p in prompts))
@@ -487,8 +487,8 @@ async def test_a_long_prompt_does_not_stall_the_streams_already_running(
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     solo_opts = LoadOptions(context_length=4096, parallel=1, prompt_cache="exact")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: solo_opts)
-    model, _ = h.import_model(smollm2_path)
+    h = assemble(lib, {"gguf": rt}, load_defaults=lambda: solo_opts)
+    model, _ = h.models.import_path(smollm2_path)
     try:
         solo_text, solo_lps, _ = await transcript(
             await complete(h, model.id, long, sampling=g, max_tokens=8, logprobs=1)
@@ -496,9 +496,9 @@ async def test_a_long_prompt_does_not_stall_the_streams_already_running(
     finally:
         await h.close()
     opts = LoadOptions(context_length=4096, parallel=2, prompt_cache="exact")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    h = assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
     try:
-        await h.load(model.id)
+        await h.models.load(model.id)
         stamps: list[float] = []
         runner = await complete(h, model.id, "Once upon a time", sampling=g, max_tokens=400)
 
@@ -540,9 +540,9 @@ async def test_unload_waits_for_a_native_call_from_another_thread(
     from app.errors import ModelUnloaded
 
     h = make_hearth(tmp_path)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         entered, release = threading.Event(), threading.Event()
         seen: dict[str, object] = {}
@@ -556,7 +556,7 @@ async def test_unload_waits_for_a_native_call_from_another_thread(
         caller = threading.Thread(target=native_call_in_flight)
         caller.start()
         await asyncio.to_thread(entered.wait, 60)
-        unload = asyncio.ensure_future(h.unload(model.id))
+        unload = asyncio.ensure_future(h.models.unload(model.id))
         await asyncio.sleep(0.3)
         assert not unload.done(), "the model must not be freed under a running native call"
         release.set()
@@ -578,14 +578,14 @@ async def test_unload_stops_an_embedding_batch_between_inputs(
     from app.errors import ModelUnloaded
 
     h = make_hearth(tmp_path)
-    model, _ = h.import_model(embedding_gguf)
+    model, _ = h.models.import_path(embedding_gguf)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         tokens = lm.tokenize("a sentence about cats", add_special=True, parse_special=False)
         batch = asyncio.ensure_future(lm.embed([tokens] * 100_000))  # minutes if left to run
         await asyncio.sleep(0)  # queued on the worker
         t0 = time.monotonic()
-        await h.unload(model.id)
+        await h.models.unload(model.id)
         with pytest.raises(ModelUnloaded):
             await asyncio.wait_for(batch, 60)
         assert time.monotonic() - t0 < 60
@@ -607,9 +607,9 @@ async def test_a_busy_cpu_is_said_in_the_deltas_and_the_timings(
             return 1
 
     h = make_hearth(tmp_path, threads=2)
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         engine.tuner = BusyMachine(2)
         from app.runtimes.llama.backend import L

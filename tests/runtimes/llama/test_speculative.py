@@ -15,7 +15,7 @@ import pytest
 
 from app.core.inference.images import image_tokens
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.llama.speculative import DRAFT_FIRST, PAUSE, Drafts
@@ -86,15 +86,15 @@ def hearth(tmp_path: Path, speculative: str) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
     opts = LoadOptions(context_length=2048, speculative=speculative)
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
 async def answers(tmp_path: Path, model_path: Path, speculative: str) -> tuple[list, list]:
     """Each job's (text, logprobs, final delta) on a fresh load; the decodes' row counts."""
     h = hearth(tmp_path / speculative, speculative)
-    model, _ = h.import_model(model_path)
+    model, _ = h.models.import_path(model_path)
     try:
-        engine = (await h.load(model.id)).engine  # type: ignore[attr-defined]
+        engine = (await h.models.load(model.id)).engine  # type: ignore[attr-defined]
         rec = Recorder(engine)
         out = []
         for prompt, kw in JOBS:
@@ -149,9 +149,9 @@ async def test_requests_decoding_together_take_one_token_steps(
 ) -> None:
     """Drafts are for a request decoding alone: batched, each takes one row a step."""
     h = hearth(tmp_path, "ngram")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        engine = (await h.load(model.id)).engine  # type: ignore[attr-defined]
+        engine = (await h.models.load(model.id)).engine  # type: ignore[attr-defined]
         opened = gate_steps(engine)
         rec = Recorder(engine)
         kw: dict[str, Any] = {"sampling": SamplingParams(temperature=0), "max_tokens": 40}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.runtimes.llama import backend as B
 from app.runtimes.llama.runtime import LlamaCppRuntime
@@ -64,27 +64,27 @@ async def test_a_second_loaded_model_takes_the_threads_left(
     if B.physical_cores() < 2:
         pytest.skip("one physical core: every model gets 1 thread anyway")
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    h = Hearth(
+    h = assemble(
         lib,
         {"gguf": LlamaCppRuntime(probe_file=tmp_path / "probe.json")},
         load_defaults=lambda: LoadOptions(context_length=512),
     )
-    first, _ = h.import_model(smollm2_path)
+    first, _ = h.models.import_path(smollm2_path)
     copy = tmp_path / "Second-Copy.Q4_1.gguf"  # another model in the library, same weights
     try:
         os.link(smollm2_path, copy)
     except OSError:  # another file system
         copy.write_bytes(smollm2_path.read_bytes())
-    second, _ = h.import_model(copy)
+    second, _ = h.models.import_path(copy)
     assert second.id != first.id
     try:
-        a = (await h.load(first.id)).engine  # type: ignore[attr-defined]
+        a = (await h.models.load(first.id)).engine  # type: ignore[attr-defined]
         assert a.threads == 2
-        b = (await h.load(second.id)).engine  # type: ignore[attr-defined]
+        b = (await h.models.load(second.id)).engine  # type: ignore[attr-defined]
         assert b.threads == 1 and (b.tuner is None or b.tuner.max_threads == 1)
-        await h.unload(first.id)
-        await h.unload(second.id)
-        c = (await h.load(second.id)).engine  # type: ignore[attr-defined]
+        await h.models.unload(first.id)
+        await h.models.unload(second.id)
+        c = (await h.models.load(second.id)).engine  # type: ignore[attr-defined]
         assert c.threads == 2
     finally:
         await h.close()

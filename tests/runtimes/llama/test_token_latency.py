@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.service_calls import chat
@@ -28,11 +28,11 @@ async def test_each_token_is_sent_before_the_next_decode(
 ) -> None:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
-    h = Hearth(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=1024))
-    model, _ = h.import_model(smollm2_path)
+    h = assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=1024))
+    model, _ = h.models.import_path(smollm2_path)
     permits = threading.Semaphore(0)  # one decode step per permit
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         decode_step = engine._decode_step
 

@@ -14,7 +14,7 @@ import pytest
 from app.core.inference.images import IMAGE_MARKER, ImageInput
 from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.errors import ContextLengthExceeded, ModelLoadFailed
 from app.runtimes.llama.runtime import LlamaCppModel, LlamaCppRuntime
@@ -53,21 +53,21 @@ def hearth(rig: Rig, name: str, **options: object) -> Hearth:
     lib = ModelLibrary(d / "library.json", d / "models")
     rt = LlamaCppRuntime(probe_file=rig.root / "probe.json")  # one probe for the module
     opts = LoadOptions(**{"context_length": 1024, **options})  # type: ignore[arg-type]
-    return Hearth(lib, {"gguf": rt}, load_defaults=lambda: opts)
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
 def pair(h: Hearth, model_path: Path, projector: Path | None) -> str:
     """Import the model and set its projector by hand (pull/scan pairing is another part)."""
-    model, _ = h.import_model(model_path)
+    model, _ = h.models.import_path(model_path)
     if projector is not None:
-        index = h.library.index_file
+        index = h.models._library.index_file
         data = json.loads(index.read_text())
         for m in data["models"]:
             if m["id"] == model.id:
                 m.setdefault("extra", {})["projector"] = str(projector)
         index.write_text(json.dumps(data))
-        h.library._index.invalidate()  # the library caches the index: make the edit seen
-        assert h.library.get(model.id).extra.get("projector") == str(projector)
+        h.models._library._index.invalidate()  # the library caches the index: make the edit seen
+        assert h.models._library.get(model.id).extra.get("projector") == str(projector)
     return model.id
 
 
@@ -102,8 +102,8 @@ async def test_a_mismatched_projector_is_refused_before_the_model_loads(rig: Rig
         with pytest.raises(
             ModelLoadFailed, match="embedding size 64 does not match the model.s 576"
         ):
-            await h.load(mid)
-        assert not h.scheduler.loaded()  # nothing stayed loaded
+            await h.models.load(mid)
+        assert not h.models.loaded()  # nothing stayed loaded
     finally:
         await h.close()
 
@@ -118,7 +118,7 @@ async def test_images_enter_the_decode_and_the_cache_keys_on_them(rig: Rig) -> N
     h = hearth(rig, "images")
     mid = pair(h, rig.model, rig.projector)
     try:
-        lm = await h.load(mid)
+        lm = await h.models.load(mid)
         assert isinstance(lm, LlamaCppModel) and "vision" in lm.capabilities
         vision = lm.engine.vision
         assert vision is not None
@@ -171,7 +171,7 @@ async def test_image_sequences_batch_and_cancel(rig: Rig) -> None:
     h = hearth(rig, "batch", parallel=2, prompt_cache="off")
     mid = pair(h, rig.model, rig.projector)
     try:
-        lm = await h.load(mid)
+        lm = await h.models.load(mid)
         assert isinstance(lm, LlamaCppModel)
         m1, m2 = with_images(image(3)), with_images(image(4), text="Describe it.")
         solo = [await ask(h, mid, m, max_tokens=3) for m in (m1, m2)]
@@ -237,7 +237,7 @@ async def test_image_positions_count_toward_the_context_check(rig: Rig) -> None:
     h = hearth(rig, "ctx", context_length=256)
     mid = pair(h, rig.model, rig.projector)
     try:
-        lm = await h.load(mid)
+        lm = await h.models.load(mid)
 
         async def count(msg: ChatMessage) -> int:
             return await h.count_tokens(ChatRequest(mid, (msg,)))

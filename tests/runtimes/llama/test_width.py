@@ -30,7 +30,7 @@ def test_more_at_once_only_while_the_cells_are_few() -> None:
 
 async def burst(h: Hearth, model_id: str, prompts: list[str]) -> tuple[int, list[str]]:
     """The prompts sent while the first one's first step waits: the widest step, the texts."""
-    lm = await h.load(model_id)
+    lm = await h.models.load(model_id)
     engine = lm.engine  # type: ignore[attr-defined]
     engine.peak_batch = 0
     opened = gate_first_step(engine)
@@ -53,9 +53,9 @@ async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_on
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     h = hearth(tmp_path)  # the default load, with a 2,048-token cache
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         assert engine.max_sequences == 8, "the default parallel"
         assert 5000 < engine.step_cells < 8000, engine.step_cells  # SmolLM2's, on the CPU
@@ -90,7 +90,7 @@ async def test_a_cache_stream_per_sequence_decodes_all_at_once(
     """With a cache stream per request a step's attention reads only each request's own
     cells, so long prompts do not bound how many decode at once."""
     h = hearth(tmp_path, kv_layout="per-sequence")
-    model, _ = h.import_model(smollm2_path)
+    model, _ = h.models.import_path(smollm2_path)
     try:
         long = [
             " ".join(WORDS[(i * 5 + k) % len(WORDS)] for k in range(300)) + "\nA story."

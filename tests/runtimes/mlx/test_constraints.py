@@ -108,7 +108,7 @@ def test_a_client_cannot_set_llguidance_options(mlx_served: Served) -> None:
 
 def test_forced_tools_with_refs_and_wide_unions_work_on_mlx(mlx_served: Served) -> None:
     # a random model loves the line breaks the grammar allows between JSON tokens
-    folder = Path(mlx_served.service.library.get(mlx_served.model_id).path)  # type: ignore[attr-defined]
+    folder = Path(mlx_served.service.models._library.get(mlx_served.model_id).path)  # type: ignore[attr-defined]
     vocab = json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]
     no_line_breaks = {str(vocab[ws]): -100 for ws in ("\u010a", "\u0109", "\u010d")}
     priority = {

@@ -133,13 +133,13 @@ async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
     import asyncio
 
     from app.core.library.index import ModelLibrary
-    from app.core.service import Hearth
+    from app.core.service import assemble
     from app.core.types import LoadOptions, SamplingParams
     from app.runtimes.mlx.runtime import MlxRuntime
 
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     m, _ = lib.import_path(tiny_mlx)
-    h = Hearth(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: LoadOptions(context_length=1024))
+    h = assemble(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: LoadOptions(context_length=1024))
     try:
         gen = await complete(
             h, m.id, "the", sampling=SamplingParams(temperature=1.0, seed=1), max_tokens=900
@@ -150,7 +150,7 @@ async def test_cancel_stops_generation(tmp_path: Path, tiny_mlx: Path) -> None:
             if n >= 5:
                 gen.cancel()
                 break
-        lm = await h.scheduler.get(m.id)
+        lm = await h.models._scheduler.get(m.id)
         for _ in range(100):
             if lm.pending == 0:
                 break
@@ -388,7 +388,7 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
     """A conversation's later turns reuse the earlier prompt's prefill chunks; every logprob is
     the same as without the cache (penalties included: they still see the cached history)."""
     from app.core.library.index import ModelLibrary
-    from app.core.service import Hearth
+    from app.core.service import assemble
     from app.core.types import ChatMessage, LoadOptions, SamplingParams
     from app.runtimes.mlx.runtime import PREFILL_STEP, MlxRuntime
 
@@ -398,7 +398,7 @@ async def test_prompt_cache_reuses_whole_chunks_and_changes_no_bit(
         lib = ModelLibrary(tmp_path / cache / "lib.json", tmp_path / cache / "models")
         m, _ = lib.import_path(tiny_mlx)
         opts = LoadOptions(prompt_cache=cache)
-        h = Hearth(lib, {"mlx": MlxRuntime()}, load_defaults=lambda opts=opts: opts)
+        h = assemble(lib, {"mlx": MlxRuntime()}, load_defaults=lambda opts=opts: opts)
         conv = [ChatMessage("user", "the sea is blue and the sky is grey " * 38)]
         turns = []
         try:
@@ -447,15 +447,15 @@ async def test_mlx_takes_the_default_parallel_and_decodes_one_at_a_time(
     """The load default of four parallel requests applies to MLX models too: they load with it
     and answer concurrent requests one after the other, each whole."""
     from app.core.library.index import ModelLibrary
-    from app.core.service import Hearth
+    from app.core.service import assemble
     from app.core.types import LoadOptions, SamplingParams
     from app.runtimes.mlx.runtime import MlxRuntime
 
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     m, _ = lib.import_path(tiny_mlx)
-    h = Hearth(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: LoadOptions(parallel=4))
+    h = assemble(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: LoadOptions(parallel=4))
     try:
-        lm = await h.load(m.id)
+        lm = await h.models.load(m.id)
         assert lm.engine.max_sequences == 1  # type: ignore[attr-defined]
         g = SamplingParams(temperature=0)
         gens = [await complete(h, m.id, f"the sea {i}", sampling=g, max_tokens=5) for i in range(3)]

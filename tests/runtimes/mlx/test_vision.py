@@ -18,7 +18,7 @@ import pytest
 from app.core.inference.images import IMAGE_MARKER, ImageInput, decode_image
 from app.core.library.index import ModelLibrary
 from app.core.requests import ChatRequest
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.errors import ContextLengthExceeded, UnsupportedParameter
 from app.runtimes.mlx.runtime import MlxModel, MlxRuntime
@@ -60,7 +60,7 @@ def hearth(rig: Rig, name: str, **options: object) -> Hearth:
     d = rig.root / name
     lib = ModelLibrary(d / "library.json", d / "models")
     opts = LoadOptions(**{"context_length": 512, **options})  # type: ignore[arg-type]
-    return Hearth(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: opts)
+    return assemble(lib, {"mlx": MlxRuntime()}, load_defaults=lambda: opts)
 
 
 def png(color: tuple[int, int, int], size: tuple[int, int] = (40, 30)) -> bytes:
@@ -90,9 +90,9 @@ async def ask(h: Hearth, model_id: str, msg: ChatMessage, max_tokens: int = 2) -
 async def test_images_enter_the_decode_and_the_cache_keys_on_them(rig: Rig) -> None:
     h = hearth(rig, "images")
     try:
-        model, _ = h.import_model(rig.vlm)
+        model, _ = h.models.import_path(rig.vlm)
         assert "vision" in model.capabilities  # the library saw the vision tower
-        lm = await h.load(model.id)
+        lm = await h.models.load(model.id)
         assert isinstance(lm, MlxModel) and "vision" in lm.capabilities
         vision = lm.engine.vision
         assert vision is not None
@@ -128,7 +128,7 @@ async def test_images_enter_the_decode_and_the_cache_keys_on_them(rig: Rig) -> N
 async def test_a_cancelled_image_request_and_the_context_check(rig: Rig) -> None:
     h = hearth(rig, "cancel", context_length=64)
     try:
-        model, _ = h.import_model(rig.vlm)
+        model, _ = h.models.import_path(rig.vlm)
         mid = model.id
         first = await ask(h, mid, with_images(image(GREEN), text="hi"), max_tokens=3)
         gen = await chat(h, mid, [with_images(image(RED), text="hi")], sampling=GREEDY)
@@ -156,12 +156,12 @@ async def test_a_cancelled_image_request_and_the_context_check(rig: Rig) -> None
 async def test_a_text_mlx_model_refuses_images(rig: Rig) -> None:
     h = hearth(rig, "text")
     try:
-        model, _ = h.import_model(rig.text)
+        model, _ = h.models.import_path(rig.text)
         assert "vision" not in model.capabilities
         with pytest.raises(UnsupportedParameter, match="is not a vision model") as e:
             await chat(h, model.id, [with_images(image(RED))], sampling=GREEDY)
         assert e.value.param == "messages[0].content[0]"
-        assert not h.scheduler.loaded()  # refused before any load
+        assert not h.models.loaded()  # refused before any load
     finally:
         await h.close()
 
@@ -199,7 +199,7 @@ def test_an_image_through_the_openai_api(served: Served) -> None:
 async def test_odd_image_shapes_are_taken(rig: Rig) -> None:
     h = hearth(rig, "shapes")
     try:
-        model, _ = h.import_model(rig.vlm)
+        model, _ = h.models.import_path(rig.vlm)
         for size in ((1, 1), (600, 2), (3, 500)):
             got = await ask(h, model.id, with_images(decode_image(png(RED, size), where="x")))
             assert got[2].usage.completion_tokens >= 1

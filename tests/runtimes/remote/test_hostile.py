@@ -18,7 +18,7 @@ from app.core.gateway.providers.store import ProviderConfig
 from app.core.requests import ChatRequest, EmbeddingRequest
 from app.core.types import ChatMessage
 from app.errors import HearthError, ProviderError
-from app.runtimes.remote import client as client_mod
+from app.runtimes.remote import stream as stream_mod
 from app.runtimes.remote.client import RemoteEngine
 from tests.conftest import listen_loopback
 
@@ -79,7 +79,7 @@ async def _collect(stream: Any) -> tuple[str, Any]:
 async def test_a_long_line_passes_and_an_over_long_one_ends_with_an_error(
     engine_at: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_mod, "MAX_LINE", 1024 * 1024)
+    monkeypatch.setattr(stream_mod, "MAX_LINE", 1024 * 1024)
     long_args = "x" * 300_000  # over aiohttp's own 128 KiB readline bound
 
     async def chat(request: web.Request) -> web.StreamResponse:
@@ -102,7 +102,7 @@ async def test_a_long_line_passes_and_an_over_long_one_ends_with_an_error(
 async def test_an_over_long_first_line_is_a_provider_error(
     engine_at: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_mod, "MAX_LINE", 64 * 1024)
+    monkeypatch.setattr(stream_mod, "MAX_LINE", 64 * 1024)
 
     async def chat(request: web.Request) -> web.StreamResponse:
         return await _sse(request, [b"data: " + b"y" * (200 * 1024) + b"\n\n"])
@@ -134,7 +134,7 @@ async def test_a_model_list_sent_in_pieces_is_read_whole(engine_at: Any) -> None
 async def test_a_whole_answer_over_the_bound_is_refused(
     engine_at: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_mod, "MAX_BODY", 256 * 1024)
+    monkeypatch.setattr(stream_mod, "MAX_BODY", 256 * 1024)
 
     async def embeddings(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})

@@ -23,14 +23,13 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 from PIL import Image
 
-from app.core.gateway import access
 from app.core.gateway.aliases import AliasStore
 from app.core.gateway.providers.pool import ProviderPool
 from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.core.inference.images import ImageSource
 from app.core.library.index import ModelLibrary
-from app.core.requests import ChatRequest
-from app.core.service import Hearth
+from app.core.requests import ChatRequest, RequestContext
+from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions
 from app.errors import ModelNotFound
 from app.runtimes.remote.client import RemoteEngine
@@ -69,15 +68,15 @@ class Env:
 async def env(tmp_path: Path, **server: Any) -> AsyncIterator[Env]:
     """``seer`` (a projector) and ``plain`` (none), and aliases over them."""
     runtime = FakeRuntime(delay=0.0, pieces=["ok"])
-    h = Hearth(
+    h = assemble(
         seer_library(tmp_path),
         {"gguf": runtime},
         load_defaults=LoadOptions,
         aliases=AliasStore(tmp_path / "aliases.json"),
     )
-    h.set_alias("see", ["seer"])
-    h.set_alias("blind", ["plain"])
-    h.set_alias("blind-first", ["plain", "seer"])  # the chain starts on plain: its 400
+    h.routing.set_alias("see", ["seer"])
+    h.routing.set_alias("blind", ["plain"])
+    h.routing.set_alias("blind-first", ["plain", "seer"])  # the chain starts on plain: its 400
     vision = [VisionSettings()]
     edge = VisionEdge(settings=lambda: vision[0])
     app = create_app(h, ServerSettings(**server), vision=edge)
@@ -124,18 +123,16 @@ async def test_a_key_scope_hides_an_alias_s_targets_before_any_image_is_decoded(
     tmp_path: Path,
 ) -> None:
     async with env(tmp_path) as e:
-        req = ChatRequest(
-            "see",
-            (ChatMessage("user", "x", image_sources=(ImageSource("img", data=CORRUPT),)),),
-        )
-        with access.scoped(["plain"]):  # what the middleware sets for a key's --models
-            try:
-                await e.hearth.check_images(req)
-            except ModelNotFound as err:
-                assert "see" in err.message
-            else:
-                raise AssertionError("an out-of-scope alias was accepted")
-        await e.hearth.check_images(req)  # without the scope the alias takes images
+        messages = (ChatMessage("user", "x", image_sources=(ImageSource("img", data=CORRUPT),)),)
+        # what the middleware puts on the request's context for a key's --models
+        scoped = ChatRequest("see", messages, context=RequestContext(models=("plain",)))
+        try:
+            await e.hearth.check_images(scoped)
+        except ModelNotFound as err:
+            assert "see" in err.message
+        else:
+            raise AssertionError("an out-of-scope alias was accepted")
+        await e.hearth.check_images(ChatRequest("see", messages))  # unscoped: it takes images
 
 
 async def test_a_request_s_images_are_bounded_in_pixels_all_together(tmp_path: Path) -> None:
@@ -169,7 +166,7 @@ async def test_decodes_wait_in_their_own_pool_tokenize_answers_and_an_ended_requ
     tmp_path: Path,
 ) -> None:
     async with env(tmp_path, request_timeout_s=3.0) as e:
-        await e.hearth.load("seer")
+        await e.hearth.models.load("seer")
         loop = asyncio.get_running_loop()
         gate = threading.Event()
         busy = asyncio.Semaphore(0)
@@ -210,7 +207,7 @@ async def test_decodes_wait_in_their_own_pool_tokenize_answers_and_an_ended_requ
 async def test_a_remote_target_is_checked_as_its_engine_says_before_decoding(
     tmp_path: Path,
 ) -> None:
-    upstream = Hearth(
+    upstream = assemble(
         seer_library(tmp_path / "up"),
         {"gguf": FakeRuntime(delay=0.0, pieces=["ok"])},
         load_defaults=LoadOptions,
@@ -219,7 +216,7 @@ async def test_a_remote_target_is_checked_as_its_engine_says_before_decoding(
         ProviderStore(tmp_path / "providers.json", tmp_path / "keys.json"), RemoteEngine
     )
     front_lib = ModelLibrary(tmp_path / "front" / "lib.json", tmp_path / "front" / "models")
-    front = Hearth(front_lib, {}, load_defaults=LoadOptions, providers=pool)
+    front = assemble(front_lib, {}, load_defaults=LoadOptions, providers=pool)
     edge = VisionEdge()
     b64 = base64.b64encode(CORRUPT).decode()
     try:
@@ -228,9 +225,11 @@ async def test_a_remote_target_is_checked_as_its_engine_says_before_decoding(
             TestServer(create_app(front, ServerSettings(), vision=edge), host="127.0.0.1") as srv,
             aiohttp.ClientSession() as session,
         ):
-            front.add_provider(ProviderConfig("up", str(up.make_url("/v1")), kind="hearth"), None)
+            front.routing.add_provider(
+                ProviderConfig("up", str(up.make_url("/v1")), kind="hearth"), None
+            )
             deadline = asyncio.get_running_loop().time() + 60
-            while not front.is_routable("up/seer") or not pool.listings():
+            while not front.routing.is_routable("up/seer") or not pool.listings():
                 assert asyncio.get_running_loop().time() < deadline, "provider never ready"
                 await asyncio.sleep(0.05)
 

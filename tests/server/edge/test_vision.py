@@ -35,7 +35,7 @@ from app.core.inference.images import (
     decode_image,
 )
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.core.util import filecache
 from app.server.app import create_app
@@ -150,7 +150,7 @@ async def env(tmp_path: Path, host: str = "127.0.0.1", **server: Any) -> AsyncIt
     seer = lib.import_path(seer_file)[0]
     assert seer.extra["projector"] and "projector" not in plain.extra
     runtime = RecordingRuntime(delay=0.0, pieces=["ok"])
-    h = Hearth(
+    h = assemble(
         ModelLibrary(lib_file, tmp_path / "models"), {"gguf": runtime}, load_defaults=LoadOptions
     )
     vision = [VisionSettings()]
@@ -460,7 +460,7 @@ def test_hearth_serve_reads_vision_settings_and_resolves_names_for_real(tmp_path
 
     home = tmp_path / "home"
     with serving(home, write_model(tmp_path / "src" / "seer.gguf", chat_template=CHATML)) as s:
-        lib_file = s.service.library.index_file  # type: ignore[attr-defined]
+        lib_file = s.service.models._library.index_file  # type: ignore[attr-defined]
         index = json.loads(lib_file.read_text())
         index["models"][0]["extra"]["projector"] = str(write_projector(tmp_path / "mmproj.gguf"))
         lib_file.write_text(json.dumps(index))

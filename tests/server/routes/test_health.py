@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import LoadOptions
 from app.core.util.loop import LoopThread
 from app.errors import HearthError
@@ -54,7 +54,7 @@ def fake_served(tmp_path: Path, *, starting: bool = False, **runtime: Any) -> It
     (model,) = lib.list()
     lib.import_path(write_model(tmp_path / "src" / "spare.gguf", name="Spare"))
     rt = FakeRuntime(delay=0.0, **runtime)
-    service = Hearth(lib, {"gguf": rt}, load_defaults=LoadOptions)
+    service = assemble(lib, {"gguf": rt}, load_defaults=LoadOptions)
     loop = LoopThread().start()
     ctl = ServerController(service, SettingsStore(paths.settings_file), paths)
     loop.call(ctl.start("127.0.0.1", 0, starting=starting), 30)
@@ -115,7 +115,7 @@ def test_busy_while_every_queue_is_full(tmp_path: Path) -> None:
     with fake_served(tmp_path, queue_size=1) as f:
         status, body = health(f.port)
         assert (status, body["state"], body["loaded"]) == (200, "ready", [])
-        f.loop.call(f.service.load(f.model_id), 30)
+        f.loop.call(f.service.models.load(f.model_id), 30)
         engine = f.runtime.models[0].engine
         engine.gate.clear()  # every prompt waits here until the test opens it
         results: list[Any] = []
@@ -135,10 +135,10 @@ def test_busy_while_every_queue_is_full(tmp_path: Path) -> None:
         chat(f.port, f.model_id, third)
         assert third[0][0] == 429
         # every queue: a second model, loaded and idle, takes requests
-        spare = next(m.id for m in f.service.library.list() if m.id != f.model_id)
-        f.loop.call(f.service.load(spare), 30)
+        spare = next(m.id for m in f.service.models._library.list() if m.id != f.model_id)
+        f.loop.call(f.service.models.load(spare), 30)
         assert health(f.port)[1]["state"] == "ready"
-        f.loop.call(f.service.unload(spare), 30)
+        f.loop.call(f.service.models.unload(spare), 30)
         assert health(f.port)[1]["state"] == "busy"
         engine.gate.set()
         first.join(DEADLINE)
@@ -156,7 +156,7 @@ def test_shutting_down_during_a_graceful_stop(tmp_path: Path) -> None:
         results: list[Any] = []
         held = threading.Thread(target=chat, args=(f.port, f.model_id, results))
         held.start()
-        wait_for(lambda: f.service.loading() == [f.model_id], "the held load")
+        wait_for(lambda: f.service.models.loading() == [f.model_id], "the held load")
         stopping = f.loop.submit(f.controller.stop("test"))
         try:
             status, body = get(conn, "/health")
@@ -183,7 +183,7 @@ def test_error_when_a_startup_step_failed(tmp_path: Path) -> None:
     """What ``hearth serve --model`` does: the preload fails, /health says error (503) with why."""
     with fake_served(tmp_path, starting=True, fail_times=1) as f:
         with pytest.raises(HearthError) as failed:  # the runtime's load failure, as the CLI sees it
-            f.loop.call(f.service.load(f.model_id), 30)
+            f.loop.call(f.service.models.load(f.model_id), 30)
         f.controller.startup_done(failed.value.message)
         status, body = health(f.port)
         assert (status, body["state"], body["status"]) == (503, "error", "unavailable")

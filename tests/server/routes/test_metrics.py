@@ -20,7 +20,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.server.app import create_app
 from app.server.routes import metrics as server_metrics
@@ -41,7 +41,7 @@ async def fake_app(
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     lib.import_path(write_model(tmp_path / "src" / "tiny.gguf"))
     (model,) = lib.list()
-    h = Hearth(lib, {"gguf": FakeRuntime(delay=0.0)}, load_defaults=LoadOptions)
+    h = assemble(lib, {"gguf": FakeRuntime(delay=0.0)}, load_defaults=LoadOptions)
     hashes = (hash_key(api_key),) if api_key else ()
     app = create_app(h, ServerSettings(), api_key_hashes=hashes)
     try:

@@ -14,19 +14,17 @@ exactly as a fresh answer. Semantic mode also hits on a near-duplicate last user
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from app.core.engine.presets import PresetStore
-from app.core.gateway import Gateway, RequestFacts, access
+from app.core.gateway import Gateway, RequestFacts
 from app.core.gateway.cache.store import (
     CACHE_MODES,
     CACHE_SCOPES,
@@ -47,8 +45,8 @@ __all__ = [
     "CACHE_SCOPES",
     "CacheConfig",
     "ResponseCache",
+    "directive",
     "request_keys",
-    "requested",
 ]
 
 # what a client may ask with the request header ``x-hearth-cache``
@@ -58,19 +56,11 @@ STORED_FINISHES = frozenset({"stop", "length", "tool_calls"})  # generations tha
 Req = TypeVar("Req", ChatRequest, CompletionRequest)
 Embed = Callable[[EmbeddingRequest], Awaitable[Embeddings]]
 
-_DIRECTIVE: ContextVar[str | None] = ContextVar("hearth_cache_directive", default=None)
 
-
-@contextlib.contextmanager
-def requested(header: str | None) -> Iterator[None]:
-    """The client's ``x-hearth-cache`` request header for the duration of one request (set at
-    the server's edge, as access.scoped is); an unknown value counts as none."""
+def directive(header: str | None) -> str | None:
+    """The client's ``x-hearth-cache`` request header as a directive (an unknown value: none)."""
     value = (header or "").strip().lower()
-    token = _DIRECTIVE.set(value if value in DIRECTIVES else None)
-    try:
-        yield
-    finally:
-        _DIRECTIVE.reset(token)
+    return value if value in DIRECTIVES else None
 
 
 def deterministic(sampling: SamplingParams) -> bool:
@@ -260,6 +250,7 @@ class ResponseCache:
         embed: the service's embed path, for semantic mode.
         clock: wall-clock seconds (a seam: tests move time for the TTL).
         identity: what the key holds for each target model (see :func:`local_identity`).
+        mode: this run's mode, over the settings' (``hearth serve --cache MODE``).
     """
 
     def __init__(
@@ -270,13 +261,14 @@ class ResponseCache:
         embed: Embed | None = None,
         clock: Callable[[], float] = time.time,
         identity: Callable[[str], Any] = str,
+        mode: str | None = None,
     ) -> None:
         self.store = store
         self.identity = identity  # a target model id -> what the key holds for it
         self.config = config
         self.embed = embed
         self.clock = clock
-        self.mode_override: str | None = None  # ``hearth serve --cache MODE`` for this run
+        self.mode_override = mode  # ``hearth serve --cache MODE`` for this run (None: settings)
         self._warned: set[str] = set()
 
     def mode(self) -> str:
@@ -297,7 +289,7 @@ class ResponseCache:
 
         async def fresh() -> Choices:
             choices, route = await gateway.run(
-                req.model, facts, lambda m: start(replace(req, model=m))
+                req.model, facts, req.context, lambda m: start(replace(req, model=m))
             )
             choices.model, choices.route = route[-1], route
             return choices
@@ -306,16 +298,16 @@ class ResponseCache:
         if mode == "off" or self.store is None:
             return await fresh()
         store, cfg = self.store, self.config()
-        directive = _DIRECTIVE.get()
-        if directive in ("bypass", "no-store") or (
-            directive != "force" and not deterministic(req.sampling)
+        asked = req.context.cache
+        if asked in ("bypass", "no-store") or (
+            asked != "force" and not deterministic(req.sampling)
         ):
             await self._count("bypasses")
             choices = await fresh()
             choices.cache = "bypass"
             return choices
-        targets = [self.identity(t) for t in gateway.targets(req.model, facts)]
-        partition = access.partition() if cfg.scope != "shared" else None
+        targets = [self.identity(t) for t in gateway.targets(req.model, facts, req.context.models)]
+        partition = req.context.partition if cfg.scope != "shared" else None
         key, skey, text = request_keys(req, targets, partition)
         now = self.clock()
         answer = await self._call(store.get, key, now, cfg.ttl_s)
@@ -355,8 +347,8 @@ class ResponseCache:
             self._warn_once("", "cache.mode is semantic but no cache.embedding_model is set")
             return None
         try:
-            with access.scoped(None):  # the server's own lookup: not the caller's key scope
-                emb = await self.embed(EmbeddingRequest(cfg.embedding_model, (text,)))
+            # the server's own lookup: a fresh context, not the caller's key scope or limits
+            emb = await self.embed(EmbeddingRequest(cfg.embedding_model, (text,)))
         except (
             Exception
         ) as e:  # a missing or failing model: the lookup is exact, the request goes on

@@ -112,9 +112,6 @@ class ProviderPool:
         self._signature: Any = None
         self._closed = False
 
-    def set_on_change(self, fn: Callable[[], None]) -> None:
-        self._on_change = fn
-
     # -- the file -> entries --------------------------------------------------------------------
     def _sync(self) -> dict[str, _Entry]:
         """The entries, the files re-read when they changed. Only on the service loop (where

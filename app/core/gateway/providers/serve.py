@@ -1,5 +1,5 @@
-"""The internal requests served by a remote engine (what :class:`app.core.service.Hearth`
-does for a ``PREFIX/id`` target): each starts on the provider's client, its failures before
+"""The internal requests served by a remote engine (what the dispatcher does for a
+``PREFIX/id`` target; it checks images first, with :func:`check_target_images`): each starts on the provider's client, its failures before
 any output raised (a fallback chain moves on from the retryable ones)."""
 
 from __future__ import annotations
@@ -67,8 +67,7 @@ async def check_target_images(pool: ProviderPool, req: ChatRequest) -> None:
 
 async def chat(pool: ProviderPool, req: ChatRequest) -> Choices:
     """``req``'s ``n`` choices, each its own upstream stream (choice ``i`` seeded ``seed+i``)."""
-    client, remote_id, found = await pool.client_for(req.model)
-    check_images(req, found)
+    client, remote_id, _ = await pool.client_for(req.model)
     gens: list[Generation] = []
     try:
         for i in range(req.n):
@@ -134,6 +133,5 @@ async def rerank(pool: ProviderPool, req: RerankRequest) -> Reranking:
 async def count_tokens(pool: ProviderPool, req: ChatRequest) -> int:
     """The prompt tokens as the engine renders and counts them (NotSupported where it has no
     endpoint for it)."""
-    client, remote_id, found = await pool.client_for(req.model)
-    check_images(req, found)
+    client, remote_id, _ = await pool.client_for(req.model)
     return await _call(pool, req.model, lambda: client.count_tokens(remote_id, req))

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.core.events import (
@@ -64,6 +65,28 @@ log = logging.getLogger(__name__)
 DISK_RESERVE = 1024 * 1024  # keep this much free beyond the download itself
 
 
+@dataclass(frozen=True)
+class DownloadPolicy:
+    """How downloads are paced and retried.
+
+    Attributes:
+        stall_timeout: seconds without a byte before a connection counts as stalled.
+        max_attempts: consecutive failed attempts (without progress) before a download fails.
+        backoff_base, backoff_max: the retry delay doubles from ``backoff_base`` up to this.
+        max_concurrent: downloads running at once; the rest wait as "queued".
+        progress_interval: seconds between two progress events of one download.
+        lock_poll: how often a download another process holds is looked at again.
+    """
+
+    stall_timeout: float = 30.0
+    max_attempts: int = 6
+    backoff_base: float = 1.0
+    backoff_max: float = 30.0
+    max_concurrent: int = 2
+    progress_interval: float = 0.25
+    lock_poll: float = 0.5
+
+
 class DownloadManager(Transfers):
     """The download queue. Lives on the service loop; every coroutine runs there.
 
@@ -72,9 +95,7 @@ class DownloadManager(Transfers):
         hub: resolves references and provides URLs, auth headers and the HTTP client.
         events: receives Download* events and LibraryChanged.
         free_space: bytes free at a path (tests inject a small disk).
-        stall_timeout: seconds without a byte before a connection counts as stalled.
-        max_attempts: consecutive failed attempts (without progress) before a download fails.
-        max_concurrent: downloads running at once; the rest wait as "queued".
+        policy: pacing and retries (:class:`DownloadPolicy`).
     """
 
     def __init__(
@@ -84,25 +105,20 @@ class DownloadManager(Transfers):
         events: EventHub,
         *,
         free_space: Callable[[Path], int] = free_space,
-        stall_timeout: float = 30.0,
-        max_attempts: int = 6,
-        backoff_base: float = 1.0,
-        backoff_max: float = 30.0,
-        max_concurrent: int = 2,
-        progress_interval: float = 0.25,
-        lock_poll: float = 0.5,
+        policy: DownloadPolicy | None = None,
     ) -> None:
+        policy = policy or DownloadPolicy()
         self.library = library
         self.hub = hub
         self.events = events
         self.free_space = free_space
-        self.stall_timeout = stall_timeout
-        self.max_attempts = max_attempts
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.max_concurrent = max_concurrent
-        self.progress_interval = progress_interval
-        self.lock_poll = lock_poll
+        self.stall_timeout = policy.stall_timeout
+        self.max_attempts = policy.max_attempts
+        self.backoff_base = policy.backoff_base
+        self.backoff_max = policy.backoff_max
+        self.max_concurrent = policy.max_concurrent
+        self.progress_interval = policy.progress_interval
+        self.lock_poll = policy.lock_poll
         self._jobs: dict[str, Job] = {}
         self._slots: asyncio.Semaphore | None = None
         self._scanned = False

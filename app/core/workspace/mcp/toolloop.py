@@ -146,8 +146,8 @@ async def run_tool_loop(
     """Answer ``messages`` with the chat's enabled tools; returns the last round's final delta
     ("cancelled" when stopped). ``first_choice`` applies to the first round (later rounds:
     auto, so the model can answer)."""
-    if not service.is_routable(model_id):
-        await service.load(model_id)
+    if not service.routing.is_routable(model_id):
+        await service.models.load(model_id)
     convo = list(messages)
     choice = first_choice
     while True:

@@ -43,8 +43,8 @@ async def stream_answer(
     (finish reason, usage, timings). ``on_cpu_busy`` is called once, at the first delta decoded
     with fewer threads because other programs keep the CPU busy. ``prepare`` puts the attached
     files into the messages once the model is loaded (its context and tokenizer known)."""
-    if not service.is_routable(model_id):  # a remote model (PREFIX/id) is not loaded here
-        await service.load(model_id)  # explicit, so chatting works even with on-demand loading off
+    if not service.routing.is_routable(model_id):  # a remote model (PREFIX/id) is not loaded here
+        await service.models.load(model_id)  # explicit: chatting works with on-demand loading off
     if prepare is not None:  # attachments: app/gui/views/chat/attachments.py
         messages = await prepare(messages)
     if turn.cancelled:

@@ -281,8 +281,8 @@ class McpChat(QObject):
         if self.manager is None:
             raise HearthError("no MCP servers are configured")
         if prepare is not None:
-            if not self._service.is_routable(model_id):
-                await self._service.load(model_id)
+            if not self._service.routing.is_routable(model_id):
+                await self._service.models.load(model_id)
             messages = await prepare(messages)
         ui = _LoopUI(self, turn, emit, emit_reasoning)
         return await run_tool_loop(

@@ -236,12 +236,12 @@ class ChatPage(QWidget):
         # loop thread: a local model is offered when a runtime on this machine can load its
         # format; a remote one (a ready provider's PREFIX/id) always
         out = []
-        for s in self._service.models():
+        for s in self._service.models.all():
             rt = self._service.runtimes.get(s.model.format)
             if rt is not None and rt.available():
                 vision = supports_vision(s.model)
                 out.append(ChatModel(s.model.id, s.state == "loaded", vision=vision))
-        remote = self._service.remote_models()
+        remote = self._service.routing.remote_models()
         out += [ChatModel(r.id, False, remote=r.provider, vision=True) for r in remote]
         return out
 

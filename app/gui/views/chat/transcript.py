@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,19 @@ def _tool(text: str, tip: str) -> QToolButton:
     return b
 
 
+@dataclass(frozen=True)
+class MessageContent:
+    """What a message shows besides its id and role (see :meth:`Transcript.add_message`)."""
+
+    header: str
+    text: str = ""
+    reasoning: str = ""
+    branch: tuple[int, int] | None = None
+    notice: str = ""
+    notice_kind: str = "meta"
+    created: float | None = None
+
+
 class MessageView(QWidget):
     """One message: header, caption, collapsed thinking, rendered body, notice, actions."""
 
@@ -80,20 +94,12 @@ class MessageView(QWidget):
     branch_clicked = Signal(int)  # -1 | +1
 
     def __init__(
-        self,
-        msg_id: str,
-        role: str,
-        text: str = "",
-        *,
-        header: str,
-        reasoning: str = "",
-        branch: tuple[int, int] | None = None,
-        notice: str = "",
-        notice_kind: str = "meta",
-        created: float | None = None,
-        parent: QWidget | None = None,
+        self, msg_id: str, role: str, content: MessageContent, parent: QWidget | None = None
     ) -> None:
         super().__init__(parent)
+        text, header, reasoning = content.text, content.header, content.reasoning
+        branch, notice, notice_kind = content.branch, content.notice, content.notice_kind
+        created = content.created
         self.msg_id = msg_id
         self.role = role
         self.created = time.time() if created is None else created
@@ -428,17 +434,8 @@ class Transcript(QScrollArea):
         """
         if msg_id in self._views:
             raise ValueError(f"message {msg_id!r} is already in the transcript")
-        view = MessageView(
-            msg_id,
-            role,
-            text,
-            header=header,
-            reasoning=reasoning,
-            branch=branch,
-            notice=notice,
-            notice_kind=notice_kind,
-            created=created,
-        )
+        content = MessageContent(header, text, reasoning, branch, notice, notice_kind, created)
+        view = MessageView(msg_id, role, content)
         view.regenerate_clicked.connect(lambda: self.regenerate_requested.emit(msg_id))
         view.edit_submitted.connect(lambda t: self.edit_submitted.emit(msg_id, t))
         view.delete_clicked.connect(lambda: self.delete_requested.emit(msg_id))

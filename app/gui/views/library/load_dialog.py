@@ -43,10 +43,10 @@ def estimate_with_eviction(
 ) -> dict[str, Any]:
     """Loop thread: ``service.estimate`` plus ``evictable``, the memory that idle, unpinned
     models hold (the scheduler unloads them to make room before refusing a load)."""
-    est = service.estimate(model_id, options)
+    est = service.models.estimate(model_id, options)
     est["evictable"] = sum(
         m.memory_bytes
-        for m in service.scheduler.loaded()
+        for m in service.models.loaded()
         if not m.pinned and m.pending == 0 and m.model_id != model_id
     )
     return est
@@ -200,9 +200,6 @@ class LoadDialog(QDialog):
         self.preset_check.setToolTip(
             "Remember these options: on-demand loads through the API use them too"
         )
-        if service.presets is None:
-            self.preset_check.setEnabled(False)
-            self.preset_check.setToolTip("Presets are not available in this setup")
         ttl_row = QHBoxLayout()
         ttl_row.addWidget(self.ttl_check)
         ttl_row.addWidget(self.ttl_spin)
@@ -312,11 +309,15 @@ class LoadDialog(QDialog):
         self.banner.clear_message()
         self.load_anyway_button.hide()
         self._set_loading(True)
-        presets = self._service.presets
-        if preset is not None and presets is not None:
-            self._call(presets.set, self.model.id, preset, on_error=self._on_preset_save_failed)
+        if preset is not None:
+            self._call(
+                self._service.models.save_preset,
+                self.model.id,
+                preset,
+                on_error=self._on_preset_save_failed,
+            )
         self._run(
-            self._service.load(
+            self._service.models.load(
                 self.model.id,
                 options,
                 force=force,
@@ -478,7 +479,7 @@ class LoadDialog(QDialog):
             enabled and self.ttl_check.isChecked() and not self.pin_check.isChecked()
         )
         self.ttl_check.setEnabled(enabled and not self.pin_check.isChecked())
-        self.preset_check.setEnabled(enabled and self._service.presets is not None)
+        self.preset_check.setEnabled(enabled)
         self.load_button.setEnabled(enabled)
         self.load_anyway_button.setEnabled(enabled)
 
@@ -511,8 +512,7 @@ class LoadDialog(QDialog):
 
 def _effective(service: Hearth, model_id: str) -> tuple[LoadOptions, dict[str, Any]]:
     """Loop thread: (defaults + preset, the preset itself); both read files."""
-    preset = service.presets.get(model_id) if service.presets is not None else {}
-    return service.scheduler.effective_options(model_id), preset
+    return service.models.effective_options(model_id), service.models.preset(model_id)
 
 
 def _minutes(seconds: float) -> int:

@@ -205,7 +205,7 @@ class MemoryPage(QWidget):
     def unload_model(self, model_id: str) -> None:
         self.banner.clear_message()
         self._bridge.run(
-            self._service.unload(model_id),
+            self._service.models.unload(model_id),
             on_done=self._on_action_done,
             on_error=self._show_error,
         )
@@ -213,7 +213,7 @@ class MemoryPage(QWidget):
     def set_pinned(self, model_id: str, pinned: bool) -> None:
         self.banner.clear_message()
         self._bridge.call(
-            self._service.scheduler.set_pinned,
+            self._service.models.set_pinned,
             model_id,
             pinned,
             on_done=self._on_action_done,
@@ -224,7 +224,7 @@ class MemoryPage(QWidget):
         """Unload ``model_id`` after this long idle (None = never), counted from now."""
         self.banner.clear_message()
         self._bridge.call(
-            self._service.scheduler.set_ttl,
+            self._service.models.set_ttl,
             model_id,
             seconds,
             on_done=self._on_action_done,

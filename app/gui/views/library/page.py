@@ -109,7 +109,7 @@ class LibraryPage(QWidget):
         hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
 
-        self.empty_label = QLabel(EMPTY_TEXT.format(folder=service.library.models_dir))
+        self.empty_label = QLabel(EMPTY_TEXT.format(folder=service.models.folder))
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setWordWrap(True)
         self.empty_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -158,7 +158,7 @@ class LibraryPage(QWidget):
         layout = self._empty_layout
         while layout.takeAt(0) is not None:  # the plain text, its button and stretches
             pass
-        self.empty_label.setText(IMPORT_HINT.format(folder=self._service.library.models_dir))
+        self.empty_label.setText(IMPORT_HINT.format(folder=self._service.models.folder))
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignLeft)
         welcome.place_import(self.empty_label, self.empty_import_button)
         layout.addWidget(welcome)
@@ -187,14 +187,14 @@ class LibraryPage(QWidget):
     def refresh(self) -> None:
         """Re-read the library and load states (on the loop thread)."""
         self._bridge.call(
-            self._service.models, on_done=self._on_models_listed, on_error=self._show_error
+            self._service.models.all, on_done=self._on_models_listed, on_error=self._show_error
         )
 
     def import_files(self, paths: Sequence[str]) -> None:
         """Add GGUF files to the library in place (what the file dialog and a drop call)."""
         for p in paths:
             self._bridge.call(
-                self._service.import_model,
+                self._service.models.import_path,
                 p,
                 on_done=self._on_import_done,
                 on_error=partial(self._on_import_failed, p),
@@ -203,7 +203,7 @@ class LibraryPage(QWidget):
     def load_model(self, model_id: str) -> None:
         """Load with the preset/defaults at once (no dialog)."""
         self.banner.clear_message()
-        self._bridge.run(self._service.load(model_id), on_error=self._show_error)
+        self._bridge.run(self._service.models.load(model_id), on_error=self._show_error)
 
     def open_load_dialog(self, model_id: str) -> LoadDialog | None:
         """Show the Load dialog for ``model_id`` (its Load button loads with what it shows)."""
@@ -220,12 +220,12 @@ class LibraryPage(QWidget):
 
     def unload_model(self, model_id: str) -> None:
         self.banner.clear_message()
-        self._bridge.run(self._service.unload(model_id), on_error=self._show_error)
+        self._bridge.run(self._service.models.unload(model_id), on_error=self._show_error)
 
     def remove_model(self, model_id: str, *, delete_file: bool = False) -> None:
         self.banner.clear_message()
         self._bridge.run(
-            self._service.remove_model(model_id, delete_file=delete_file),
+            self._service.models.remove(model_id, delete_file=delete_file),
             on_done=self._on_remove_done,
             on_error=self._show_error,
         )
@@ -234,7 +234,7 @@ class LibraryPage(QWidget):
         """Index the Hugging Face cache, LM Studio and Ollama models in place."""
         self.banner.clear_message()
         self._bridge.run(
-            self._service.scan_foreign_stores(),
+            self._service.models.scan_foreign(),
             on_done=self._on_scan_done,
             on_error=self._show_error,
         )

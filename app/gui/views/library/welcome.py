@@ -185,7 +185,7 @@ class WelcomeView(QWidget):
 
     def load_suggestions(self) -> None:
         """Ask the Hub for the starters (once; again after a failure)."""
-        dm = self._service.downloads
+        dm = self._service.hub
         if self.loaded or self._loading:
             return
         if dm is None:
@@ -198,7 +198,7 @@ class WelcomeView(QWidget):
         service = self._service
 
         async def look_up() -> tuple[list[Suggestion], int, int]:
-            budget = service.memory()["budget"]  # on the loop, like every service call
+            budget = service.models.memory()["budget"]  # on the loop, like every service call
             shown, too_large = await suggest(dm.hub, budget)
             return shown, too_large, budget
 
@@ -206,7 +206,7 @@ class WelcomeView(QWidget):
 
     def download(self, repo_id: str) -> None:
         """Queue the suggested model's file, as Discover's Download does."""
-        dm, row = self._service.downloads, self.rows.get(repo_id)
+        dm, row = self._service.hub, self.rows.get(repo_id)
         if dm is None or row is None:
             return
         info, option = row.suggestion.info, row.suggestion.option
@@ -280,7 +280,7 @@ class WelcomeView(QWidget):
     def _on_suggest_failed(self, exc: BaseException) -> None:
         self._loading = False
         text = log_failure(log, "starter models", exc)
-        dm = self._service.downloads
+        dm = self._service.hub
         if isinstance(exc, HubUnavailable) and dm is not None:
             host = urlsplit(dm.hub.endpoint).netloc or dm.hub.endpoint
             self._show_status(OFFLINE_TEXT.format(host=html.escape(host)))

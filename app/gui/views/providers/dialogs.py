@@ -133,7 +133,7 @@ class AddProviderDialog(QDialog):
         self.saving = True
         self.save_button.setEnabled(False)
         self._bridge.call(
-            self._service.add_provider,
+            self._service.routing.add_provider,
             self.config(),
             key,
             on_done=self._on_added,
@@ -271,7 +271,7 @@ class AliasDialog(QDialog):
         self.save_button.setEnabled(False)
         name = self.name_edit.text().strip()
         self._bridge.call(
-            self._service.set_alias,
+            self._service.routing.set_alias,
             name,
             self.targets(),
             on_done=lambda targets: self._on_saved(name, targets),

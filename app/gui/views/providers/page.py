@@ -192,10 +192,10 @@ class ProvidersPage(QWidget):
         # loop thread: reading the statuses also starts probing a provider added just now
         s = self._service
         return Snapshot(
-            tuple(s.provider_statuses()),
-            s.aliases(),
-            tuple(m.model.id for m in s.models()),
-            tuple(r.id for r in s.remote_models()),
+            tuple(s.routing.provider_statuses()),
+            s.routing.aliases(),
+            tuple(m.model.id for m in s.models.all()),
+            tuple(r.id for r in s.routing.remote_models()),
         )
 
     def provider_names(self) -> list[str]:
@@ -269,14 +269,14 @@ class ProvidersPage(QWidget):
         self.testing = True
         self._update_buttons()
         self._bridge.run(
-            self._service.test_provider(name),
+            self._service.routing.test_provider(name),
             on_done=self._on_tested,
             on_error=lambda exc: self._on_test_failed(name, exc),
         )
 
     def remove_provider(self, name: str) -> None:
         self._bridge.call(
-            self._service.remove_provider,
+            self._service.routing.remove_provider,
             name,
             on_done=lambda _: self._on_changed(),
             on_error=lambda exc: self._show_error(log_failure(log, "removing a provider", exc)),
@@ -284,7 +284,7 @@ class ProvidersPage(QWidget):
 
     def remove_alias(self, name: str) -> None:
         self._bridge.call(
-            self._service.remove_alias,
+            self._service.routing.remove_alias,
             name,
             on_done=lambda _: self._on_changed(),
             on_error=lambda exc: self._show_error(log_failure(log, "removing an alias", exc)),

@@ -71,7 +71,6 @@ class SettingsPage(QWidget):
         self,
         store: SettingsStore,
         bridge: Bridge,
-        parent: QWidget | None = None,
         *,
         tokens: TokenStore | None = None,
         runtime_report: Callable[[], dict[str, Any]] | None = None,
@@ -80,7 +79,7 @@ class SettingsPage(QWidget):
         autostart: Autostart | None = None,
         mcp: Any = None,
     ) -> None:
-        super().__init__(parent)
+        super().__init__()  # its parent is the window's page stack
         self._store = store
         # the folder an empty ``models_dir`` means, shown as itself rather than a placeholder
         self._default_models_dir = default_models_dir

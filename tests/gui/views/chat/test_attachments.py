@@ -172,8 +172,8 @@ def test_send_retrieves_chunks_and_the_notice_names_them(
     embedding_gguf: Path,
 ) -> None:
     service = gui_ctx.service
-    chat, _ = service.import_model(write_model(tmp_path / "Tiny-Q8_0.gguf"))  # context 2048
-    embedder, _ = service.import_model(embedding_gguf)
+    chat, _ = service.models.import_path(write_model(tmp_path / "Tiny-Q8_0.gguf"))  # context 2048
+    embedder, _ = service.models.import_path(embedding_gguf)
     _ready(page, qtbot, chat.id)
     drop(page.prompt_edit.viewport(), big_file(tmp_path))
     qtbot.waitUntil(lambda: len(page.attachments.chips) == 1, timeout=10_000)
@@ -224,7 +224,7 @@ def test_send_retrieves_chunks_and_the_notice_names_them(
 def test_a_big_file_without_an_embedding_model_is_not_sent(
     page: ChatPage, qtbot: QtBot, gui_ctx: GuiContext, split: SplitRuntime, tmp_path: Path
 ) -> None:
-    chat, _ = gui_ctx.service.import_model(write_model(tmp_path / "Tiny-Q8_0.gguf"))
+    chat, _ = gui_ctx.service.models.import_path(write_model(tmp_path / "Tiny-Q8_0.gguf"))
     _ready(page, qtbot, chat.id)
     page.attachments.add_paths([big_file(tmp_path)])
     qtbot.waitUntil(lambda: len(page.attachments.chips) == 1, timeout=10_000)

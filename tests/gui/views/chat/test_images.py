@@ -45,15 +45,15 @@ def gui_runtimes(probe_file: Path) -> dict[str, Runtime]:
 
 def import_with_projector(service: Hearth, path: Path, projector: Path | None) -> str:
     """Import ``path``; give it ``projector`` by hand (pairing on import is another part)."""
-    model, _ = service.import_model(path)
+    model, _ = service.models.import_path(path)
     if projector is not None:
-        index = service.library.index_file
+        index = service.models._library.index_file
         data = json.loads(index.read_text())
         for m in data["models"]:
             if m["id"] == model.id:
                 m.setdefault("extra", {})["projector"] = str(projector)
         index.write_text(json.dumps(data))
-        service.library._index.invalidate()  # the library caches the index
+        service.models._library._index.invalidate()  # the library caches the index
     return model.id
 
 
@@ -81,7 +81,7 @@ def holds(kv: list[int], run: list[int]) -> bool:
 
 def slot_prompts(gui_ctx: GuiContext, model_id: str) -> list[list[int]]:
     """What each KV slot of the loaded model holds (the tokens its cells were decoded from)."""
-    lm = gui_ctx.loop.call(gui_ctx.service.load(model_id))
+    lm = gui_ctx.loop.call(gui_ctx.service.models.load(model_id))
     assert isinstance(lm, LlamaCppModel)
     return [list(kv) for kv in lm.engine.slots.kv]
 

@@ -16,7 +16,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import assemble
 from app.core.types import LoadOptions, Runtime
 from app.core.util.loop import LoopThread
 from app.core.workspace.mcp import McpManager
@@ -42,7 +42,9 @@ class Core:
         lib = ModelLibrary(tmp / "lib.json", tmp / "models")
         lib.import_path(write_model(tmp / "src" / "m.gguf", chat_template=TEMPLATE))
         self.runtime = FakeRuntime(delay=0.0)
-        self.service = Hearth(lib, {"gguf": cast(Runtime, self.runtime)}, load_defaults=LoadOptions)
+        self.service = assemble(
+            lib, {"gguf": cast(Runtime, self.runtime)}, load_defaults=LoadOptions
+        )
         self.loop = LoopThread("test-mcp").start()
         self.manager = McpManager(write_config(tmp / "mcp.json", {"local": stdio_entry()}))
 

@@ -55,7 +55,7 @@ def wait_estimate(qtbot: QtBot, dialog: LoadDialog, **expected: object) -> dict[
 def click_load(qtbot: QtBot, dialog: LoadDialog, gui_ctx: GuiContext, model_id: str) -> None:
     with qtbot.waitSignal(dialog.load_finished, timeout=SLOW):
         qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
-    assert gui_ctx.service.scheduler.state(model_id) == "loaded"
+    assert gui_ctx.service.models._scheduler.state(model_id) == "loaded"
 
 
 def memory_row(window: MainWindow, qtbot: QtBot, model_id: str) -> None:
@@ -76,7 +76,7 @@ def test_load_dialog_loads_with_the_chosen_context(
     click_load(qtbot, dialog, gui_ctx, imported)
     qtbot.waitUntil(lambda: window.library_page.load_dialog is None, timeout=5_000)  # closed
 
-    info = gui_ctx.service.scheduler.loaded()[0]
+    info = gui_ctx.service.models.loaded()[0]
     assert (info.context_length, info.ttl, info.pinned) == (1024, None, False)
     window.show_page(TITLE)
     memory_row(window, qtbot, imported)
@@ -143,7 +143,7 @@ def test_estimate_follows_the_options(
     assert dialog.options()["kv_layout"] == "per-sequence"
     assert dialog.options()["parallel"] == 4
     dialog.reject()
-    assert gui_ctx.service.scheduler.loaded() == []  # Cancel loads nothing
+    assert gui_ctx.service.models.loaded() == []  # Cancel loads nothing
 
 
 def test_a_load_over_the_budget_is_refused_with_the_numbers_then_loads_anyway(
@@ -166,11 +166,11 @@ def test_a_load_over_the_budget_is_refused_with_the_numbers_then_loads_anyway(
     assert f"only {human_bytes(available)} of the memory budget" in text
     assert dialog.banner.kind == "error" and dialog.isVisible()
     assert dialog.load_anyway_button.isVisible() and dialog.load_anyway_button.isEnabled()
-    assert gui_ctx.service.scheduler.loaded() == []
+    assert gui_ctx.service.models.loaded() == []
 
     with qtbot.waitSignal(dialog.load_finished, timeout=SLOW):
         qtbot.mouseClick(dialog.load_anyway_button, Qt.MouseButton.LeftButton)
-    assert [m.model_id for m in gui_ctx.service.scheduler.loaded()] == [imported]
+    assert [m.model_id for m in gui_ctx.service.models.loaded()] == [imported]
     window.show_page(TITLE)
     memory_row(window, qtbot, imported)
     page = window.memory_page
@@ -191,17 +191,17 @@ def test_unload_and_pin_buttons(
 
     qtbot.mouseClick(page.pin_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.cell(imported, "Keep-alive") == "Pinned", timeout=10_000)
-    assert gui_ctx.service.scheduler.loaded()[0].pinned is True
+    assert gui_ctx.service.models.loaded()[0].pinned is True
     assert page.pin_button.text() == "Unpin"
 
     qtbot.mouseClick(page.pin_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.cell(imported, "Keep-alive") == "Never", timeout=10_000)
-    assert gui_ctx.service.scheduler.loaded()[0].pinned is False
+    assert gui_ctx.service.models.loaded()[0].pinned is False
     assert page.pin_button.text() == "Pin"
 
     qtbot.mouseClick(page.unload_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: page.table_model.rowCount() == 0, timeout=SLOW)
-    assert gui_ctx.service.scheduler.loaded() == []
+    assert gui_ctx.service.models.loaded() == []
     assert page.empty_label.isVisible() and not page.table.isVisible()
     assert not page.unload_button.isEnabled() and not page.pin_button.isEnabled()
     assert page.memory_label.text().startswith("0 B of ")
@@ -216,7 +216,7 @@ def test_keep_alive_counts_down_and_unloads(
     dialog.ttl_check.setChecked(True)
     dialog.ttl_spin.setValue(5)
     click_load(qtbot, dialog, gui_ctx, imported)
-    assert gui_ctx.service.scheduler.loaded()[0].ttl == 300
+    assert gui_ctx.service.models.loaded()[0].ttl == 300
 
     window.show_page(TITLE)
     memory_row(window, qtbot, imported)
@@ -237,18 +237,18 @@ def test_keep_alive_counts_down_and_unloads(
     never = next(a for a in page.keep_alive_actions if a.data() is None)
     never.trigger()
     qtbot.waitUntil(lambda: page.cell(imported, "Keep-alive") == "Never", timeout=10_000)
-    assert gui_ctx.service.scheduler.loaded()[0].ttl is None
+    assert gui_ctx.service.models.loaded()[0].ttl is None
 
     # a short keep-alive really unloads it, and the page follows
     page.set_keep_alive(imported, 1.5)
     qtbot.waitUntil(lambda: page.table_model.rowCount() == 0, timeout=15_000)
-    assert gui_ctx.service.scheduler.loaded() == []
+    assert gui_ctx.service.models.loaded() == []
 
 
 def test_pinned_load_and_preset_from_the_dialog(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, imported: str
 ) -> None:
-    presets = gui_ctx.service.presets
+    presets = gui_ctx.service.models._presets
     assert presets is not None
     dialog = open_dialog(window, qtbot, imported)
     assert dialog.preset_check.text() == "Save as preset for this model"
@@ -259,11 +259,11 @@ def test_pinned_load_and_preset_from_the_dialog(
     click_load(qtbot, dialog, gui_ctx, imported)
     # only what the user changed: untouched options keep following the global defaults
     assert presets.get(imported) == {"context_length": 1024, "ttl": 600.0}
-    info = gui_ctx.service.scheduler.loaded()[0]
+    info = gui_ctx.service.models.loaded()[0]
     assert (info.context_length, info.ttl) == (1024, 600.0)
 
     window.memory_page.unload_model(imported)
-    qtbot.waitUntil(lambda: gui_ctx.service.scheduler.loaded() == [], timeout=SLOW)
+    qtbot.waitUntil(lambda: gui_ctx.service.models.loaded() == [], timeout=SLOW)
     dialog = open_dialog(window, qtbot, imported)  # the preset fills the form
     assert dialog.context_spin.value() == 1024
     assert dialog.ttl_check.isChecked() and dialog.ttl_spin.value() == 10
@@ -272,7 +272,7 @@ def test_pinned_load_and_preset_from_the_dialog(
     assert not dialog.ttl_check.isEnabled()  # pinned: no idle unload to choose
     click_load(qtbot, dialog, gui_ctx, imported)  # preset box unchecked: the preset stays
     assert presets.get(imported) == {"context_length": 1024, "ttl": 600.0}
-    assert gui_ctx.service.scheduler.loaded()[0].pinned is True
+    assert gui_ctx.service.models.loaded()[0].pinned is True
     window.show_page(TITLE)
     memory_row(window, qtbot, imported)
     qtbot.waitUntil(lambda: window.memory_page.cell(imported, "Keep-alive") == "Pinned")
@@ -306,7 +306,7 @@ def test_tray_menu_lists_loaded_models_and_unloads_them(
     submenu = next(a.menu() for a in window.tray.menu.actions() if a.text() == title)
     unload = next(a for a in submenu.actions() if a.text() == "Unload")
     unload.trigger()
-    qtbot.waitUntil(lambda: gui_ctx.service.scheduler.loaded() == [], timeout=SLOW)
+    qtbot.waitUntil(lambda: gui_ctx.service.models.loaded() == [], timeout=SLOW)
     qtbot.waitUntil(lambda: "No models loaded" in entries(), timeout=10_000)
     assert not any(imported in t for t in entries())
 
@@ -343,7 +343,7 @@ def test_mlx_model_dialog_shows_only_what_mlx_reads(
     memory_row(window, qtbot, mid)
     assert window.memory_page.cell(mid, "Runtime") == "mlx"
     assert window.memory_page.cell(mid, "Context") == "256"
-    assert gui_ctx.service.scheduler.loaded()[0].options.seed == 7
+    assert gui_ctx.service.models.loaded()[0].options.seed == 7
 
 
 def test_load_dialog_says_why_the_context_is_what_it_is(

@@ -234,7 +234,7 @@ def test_other_apps_models_are_found_shown_and_never_deleted_without_a_yes(
     shutil.copyfile(smollm2_path, lms)
     page = window.library_page
     service = page._service
-    service.foreign = dataclasses.replace(
+    service.models._foreign = dataclasses.replace(
         ForeignLocations(), lm_studio=(tmp_path / "lmstudio" / "models",)
     )
     page.scan_button.click()

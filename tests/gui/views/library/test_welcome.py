@@ -136,8 +136,8 @@ def test_offline_says_so_quickly_and_still_offers_import(
         endpoint=f"http://127.0.0.1:{port}",
         memory_probe=lambda: DeviceMemory(ram_total=64 << 30, ram_available=32 << 30),
     )
-    gui_ctx.service.downloads = DownloadManager(
-        gui_ctx.service.library, client, gui_ctx.service.events
+    gui_ctx.service.hub = DownloadManager(
+        gui_ctx.service.models._library, client, gui_ctx.service.events
     )
     t0 = time.monotonic()
     w = open_window(qtbot, gui_ctx, bridge)

@@ -183,7 +183,7 @@ def test_a_ready_provider_shows_its_state_tests_ok_chats_and_is_removed(
         assert chat.send("Say hello.")
     assert finished.args[0] in ("stop", "length"), chat.stats_label.text()
     assert chat.answer_text
-    assert not gui_ctx.service.loaded()  # answered remotely: nothing was loaded here
+    assert not gui_ctx.service.models.loaded()  # answered remotely: nothing was loaded here
 
     # Remove (after a confirmation): the row, the file entry, its key and the Chat entry go
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
@@ -243,7 +243,7 @@ def test_an_alias_with_two_targets_is_saved_in_order_and_errors_are_shown(
         dialog.save_button.click()
     assert not dialog.isVisible()
 
-    assert gui_ctx.service.aliases()["gpt-4o-mini"] == (imported, "lan/big-model")
+    assert gui_ctx.service.routing.aliases()["gpt-4o-mini"] == (imported, "lan/big-model")
     qtbot.waitUntil(lambda: page.alias_table.rowCount() == 1, timeout=10_000)
     assert page.alias_table.item(0, 0).text() == "gpt-4o-mini"
     assert page.alias_table.item(0, 1).text() == f"{imported} → lan/big-model"
@@ -257,7 +257,7 @@ def test_an_alias_with_two_targets_is_saved_in_order_and_errors_are_shown(
     assert "neither a model id nor an alias" in dialog.banner.text()
     assert dialog.isVisible()
     dialog.reject()
-    assert "claude-sonnet-4" not in gui_ctx.service.aliases()
+    assert "claude-sonnet-4" not in gui_ctx.service.routing.aliases()
 
     # a cycle: outer -> gpt-4o-mini, then gpt-4o-mini -> ... -> outer is refused
     dialog = page.open_alias_dialog()
@@ -276,7 +276,7 @@ def test_an_alias_with_two_targets_is_saved_in_order_and_errors_are_shown(
         dialog.save_button.click()
     assert "cycle" in dialog.banner.text()
     dialog.reject()
-    assert gui_ctx.service.aliases()["gpt-4o-mini"] == (imported, "lan/big-model")
+    assert gui_ctx.service.routing.aliases()["gpt-4o-mini"] == (imported, "lan/big-model")
 
 
 def test_chat_lists_a_remote_model_once_its_provider_is_ready(
@@ -284,7 +284,7 @@ def test_chat_lists_a_remote_model_once_its_provider_is_ready(
 ) -> None:
     """Added from outside the page (the CLI's file) while Chat is the page shown: the pool's
     change event re-lists Chat's models once the provider's first probe answers."""
-    from app.cli.compose import provider_store
+    from app.compose import provider_store
     from app.core.gateway.providers.store import ProviderConfig
 
     window.show_page("Chat")

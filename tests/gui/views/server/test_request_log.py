@@ -220,7 +220,7 @@ def test_a_finished_request_appears_once_even_when_its_record_lands_after_the_ev
 def test_a_real_request_on_the_page_appears_once_with_its_ttft(
     qtbot: QtBot, gui_ctx: GuiContext, bridge: Bridge, smollm2_path: Path
 ) -> None:
-    model_id = gui_ctx.service.import_model(smollm2_path)[0].id
+    model_id = gui_ctx.service.models.import_path(smollm2_path)[0].id
     page = ServerPage(gui_ctx.server, bridge)
     qtbot.addWidget(page)
     page.show()

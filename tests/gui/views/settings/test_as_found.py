@@ -19,7 +19,7 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QLineEdit, QSpinBox
 from pytestqt.qtbot import QtBot
 
-from app.cli.compose import build_service
+from app.compose import build_service
 from app.core.library import fit
 from app.core.util.loop import LoopThread
 from app.gui.bridge import Bridge
@@ -109,7 +109,7 @@ def test_on_demand_loading_switch_applies_to_the_running_server_at_once(
     qtbot.waitUntil(lambda: not t.is_alive(), timeout=SLOW)
     assert result.get("status") == 404, result
     assert "on-demand loading is off" in result["body"]["error"]["message"]
-    assert w._ctx.service.scheduler.loaded() == []
+    assert w._ctx.service.models.loaded() == []
 
     page.jit_loading_check.setChecked(True)
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):

@@ -116,7 +116,7 @@ def test_memory_settings_are_saved_and_used(
         300,
         False,
     )
-    assert gui_ctx.service.scheduler.budget() == int(2.5 * 1024**3)  # the next load uses it
+    assert gui_ctx.service.models._scheduler.budget() == int(2.5 * 1024**3)  # the next load uses it
 
     page.jit_forever_check.setChecked(True)
     assert not page.jit_ttl_spin.isEnabled()

@@ -1,21 +1,23 @@
-"""The composition root: the core wired to the runtimes and the Hub on this machine."""
+"""The composition root: the core wired, once, to the runtimes, files and settings of this
+machine. The CLI, the desktop app and ``hearth serve`` all start here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from app.core.events import EventHub
+from app.core.events import EventHub, ProvidersChanged
 from app.core.gateway import AliasStore
 from app.core.library.index import ModelLibrary
-from app.core.service import Hearth
+from app.core.service import Hearth, assemble
 from app.core.types import LoadOptions
 from app.paths import AppPaths
 from app.settings import Settings, SettingsStore
 
 
-def build_service(paths: AppPaths, settings: Settings) -> Hearth:
-    """Wire the core to the runtimes available on this machine."""
+def build_service(paths: AppPaths, settings: Settings, *, cache_mode: str | None = None) -> Hearth:
+    """Wire the core to the runtimes available on this machine (``cache_mode``: this run's
+    response-cache mode over the settings', ``hearth serve --cache``)."""
     from app.core.engine.presets import PresetStore
     from app.core.library.fit import default_budget
 
@@ -43,45 +45,53 @@ def build_service(paths: AppPaths, settings: Settings) -> Hearth:
         return store.load().load.memory_budget_bytes or default_budget()
 
     events = EventHub()
-    service = Hearth(
+    presets = PresetStore(paths.config / "presets.json")
+    return assemble(
         library,
         runtimes,
         events=events,
-        **hub_parts(paths, settings, library, events),  # issue #3: downloads, other apps' models
+        **hub_parts(paths, settings, library, events),  # downloads, other apps' models
         load_defaults=load_defaults,
         jit_enabled=lambda: store.load().server.jit_loading,
-        presets=PresetStore(paths.config / "presets.json"),
+        presets=presets,
         budget_bytes=budget,
         default_ttl=jit_ttl,
         auto_context_cap=lambda: store.load().load.max_auto_context,
         calibration_file=paths.cache / "memory-calibration.json",
         aliases=AliasStore(paths.aliases_file),
         routing=lambda: store.load().routing_config(),
-        providers=provider_pool(paths),
+        providers=provider_pool(paths, lambda: events.publish(ProvidersChanged())),
+        cache=lambda embed: response_cache(paths, store, embed, library, presets, cache_mode),
     )
-    service.response_cache = response_cache(paths, store, service)
-    return service
 
 
 def mcp_manager(paths: AppPaths, store: SettingsStore) -> Any:
-    """The chat's MCP servers (issue 15): mcp.json, logs/mcp-NAME.log, the live mcp settings.
+    """The chat's MCP servers: mcp.json, logs/mcp-NAME.log, the live mcp settings.
     Nothing starts until the Chat page asks."""
     from app.core.workspace.mcp import McpManager
 
     return McpManager(paths.mcp_file, log_dir=paths.logs, live=lambda: store.load().mcp)
 
 
-def response_cache(paths: AppPaths, store: SettingsStore, service: Hearth) -> Any:
-    """The response cache (issue 14): its SQLite file, the live ``cache`` settings, and the
-    service's own embed path for semantic mode."""
+def response_cache(
+    paths: AppPaths,
+    store: SettingsStore,
+    embed: Any,
+    library: ModelLibrary,
+    presets: Any,
+    mode: str | None = None,
+) -> Any:
+    """The response cache: its SQLite file, the live ``cache`` settings, and the pipeline's
+    own embed path for semantic mode."""
     from app.core.gateway.cache.replay import ResponseCache, local_identity
     from app.core.gateway.cache.store import CacheStore
 
     return ResponseCache(
         CacheStore(paths.response_cache_db),
         lambda: store.load().cache,
-        embed=service.embed,
-        identity=local_identity(service.library, service.presets),
+        embed=embed,
+        identity=local_identity(library, presets),
+        mode=mode,
     )
 
 
@@ -103,12 +113,13 @@ def provider_store(paths: AppPaths) -> Any:
     return ProviderStore(paths.providers_file, paths.provider_keys_file)
 
 
-def provider_pool(paths: AppPaths) -> Any:
-    """Remote engines (issue #11): a client per provider in the providers file."""
+def provider_pool(paths: AppPaths, on_change: Any = None) -> Any:
+    """Remote engines: a client per provider in the providers file (``on_change``: a
+    provider's state or models changed)."""
     from app.core.gateway.providers.pool import ProviderPool
     from app.runtimes.remote.client import RemoteEngine
 
-    return ProviderPool(provider_store(paths), RemoteEngine)
+    return ProviderPool(provider_store(paths), RemoteEngine, on_change=on_change)
 
 
 def hub_parts(
@@ -116,6 +127,7 @@ def hub_parts(
 ) -> dict[str, Any]:
     """The download manager and other apps' model stores, for build_service."""
     from app.core.hub.downloads import DownloadManager
+    from app.core.hub.downloads.manager import DownloadPolicy
     from app.core.library.stores import ForeignLocations
 
     hub = hub_client(paths, settings)
@@ -123,8 +135,10 @@ def hub_parts(
         library,
         hub,
         events,
-        stall_timeout=settings.downloads.stall_timeout_s,
-        max_concurrent=settings.downloads.max_concurrent,
+        policy=DownloadPolicy(
+            stall_timeout=settings.downloads.stall_timeout_s,
+            max_concurrent=settings.downloads.max_concurrent,
+        ),
     )
     return {"downloads": downloads, "foreign": ForeignLocations.default()}
 

@@ -1,0 +1,211 @@
+"""Requests run on the models of this machine: the model held (loaded on demand) while a
+request is prepared and submitted, the conversation planned (tools) and rendered, then
+generated, embedded or scored.
+
+The request names one local model here: the gateway has resolved aliases, fallback chains and
+the caller's scope, and the dispatcher sent remote targets to their providers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from app.core.engine.models import ModelService
+from app.core.engine.presets import PresetStore
+from app.core.engine.scheduler import ModelScheduler
+from app.core.inference import embed_input
+from app.core.inference import prompt as prompting
+from app.core.inference import rerank as ranking
+from app.core.inference.generation import Choices, Generation
+from app.core.inference.tools import ToolSetup
+from app.core.requests import (
+    MAX_EMBED_INPUTS,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    Embeddings,
+    RequestContext,
+    Reranking,
+    RerankRequest,
+)
+from app.core.types import UNSET, GenerationRequest, LoadedModel, SamplingParams
+from app.errors import InvalidRequest
+
+
+class LocalRunner:
+    """Runs requests on local models: held from the scheduler for as long as each needs."""
+
+    def __init__(
+        self,
+        models: ModelService,
+        scheduler: ModelScheduler,
+        presets: PresetStore | None = None,
+        jit_enabled: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._models = models
+        self._scheduler = scheduler
+        self._presets = presets
+        self._jit_enabled = jit_enabled
+
+    @contextlib.asynccontextmanager
+    async def using(
+        self, model_id: str, ctx: RequestContext, ttl: object = UNSET
+    ) -> AsyncIterator[LoadedModel]:
+        """The model, JIT-loaded if allowed, held so keep-alive can't unload it mid-request;
+        the wait for it is the request's ``load_ms``."""
+        self._models.get(model_id, ctx.models)  # never a load of a model outside the scope
+        started = time.perf_counter()
+        if ctx.load_started_ns is None:
+            ctx.load_started_ns = time.time_ns()
+        try:
+            lm = await self._scheduler.acquire(model_id, load=self._jit_enabled(), ttl=ttl)
+        finally:
+            ctx.load_ms = (ctx.load_ms or 0.0) + (time.perf_counter() - started) * 1000
+        try:
+            yield lm
+        finally:
+            self._scheduler.release(model_id)
+
+    async def chat(self, req: ChatRequest) -> Choices:
+        """Start a chat request's ``n`` generations (side by side). Everything that can fail
+        fails here, before any output: the conversation is planned (tools), rendered by the
+        model's template and tokenized once, then submitted ``n`` times (choice ``i`` with seed
+        ``seed + i`` when a seed is given, so seeded choices still differ).
+
+        Raises:
+            ModelNotFound, ContextLengthExceeded, TemplateError, QueueFull, RuntimeUnavailable,
+            InvalidRequest (a reserved template variable, a tool choice naming no tool...).
+        """
+        async with self.using(req.model, req.context, req.ttl) as lm:
+            prepared = await self._plan_chat(lm, req)
+            gens: list[Generation] = []
+            try:
+                for i in range(req.n):
+                    gens.append(prepared.start(lm, prompting.choice_sampling(req.sampling, i)))
+            except BaseException:
+                for g in gens:
+                    g.cancel()
+                raise
+            return Choices(gens)
+
+    async def count_tokens(self, req: ChatRequest) -> int:
+        """The prompt tokens :meth:`chat` would submit (a prompt over the context counts)."""
+        async with self.using(req.model, req.context, req.ttl) as lm:
+            prepared = await self._plan_chat(lm, req, check_fits=False)
+            return len(prepared.base.prompt_tokens)
+
+    async def _plan_chat(
+        self, lm: LoadedModel, req: ChatRequest, *, check_fits: bool = True
+    ) -> prompting.PreparedChat:
+        """Plan the tools and prepare the prompt: what :meth:`chat` submits."""
+        preset = self._presets.get(req.model) if self._presets is not None else {}
+        call = ToolSetup.plan(
+            lm,
+            preset,
+            req.messages,
+            req.tools,
+            req.tool_choice.choice,
+            req.tool_choice.parallel,
+        )
+        constraint = call.constraint if call.constraint is not None else req.constraint
+        return await prompting.prepare_chat(lm, req, call, constraint, must_fit=check_fits)
+
+    async def complete(self, req: CompletionRequest) -> Choices:
+        """Start a completion request: each prompt ``n`` times, one after the other. The first
+        is validated and started here (so its errors come before any output); each next one
+        starts when :meth:`Choices.get` asks for it."""
+        count = len(req.prompts) * req.n
+
+        async def start(k: int) -> Generation:
+            async with self.using(req.model, req.context, req.ttl) as lm:
+                return await self._start_completion(
+                    lm,
+                    req,
+                    req.prompts[k // req.n],
+                    prompting.choice_sampling(req.sampling, k % req.n),
+                )
+
+        return Choices([await start(0)], count, start)
+
+    async def _start_completion(
+        self,
+        lm: LoadedModel,
+        req: CompletionRequest,
+        prompt: str | Sequence[int],
+        sampling: SamplingParams,
+    ) -> Generation:
+        t0 = time.perf_counter()
+        prompting.require(lm, "completion", req.model)
+        prompting.check_bias(lm, sampling)
+        if isinstance(prompt, str):
+            tokens = await prompting.tokenize(lm, prompt, "prompt", parse_special=False)
+        else:
+            tokens = list(prompt)
+            vocab = int(lm.special_tokens.get("n_vocab", "0") or 0)
+            if vocab and any(t < 0 or t >= vocab for t in tokens):
+                raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
+        prompting.check_fits(lm, len(tokens), "prompt")
+        if req.constraint is not None:
+            await lm.check_constraint(req.constraint)
+        gr = GenerationRequest(
+            prompt_tokens=tuple(tokens),
+            max_tokens=req.max_tokens,
+            sampling=sampling,
+            stop=tuple(req.stop),
+            request_id=req.request_id,
+            logprobs=req.logprobs,
+            constraint=req.constraint,
+            prepare_ms=(time.perf_counter() - t0) * 1000,
+        )
+        return Generation(req.model, len(tokens), lm.submit(gr))
+
+    async def embed(self, req: EmbeddingRequest) -> Embeddings:
+        """Embed each input (text or token ids).
+
+        Raises:
+            InvalidRequest: not an embedding model, an empty input, too many inputs, an input
+                over the context, or ``dimensions`` the model's vectors do not have.
+        """
+        inputs = req.inputs
+        if len(inputs) > MAX_EMBED_INPUTS:  # every protocol's batch: one bound, here
+            raise InvalidRequest(f"at most {MAX_EMBED_INPUTS} inputs per request", param="input")
+        async with self.using(req.model, req.context, req.ttl) as lm:
+            if "embeddings" not in lm.capabilities:
+                raise InvalidRequest(
+                    f"'{req.model}' is a chat/completion model, not an embedding model; load an "
+                    f"embedding model (e.g. a BERT or nomic-embed GGUF) for /v1/embeddings",
+                    param="model",
+                )
+            token_lists = await embed_input.token_lists(lm, inputs)
+            vectors = await lm.embed(token_lists)
+        if req.dimensions is not None and vectors and req.dimensions != len(vectors[0]):
+            # truncating a non-Matryoshka embedding silently degrades it: say so instead
+            raise InvalidRequest(
+                f"this model's embeddings have {len(vectors[0])} dimensions and cannot be shortened",
+                param="dimensions",
+            )
+        return Embeddings(vectors, sum(len(t) for t in token_lists), req.model, (req.model,))
+
+    async def rerank(self, req: RerankRequest) -> Reranking:
+        """Score the documents: rank pooling on a cross-encoder, the cosine of the embed path's
+        vectors on an embedder."""
+        async with self.using(req.model, req.context, req.ttl) as lm:
+            ranking.check_model(lm, req.model)
+            if "embeddings" in lm.capabilities:
+                emb = await self.embed(
+                    EmbeddingRequest(
+                        req.model, (req.query, *req.documents), req.ttl, context=req.context
+                    )
+                )
+                return ranking.by_cosine(
+                    emb.vectors[0], emb.vectors[1:], req.top_n, emb.prompt_tokens
+                )
+
+            async def tokenize(text: str, param: str) -> list[int]:
+                return await prompting.tokenize(
+                    lm, text, param, parse_special=False, add_special=False
+                )
+
+            return await ranking.cross_encode(lm, req, tokenize)
