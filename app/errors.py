@@ -130,7 +130,7 @@ class Forbidden(HearthError):
 
 
 class PermissionDenied(HearthError):
-    """A key without the admin role on a management route (issue 14)."""
+    """A key without the admin role on a management route."""
 
     status = 403
     code = "permission_denied"
@@ -138,7 +138,7 @@ class PermissionDenied(HearthError):
 
 
 class RateLimited(HearthError):
-    """A key's (or the server's) requests or tokens per minute are spent (issue 14)."""
+    """A key's (or the server's) requests or tokens per minute are spent."""
 
     status = 429
     code = "rate_limit_exceeded"
@@ -224,7 +224,7 @@ class InsufficientMemory(HearthError):
         self.available = available
 
 
-# -- remote engines (providers, issue #11) ---------------------------------------------------------
+# -- remote engines (providers) ---------------------------------------------------------
 class ProviderUnavailable(HearthError):
     """A remote engine that is not there: connection refused or reset, DNS failure, no answer
     within its timeouts, or a provider not ready (starting, unreachable). Retryable: a fallback

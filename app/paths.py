@@ -44,12 +44,12 @@ class AppPaths:
 
     @property
     def aliases_file(self) -> Path:
-        """Model aliases and fallback chains (issue #11), kept out of settings.json."""
+        """Model aliases and fallback chains, kept out of settings.json."""
         return self.config / "aliases.json"
 
     @property
     def providers_file(self) -> Path:
-        """Remote engines (issue #11); their API keys live apart in provider_keys_file."""
+        """Remote engines; their API keys live apart in provider_keys_file."""
         return self.config / "providers.json"
 
     @property
@@ -59,27 +59,27 @@ class AppPaths:
 
     @property
     def mcp_file(self) -> Path:
-        """MCP tool servers for the chat (issue 15), in the common ``mcpServers`` notation."""
+        """MCP tool servers for the chat, in the common ``mcpServers`` notation."""
         return self.config / "mcp.json"
 
     @property
     def requests_db(self) -> Path:
-        """The request records (issue 14): SQLite, WAL mode."""
+        """The request records: SQLite, WAL mode."""
         return self.data / "requests.sqlite"
 
     @property
     def response_cache_db(self) -> Path:
-        """The response cache (issue 14): SQLite, WAL mode."""
+        """The response cache: SQLite, WAL mode."""
         return self.data / "response_cache.sqlite"
 
     @property
     def conversations_db(self) -> Path:
-        """Saved chat conversations (issue 15): SQLite, WAL mode."""
+        """Saved chat conversations: SQLite, WAL mode."""
         return self.data / "conversations.sqlite"
 
     @property
     def keys_file(self) -> Path:
-        """Named API keys (issue 14): hashes, limits, model patterns, roles (0600)."""
+        """Named API keys: hashes, limits, model patterns, roles (0600)."""
         return self.config / "keys.json"
 
     @property

@@ -81,7 +81,7 @@ class ServerSettings:
 
 @dataclass(frozen=True, slots=True)
 class LoadDefaults:
-    # 0 = "auto" in settings.json (issue #13): the largest context that fits the budget free
+    # 0 = "auto" in settings.json: the largest context that fits the budget free
     # at load time, up to the model's trained length and max_auto_context
     context_length: int = 0
     max_auto_context: int = DEFAULT_MAX_AUTO_CONTEXT
@@ -96,7 +96,7 @@ class LoadDefaults:
     memory_budget_bytes: int = 0  # 0 = 80% of RAM (or of the largest GPU)
 
 
-# top-level Settings fields of the first run (issue #13); what closing the window does is
+# top-level Settings fields of the first run; what closing the window does is
 # ui.close_action (an older file's keep_in_tray: false reads as close_action "quit")
 FIRST_RUN_KEYS = ("start_at_login",)
 
@@ -106,7 +106,7 @@ LOAD_DEFAULT_OPTIONS = ("context_length", "threads", "batch_size", "parallel")
 
 @dataclass(frozen=True, slots=True)
 class PromptCacheSettings:
-    """``prompt_cache`` in settings.json (issue #12): how a prompt reuses cached ones.
+    """``prompt_cache`` in settings.json: how a prompt reuses cached ones.
 
     ``mode``: reuse (the whole common prefix of a kept prompt and answer, several
     conversations kept), exact (only what keeps answers bit-identical to an uncached solo run:
@@ -117,7 +117,7 @@ class PromptCacheSettings:
 
 @dataclass(frozen=True, slots=True)
 class DownloadSettings:
-    """Hub downloads (issue #3). The Hugging Face token is not here: see ``TokenStore``."""
+    """Hub downloads. The Hugging Face token is not here: see ``TokenStore``."""
 
     stall_timeout_s: float = 30.0  # no bytes for this long: the connection counts as stalled
     max_concurrent: int = 2
@@ -132,7 +132,7 @@ class RoutingSettings:
 
 @dataclass(frozen=True, slots=True)
 class RecordSettings:
-    """``records`` in settings.json (issue 14): the request records database (data folder)."""
+    """``records`` in settings.json: the request records database (data folder)."""
 
     max_rows: int = 100_000  # the oldest records are pruned past this many
     log_content: bool = False  # also keep each request's body and answer text, capped
@@ -169,7 +169,7 @@ class UiSettings:
 
 @dataclass(frozen=True, slots=True)
 class LimitsSettings:
-    """The server-wide token buckets (issue 14): requests and tokens per minute; 0 = off."""
+    """The server-wide token buckets: requests and tokens per minute; 0 = off."""
 
     rpm: int = 0
     tpm: int = 0
@@ -177,7 +177,7 @@ class LimitsSettings:
 
 @dataclass(frozen=True, slots=True)
 class McpSettings:
-    """``mcp`` in settings.json (issue 15): the chat's MCP tool calls (servers: mcp.json)."""
+    """``mcp`` in settings.json: the chat's MCP tool calls (servers: mcp.json)."""
 
     call_timeout_s: float = 60.0  # one tool call, then a timeout result the model reads
     max_rounds: int = 8  # tool rounds per answer before the loop ends with a notice
@@ -186,7 +186,7 @@ class McpSettings:
 
 @dataclass(frozen=True, slots=True)
 class ChatSettings:
-    """``chat`` in settings.json: the Chat page's choices (issue 15)."""
+    """``chat`` in settings.json: the Chat page's choices."""
 
     # the model that embeds attached files too big to go in whole; "" = the library's first
     embedding_model: str = ""
@@ -197,7 +197,7 @@ FETCH_URLS = ("local-clients", "all", "off")
 
 @dataclass(frozen=True, slots=True)
 class VisionSettings:
-    """``vision`` in settings.json (issue 16): images in requests. ``fetch_urls``: http(s) image
+    """``vision`` in settings.json: images in requests. ``fetch_urls``: http(s) image
     URLs are fetched for requests from this machine only (local-clients), for all, or never
     (off); private addresses are refused in every mode."""
 
@@ -226,18 +226,18 @@ class Settings:
     downloads: DownloadSettings = field(default_factory=DownloadSettings)
     models_dir: str = ""  # empty = the default models folder
     tray_hint_shown: bool = False
-    # issue #11: the model (id or alias) a request that names none gets; empty = a 400
+    # the model (id or alias) a request that names none gets; empty = a 400
     default_model: str = ""
     routing: RoutingSettings = field(default_factory=lambda: RoutingSettings())
-    # issue #13 first run: the OS autostart (its entry is the truth; this is what the user chose)
+    # first run: the OS autostart (its entry is the truth; this is what the user chose)
     start_at_login: bool = False
     ui: UiSettings = field(default_factory=UiSettings)
     records: RecordSettings = field(default_factory=RecordSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
-    cache: CacheConfig = field(default_factory=CacheConfig)  # the response cache (issue 14)
-    mcp: McpSettings = field(default_factory=McpSettings)  # MCP tools in the chat (issue 15)
-    chat: ChatSettings = field(default_factory=ChatSettings)  # the Chat page (issue 15)
-    vision: VisionSettings = field(default_factory=VisionSettings)  # images (issue 16)
+    cache: CacheConfig = field(default_factory=CacheConfig)  # the response cache
+    mcp: McpSettings = field(default_factory=McpSettings)  # MCP tools in the chat
+    chat: ChatSettings = field(default_factory=ChatSettings)  # the Chat page
+    vision: VisionSettings = field(default_factory=VisionSettings)  # images
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -454,7 +454,7 @@ class SettingsStore:
         self._cache.put(self._parse(raw))  # what a read of the file would give
 
 
-# -- the Hugging Face token (issue #3) ---------------------------------------------------------------
+# -- the Hugging Face token ---------------------------------------------------------------
 class TokenStore:
     """The Hugging Face access token, alone in a 0600 file beside settings.json (never in it, so
     sharing or logging the settings never leaks it)."""

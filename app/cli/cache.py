@@ -1,4 +1,4 @@
-"""``hearth cache stats|clear``: the response cache (issue 14), read and cleared in its SQLite
+"""``hearth cache stats|clear``: the response cache, read and cleared in its SQLite
 file directly (no server needed; a running one sees a clear at its next request)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``hearth doctor [--json]``: the runtimes, GPUs, paths and server of this install (issue #13).
+"""``hearth doctor [--json]``: the runtimes, GPUs, paths and server of this install.
 
 Exit 0 (with or without warnings); 1 when no runtime can load a model here.
 """

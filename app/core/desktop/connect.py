@@ -1,4 +1,4 @@
-"""Ready settings for the apps people point at Hearth (issue 15, "connect an app"): the base
+"""Ready settings for the apps people point at Hearth ("connect an app"): the base
 URL each one wants, its key, the model id, the environment variables it reads, a snippet to
 paste into its settings, and the context length it needs to work.
 

@@ -1,4 +1,4 @@
-"""Auto-fit context (issue #13): the largest context that fits the memory budget free at load.
+"""Auto-fit context: the largest context that fits the memory budget free at load.
 
 A load whose context is 0 ("auto", the default) gets the model's trained context, capped by
 ``load.max_auto_context`` in settings, or, when that would not fit the budget free at load time

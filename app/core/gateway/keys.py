@@ -1,4 +1,4 @@
-"""Named API keys (issue 14): ``keys.json`` in the config folder (0600), each key stored only as
+"""Named API keys: ``keys.json`` in the config folder (0600), each key stored only as
 the sha256 of its secret, with its limits (rpm, tpm), its model patterns and its role.
 
 Written atomically under a file lock; read through a shared FileCache checked with a stat on

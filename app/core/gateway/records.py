@@ -1,4 +1,4 @@
-"""Request records (issue 14): one row per HTTP request in a SQLite file in the data folder.
+"""Request records: one row per HTTP request in a SQLite file in the data folder.
 
 Written by one thread that owns the connection (requests only put a record on a queue); WAL
 mode, so readers (``hearth requests``, the GUI) never wait for the writer and a process killed

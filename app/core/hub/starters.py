@@ -1,4 +1,4 @@
-"""Starter models for the first run (issue #13): a short curated list of well-known small GGUF
+"""Starter models for the first run: a short curated list of well-known small GGUF
 repos, each looked up on the Hub with the chosen file's size and whether it fits this machine's
 memory budget. Nothing is downloaded here; the caller queues the one the user picks.
 """

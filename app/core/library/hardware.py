@@ -1,4 +1,4 @@
-"""The GPUs this machine has, whatever llama.cpp was built for (``hearth doctor``, issue #13).
+"""The GPUs this machine has, whatever llama.cpp was built for (``hearth doctor``).
 
 llama.cpp reports only the devices its build can drive; a CPU-only build on a machine with an
 NVIDIA card sees no GPU at all. To say "a GPU is present but unused", the doctor also asks the

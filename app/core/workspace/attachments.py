@@ -1,4 +1,4 @@
-"""Files attached to a chat (issue 15): text, code, Markdown and PDF read into text.
+"""Files attached to a chat: text, code, Markdown and PDF read into text.
 
 A file is read once, when it is attached, into an :class:`Attachment`: its text per page (one
 page for anything but a PDF) and the hash of its bytes, which keys the embedding cache. What

@@ -1,4 +1,4 @@
-"""Images a person attaches in the chat (the Chat page, ``hearth run``'s ``/image``), issue 16.
+"""Images a person attaches in the chat (the Chat page, ``hearth run``'s ``/image``).
 
 An image is read once, when attached, into a :class:`ChatImage`: its encoded bytes as given,
 checked with the server's own decoder and bounds (:func:`app.core.inference.images.decode_image`: format

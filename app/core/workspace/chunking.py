@@ -1,4 +1,4 @@
-"""Cut an attachment's text into overlapping chunks for retrieval (issue 15).
+"""Cut an attachment's text into overlapping chunks for retrieval.
 
 Chunks follow the text's own shape: paragraphs (blank lines) and Markdown headings are the
 pieces; a piece over the target is cut at lines, then at spaces. Pieces are packed up to

@@ -1,4 +1,4 @@
-"""Saved conversations (issue 15): a tree of messages per conversation, in one SQLite file.
+"""Saved conversations: a tree of messages per conversation, in one SQLite file.
 
 Siblings (messages with the same parent) are branches, in creation order: regenerating an
 answer adds an assistant sibling, editing a message adds a user sibling. A conversation

@@ -1,4 +1,4 @@
-"""Attached files into a chat's prompt (issue 15): whole when they fit, else the chunks most
+"""Attached files into a chat's prompt: whole when they fit, else the chunks most
 like the question, found with a local embedding model.
 
 The budget rule: the files go in whole when the conversation with them, as the model's

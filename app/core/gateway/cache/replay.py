@@ -1,4 +1,4 @@
-"""The response cache (issue 14): answers to repeated deterministic requests, replayed.
+"""The response cache: answers to repeated deterministic requests, replayed.
 
 The key is the resolved internal request (the gateway's target list, the conversation or
 prompts, every sampling field, tools, constraint, stop, logprobs, n...), never the wire bytes,

@@ -1,4 +1,4 @@
-"""The response cache's storage (issue 14): one SQLite file in the data folder.
+"""The response cache's storage: one SQLite file in the data folder.
 
 WAL mode, so ``hearth cache stats`` / ``hearth cache clear`` read and write it while a server
 runs, and the server sees a clear at its next lookup (every lookup is a fresh read). Callers run

@@ -1,4 +1,4 @@
-"""Providers: remote engines Hearth routes to (issue #11), in ``providers.json`` in the config
+"""Providers: remote engines Hearth routes to, in ``providers.json`` in the config
 folder, their API keys apart in ``provider_keys.json`` (0600), never in settings.json.
 
 Both files are written atomically under a file lock and read through shared FileCaches, so a

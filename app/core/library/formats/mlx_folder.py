@@ -215,7 +215,7 @@ class MlxFormat(ModelFormat):
             "context_length": cfg.get("max_position_embeddings")
             or (cfg.get("text_config") or {}).get("max_position_embeddings"),
             "chat_template": template if isinstance(template, str) else None,
-            # mlx-vlm's folders describe their vision tower: images are taken (issue 16)
+            # mlx-vlm's folders describe their vision tower: images are taken
             "extra": {"vision": True} if isinstance(cfg.get("vision_config"), dict) else {},
         }
 

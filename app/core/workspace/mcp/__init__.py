@@ -1,4 +1,4 @@
-"""MCP tool servers (issue 15): mcp.json (config), the client sessions on the Hearth loop
+"""MCP tool servers: mcp.json (config), the client sessions on the Hearth loop
 (manager), results as tool-message text (results), and the chat's tool loop (toolloop)."""
 
 from __future__ import annotations
