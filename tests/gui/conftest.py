@@ -16,6 +16,7 @@ from pytestqt.qtbot import QtBot
 
 from app.compose import provider_pool
 from app.core.engine.presets import PresetStore
+from app.core.events import EventHub, ProvidersChanged
 from app.core.gateway import AliasStore
 from app.core.hub import HubClient
 from app.core.hub.downloads import DownloadManager
@@ -59,16 +60,18 @@ def gui_ctx(hearth_home: Path, gui_runtimes: dict[str, Runtime]) -> Iterator[Gui
         d = store.load().load
         return None if d.jit_keep_forever else float(d.jit_ttl_s)
 
-    # wired like app.cli.build_service, so the Settings page's budget and TTL take effect
+    # wired like app.compose.build_service, so the Settings page's budget and TTL take effect
+    events = EventHub()
     service = assemble(
         library,
         gui_runtimes,
+        events=events,
         load_defaults=lambda: LoadOptions(context_length=2048),
         presets=PresetStore(paths.config / "presets.json"),
         budget_bytes=lambda: store.load().load.memory_budget_bytes or default_budget(),
         default_ttl=jit_ttl,
         aliases=AliasStore(paths.aliases_file),
-        providers=provider_pool(paths),
+        providers=provider_pool(paths, lambda: events.publish(ProvidersChanged())),
     )
     loop = LoopThread("test-service").start()
     server = ServerController(service, store, paths)
@@ -171,7 +174,7 @@ def hub(fake_hub: FakeHub, tmp_path: Path) -> FakeHub:
 
 @pytest.fixture
 def hub_ctx(gui_ctx: GuiContext, hub: FakeHub) -> GuiContext:
-    """``gui_ctx`` with a DownloadManager on the fake Hub, wired like ``app.cli.build_service``
+    """``gui_ctx`` with a DownloadManager on the fake Hub, wired like ``app.compose.build_service``
     (the token read from the token file on each request)."""
     tokens = TokenStore(gui_ctx.paths.hf_token_file)
     client = HubClient(
