@@ -26,9 +26,9 @@ from app.core.workspace.retrieval import (
 )
 from app.core.workspace.vector_cache import VectorCache
 from app.errors import NoEmbeddingModel, UnreadableAttachment
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import write_model
-from tests.core.pdf_files import write_encrypted_pdf, write_pdf
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import write_model
+from tests.support.pdf_files import write_encrypted_pdf, write_pdf
 
 
 # -- reading --------------------------------------------------------------------------------

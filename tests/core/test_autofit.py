@@ -18,9 +18,8 @@ from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.errors import InsufficientMemory
 from app.settings import Settings, settings_from_dict
-
-from .fakes import FakeRuntime
-from .gguf_files import CHATML, write_model
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
 
 TRAINED = 131072
 

@@ -13,8 +13,7 @@ import pytest
 from app.core.inference.chat_template import FALLBACK_STOPS, ChatTemplate
 from app.core.types import ChatMessage, ToolCall
 from app.errors import TemplateError
-
-from .gguf_files import CHATML
+from tests.support.gguf_files import CHATML
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -33,8 +33,8 @@ from app.errors import (
     InsufficientStorage,
     RepoRefused,
 )
-from tests.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
-from tests.smalldisk import SmallDisk, open_small_disk
+from tests.support.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
+from tests.support.smalldisk import SmallDisk, open_small_disk
 
 REPO = "acme/tiny-GGUF"
 FILE = "tiny-Q4_K_M.gguf"

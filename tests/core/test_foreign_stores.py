@@ -12,7 +12,7 @@ import pytest
 
 from app.core.library.index import ModelLibrary
 from app.core.library.stores import ForeignLocations, scan
-from tests.fakehub import gguf_bytes, mlx_files
+from tests.support.fakehub import gguf_bytes, mlx_files
 
 
 @dataclass

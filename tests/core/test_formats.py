@@ -27,8 +27,8 @@ from app.core.library.formats import (
 from app.core.library.gguf import GGUFHeader
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidModel, RepoRefused
-from tests.core.gguf_files import write_model
-from tests.fakehub import gguf_bytes, mlx_files
+from tests.support.fakehub import gguf_bytes, mlx_files
+from tests.support.gguf_files import write_model
 
 SHA = "a" * 64
 

@@ -13,8 +13,7 @@ import pytest
 
 from app.core.library import gguf
 from app.errors import InvalidModel
-
-from .gguf_files import (
+from tests.support.gguf_files import (
     ARR,
     BOOL,
     CHATML,

@@ -1,8 +1,8 @@
 """What llama.cpp would abort on is refused in Python, with a reason, before llama.cpp sees it.
 
-Each case is a value that aborted a real llama.cpp process (tests/gguf_corpus.py and the bench
+Each case is a value that aborted a real llama.cpp process (tests/support/gguf_corpus.py and the bench
 found them; the test of the probe shows the abort itself). Files are the tiny real llama model
-of tests/gguf_corpus.py with one value changed.
+of tests/support/gguf_corpus.py with one value changed.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from app.core.library.gguf import read_header
 from app.core.library.gguf_check import check_for_llama_cpp
 from app.core.library.index import ModelLibrary
 from app.errors import InvalidModel
-from tests.gguf_corpus import ARR, BOOL, F32, I32, STR, U32, Spec, serialize, tiny_llama
+from tests.support.gguf_corpus import ARR, BOOL, F32, I32, STR, U32, Spec, serialize, tiny_llama
 
 
 def write(tmp_path: Path, spec: Spec, name: str = "m.gguf") -> Path:

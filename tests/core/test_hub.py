@@ -23,7 +23,7 @@ from app.core.hub import (
 )
 from app.core.library.fit import DeviceMemory
 from app.errors import AccessDenied, AmbiguousChoice, RepoNotFound, RepoRefused
-from tests.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
+from tests.support.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
 
 GiB = 1 << 30
 BIG_MACHINE = DeviceMemory(64 * GiB, 48 * GiB)

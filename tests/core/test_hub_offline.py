@@ -14,7 +14,7 @@ from app.core.hub import HubClient, ListingCache
 from app.core.hub.reach import network_reason
 from app.core.library.fit import DeviceMemory
 from app.errors import HubOffline, HubUnavailable
-from tests.fakehub import FakeHub, gguf_bytes
+from tests.support.fakehub import FakeHub, gguf_bytes
 
 MACHINE = DeviceMemory(64 << 30, 48 << 30)
 DEADLINE_S = 15.0  # generous: huggingface_hub's own retries alone took ~23 s here

@@ -21,7 +21,7 @@ from app.core.inference.images import (
 )
 from app.core.types import ChatMessage
 from app.core.workspace.chat_images import decode_messages
-from tests.hostile_images import header_only_png, progressive_jpeg, repeated_scans
+from tests.support.hostile_images import header_only_png, progressive_jpeg, repeated_scans
 
 WHERE = "messages[0].content[1].image_url.url"
 

@@ -21,8 +21,7 @@ from app.core.library.index import ID_RE, ModelLibrary, id_from_name
 from app.core.util import fsutil
 from app.core.util.fsutil import atomic_write_json, file_lock, read_json
 from app.errors import InvalidModel, ModelNotFound
-
-from .gguf_files import write_model
+from tests.support.gguf_files import write_model
 
 REPO = Path(__file__).resolve().parents[2]
 

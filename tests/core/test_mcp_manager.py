@@ -1,4 +1,4 @@
-"""The MCP manager against real servers: tests/mcp_server.py over stdio and Streamable HTTP.
+"""The MCP manager against real servers: tests/support/mcp_server.py over stdio and Streamable HTTP.
 Tools are listed and called, a timeout, a crash and a garbage-printing server each end as that
 server's state while the others go on, and stopping leaves no server process behind."""
 
@@ -14,7 +14,7 @@ import pytest
 from app.core.workspace.mcp import McpManager, parse_config
 from app.core.workspace.mcp.manager import safe_name
 from app.errors import ConfigError
-from tests.mcp_fixtures import http_mcp_url, pid_alive, stdio_entry, write_config
+from tests.support.mcp_fixtures import http_mcp_url, pid_alive, stdio_entry, write_config
 
 __all__ = ["http_mcp_url"]  # the fixture, imported for pytest
 

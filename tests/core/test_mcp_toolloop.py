@@ -25,10 +25,9 @@ from app.core.workspace.mcp.toolloop import (
     PendingCall,
     run_tool_loop,
 )
-from tests.mcp_fixtures import stdio_entry, write_config
-
-from .fakes import FakeRuntime
-from .gguf_files import write_model
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import write_model
+from tests.support.mcp_fixtures import stdio_entry, write_config
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

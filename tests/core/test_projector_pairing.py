@@ -3,7 +3,7 @@ option's projector, a pull that fetches and pairs it (or refuses it with the rea
 import / models-folder scans that pair a projector lying next to a model.
 
 Real parts: GGUF files written with the ``gguf`` writer (tiny models of embedding size 64, the
-real tiny projector of tests/vision_gguf.py with its output size set), the real library, the
+real tiny projector of tests/support/vision_gguf.py with its output size set), the real library, the
 real DownloadManager and huggingface_hub against the fake Hub.
 """
 
@@ -22,8 +22,8 @@ from app.core.library.formats import RepoFile, group_gguf
 from app.core.library.index import ModelLibrary
 from app.core.library.projector import pair_in_folder, projector_problem, projector_rank
 from app.errors import ChecksumMismatch
-from tests.fakehub import FakeHub, gguf_bytes
-from tests.vision_gguf import write_projector
+from tests.support.fakehub import FakeHub, gguf_bytes
+from tests.support.vision_gguf import write_projector
 
 N_EMBD = 64  # gguf_bytes' models
 

@@ -14,9 +14,9 @@ from app.core.library.index import ModelLibrary
 from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, Runtime
 from app.errors import ContextLengthExceeded
-from tests.core.fakes import FakeModel, FakeRuntime
-from tests.core.gguf_files import write_model
-from tests.service_calls import chat
+from tests.support.fakes import FakeModel, FakeRuntime
+from tests.support.gguf_files import write_model
+from tests.support.service_calls import chat
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ def test_prompt_opens_reasoning() -> None:
 
 from app.core.inference.reasoning import HarmonySplitter, is_harmony_template, reasoning_splitter  # noqa: E402
 from app.core.inference.tools import ToolCallParser  # noqa: E402
-from tests.service_calls import chat  # noqa: E402
+from tests.support.service_calls import chat  # noqa: E402
 
 
 def run_harmony(text: str, cuts: list[int]) -> tuple[str, str]:
@@ -176,9 +176,8 @@ async def test_harmony_through_the_service(tmp_path: Path) -> None:
     from app.core.library.index import ModelLibrary
     from app.core.service import assemble
     from app.core.types import ChatMessage, LoadOptions, SamplingParams
-
-    from .fakes import FakeRuntime
-    from .gguf_files import write_model
+    from tests.support.fakes import FakeRuntime
+    from tests.support.gguf_files import write_model
 
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     lib.import_path(write_model(tmp_path / "src" / "oss.gguf", chat_template=HARMONY_TEMPLATE))

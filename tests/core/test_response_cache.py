@@ -32,8 +32,8 @@ from app.core.types import (
     ToolCallDelta,
     Usage,
 )
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import CHATML, write_model
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
 
 GREEDY = SamplingParams(temperature=0.0)
 ASK = (ChatMessage("user", "What is two and two?"),)

@@ -32,10 +32,9 @@ from app.errors import (
 from app.errors import (
     ModelLoadFailed as LoadFailedError,
 )
-from tests.service_calls import chat, complete
-
-from .fakes import FakeModel, FakeRuntime
-from .gguf_files import CHATML, write_model
+from tests.support.fakes import FakeModel, FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
+from tests.support.service_calls import chat, complete
 
 BOS_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}{% endfor %}"

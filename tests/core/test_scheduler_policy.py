@@ -15,9 +15,8 @@ from app.core.library.index import ModelLibrary
 from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.errors import InsufficientMemory, InvalidRequest
-
-from .fakes import FakeRuntime
-from .gguf_files import CHATML, write_model
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
 
 
 class Clock:

@@ -14,9 +14,8 @@ from app.core.events import EventHub
 from app.core.library.index import ModelLibrary
 from app.core.types import GenerationRequest, LoadOptions
 from app.errors import InsufficientMemory, ModelBusy
-
-from .fakes import WAIT_LIMIT, FakeModel, FakeRuntime
-from .gguf_files import CHATML, write_model
+from tests.support.fakes import WAIT_LIMIT, FakeModel, FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
 
 LIMIT = 30.0  # generous: liveness, never speed
 

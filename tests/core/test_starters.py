@@ -13,7 +13,7 @@ from app.core.hub import HubClient
 from app.core.hub.starters import MAX_SUGGESTIONS, STARTERS, budget_memory, suggest
 from app.core.library.fit import DeviceMemory
 from app.errors import HubUnavailable
-from tests.fakehub import FakeHub, add_starters
+from tests.support.fakehub import FakeHub, add_starters
 
 BIG_MACHINE = DeviceMemory(ram_total=64 << 30, ram_available=32 << 30)
 MIB = 1 << 20

@@ -12,7 +12,7 @@ import pytest
 from app.core.inference.generation import Completion, Generation
 from app.core.inference.tools import Tool, ToolCallParser
 from app.core.types import ChatMessage, Delta, LoadOptions, SamplingParams, Usage
-from tests.service_calls import chat
+from tests.support.service_calls import chat
 
 # SmolLM2-135M (Q8_0, temperature 0) asked "What is the weather in Paris?" with a named
 # tool_choice get_weather, under the parallel grammar: its tokens, one block (and a newline) ...
@@ -174,9 +174,8 @@ async def test_named_choice_through_the_service(tmp_path: Path, parallel: bool) 
     cancelled before the second."""
     from app.core.library.index import ModelLibrary
     from app.core.service import assemble
-
-    from .fakes import FakeRuntime
-    from .gguf_files import write_model
+    from tests.support.fakes import FakeRuntime
+    from tests.support.gguf_files import write_model
 
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     lib.import_path(write_model(tmp_path / "src" / "m.gguf", chat_template=HERMES_TEMPLATE))

@@ -13,8 +13,7 @@ import pytest
 from app.core.types import Delta, GenerationRequest
 from app.errors import ModelUnloaded, QueueFull
 from app.runtimes.worker import DeltaStream, Sequence, Worker
-
-from .fakes import ScriptEngine
+from tests.support.fakes import ScriptEngine
 
 
 def req(

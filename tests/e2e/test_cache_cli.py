@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hearthproc import DEADLINE, Server, hearth, wait_until
+from tests.support.hearthproc import DEADLINE, Server, hearth, wait_until
 
 pytestmark = pytest.mark.model
 

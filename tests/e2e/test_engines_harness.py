@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.cross_encoder import write_cross_encoder
 from tests.e2e.engines import (
     Engine,
     EngineSet,
@@ -26,6 +25,7 @@ from tests.e2e.engines import (
     sse_events,
     start_llama_cpp_python,
 )
+from tests.support.cross_encoder import write_cross_encoder
 
 pytestmark = pytest.mark.model
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from app.core.library.gguf import read_header
-from tests.gguf_corpus import QUICK, corpus
-from tests.gguf_rewrite import patch_copy, tensor_type_offset, token_offsets, value_offset
+from tests.support.gguf_corpus import QUICK, corpus
+from tests.support.gguf_rewrite import patch_copy, tensor_type_offset, token_offsets, value_offset
 
 N_RANDOM = 80  # the bench (tests/bench/gguf_fuzz.py) runs thousands
 
@@ -53,7 +53,14 @@ def test_every_mutated_file_is_refused_with_a_reason_or_works(tmp_path: Path) ->
     report = tmp_path / "report.jsonl"
     t0 = time.perf_counter()
     r = subprocess.run(
-        [sys.executable, "-m", "tests.gguf_corpus", str(files), str(tmp_path / "h"), str(report)],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.gguf_corpus",
+            str(files),
+            str(tmp_path / "h"),
+            str(report),
+        ],
         capture_output=True,
         text=True,
         timeout=840,

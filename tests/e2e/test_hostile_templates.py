@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.serveproc import start_serve
-from tests.gguf_rewrite import copy_with_template
+from tests.support.gguf_rewrite import copy_with_template
 
 pytestmark = pytest.mark.model
 

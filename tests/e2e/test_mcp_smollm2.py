@@ -30,7 +30,7 @@ from app.core.workspace.mcp.toolloop import (
     run_tool_loop,
 )
 from app.runtimes.llama_cpp import LlamaCppRuntime
-from tests.mcp_fixtures import stdio_entry, write_config
+from tests.support.mcp_fixtures import stdio_entry, write_config
 
 
 class AllowAll:

@@ -44,7 +44,7 @@ def hearth(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def two_runtimes(tmp_path: Path, smollm2_path: Path):  # type: ignore[no-untyped-def]
     mlx = pytest.importorskip("mlx_lm", reason="needs mlx-lm")
     del mlx
-    from tests.mlx_model import build_tiny_mlx_model
+    from tests.support.mlx_model import build_tiny_mlx_model
 
     folder = build_tiny_mlx_model(tmp_path / "src" / "Tiny-MLX")
     s = start_served(tmp_path / "h", smollm2_path)

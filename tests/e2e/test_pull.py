@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Served, start_served, stop_served
-from tests.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
-from tests.hearthproc import env_for, hearth, hold_settings, ls
+from tests.support.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
+from tests.support.hearthproc import env_for, hearth, hold_settings, ls
 
 REPO = "acme/tiny-GGUF"
 FILE = "tiny-Q4_K_M.gguf"

@@ -2,7 +2,7 @@
 byte moves when the file cannot fit; a real ENOSPC mid-write gives a clean error, removes the
 partial file and its record, leaves the library index consistent, and the server keeps serving.
 
-The models folder is a tmpfs (tests/smalldisk.py): mounted directly where the tests may mount
+The models folder is a tmpfs (tests/support/smalldisk.py): mounted directly where the tests may mount
 (root), else inside a user+mount namespace that the Hearth processes enter, so the test runs on
 machines that allow no mounts. The free-space check is the real one; the disk fills up for real
 while the fake Hub holds the transfer at a gate: another program wrote a big file meanwhile.
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakehub import FakeHub, gguf_bytes
-from tests.hearthproc import (
+from tests.support.fakehub import FakeHub, gguf_bytes
+from tests.support.hearthproc import (
     PullStream,
     Server,
     hearth,
@@ -27,7 +27,7 @@ from tests.hearthproc import (
     pull_proc,
     wait_until,
 )
-from tests.smalldisk import MODES, SmallDisk, open_small_disk
+from tests.support.smalldisk import MODES, SmallDisk, open_small_disk
 
 REPO = "acme/tiny-GGUF"
 FILE = "tiny-Q4_K_M.gguf"  # ~600 KB: fits

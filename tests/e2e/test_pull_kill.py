@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakehub import FakeHub, gguf_bytes
-from tests.hearthproc import (
+from tests.support.fakehub import FakeHub, gguf_bytes
+from tests.support.hearthproc import (
     Proc,
     PullStream,
     Server,

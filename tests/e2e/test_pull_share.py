@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakehub import FakeHub, gguf_bytes
-from tests.hearthproc import PullStream, Server, hold_settings, ls, pull_proc
+from tests.support.fakehub import FakeHub, gguf_bytes
+from tests.support.hearthproc import PullStream, Server, hold_settings, ls, pull_proc
 
 REPO = "acme/tiny-GGUF"
 FILE = "tiny-Q4_K_M.gguf"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.serveproc import start_serve
-from tests.fuzz_requests import cases
+from tests.support.fuzz_requests import cases
 
 pytestmark = pytest.mark.model
 

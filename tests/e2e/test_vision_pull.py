@@ -5,7 +5,7 @@ in all four APIs: OpenAI ``image_url``, Anthropic ``image``, Ollama ``images`` a
 give different logprobs, the same one twice the same; in every API the image's positions count in
 the prompt.
 
-The repo holds SmolLM2-135M and the tiny real projector of tests/vision_gguf.py (random
+The repo holds SmolLM2-135M and the tiny real projector of tests/support/vision_gguf.py (random
 weights: the answers mean nothing, the pixels decide them). One server for the module.
 """
 
@@ -30,8 +30,8 @@ from tests.conftest import (
     stop_served,
     write_settings,
 )
-from tests.fakehub import serve
-from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
+from tests.support.fakehub import serve
+from tests.support.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
 pytestmark = pytest.mark.model
 
@@ -225,7 +225,7 @@ def test_the_pulled_model_has_its_projector(
 def test_import_says_why_a_projector_next_to_a_model_is_not_paired(
     srv: Served, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from tests.fakehub import gguf_bytes
+    from tests.support.fakehub import gguf_bytes
 
     model = tmp_path / "tiny-Q4_K_M.gguf"  # embedding size 64: SmolLM2's projector makes 576
     model.write_bytes(gguf_bytes(tmp_path / "build"))

@@ -1,7 +1,7 @@
 """The probe child: a file that kills llama.cpp kills a child, never Hearth; verdicts are
 remembered per file; children never outlive their parent.
 
-Files are the tiny real llama model of tests/gguf_corpus.py. The crashing ones are values the
+Files are the tiny real llama model of tests/support/gguf_corpus.py. The crashing ones are values the
 Python check refuses too (tests/core/test_gguf_check.py): here they go straight to ``Prober``,
 which shows what llama.cpp really does with them. Children are counted and held with the child's
 gate hook (``HEARTH_PROBE_GATE``): each writes ``PID.running`` into the folder, then waits until
@@ -32,7 +32,7 @@ from app.runtimes.llama_backend import build_info
 from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.runtimes.llama_probe import Prober
 from app.runtimes.llama_probe_child import GATE_ENV
-from tests.gguf_corpus import ARR, BOOL, F32, STR, U32, serialize, tiny_llama
+from tests.support.gguf_corpus import ARR, BOOL, F32, STR, U32, serialize, tiny_llama
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

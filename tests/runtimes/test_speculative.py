@@ -21,7 +21,7 @@ from app.runtimes.llama_cpp import LlamaCppRuntime
 from app.runtimes.llama_spec import DRAFT_FIRST, PAUSE, Drafts
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.test_mixed_batch import Recorder
-from tests.service_calls import chat
+from tests.support.service_calls import chat
 
 DOC = (
     "The lighthouse stood on the rocks at the edge of the bay. Every night the keeper climbed "

@@ -1,5 +1,5 @@
 """/v1/messages and /v1/responses through the real server and the real anthropic and openai
-SDKs, on the fake runtime (tests/core/fakes.py) with a template that opens a think block: the
+SDKs, on the fake runtime (tests/support/fakes.py) with a template that opens a think block: the
 reasoning comes back as thinking blocks and reasoning items, and every error of the Messages
 route (401, 403, 413, 404, 400 bounds) has Anthropic's shape."""
 
@@ -22,8 +22,8 @@ from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.server.app import create_app
 from app.settings import ServerSettings, hash_key
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import CHATML, write_model
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
 
 THINK = CHATML + "{% if add_generation_prompt %}{{ '<think>\\n' }}{% endif %}"
 PIECES = ["Two", " and two.", "</think>", "\n\nIt is", " 4."]

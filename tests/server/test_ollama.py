@@ -10,7 +10,7 @@ import pytest
 
 from app.core.library.gguf import read_header
 from tests.conftest import Served, serving
-from tests.gguf_rewrite import copy_with_template
+from tests.support.gguf_rewrite import copy_with_template
 
 ollama = pytest.importorskip("ollama", reason="the ollama client is part of the dev extra")
 pytestmark = pytest.mark.model

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Served, serving
-from tests.cross_encoder import write_cross_encoder
+from tests.support.cross_encoder import write_cross_encoder
 
 QUERY = "a cat sits on the mat"
 DOCS = ["quarterly tax filings are due in April", "a kitten rests on a rug"]

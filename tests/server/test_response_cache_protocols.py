@@ -22,8 +22,8 @@ from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.server.app import create_app
 from app.settings import ServerSettings
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import CHATML, write_model
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
 
 THINK = CHATML + "{% if add_generation_prompt %}{{ '<think>\\n' }}{% endif %}"
 PIECES = ["Two", " and two.", "</think>", "\n\nIt is", " 4."]

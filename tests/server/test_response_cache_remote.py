@@ -20,8 +20,8 @@ from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
 from app.settings import ServerSettings
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import CHATML, write_model
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
 
 
 async def _until(cond: object, what: str) -> None:

@@ -25,9 +25,9 @@ from app.core.types import LoadOptions
 from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
 from app.settings import ServerSettings
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import CHATML, write_model
-from tests.vision_gguf import write_projector
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import CHATML, write_model
+from tests.support.vision_gguf import write_projector
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -148,7 +148,7 @@ def test_https_files_are_saved_and_the_server_starts_with_them(
     import threading
     import urllib.request
 
-    from tests.tlsfiles import make_pki
+    from tests.support.tlsfiles import make_pki
 
     pki = make_pki(tmp_path / "pki")
     show_settings(window, qtbot)
@@ -191,7 +191,7 @@ def test_https_files_are_saved_and_the_server_starts_with_them(
 def test_a_mismatched_https_key_is_reported_inline(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, tmp_path: Path
 ) -> None:
-    from tests.tlsfiles import make_pki
+    from tests.support.tlsfiles import make_pki
 
     pki = make_pki(tmp_path / "pki")
     gui_ctx.settings_store.update(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.fakehub import FakeHub
+from tests.support.fakehub import FakeHub
 
 DEADLINE = 60.0  # seconds: how long a step may take before the test gives up (liveness only)
 

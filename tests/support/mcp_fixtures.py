@@ -1,4 +1,4 @@
-"""Real MCP servers for the MCP tests: tests/mcp_server.py over stdio (the manager starts it)
+"""Real MCP servers for the MCP tests: tests/support/mcp_server.py over stdio (the manager starts it)
 and over Streamable HTTP (a subprocess on a loopback port, started here)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the values llama.cpp asserts on (counts, norms, heads, vocab, tensor types, shap
 random ones of the serialized bytes (header counts, string lengths, value types, tensor offsets
 and types, bit flips, truncations).
 
-``python -m tests.gguf_corpus DIR HOME REPORT`` runs every ``*.gguf`` in DIR through Hearth's
+``python -m tests.support.gguf_corpus DIR HOME REPORT`` runs every ``*.gguf`` in DIR through Hearth's
 import, load and first request (one JSON line per file in REPORT, written before and after each
 file, so a crash names the file that caused it). The suite's test and tests/bench/gguf_fuzz.py
 drive it in a subprocess.

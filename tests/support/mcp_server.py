@@ -1,6 +1,6 @@
 """A small MCP server for the MCP tests, built with the SDK's server API.
 
-``python tests/mcp_server.py stdio`` serves over stdio; ``... http PORT`` serves Streamable HTTP
+``python tests/support/mcp_server.py stdio`` serves over stdio; ``... http PORT`` serves Streamable HTTP
 on 127.0.0.1:PORT at /mcp; ``... garbage`` prints non-JSON on stdout (a broken server).
 """
 

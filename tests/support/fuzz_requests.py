@@ -271,7 +271,7 @@ def _raw_cases(chat: str) -> list[Case]:
 @functools.cache
 def _hostile_images() -> dict[str, bytes]:
     """Made once per process (a 4096x4096 PNG takes a moment to encode)."""
-    from tests.hostile_images import (
+    from tests.support.hostile_images import (
         header_only_png,
         one_colour_png,
         progressive_jpeg,
@@ -289,7 +289,7 @@ def image_cases(chat: str) -> list[Case]:
     """Image bodies on every chat API: a progressive JPEG whose last scan is repeated 3,000
     times, 64 large one-colour PNGs in one request, a corrupt PNG, sent to the chat model (no
     projector), to unknown names, to ``auto`` and to no model. Each must be a quick 4xx."""
-    from tests.hostile_images import data_url
+    from tests.support.hostile_images import data_url
 
     imgs = _hostile_images()
     h = {"Content-Type": "application/json"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.mlx_model import CHATML, CORPUS, save_random_weights
+from tests.support.mlx_model import CHATML, CORPUS, save_random_weights
 
 IMAGE_SIZE = 32
 PATCH = 8
