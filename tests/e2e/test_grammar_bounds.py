@@ -25,7 +25,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.core.test_constraints import AGENT_TOOLS
+from tests.core.inference.test_constraints import AGENT_TOOLS
 
 pytestmark = pytest.mark.model
 

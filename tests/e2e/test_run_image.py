@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from tests.core.test_chat_images import noise_png
+from tests.core.workspace.test_chat_images import noise_png
 from tests.support.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
 pytestmark = pytest.mark.model

@@ -2,7 +2,7 @@
 remembered per file; children never outlive their parent.
 
 Files are the tiny real llama model of tests/support/gguf_corpus.py. The crashing ones are values the
-Python check refuses too (tests/core/test_gguf_check.py): here they go straight to ``Prober``,
+Python check refuses too (tests/core/library/test_gguf_check.py): here they go straight to ``Prober``,
 which shows what llama.cpp really does with them. Children are counted and held with the child's
 gate hook (``HEARTH_PROBE_GATE``): each writes ``PID.running`` into the folder, then waits until
 ``open`` exists there.

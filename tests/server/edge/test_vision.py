@@ -42,7 +42,7 @@ from app.server.app import create_app
 from app.server.edge.image_fetch import ImageFetcher, public_address
 from app.server.edge.vision import VisionEdge
 from app.settings import ServerSettings, VisionSettings
-from tests.core.test_images import png_header
+from tests.core.inference.test_images import png_header
 from tests.support.fakes import FakeRuntime, ScriptEngine
 from tests.support.gguf_files import CHATML, write_model
 from tests.support.vision_gguf import write_projector

@@ -26,7 +26,7 @@ from app.gui.context import GuiContext
 from app.gui.views.chat.page import ChatPage
 from app.runtimes.llama_cpp import LlamaCppModel, LlamaCppRuntime
 from app.runtimes.llama_vision import image_tokens
-from tests.core.test_chat_images import bomb_png, noise_png
+from tests.core.workspace.test_chat_images import bomb_png, noise_png
 from tests.gui.helpers import SLOW
 from tests.gui.views.chat.test_attachments import drop
 from tests.support.gguf_files import write_model

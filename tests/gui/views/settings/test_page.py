@@ -221,4 +221,4 @@ def test_prompt_cache_mode_is_saved_and_becomes_the_load_default(
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
         qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
     assert gui_ctx.settings_store.load().prompt_cache.mode == "exact"
-    # (tests/core/test_settings.py shows the app's loads taking it as their default)
+    # (tests/test_settings.py shows the app's loads taking it as their default)

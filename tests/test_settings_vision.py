@@ -10,6 +10,9 @@ import pytest
 from app.errors import ConfigError
 from app.settings import SettingsStore, VisionSettings, settings_from_dict
 
+# A fresh HEARTH_HOME in tmp_path: nothing here may touch the real per-user folders.
+pytestmark = pytest.mark.usefixtures("hearth_home")
+
 
 def test_defaults_fetch_for_local_clients_only_and_bound_images() -> None:
     v = settings_from_dict({}).vision

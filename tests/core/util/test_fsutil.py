@@ -15,7 +15,7 @@ from app.core.util import fsutil
 from app.core.util.fsutil import atomic_write_json, file_lock, read_json, temp_path
 from app.settings import SettingsStore
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # each process takes the lock ROUNDS times; inside it, an O_EXCL marker proves nobody else is
 # inside, and a read-modify-write of a counter would lose updates if two were

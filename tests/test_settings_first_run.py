@@ -12,6 +12,9 @@ import pytest
 from app.errors import ConfigError
 from app.settings import Settings, SettingsStore, settings_from_dict
 
+# A fresh HEARTH_HOME in tmp_path: nothing here may touch the real per-user folders.
+pytestmark = pytest.mark.usefixtures("hearth_home")
+
 
 def test_defaults_keep_hearth_serving_and_do_not_start_at_login() -> None:
     s = Settings()

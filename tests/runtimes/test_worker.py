@@ -1,5 +1,5 @@
-"""The worker thread in front of a native engine (app/runtimes/worker.py; pure Python, so its
-unit tests live with the core): FIFO queue, cancellation, errors sent back, shutdown."""
+"""The worker thread in front of a native engine (app/runtimes/worker.py,
+with a scripted engine): FIFO queue, cancellation, errors sent back, shutdown."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from app.core.util.fsutil import atomic_write_json, file_lock, read_json
 from app.errors import InvalidModel, ModelNotFound
 from tests.support.gguf_files import write_model
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 MakeGGUF = Callable[..., Path]
 

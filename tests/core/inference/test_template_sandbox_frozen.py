@@ -17,7 +17,7 @@ from pathlib import Path
 
 import jinja2
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 CHECK = """
 import sys

@@ -31,6 +31,9 @@ from app.settings import (
     settings_from_dict,
 )
 
+# A fresh HEARTH_HOME in tmp_path: nothing here may touch the real per-user folders.
+pytestmark = pytest.mark.usefixtures("hearth_home")
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> SettingsStore:
@@ -324,7 +327,7 @@ def test_parallel_default_is_bounded() -> None:
 
 
 # -- cached, not re-read per request (issue 10) ------------------------------------------------------
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _in_another_process(path: Path, code: str) -> None:

@@ -15,7 +15,7 @@ from app.core.types import ChatMessage, ToolCall
 from app.errors import TemplateError
 from tests.support.gguf_files import CHATML
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # The Hugging Face style: `messages`, `add_generation_prompt`, bos/eos tokens, raise_exception.
 HF_CHATML = """\
