@@ -1,7 +1,7 @@
 """A hostile remote engine behind a real `hearth serve`: a stream that ignores ``max_tokens``
 is cut there and its connection closed, a too-deep or malformed data line answers 502 at once
 (not 500, not a 504 after the first-token timeout), and a 307 to another port is not followed:
-the prompt never reaches it. The engine is the one tests/server/test_remote_bounds.py uses, run
+the prompt never reaches it. The engine is the one tests/server/gateway/test_remote_bounds.py uses, run
 on a loop of its own in this process."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.conftest import listen_loopback
 from tests.e2e.engines import http_request, sse_events
 from tests.e2e.providers_front import cli, wait_ready
 from tests.e2e.serveproc import ServeProc, start_serve
-from tests.server.test_remote_bounds import MODELS, Hostile, _engine_app, _target_app
+from tests.server.gateway.test_remote_bounds import MODELS, Hostile, _engine_app, _target_app
 
 
 @dataclass

@@ -46,7 +46,7 @@ from app.server.records import RECORDER, Recorder
 from app.server.routes import metrics as server_metrics
 from app.settings import ServerSettings, hash_key
 from tests.conftest import listen_loopback
-from tests.server.traffic import CANARY, ask, mixed
+from tests.server.telemetry.traffic import CANARY, ask, mixed
 from tests.support.fakes import FakeRuntime
 from tests.support.gguf_files import write_model
 
