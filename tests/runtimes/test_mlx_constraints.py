@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Served, serving
-from tests.e2e.test_grammar_bounds import HOSTILE, routes
+from tests.e2e.hostile.test_grammar_bounds import HOSTILE, routes
 
 pytest.importorskip("mlx_lm", reason="MLX runtime tests need mlx-lm (and mlx[cpu] on Linux)")
 

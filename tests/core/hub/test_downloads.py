@@ -389,7 +389,7 @@ async def test_not_enough_disk_is_refused_before_starting(env: Env) -> None:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[SmallDisk]:
     """A real 2 MiB filesystem, mounted in this process (root). Without mounts, the e2e tests
-    (tests/e2e/test_pull_disk.py) still get one, in a user namespace for a Hearth process."""
+    (tests/e2e/pull/test_pull_disk.py) still get one, in a user namespace for a Hearth process."""
     d, why = open_small_disk(tmp_path / "small-disk", 2 << 20, "mount")
     if d is None:
         pytest.skip(why)

@@ -1,6 +1,6 @@
 """The provider pool's own logic (states, listings, prefix ownership, a failed request's
 re-probe) over a scripted RemoteClient: the seam every real engine test goes through too
-(tests/e2e/test_remote_providers.py and test_provider_failures.py drive real engines)."""
+(tests/e2e/providers/test_remote_providers.py and test_provider_failures.py drive real engines)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.e2e.engines import Engine, EngineSet, free_port, http_request
-from tests.e2e.providers_front import call, cli, model_ids, provider_state, until, wait_ready
+from tests.e2e.providers.providers_front import (
+    call,
+    cli,
+    model_ids,
+    provider_state,
+    until,
+    wait_ready,
+)
 from tests.e2e.serveproc import ServeProc, start_serve
 
 CANARY = "sk-canary-5f1e0c9d7b3a"  # a wrong key for provider `badkey`

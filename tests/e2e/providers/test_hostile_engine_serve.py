@@ -17,7 +17,7 @@ import pytest
 from app.core.util.loop import LoopThread
 from tests.conftest import listen_loopback
 from tests.e2e.engines import http_request, sse_events
-from tests.e2e.providers_front import cli, wait_ready
+from tests.e2e.providers.providers_front import cli, wait_ready
 from tests.e2e.serveproc import ServeProc, start_serve
 from tests.server.gateway.test_remote_bounds import MODELS, Hostile, _engine_app, _target_app
 

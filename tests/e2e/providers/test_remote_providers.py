@@ -19,7 +19,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.e2e.engines import Engine, EngineSet, require_llama_server
-from tests.e2e.providers_front import call, cli, model_ids, stream_events, until, wait_ready
+from tests.e2e.providers.providers_front import (
+    call,
+    cli,
+    model_ids,
+    stream_events,
+    until,
+    wait_ready,
+)
 from tests.e2e.serveproc import ServeProc, start_serve
 
 LAN_KEY = "lan-engine-key-7f3a"
