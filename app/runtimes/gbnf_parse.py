@@ -1,5 +1,6 @@
 """GBNF, parsed the way llama.cpp parses it (iteratively: no recursion here), with the bounds
-and range helpers that :mod:`app.runtimes.gbnf` and :mod:`app.runtimes.gbnf_stacks` share."""
+and range helpers that :mod:`app.runtimes.gbnf` and :mod:`app.runtimes.gbnf_stacks` share.
+Tested by tests/runtimes/test_gbnf.py and tests/runtimes/test_grammar_limits.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """How many grammar stacks llama.cpp can keep alive at once for a parsed GBNF grammar, with
-the chain of leading references (the rest of :func:`app.runtimes.gbnf.measure`)."""
+the chain of leading references (the rest of :func:`app.runtimes.gbnf.measure`).
+Tested by tests/runtimes/test_gbnf.py and tests/runtimes/test_grammar_limits.py."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ Constraints (the same ones llama.cpp enforces with GBNF):
 
 A schema llguidance cannot compile is an ``InvalidRequest`` (HTTP 400), raised before any
 output is produced.
+Tested by tests/runtimes/test_mlx.py and tests/runtimes/test_gbnf.py.
 """
 
 from __future__ import annotations
