@@ -1,5 +1,6 @@
 """The composition root: the core wired, once, to the runtimes, files and settings of this
-machine. The CLI, the desktop app and ``hearth serve`` all start here."""
+machine. The CLI, the desktop app and ``hearth serve`` all start here.
+Tested by tests/gui/views/providers/test_page.py and tests/runtimes/llama/test_autofit_real.py."""
 
 from __future__ import annotations
 

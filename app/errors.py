@@ -1,4 +1,5 @@
-"""Hearth's error tree. The server maps each type to its wire shape in one place."""
+"""Hearth's error tree. The server maps each type to its wire shape in one place.
+Tested by tests/server/test_security.py and tests/server/clients/test_ollama_edges.py."""
 
 from __future__ import annotations
 

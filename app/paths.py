@@ -1,4 +1,5 @@
-"""Where Hearth keeps things: one frozen dataclass, from platformdirs or HEARTH_HOME."""
+"""Where Hearth keeps things: one frozen dataclass, from platformdirs or HEARTH_HOME.
+Tested by tests/test_settings.py and tests/gui/test_instance.py."""
 
 from __future__ import annotations
 

@@ -145,13 +145,13 @@ def served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iter
         yield s
 
 
-# -- a local fake Hugging Face Hub (tests/fakehub.py) -----------------------------------------------
+# -- a local fake Hugging Face Hub (tests/support/fakehub.py) -----------------------------------------------
 @pytest.fixture
 def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     """A fake Hub on a loopback port, set as ``HF_ENDPOINT``; no real token can leak in."""
     import huggingface_hub.constants as hf_constants
 
-    from tests.fakehub import serve
+    from tests.support.fakehub import serve
 
     for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(var, raising=False)

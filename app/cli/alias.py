@@ -1,6 +1,7 @@
 """Aliases and fallback chains: ``hearth alias set|rm|ls``. They edit the aliases file directly
 (under its lock), so they work with or without a server; a running one sees the change within a
-second (its FileCache stats the file)."""
+second (its FileCache stats the file).
+Tested by tests/server/gateway/test_gateway.py."""
 
 from __future__ import annotations
 

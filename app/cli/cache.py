@@ -1,5 +1,6 @@
 """``hearth cache stats|clear``: the response cache, read and cleared in its SQLite
-file directly (no server needed; a running one sees a clear at its next request)."""
+file directly (no server needed; a running one sees a clear at its next request).
+Tested by tests/e2e/cli/test_cache_cli.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What every command shares: paths and settings, errors, talking to a running server, formats."""
+"""What every command shares: paths and settings, errors, talking to a running server, formats.
+Tested by tests/e2e/cli/test_cli.py and tests/e2e/cli/test_cache_cli.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Hugging Face Hub commands: search, pull (in process or through the running server), scan."""
+"""Hugging Face Hub commands: search, pull (in process or through the running server), scan.
+Tested by tests/e2e/pull/test_pull.py."""
 
 from __future__ import annotations
 

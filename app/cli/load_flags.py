@@ -2,6 +2,7 @@
 
 Each option gets its table flag (``--ctx``, ``--parallel`` ...) with the table's help; a value out
 of the table's range is a usage error (exit 2) before anything runs.
+Tested by tests/core/engine/test_load_options.py.
 """
 
 from __future__ import annotations

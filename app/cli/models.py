@@ -1,4 +1,5 @@
-"""Library and model commands: import, ls, rm, run, and ps/load/unload on the running server."""
+"""Library and model commands: import, ls, rm, run, and ps/load/unload on the running server.
+Tested by tests/e2e/models/test_models_lifecycle.py and tests/e2e/cli/test_cli.py."""
 
 from __future__ import annotations
 

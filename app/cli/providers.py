@@ -1,6 +1,7 @@
 """Remote engines: ``hearth providers add|ls|test|rm``. They edit the providers files directly
 (under their lock), so they work with or without a server; a running one picks a change up
-within a second. ``ls`` and ``test`` ask the engines themselves (one probe each, side by side)."""
+within a second. ``ls`` and ``test`` ask the engines themselves (one probe each, side by side).
+Tested by tests/e2e/providers/test_remote_providers.py."""
 
 from __future__ import annotations
 

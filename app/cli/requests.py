@@ -1,5 +1,6 @@
 """``hearth requests``: the request records, newest first, read from the database directly (no
-server needed; a running one keeps writing meanwhile)."""
+server needed; a running one keeps writing meanwhile).
+Tested by tests/e2e/test_request_records_kill.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The long-running commands: ``hearth serve`` (headless) and the desktop app."""
+"""The long-running commands: ``hearth serve`` (headless) and the desktop app.
+Tested by tests/e2e/cli/test_cli.py, tests/e2e/test_serve_health.py and
+tests/core/desktop/test_autostart.py."""
 
 from __future__ import annotations
 

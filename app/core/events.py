@@ -1,4 +1,5 @@
-"""Typed events and a tiny publish/subscribe hub. The GUI and the server's live log listen here."""
+"""Typed events and a tiny publish/subscribe hub. The GUI and the server's live log listen here.
+Tested by tests/core/hub/test_downloads.py and tests/core/library/test_stores.py."""
 
 from __future__ import annotations
 

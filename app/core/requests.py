@@ -5,6 +5,7 @@ Messages, Ollama) is translated into one of these by its protocol adapter, and e
 No wire names here: ``max_tokens`` is the generation bound whatever the protocol calls it
 (``max_output_tokens``, ``num_predict``), ``ttl`` is how long the model stays loaded after the
 request (``keep_alive``), a constraint is a :class:`~app.core.types.Constraint`.
+Tested by tests/core/gateway/test_gateway.py and tests/core/gateway/cache/test_replay.py.
 """
 
 from __future__ import annotations

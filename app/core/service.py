@@ -4,6 +4,7 @@ Inference goes through the request pipeline (:mod:`app.core.gateway.pipeline`); 
 to one service per concern: ``models`` (the library, presets, estimates, loads), ``routing``
 (providers and aliases) and ``hub`` (downloads). :func:`assemble` wires them, once; the
 composition root (``app/compose.py``) calls it with this machine's runtimes and files.
+Tested by tests/core/engine/test_scheduler.py and tests/core/inference/test_prompt.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Frozen value types shared by every layer, and the protocols runtimes implement."""
+"""Frozen value types shared by every layer, and the protocols runtimes implement.
+Tested by tests/core/engine/test_scheduler.py and tests/runtimes/test_worker.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What the composition root hands the GUI: the running core and its collaborators."""
+"""What the composition root hands the GUI: the running core and its collaborators.
+Tested by tests/gui/test_tray.py and tests/gui/test_bridge.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The main window (navigation + pages) and ``run_gui``, the desktop app's entry point."""
+"""The main window (navigation + pages) and ``run_gui``, the desktop app's entry point.
+Tested by tests/gui/test_tray.py and tests/gui/test_pages.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The light/dark theme (``ui.theme``) and colours chosen by the palette's lightness, so what the
-pages draw themselves stays readable in dark mode."""
+pages draw themselves stays readable in dark mode.
+Tested by tests/gui/test_window_product.py and tests/gui/views/chat/test_transcript.py."""
 
 from __future__ import annotations
 

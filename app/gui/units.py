@@ -1,4 +1,5 @@
-"""Human-readable numbers for tables and labels."""
+"""Human-readable numbers for tables and labels.
+Tested by tests/gui/test_pages.py and tests/gui/views/test_discover.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The main window as a product: where it reopens (``ui.window``), and what closing it does while
-the server runs on a desktop with no tray (``ui.close_action``)."""
+the server runs on a desktop with no tray (``ui.close_action``).
+Tested by tests/gui/test_window_product.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""create_app(): the aiohttp application, its typed state, and each protocol's routes."""
+"""create_app(): the aiohttp application, its typed state, and each protocol's routes.
+Tested by tests/server/test_security.py and tests/server/edge/test_vision.py."""
 
 from __future__ import annotations
 

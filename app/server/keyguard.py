@@ -2,7 +2,8 @@
 their token buckets (plus the server-wide one). The middleware calls :meth:`KeyGuard.enter`
 before the body is read (one request; a key in token debt waits here), the core charges the
 tokens a parsed request can cost through :meth:`KeyGuard.charger`, and the middleware calls
-:meth:`KeyGuard.settle` with the real usage when the handler is done."""
+:meth:`KeyGuard.settle` with the real usage when the handler is done.
+Tested by tests/server/keys/test_named_keys_api.py and tests/server/test_security.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The edge of every request: Host and Origin allow-lists, bearer auth, the request's time
-limit, the request log, and HearthError -> the error shape of the protocol that owns the route."""
+limit, the request log, and HearthError -> the error shape of the protocol that owns the route.
+Tested by tests/server/telemetry/test_telemetry.py and tests/server/clients/test_ollama_edges.py."""
 
 from __future__ import annotations
 

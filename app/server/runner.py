@@ -1,4 +1,5 @@
-"""ServerController: starts and stops the aiohttp server on the service loop."""
+"""ServerController: starts and stops the aiohttp server on the service loop.
+Tested by tests/server/test_security.py and tests/server/routes/test_health.py."""
 
 from __future__ import annotations
 

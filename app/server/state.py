@@ -1,5 +1,6 @@
 """The server's typed state, in its own module so routes and the app factory need not import
-each other."""
+each other.
+Tested by tests/server/keys/test_named_keys_api.py."""
 
 from __future__ import annotations
 

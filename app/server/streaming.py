@@ -6,6 +6,7 @@ covers the whole request: every generation it starts (``n`` choices, a list of p
 the wait for the model. At the deadline the generations are cancelled, which stops them within
 one token (or aborts their prompt); the stream then ends with an error final delta, which each
 protocol writes as its own error event or error body.
+Tested by tests/server/test_client_gone.py and tests/server/clients/test_tools.py.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from app.core.service import Hearth, assemble  # noqa: E402
 from app.core.types import ChatMessage, LoadOptions, SamplingParams  # noqa: E402
 from app.runtimes.llama.runtime import LlamaCppRuntime  # noqa: E402
 from tests.bench.vs_llama_server import TOPICS, default_model  # noqa: E402
-from tests.service_calls import chat  # noqa: E402
+from tests.support.service_calls import chat  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 

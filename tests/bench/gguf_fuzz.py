@@ -1,8 +1,8 @@
 """Bench: malformed GGUF files against Hearth's import, load and first request (not collected).
 
-Runs the whole mutation corpus of tests/gguf_corpus.py (every semantic case and N seeded
+Runs the whole mutation corpus of tests/support/gguf_corpus.py (every semantic case and N seeded
 byte-level mutations of the tiny model; optionally M of SmolLM2 itself) through
-``python -m tests.gguf_corpus`` in a subprocess, and prints the outcome counts, the time, and
+``python -m tests.support.gguf_corpus`` in a subprocess, and prints the outcome counts, the time, and
 any file that was neither refused with a reason nor worked. Then it measures what the probe costs
 a real model: the first load of an unknown SmolLM2 (a child loads it and serves one request)
 against the load of a known one (a verdict lookup).
@@ -34,7 +34,14 @@ def run_corpus(cases: list, work: Path) -> dict:  # type: ignore[type-arg]
     report = work / "report.jsonl"
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.gguf_corpus", str(files), str(work / "home"), str(report)],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.gguf_corpus",
+            str(files),
+            str(work / "home"),
+            str(report),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -121,7 +128,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from tests.conftest import smollm2_file
-    from tests.gguf_corpus import byte_cases, corpus, spec_from_file
+    from tests.support.gguf_corpus import byte_cases, corpus, spec_from_file
 
     with tempfile.TemporaryDirectory() as d:
         out = run_corpus(corpus(args.seed, args.random), Path(d) / "tiny")

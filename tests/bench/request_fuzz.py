@@ -2,7 +2,7 @@
 
     python tests/bench/request_fuzz.py [--count 5000] [--seed 1]
 
-The same generator as tests/e2e/test_request_fuzz.py (tests/fuzz_requests.py), hostile image
+The same generator as tests/e2e/hostile/test_request_fuzz.py (tests/support/fuzz_requests.py), hostile image
 bodies included (many-scan progressive JPEGs, 64 large PNGs, unknown names). Prints the
 answers by route and status, the slowest /health seen meanwhile and the server's peak RSS;
 exits 1 on any 5xx, dropped connection or dead server.
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.conftest import SHARED_TESTDATA, smollm2_file  # noqa: E402
 from tests.e2e.serveproc import start_serve  # noqa: E402
-from tests.fuzz_requests import cases  # noqa: E402
+from tests.support.fuzz_requests import cases  # noqa: E402
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
     python tests/bench/soak.py --hours 2 [--clients 3] [--seed 24]
 
-Mixed traffic on all four protocols with unloads, reloads and model swaps (tests/soak.py).
+Mixed traffic on all four protocols with unloads, reloads and model swaps (tests/support/soak.py).
 Exits 1 if the server died, a request failed other than by an unload racing it, or the server
 holds more with every model unloaded at the end than at the start (see --max-rss-growth).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.conftest import SHARED_TESTDATA, smollm2_file  # noqa: E402
-from tests.soak import run_soak  # noqa: E402
+from tests.support.soak import run_soak  # noqa: E402
 
 
 def main() -> int:

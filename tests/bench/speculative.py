@@ -25,7 +25,7 @@ from app.core.service import assemble  # noqa: E402
 from app.core.types import ChatMessage, LoadOptions, SamplingParams  # noqa: E402
 from app.runtimes.llama.runtime import LlamaCppRuntime  # noqa: E402
 from tests.conftest import smollm2_file, transcript  # noqa: E402
-from tests.service_calls import chat  # noqa: E402
+from tests.support.service_calls import chat  # noqa: E402
 
 DOC = (
     "The lighthouse stood on the rocks at the edge of the bay. Every night the keeper climbed "

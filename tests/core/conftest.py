@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from app.core.library.index import ModelLibrary
-
-from .gguf_files import write_model
+from tests.support.gguf_files import write_model
 
 TESTDATA = Path(__file__).resolve().parents[2].parent / "shared" / "testdata"
 

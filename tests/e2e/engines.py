@@ -493,7 +493,7 @@ def start_llama_server(
     ports: Callable[[], int] | None = None,
 ) -> Engine:
     """llama.cpp's `llama-server` serving one GGUF as ``alias`` (default: smollm2, minilm for
-    ``embedding``, reranker for ``rerank``: a cross-encoder, see tests/cross_encoder.py)."""
+    ``embedding``, reranker for ``rerank``: a cross-encoder, see tests/support/cross_encoder.py)."""
     exe = binary or llama_server_binary()
     if exe is None:
         raise EngineStartError(LLAMA_SERVER_HOWTO)

@@ -22,7 +22,6 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.conftest import SHARED_TESTDATA, smollm2_file  # noqa: E402
-from tests.cross_encoder import write_cross_encoder  # noqa: E402
 from tests.e2e.engines import (  # noqa: E402
     Engine,
     free_port,
@@ -32,6 +31,7 @@ from tests.e2e.engines import (  # noqa: E402
     start_llama_cpp_python,
     start_llama_server,
 )
+from tests.support.cross_encoder import write_cross_encoder  # noqa: E402
 
 OUT = REPO / "tests" / "fixtures" / "engines"
 KEY = "recorded-key"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.serveproc import start_serve
-from tests.fuzz_requests import image_cases
+from tests.support.fuzz_requests import image_cases
 
 pytestmark = pytest.mark.model
 

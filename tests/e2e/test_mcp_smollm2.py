@@ -4,7 +4,7 @@ tool message, and the loop ends (answer, or the round cap's notice).
 
 Opt-in (HEARTH_MCP_SMOLLM2=1): it takes 30-60 s on a 2-core machine (the forced call's grammar
 compiles for ~13 s), past this part's CI share; the approval paths are covered in
-tests/core/test_mcp_toolloop.py with a scripted model."""
+tests/core/workspace/mcp/test_toolloop.py with a scripted model."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from app.core.workspace.mcp.toolloop import (
     run_tool_loop,
 )
 from app.runtimes.llama.runtime import LlamaCppRuntime
-from tests.mcp_fixtures import stdio_entry, write_config
+from tests.support.mcp_fixtures import stdio_entry, write_config
 
 
 class AllowAll:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hearthproc import Server, hearth, ls, wait_until
+from tests.support.hearthproc import Server, hearth, ls, wait_until
 
 pytestmark = pytest.mark.model
 

@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 from app.cli import main
-from tests.core.test_chat_images import noise_png
-from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
+from tests.core.workspace.test_chat_images import noise_png
+from tests.support.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
 pytestmark = pytest.mark.model
 STATS = re.compile(r"\[prompt (\d+) tokens \((\d+) cached\), answer (\d+) tokens\]")

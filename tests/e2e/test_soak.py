@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.soak import run_soak
+from tests.support.soak import run_soak
 
 pytestmark = pytest.mark.model
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.e2e.serveproc import ServeProc, start_serve
-from tests.tlsfiles import Pki, make_pki
+from tests.support.tlsfiles import Pki, make_pki
 
 trustme = pytest.importorskip("trustme")
 

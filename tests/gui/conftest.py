@@ -34,7 +34,7 @@ from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.mlx.runtime import MlxRuntime
 from app.server.runner import ServerController
 from app.settings import SettingsStore, TokenStore
-from tests.fakehub import FakeHub, gguf_bytes, mlx_files
+from tests.support.fakehub import FakeHub, gguf_bytes, mlx_files
 
 
 @pytest.fixture(scope="session")
@@ -126,7 +126,7 @@ def imported(window: MainWindow, qtbot: QtBot, smollm2_path: Path) -> str:
     return window.library_page.table_model.ids()[0]
 
 
-# -- the Hugging Face Hub (a local fake, tests/fakehub.py) -----------------------------------------
+# -- the Hugging Face Hub (a local fake, tests/support/fakehub.py) -----------------------------------------
 HUB_REPO = "acme/tiny-GGUF"
 HUB_FILE = "tiny-Q4_K_M.gguf"
 GATED_REPO = "acme/gated-GGUF"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pytestqt.qtbot import QtBot
 
 from app.gui.main_window import MainWindow
-from tests.fakehub import FakeHub
 from tests.gui.conftest import HUB_FILE, HUB_REPO
 from tests.gui.views.test_downloads import TIMEOUT, start
+from tests.support.fakehub import FakeHub
 
 
 def tray_texts(window: MainWindow) -> list[str]:

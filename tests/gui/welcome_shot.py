@@ -1,6 +1,6 @@
 """The first-run welcome's screenshot: ``python -m tests.gui.welcome_shot OUT.png``.
 
-The real window on an empty temporary HEARTH_HOME, its Hub the fake one (tests/fakehub.py)
+The real window on an empty temporary HEARTH_HOME, its Hub the fake one (tests/support/fakehub.py)
 serving the curated starter repos as small files, so it runs without internet (sizes are the
 fake files' sizes); ``--offline`` points it at a closed port instead. Use ``xvfb-run -a`` for a real X server, else it renders offscreen.
 """
@@ -26,7 +26,7 @@ def main(out: Path, *, offline: bool = False) -> int:
     os.environ["HEARTH_HOME"] = str(tmp / "home")
     os.environ["XDG_CONFIG_HOME"] = str(tmp / "xdg")  # the switches never touch ~/.config
 
-    from tests.fakehub import FakeHub, add_starters
+    from tests.support.fakehub import FakeHub, add_starters
 
     hub = FakeHub().start()
     add_starters(hub, tmp / "hub")

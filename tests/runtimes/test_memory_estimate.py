@@ -107,7 +107,7 @@ def test_llama_embedding_model(tmp_path: Path, embedding_gguf: Path) -> None:
 
 def test_mlx_model(tmp_path: Path) -> None:
     pytest.importorskip("mlx_lm", reason="needs mlx-lm")
-    from tests.mlx_model import build_tiny_mlx_model
+    from tests.support.mlx_model import build_tiny_mlx_model
 
     folder = build_tiny_mlx_model(tmp_path / "Tiny-MLX", layers=4, hidden=256)
     check("tiny MLX llama ctx 1024", measure("mlx", folder, 1024, tmp_path / "h"))

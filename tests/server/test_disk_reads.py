@@ -20,7 +20,7 @@ import app.settings as settings_module
 from app.core.library.index import ADOPT_INTERVAL_S
 from app.core.util import filecache
 from tests.conftest import Served
-from tests.core.gguf_files import write_model
+from tests.support.gguf_files import write_model
 
 pytestmark = pytest.mark.model
 

@@ -1,4 +1,5 @@
-"""Keep-alive durations as the APIs spell them: seconds, "5m", "1h30m", "-1" (never)."""
+"""Keep-alive durations as the APIs spell them: seconds, "5m", "1h30m", "-1" (never).
+Tested by tests/core/engine/test_autofit.py and tests/core/engine/test_scheduler.py."""
 
 from __future__ import annotations
 

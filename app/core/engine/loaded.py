@@ -1,4 +1,5 @@
-"""What the scheduler reports about loaded models and loads (``app.core.engine.scheduler``)."""
+"""What the scheduler reports about loaded models and loads (``app.core.engine.scheduler``).
+Tested by tests/core/engine/test_autofit.py and tests/core/engine/test_scheduler.py."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ their state, presets, memory estimates, and loading and unloading.
 
 Every lookup by id takes the caller's ``scope`` (a key's model patterns; None: every model):
 a model outside it is answered exactly as an unknown one, and is never loaded.
+Tested by tests/core/engine/test_scheduler.py and tests/core/library/test_stores.py.
 """
 
 from __future__ import annotations

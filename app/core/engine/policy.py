@@ -1,5 +1,6 @@
 """How the scheduler decides, as the settings say it: the memory budget, the keep-alive
-default, auto-fit's context cap, and where measured footprints are remembered between runs."""
+default, auto-fit's context cap, and where measured footprints are remembered between runs.
+Tested by tests/core/engine/test_scheduler_policy.py and tests/core/engine/test_autofit.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Per-model load presets (one JSON file): applied to explicit and on-demand (JIT) loads alike."""
+"""Per-model load presets (one JSON file): applied to explicit and on-demand (JIT) loads alike.
+Tested by tests/core/engine/test_load_options.py and tests/core/engine/test_scheduler_policy.py."""
 
 from __future__ import annotations
 

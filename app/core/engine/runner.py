@@ -4,6 +4,7 @@ generated, embedded or scored.
 
 The request names one local model here: the gateway has resolved aliases, fallback chains and
 the caller's scope, and the dispatcher sent remote targets to their providers.
+Tested by tests/core/engine/test_scheduler.py and tests/core/inference/test_prompt.py.
 """
 
 from __future__ import annotations

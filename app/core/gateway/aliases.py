@@ -1,6 +1,7 @@
 """Aliases: a name standing for one target or an ordered fallback chain, in ``aliases.json`` in
 the config folder (atomic writes under a file lock; read through a shared FileCache, so a
-running server sees a change made by the CLI within a second)."""
+running server sees a change made by the CLI within a second).
+Tested by tests/core/gateway/test_gateway.py and tests/server/edge/test_image_targets.py."""
 
 from __future__ import annotations
 

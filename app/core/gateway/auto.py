@@ -2,7 +2,8 @@
 
 ``"routing": {"auto": [{"target": ID, "max_prompt_tokens": N, "needs": [...], "keywords": [...],
 "priority": N}]}``; every condition a rule names must hold; the highest priority wins, and
-among equals a loaded target, then the first listed."""
+among equals a loaded target, then the first listed.
+Tested by tests/core/gateway/test_gateway.py."""
 
 from __future__ import annotations
 

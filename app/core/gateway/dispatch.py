@@ -1,6 +1,8 @@
 """Dispatch: one target, local or remote. The gateway hands each target it tries to the
 dispatcher, which sends a provider's ``PREFIX/id`` to that provider and any other id to the
-models of this machine, after checking that the target takes the request's images."""
+models of this machine, after checking that the target takes the request's images.
+Tested by tests/core/gateway/cache/test_response_cache.py and
+tests/server/gateway/test_gateway.py."""
 
 from __future__ import annotations
 

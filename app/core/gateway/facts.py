@@ -1,4 +1,5 @@
-"""What ``auto`` routing looks at in each kind of request."""
+"""What ``auto`` routing looks at in each kind of request.
+Tested by tests/core/gateway/test_gateway.py and tests/server/gateway/test_gateway.py."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ context); then the response cache answers it or lets it through; the gateway tri
 its model names (aliases, fallback chains, ``auto``, the default model, within the caller's
 scope) until one starts; the dispatcher runs each try on a provider or on this machine. Every
 stage reads what it needs from the request and its :class:`~app.core.requests.RequestContext`.
+Tested by tests/core/gateway/cache/test_response_cache.py and tests/server/gateway/test_gateway.py.
 """
 
 from __future__ import annotations

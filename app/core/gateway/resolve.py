@@ -3,7 +3,8 @@
 Order: a local id -> an alias (its targets, aliases expanded depth first) -> ``auto`` (the rule
 picked, then resolved) -> ``default_model`` when the request names none -> 404. Never a silent
 substitute. Remote ``PREFIX/id`` targets join through ``is_model`` (any id it accepts is a
-target as it is)."""
+target as it is).
+Tested by tests/core/gateway/test_gateway.py and tests/server/gateway/test_gateway.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Which failures move a fallback chain on to its next target."""
+"""Which failures move a fallback chain on to its next target.
+Tested by tests/core/gateway/test_gateway.py and tests/server/gateway/test_gateway.py."""
 
 from __future__ import annotations
 

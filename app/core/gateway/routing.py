@@ -3,6 +3,7 @@ the aliases, as the GUI, the server and the CLI list and edit them.
 
 Lists take the caller's ``scope`` (a key's model patterns; None: every name): an alias shows
 only the targets the scope reaches, and a provider's model outside it is never listed.
+Tested by tests/core/gateway/test_gateway.py and tests/server/gateway/test_gateway.py.
 """
 
 from __future__ import annotations

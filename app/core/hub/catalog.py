@@ -2,6 +2,7 @@
 
 Nothing here talks to the network; ``HubClient`` fills these records in. What a repo offers is
 its format's answer (``app.core.library.formats``).
+Tested by tests/core/hub/test_client.py and tests/core/hub/test_offline.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The last listing of featured models (an empty search) that came back, kept on disk so Discover
-still has something to show when the Hub cannot be reached."""
+still has something to show when the Hub cannot be reached.
+Tested by tests/core/hub/test_client.py and tests/core/hub/test_offline.py."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ huggingface_hub retries a failed listing five times with backoff (~23 s here, mo
 lookups are slow) and its client has no connect timeout, so "offline" used to surface as a raw
 ``[Errno -2]`` after half a minute. One name lookup and one TCP connect, each bounded, say it at
 once; a success is remembered briefly so a search and its size lookups probe once.
+Tested by tests/core/hub/test_offline.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Names and references: what a user may ask to pull, checked before any name becomes a path."""
+"""Names and references: what a user may ask to pull, checked before any name becomes a path.
+Tested by tests/core/hub/test_client.py and tests/core/hub/test_offline.py."""
 
 from __future__ import annotations
 

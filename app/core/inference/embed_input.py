@@ -1,5 +1,6 @@
 """An embedding request's inputs as token lists: text tokenized, token ids checked, each
-input within the model's context (the embed path's validation, one place)."""
+input within the model's context (the embed path's validation, one place).
+Tested by tests/server/clients/test_embeddings.py and tests/server/test_big_inputs.py."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ Python internals; this module also stops it taking the process's time or memory:
   from their inputs first; a too-large one is refused without being built.
 
 Everything C-level is therefore bounded by size, and everything Python-level by the clock.
+Tested by tests/core/inference/test_template_sandbox_frozen.py.
 """
 
 from __future__ import annotations

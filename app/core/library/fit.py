@@ -3,6 +3,7 @@
 Everything is derived from the GGUF header (local file or a remote header read with an HTTP Range
 request), never guessed from the file size alone. ``verdict`` compares an estimate with the
 machine's free memory (RAM, and VRAM from a device probe that tests can replace).
+Tested by tests/core/library/test_formats.py and tests/core/hub/test_client.py.
 """
 
 from __future__ import annotations

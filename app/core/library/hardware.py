@@ -4,6 +4,7 @@ llama.cpp reports only the devices its build can drive; a CPU-only build on a ma
 NVIDIA card sees no GPU at all. To say "a GPU is present but unused", the doctor also asks the
 machine: ``nvidia-smi`` (NVIDIA's driver tool), the kernel's DRM devices (AMD's VRAM size), and
 the platform (Apple silicon always has a Metal GPU sharing the RAM).
+Tested by tests/e2e/cli/test_doctor.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The patterns travel on the request (``RequestContext.models``) or are passed by the route that
 lists models; ``None`` (the GUI, the CLI, a server without keys) allows every model. An id out
-of scope is answered exactly as an unknown one, so a key cannot learn that a model exists."""
+of scope is answered exactly as an unknown one, so a key cannot learn that a model exists.
+Tested by tests/core/gateway/test_keys.py."""
 
 from __future__ import annotations
 

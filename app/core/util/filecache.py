@@ -1,6 +1,7 @@
 """The parsed content of a file several processes share (settings, the library index), kept in
 memory so that a request never reads it: one ``stat`` at most every ``CHECK_INTERVAL_S`` tells
-whether another process replaced it (every writer replaces it atomically, so its inode changes)."""
+whether another process replaced it (every writer replaces it atomically, so its inode changes).
+Tested by tests/server/test_disk_reads.py and tests/server/edge/test_vision.py."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 ``json.loads`` raises RecursionError, not ValueError, on text nested deeper than Python's
 recursion limit (``[[[[...`` 100,000 deep is 200 KB): callers that treat bad JSON as a
 ValueError then fail with a 500. These wrappers make nesting over ``MAX_DEPTH`` bad JSON.
+Tested by tests/core/engine/test_scheduler.py and tests/core/inference/test_chat_template.py.
 """
 
 from __future__ import annotations

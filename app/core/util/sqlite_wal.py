@@ -1,4 +1,5 @@
-"""Hearth's SQLite files (request records, the response cache): one way to open them."""
+"""Hearth's SQLite files (request records, the response cache): one way to open them.
+Tested by tests/core/gateway/test_records.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Byte sizes as people read them (one formatter for the core's messages and the GUI)."""
+"""Byte sizes as people read them (one formatter for the core's messages and the GUI).
+Tested by tests/core/engine/test_autofit.py and tests/gui/views/library/test_memory.py."""
 
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ each chunk begins with the last :data:`OVERLAP_TOKENS` of the one before (so a f
 a boundary is whole in one of them). A PDF's chunks never cross pages and keep the page
 number. Sizes are counted with :func:`estimate_tokens`: the chat model's tokenizer is not
 needed to chunk, and the budget later counts what goes in the prompt exactly.
+Tested by tests/core/workspace/test_attachments.py and tests/runtimes/llama/test_retrieval_real.py.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ JSON shape (``"format": "hearth.conversation/1"``)::
 ``extras.images`` lists the images it carried, as references, not bytes: ``file`` (the image's
 file in the data folder's ``chat-images/``, named by the SHA-256 of its bytes), ``sha256``,
 ``name``, ``width``, ``height``, ``bytes``. Markdown names each image under its message.
+Tested by tests/core/workspace/test_chat_images.py and tests/core/workspace/test_conversations.py.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ the model's tokenizer when it is loaded, else estimated (one per 3 characters, s
 the question are embedded, and the top :data:`TOP_K` chunks by cosine that fit what the
 conversation leaves go into the last user message, each labelled with its file and
 chunk (or page).
+Tested by tests/core/workspace/test_attachments.py and tests/runtimes/llama/test_retrieval_real.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Chunk vectors of attached files, kept per (embedding model, file content, chunker): in
 memory (the last :data:`MEMORY_FILES` files) and, given a folder, on disk as float32 files,
-so a file attached again (or after a restart) is not embedded again."""
+so a file attached again (or after a restart) is not embedded again.
+Tested by tests/core/workspace/test_attachments.py and tests/runtimes/llama/test_retrieval_real.py."""
 
 from __future__ import annotations
 

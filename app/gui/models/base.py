@@ -1,4 +1,5 @@
-"""RowTableModel: the Qt plumbing every row-per-item table model here shares."""
+"""RowTableModel: the Qt plumbing every row-per-item table model here shares.
+Tested by tests/gui/models/test_memory.py and tests/gui/views/test_discover.py."""
 
 from __future__ import annotations
 

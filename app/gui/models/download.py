@@ -1,5 +1,6 @@
 """DownloadsTableModel: the DownloadManager's queue, one row per download, kept current from the
-core's Download* events (never by polling files)."""
+core's Download* events (never by polling files).
+Tested by tests/gui/views/test_downloads.py."""
 
 from __future__ import annotations
 

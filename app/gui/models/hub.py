@@ -1,5 +1,6 @@
 """Hub search results as a table (SearchResultsTableModel) and the words the Discover page uses
-for access markers and fit verdicts."""
+for access markers and fit verdicts.
+Tested by tests/gui/views/test_discover.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""LibraryTableModel: the models in the library, one row each, with their load state."""
+"""LibraryTableModel: the models in the library, one row each, with their load state.
+Tested by tests/gui/views/library/test_page.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Small widgets the pages share."""
+"""Small widgets the pages share.
+Tested by tests/gui/views/test_connect.py and tests/gui/views/test_discover.py."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ model's worker: a model's worker thread decodes every running stream of that mod
 done there stalls them all (three schemas converting on it froze a running stream for 28.7 s).
 Their stack is :data:`app.runtimes.worker.THREAD_STACK_BYTES`: llama.cpp's grammar parser
 recurses, and the grammar bounds are chosen for that stack.
+Tested by tests/runtimes/grammar/test_limits.py.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ Constraints (the same ones llama.cpp enforces with GBNF):
 
 A schema llguidance cannot compile is an ``InvalidRequest`` (HTTP 400), raised before any
 output is produced.
+Tested by tests/runtimes/mlx/test_runtime.py and tests/runtimes/grammar/test_gbnf.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """GBNF, parsed the way llama.cpp parses it (iteratively: no recursion here), with the bounds
-and range helpers that :mod:`app.runtimes.grammar.gbnf` and :mod:`app.runtimes.grammar.stacks` share."""
+and range helpers that :mod:`app.runtimes.grammar.gbnf` and :mod:`app.runtimes.grammar.stacks` share.
+Tested by tests/runtimes/grammar/test_gbnf.py and tests/runtimes/grammar/test_limits.py."""
 
 from __future__ import annotations
 

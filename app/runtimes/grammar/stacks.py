@@ -1,5 +1,6 @@
 """How many grammar stacks llama.cpp can keep alive at once for a parsed GBNF grammar, with
-the chain of leading references (the rest of :func:`app.runtimes.grammar.gbnf.measure`)."""
+the chain of leading references (the rest of :func:`app.runtimes.grammar.gbnf.measure`).
+Tested by tests/runtimes/grammar/test_gbnf.py and tests/runtimes/grammar/test_limits.py."""
 
 from __future__ import annotations
 

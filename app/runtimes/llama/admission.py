@@ -32,6 +32,7 @@ The first BASE_WIDTH sequences always decode together (several clients are serve
 whatever the cost, as peers' default of 4 does). Caches of their own per sequence (a cache
 stream each) and attention on a GPU have no such bound: a step's attention reads only a
 sequence's own cells there, and a GPU's attention was not measured.
+Tested by tests/runtimes/llama/test_width.py.
 """
 
 from __future__ import annotations

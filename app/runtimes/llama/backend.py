@@ -1,5 +1,6 @@
 """llama.cpp's process-wide side: the import, backend init with native logs routed to logging,
-returning freed memory to the system, the core count, flash-attention choice and build info."""
+returning freed memory to the system, the core count, flash-attention choice and build info.
+Tested by tests/runtimes/llama/test_runtime.py and tests/runtimes/llama/test_probe.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """LlamaEngine: one GGUF model driven through llama-cpp-python's low-level API on its worker
-thread (tokenize, decode, sample, detokenize; sequences share one batch; prompt cache by slot)."""
+thread (tokenize, decode, sample, detokenize; sequences share one batch; prompt cache by slot).
+Tested by tests/runtimes/llama/test_mixed_batch.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """llama.cpp grammars for output constraints: a JSON schema (or a forced tool call) becomes GBNF
 through llama-cpp-python's converter, and the result is measured by
-:func:`app.runtimes.grammar.gbnf.check_grammar` before llama.cpp ever parses it."""
+:func:`app.runtimes.grammar.gbnf.check_grammar` before llama.cpp ever parses it.
+Tested by tests/runtimes/grammar/test_gbnf.py and tests/runtimes/grammar/test_limits.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """A GGUF engine's pooled outputs: embeddings and cross-encoder rank scores (one input decoded
-whole as sequence 0, every position's output kept). Part of LlamaEngine; worker thread only."""
+whole as sequence 0, every position's output kept). Part of LlamaEngine; worker thread only.
+Tested by tests/runtimes/llama/test_mixed_batch.py."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ run, then the result), so when llama.cpp aborts the parent knows where.
 The child never outlives its parent: on Linux it asks the kernel for SIGKILL when the parent
 dies (PR_SET_PDEATHSIG), and everywhere a thread exits when its stdin (a pipe the parent holds
 open and never writes) reaches end of file.
+Tested by tests/runtimes/llama/test_runtime.py and tests/runtimes/llama/test_probe.py.
 """
 
 from __future__ import annotations

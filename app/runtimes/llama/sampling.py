@@ -1,6 +1,7 @@
 """A GGUF engine's samplers and logprobs: one llama.cpp sampler chain per sequence (grammar,
 logit bias, penalties, then greedy or top-k/top-p/min-p/temperature/seeded draw), and the
-log-softmax of one row of logits. Part of LlamaEngine; worker thread only."""
+log-softmax of one row of logits. Part of LlamaEngine; worker thread only.
+Tested by tests/runtimes/llama/test_mixed_batch.py."""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ whatever comes next, and a burst of requests that continue such caches finds the
 An earlier answer to the same question that lies scattered is dropped when the question is
 asked again, as llama-server's slots do, rather than copied; one in few ranges is copied at
 once (``take``).
+Tested by tests/runtimes/llama/test_mixed_batch.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ included), and the draft is kept up to the first token the sampler did not pick;
 is the next token, and the cells of the rest are dropped. A repeat or an edit of a document
 comes out several tokens a step. On llama.cpp's CPU backend each row is computed as a
 one-token step computes it, so answers are those of plain decoding (tested bit for bit on
-logprobs)."""
+logprobs).
+Tested by tests/runtimes/llama/test_speculative.py."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ The backends and devices come from ggml's backend registry (``ggml_backend_dev_*
 ctypes on the libggml that llama-cpp-python ships: its Python bindings do not wrap them), the
 CPU features from ``llama_print_system_info``, and the AMX verdict from the probe children's
 record (``app.runtimes.llama.probe``).
+Tested by tests/e2e/cli/test_doctor.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ An image takes a run of positions in the prompt. In ``prompt_tokens`` those are 
 pseudo-token ids derived from the image's digest (never a real token: real ids are >= 0), so the
 prompt cache (slots.py compares token lists) reuses an image's cells only for the same
 image at the same place, and a different image differs at its first position.
+Tested by tests/runtimes/llama/test_vision.py and tests/gui/views/chat/test_images.py.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ In ``prompt_tokens`` an image's positions are negative pseudo-token ids derived 
 positions only for the same image at the same place. Models whose positions are not the cache
 offset (Qwen-VL's M-RoPE: the embeddings come with position ids) get no cross-request reuse for
 prompts with images. Verified on Linux CPU with a LLaVA-architecture model only
-(tests/mlx_vlm_model.py); the other architectures follow mlx-vlm's documented API.
+(tests/support/mlx_vlm_model.py); the other architectures follow mlx-vlm's documented API.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The OpenAI wire, as Hearth speaks it to an engine: the internal requests encoded as
-request bodies, and streamed chunks decoded into deltas. Pure: no I/O."""
+request bodies, and streamed chunks decoded into deltas. Pure: no I/O.
+Tested by tests/runtimes/remote/test_codec.py."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ engine it is, its state, the models it serves with their context lengths, and it
 
 Pure functions on recorded answers (``Answer``: status and parsed body), so the HTTP client
 (client.py) performs the requests and this module only reads them. Every function is total:
-bodies are whatever the far side sent (any JSON, text, None) and never make it raise."""
+bodies are whatever the far side sent (any JSON, text, None) and never make it raise.
+Tested by tests/runtimes/remote/test_kinds.py."""
 
 from __future__ import annotations
 

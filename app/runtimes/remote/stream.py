@@ -1,6 +1,7 @@
 """A remote engine's streamed answer: its SSE lines read into deltas, bounded (line size,
 answer size, idle time) and cut at the request's ``max_tokens``; :class:`RemoteStream` is what
-:class:`~app.runtimes.remote.client.RemoteEngine` hands back for a streaming request."""
+:class:`~app.runtimes.remote.client.RemoteEngine` hands back for a streaming request.
+Tested by tests/runtimes/remote/test_hostile.py and tests/server/gateway/test_remote_bounds.py."""
 
 from __future__ import annotations
 

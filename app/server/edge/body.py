@@ -2,6 +2,7 @@
 
 Hearth's server turns aiohttp's own decompression off (see connections.py): aiohttp accepts a gzip
 body cut short as if it were whole, and its errors surface as a bare exception (a 500).
+Tested by tests/server/test_security.py and tests/server/test_big_inputs.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Each hop (the URL, then every redirect) is resolved here, every address is check
 connection goes to the checked address through a pinned resolver: aiohttp never looks the
 name up again, so a name that answers a public address to the check and 127.0.0.1 to the
 connect (DNS rebinding) is not followed.
+Tested by tests/server/edge/test_vision.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """What every protocol adapter gives the one streaming path: frames to write, a whole answer,
 and its error shape. Pure: no aiohttp here (an import-linter contract checks it), so adapters
-are tested on recorded delta sequences without a model or a server."""
+are tested on recorded delta sequences without a model or a server.
+Tested by tests/server/protocols/ollama/test_adapter.py and
+tests/server/protocols/openai/test_adapter.py."""
 
 from __future__ import annotations
 

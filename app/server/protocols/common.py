@@ -1,4 +1,5 @@
-"""Request parsing and validation at the edge: JSON bodies -> core types, with 400s naming the param."""
+"""Request parsing and validation at the edge: JSON bodies -> core types, with 400s naming the param.
+Tested by tests/server/protocols/ollama/test_adapter.py."""
 
 from __future__ import annotations
 

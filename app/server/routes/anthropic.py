@@ -1,4 +1,5 @@
-"""Anthropic Messages routes: POST /v1/messages (stream and not), /v1/messages/count_tokens."""
+"""Anthropic Messages routes: POST /v1/messages (stream and not), /v1/messages/count_tokens.
+Tested by tests/server/clients/test_clients.py and tests/server/clients/test_count_tokens.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """OpenAI Responses route: POST /v1/responses (stateless; stream and not). Its errors have
-OpenAI's shape, as openai-python reads them."""
+OpenAI's shape, as openai-python reads them.
+Tested by tests/server/clients/test_clients.py and
+tests/server/clients/test_messages_responses.py."""
 
 from __future__ import annotations
 

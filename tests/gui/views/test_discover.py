@@ -17,8 +17,8 @@ from app.gui.models.hub import COLUMNS
 from app.gui.units import human_byte_range, human_bytes
 from app.gui.views.discover import DiscoverPage
 from app.runtimes.llama.runtime import LlamaCppRuntime
-from tests.fakehub import FakeHub, gguf_bytes
 from tests.gui.conftest import GATED_REPO, HUB_FILE, HUB_REPO, MLX_REPO
+from tests.support.fakehub import FakeHub, gguf_bytes
 
 TIMEOUT = 20_000
 
@@ -256,7 +256,7 @@ class TestWithoutMlx:
 def test_an_option_with_a_projector_shows_vision_and_its_combined_size_and_fit(
     hub_window: MainWindow, hub: FakeHub, qtbot: QtBot, tmp_path: Path
 ) -> None:
-    from tests.vision_gguf import write_projector
+    from tests.support.vision_gguf import write_projector
 
     build = tmp_path / "vision-build"
     model = gguf_bytes(build, elems=20_000)  # embedding size 64

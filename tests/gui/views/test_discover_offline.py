@@ -17,8 +17,8 @@ from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
 from app.gui.views.discover import DiscoverPage
-from tests.fakehub import FakeHub
 from tests.gui.conftest import GATED_REPO, HUB_REPO
+from tests.support.fakehub import FakeHub
 
 DEADLINE_MS = 15_000  # generous; before this change the message took ~23 s here
 

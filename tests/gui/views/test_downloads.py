@@ -10,8 +10,8 @@ from pytestqt.qtbot import QtBot
 from app.core.hub.downloads import DownloadManager, DownloadStatus
 from app.gui.main_window import MainWindow
 from app.gui.models.download import COLUMNS, STATE_COLUMN, DownloadsTableModel
-from tests.fakehub import FakeHub
 from tests.gui.conftest import HUB_FILE, HUB_REPO
+from tests.support.fakehub import FakeHub
 
 TIMEOUT = 20_000
 LEFT = Qt.MouseButton.LeftButton

@@ -20,7 +20,7 @@ from app.runtimes.grammar.gbnf import (
     measure,
 )
 from app.runtimes.llama.grammar import grammar_for
-from tests.core.test_constraints import AGENT_TOOLS
+from tests.core.inference.test_constraints import AGENT_TOOLS
 
 pytest.importorskip("llama_cpp")
 

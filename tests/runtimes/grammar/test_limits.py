@@ -96,7 +96,7 @@ def test_the_measure_reads_grammars_as_llama_cpp_does(vocab: object) -> None:
 def test_the_converter_output_for_real_schemas_compiles(vocab: object) -> None:
     from app.core.inference.tools import Tool, tool_call_constraint
     from app.runtimes.llama.grammar import grammar_for
-    from tests.core.test_constraints import AGENT_TOOLS
+    from tests.core.inference.test_constraints import AGENT_TOOLS
 
     tools = [Tool(f"tool_{i}", "", s) for i, s in enumerate(AGENT_TOOLS)]
     for constraint in [

@@ -15,7 +15,7 @@ from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
-from tests.service_calls import chat
+from tests.support.service_calls import chat
 
 pytestmark = pytest.mark.model
 

@@ -18,7 +18,7 @@ from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
-from tests.service_calls import chat, complete
+from tests.support.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
 

@@ -19,7 +19,7 @@ from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
-from tests.service_calls import chat, complete
+from tests.support.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
 

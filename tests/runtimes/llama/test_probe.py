@@ -1,8 +1,8 @@
 """The probe child: a file that kills llama.cpp kills a child, never Hearth; verdicts are
 remembered per file; children never outlive their parent.
 
-Files are the tiny real llama model of tests/gguf_corpus.py. The crashing ones are values the
-Python check refuses too (tests/core/test_gguf_check.py): here they go straight to ``Prober``,
+Files are the tiny real llama model of tests/support/gguf_corpus.py. The crashing ones are values the
+Python check refuses too (tests/core/library/test_gguf_check.py): here they go straight to ``Prober``,
 which shows what llama.cpp really does with them. Children are counted and held with the child's
 gate hook (``HEARTH_PROBE_GATE``): each writes ``PID.running`` into the folder, then waits until
 ``open`` exists there.
@@ -32,7 +32,7 @@ from app.runtimes.llama.backend import build_info
 from app.runtimes.llama.probe import Prober
 from app.runtimes.llama.probe_child import GATE_ENV
 from app.runtimes.llama.runtime import LlamaCppRuntime
-from tests.gguf_corpus import ARR, BOOL, F32, STR, U32, serialize, tiny_llama
+from tests.support.gguf_corpus import ARR, BOOL, F32, STR, U32, serialize, tiny_llama
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

@@ -24,7 +24,7 @@ from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.llama.test_mixed_batch import gate_first_step
-from tests.service_calls import chat
+from tests.support.service_calls import chat
 
 pytestmark = pytest.mark.model
 

@@ -20,7 +20,7 @@ from app.core.workspace.chunking import chunk_attachment
 from app.core.workspace.retrieval import Prepared, Retriever
 from app.core.workspace.vector_cache import VectorCache
 from app.runtimes.llama.runtime import LlamaCppRuntime
-from tests.core.pdf_files import write_pdf
+from tests.support.pdf_files import write_pdf
 
 pytestmark = pytest.mark.model
 

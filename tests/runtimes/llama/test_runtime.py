@@ -19,7 +19,7 @@ from app.runtimes.llama.backend import L, build_info, flash_attn_type, physical_
 from app.runtimes.llama.probe_child import GATE_ENV
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
-from tests.service_calls import chat, complete
+from tests.support.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
 

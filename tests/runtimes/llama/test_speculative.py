@@ -21,7 +21,7 @@ from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.llama.speculative import DRAFT_FIRST, PAUSE, Drafts
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.llama.test_mixed_batch import Recorder
-from tests.service_calls import chat
+from tests.support.service_calls import chat
 
 DOC = (
     "The lighthouse stood on the rocks at the edge of the bay. Every night the keeper climbed "

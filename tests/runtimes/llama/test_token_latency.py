@@ -16,7 +16,7 @@ from app.core.library.index import ModelLibrary
 from app.core.service import assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
-from tests.service_calls import chat
+from tests.support.service_calls import chat
 
 pytestmark = pytest.mark.model
 

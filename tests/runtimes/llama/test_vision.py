@@ -1,5 +1,5 @@
 """Images through libmtmd in the llama.cpp runtime, for real: SmolLM2 with the tiny projector
-GGUF that tests/vision_gguf.py writes. The image is encoded by libmtmd and its embeddings enter
+GGUF that tests/support/vision_gguf.py writes. The image is encoded by libmtmd and its embeddings enter
 Hearth's decode loop; the weights are random, so these check the path, never answer quality."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from app.errors import ContextLengthExceeded, ModelLoadFailed
 from app.runtimes.llama.runtime import LlamaCppModel, LlamaCppRuntime
 from app.runtimes.llama.vision import image_tokens
 from tests.conftest import REUSE_LOGPROB_TOLERANCE, assert_greedy_close, transcript
-from tests.service_calls import chat
-from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
+from tests.support.service_calls import chat
+from tests.support.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
 pytestmark = pytest.mark.model
 

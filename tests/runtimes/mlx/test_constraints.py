@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Served, serving
-from tests.e2e.test_grammar_bounds import HOSTILE, routes
+from tests.e2e.hostile.test_grammar_bounds import HOSTILE, routes
 
 pytest.importorskip("mlx_lm", reason="MLX runtime tests need mlx-lm (and mlx[cpu] on Linux)")
 
@@ -32,7 +32,7 @@ MLX_ROUTES = (
 
 @pytest.fixture(scope="module")
 def mlx_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    from tests.mlx_model import build_tiny_mlx_model
+    from tests.support.mlx_model import build_tiny_mlx_model
 
     model = build_tiny_mlx_model(tmp_path_factory.mktemp("mlx") / "Tiny-MLX-Llama")
     with serving(tmp_path_factory.mktemp("mlxserved"), model) as s:
@@ -168,7 +168,7 @@ async def test_mlx_compiles_constraints_off_its_worker(tmp_path: Path) -> None:
     from app.core.types import LoadOptions, LocalModel
     from app.errors import InvalidRequest
     from app.runtimes.mlx.runtime import MlxRuntime
-    from tests.mlx_model import build_tiny_mlx_model
+    from tests.support.mlx_model import build_tiny_mlx_model
 
     folder = build_tiny_mlx_model(tmp_path / "m")
     model = LocalModel(id="tiny", path=str(folder), format="mlx", size_bytes=0, owned=False)

@@ -14,14 +14,14 @@ import openai
 import pytest
 
 from tests.conftest import Served, serving, transcript
-from tests.service_calls import chat, complete
+from tests.support.service_calls import chat, complete
 
 pytest.importorskip("mlx_lm", reason="MLX runtime tests need mlx-lm (and mlx[cpu] on Linux)")
 
 
 @pytest.fixture(scope="module")
 def tiny_mlx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.mlx_model import build_tiny_mlx_model
+    from tests.support.mlx_model import build_tiny_mlx_model
 
     return build_tiny_mlx_model(tmp_path_factory.mktemp("mlx") / "Tiny-MLX-Llama")
 

@@ -1,5 +1,5 @@
 """Images through mlx-vlm in the MLX runtime, for real (mlx[cpu] here): the tiny LLaVA folder
-tests/mlx_vlm_model.py builds. mlx-vlm's processor places the image, its vision tower and
+tests/support/mlx_vlm_model.py builds. mlx-vlm's processor places the image, its vision tower and
 projector encode it, the merged embeddings enter mlx-lm's decode loop; the weights are random,
 so these check the path, never answer quality."""
 
@@ -23,7 +23,7 @@ from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.errors import ContextLengthExceeded, UnsupportedParameter
 from app.runtimes.mlx.runtime import MlxModel, MlxRuntime
 from tests.conftest import Served, serving, transcript
-from tests.service_calls import chat
+from tests.support.service_calls import chat
 
 pytest.importorskip("mlx_lm", reason="MLX runtime tests need mlx-lm (and mlx[cpu] on Linux)")
 pytest.importorskip(
@@ -31,7 +31,7 @@ pytest.importorskip(
     reason="MLX vision tests need mlx-vlm (pip install --no-deps mlx-vlm==0.7.10 requests)",
 )
 
-from tests.mlx_vlm_model import IMAGE_TOKENS, build_tiny_mlx_vlm_model  # noqa: E402
+from tests.support.mlx_vlm_model import IMAGE_TOKENS, build_tiny_mlx_vlm_model  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0)
 QUESTION = "what is in the picture?"
@@ -46,7 +46,7 @@ class Rig:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Rig:
-    from tests.mlx_model import build_tiny_mlx_model
+    from tests.support.mlx_model import build_tiny_mlx_model
 
     root = tmp_path_factory.mktemp("mlxvision")
     return Rig(

@@ -36,10 +36,10 @@ from app.runtimes.remote.client import RemoteEngine
 from app.server.app import create_app
 from app.server.edge.vision import VisionEdge
 from app.settings import ServerSettings, VisionSettings
-from tests.core.fakes import FakeRuntime
-from tests.hostile_images import data_url, header_only_png, one_colour_png
 from tests.server.edge.test_vision import error_param, four_apis, openai_body
-from tests.server.test_vision_remote import seer_library
+from tests.server.gateway.test_vision_remote import seer_library
+from tests.support.fakes import FakeRuntime
+from tests.support.hostile_images import data_url, header_only_png, one_colour_png
 
 CORRUPT = header_only_png(64, 64)  # a fine header, no pixel data: decoding it says "corrupt"
 

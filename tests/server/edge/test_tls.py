@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import Served, serving
-from tests.tlsfiles import Pki, make_pki
+from tests.support.tlsfiles import Pki, make_pki
 
 pytest.importorskip("trustme")
 

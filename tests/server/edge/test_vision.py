@@ -1,4 +1,4 @@
-"""Images through the real server (fake runtime, tests/core/fakes.py): a model without a
+"""Images through the real server (fake runtime, tests/support/fakes.py): a model without a
 projector answers 400 naming the image's parameter in all four APIs' error shapes, before any
 load; a model with one takes them (the markers reach the prompt, in order); hostile images and
 URLs are 400s with the parameter and the server keeps serving; the URL policy
@@ -42,10 +42,10 @@ from app.server.app import create_app
 from app.server.edge.image_fetch import ImageFetcher, public_address
 from app.server.edge.vision import VisionEdge
 from app.settings import ServerSettings, VisionSettings
-from tests.core.fakes import FakeRuntime, ScriptEngine
-from tests.core.gguf_files import CHATML, write_model
-from tests.core.test_images import png_header
-from tests.vision_gguf import write_projector
+from tests.core.inference.test_images import png_header
+from tests.support.fakes import FakeRuntime, ScriptEngine
+from tests.support.gguf_files import CHATML, write_model
+from tests.support.vision_gguf import write_projector
 
 PUBLIC = "93.184.216.34"  # a public address: the check passes, dial sends it to the test server
 

@@ -2,7 +2,7 @@
 stop, starting while startup steps run, error when one failed.
 
 A real ServerController (the aiohttp server on a loopback port) over the real Worker, with a
-scripted engine whose gates the test holds (tests/core/fakes.py); no sleeps.
+scripted engine whose gates the test holds (tests/support/fakes.py); no sleeps.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from app.paths import AppPaths
 from app.server.runner import ServerController
 from app.settings import SettingsStore
 from tests.conftest import write_settings
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import write_model
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import write_model
 
 DEADLINE = 60.0  # liveness only
 

@@ -26,9 +26,9 @@ from app.server.app import create_app
 from app.server.routes import metrics as server_metrics
 from app.settings import ServerSettings, hash_key
 from tests.conftest import Served
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import write_model
-from tests.server.traffic import CANARY, ask, mixed
+from tests.server.telemetry.traffic import CANARY, ask, mixed
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import write_model
 
 KEY = "sk-metrics-test"
 AUTH = {"Authorization": f"Bearer {KEY}"}

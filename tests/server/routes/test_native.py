@@ -14,7 +14,7 @@ import pytest
 
 from app.core.engine.load_options import SPECS
 from tests.conftest import start_served, stop_served
-from tests.core.gguf_files import write_model
+from tests.support.gguf_files import write_model
 
 
 def _call(root: str, method: str, path: str, body: Any) -> tuple[int, Any]:

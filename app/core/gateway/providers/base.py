@@ -1,5 +1,6 @@
 """What the core knows of a remote engine: the client a runtime implements for it (probe,
-chat, complete, embed, rerank, tokenize), and what a probe found."""
+chat, complete, embed, rerank, tokenize), and what a probe found.
+Tested by tests/core/gateway/providers/test_pool.py and tests/runtimes/remote/test_kinds.py."""
 
 from __future__ import annotations
 

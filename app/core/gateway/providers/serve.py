@@ -1,6 +1,8 @@
 """The internal requests served by a remote engine (what the dispatcher does for a
 ``PREFIX/id`` target; it checks images first, with :func:`check_target_images`): each starts on the provider's client, its failures before
-any output raised (a fallback chain moves on from the retryable ones)."""
+any output raised (a fallback chain moves on from the retryable ones).
+Tested by tests/server/gateway/test_remote_bounds.py and
+tests/e2e/providers/test_remote_providers.py."""
 
 from __future__ import annotations
 

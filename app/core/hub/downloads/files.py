@@ -2,6 +2,7 @@
 running hash (the LFS sha256, or git's blob sha1 for small files), and the low-level writes.
 
 Plain functions and small classes over ``os``; ``app.core.hub.downloads`` drives them.
+Tested by tests/core/hub/test_downloads.py and tests/core/library/test_formats.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""One download in this process: its state, bytes per file, speed, waiters and watchers."""
+"""One download in this process: its state, bytes per file, speed, waiters and watchers.
+Tested by tests/core/hub/test_downloads.py and tests/core/library/test_formats.py."""
 
 from __future__ import annotations
 

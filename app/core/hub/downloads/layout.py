@@ -6,6 +6,7 @@
   processes).
 - The format decides the rest (``app.core.library.formats``): GGUF files land beside each other and the
   first shard is renamed last; an MLX folder is assembled hidden and renamed whole.
+Tested by tests/core/hub/test_downloads.py and tests/core/library/test_formats.py.
 """
 
 from __future__ import annotations

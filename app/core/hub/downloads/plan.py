@@ -1,4 +1,5 @@
-"""What a download is: its plan (repo, commit, files, hashes) and the status snapshots it reports."""
+"""What a download is: its plan (repo, commit, files, hashes) and the status snapshots it reports.
+Tested by tests/core/library/test_projector.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Downloads a quit or a crash interrupted, found again from their sidecar records on disk."""
+"""Downloads a quit or a crash interrupted, found again from their sidecar records on disk.
+Tested by tests/core/hub/test_downloads.py and tests/core/library/test_formats.py."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ backoff on stalls and 429/5xx, ETag checks, and the sha256 (or git blob sha1) ve
 
 huggingface_hub gives the URL, the auth headers and its async HTTP client; the bytes move here
 because Hearth needs pause, progress events and a hash check that ``hf_hub_download`` lacks.
+Tested by tests/core/hub/test_downloads.py and tests/core/library/test_formats.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 A block (``formats.py``) turns one family's call text into calls; it reports them through a
 :class:`CallSink` (the parser) instead of reaching back into the parser that owns it.
+Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/test_reasoning.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The incremental JSON scanner under the tool-call parser: one JSON value validated a character
 at a time, a JSON string's body decoded as it arrives, and a call's arguments value turned into
-arguments text while the model writes it."""
+arguments text while the model writes it.
+Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/test_reasoning.py."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ Families (detected from the chat template, overridable per model):
 - ``qwen3coder``: ``<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>``
 - ``harmony`` (gpt-oss): ``<|channel|>commentary to=functions.NAME ... <|message|>{...}<|call|>``
 - ``deepseek``: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```<｜tool▁call▁end｜>``
+Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/test_reasoning.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """A whole call block of one family's format parsed at once (``<|python_tag|>`` calls, and
-callers that have a finished block rather than a stream)."""
+callers that have a finished block rather than a stream).
+Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/test_reasoning.py."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ A format (``GgufFormat``, ``MlxFormat``) is one object that knows, for its kind 
 recognise a repo, what to offer from it, where a download lands and when it is complete, how
 its memory is estimated and how the library reads it. Callers ask the object; nobody else
 branches on the format's name.
+Tested by tests/core/library/test_formats.py and tests/core/library/test_projector.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 The library lists first shards only, so the first shard is renamed into place last: until it is,
 a half-installed sharded model is invisible.
+Tested by tests/core/library/test_formats.py and tests/core/library/test_projector.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 A repo whose config would make a loader import code from it is refused, both from what the
 Hub's API says and, after the download, from the files themselves.
+Tested by tests/core/library/test_index.py and tests/core/library/test_stores.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """mcp.json in the common notation (Claude Desktop, Cursor, LM Studio):
 ``{"mcpServers": {"NAME": {"command", "args", "env", "cwd"} | {"url", "headers"}, "disabled"}}``.
 A bad entry is reported by its name and the others still start; ``${VAR}`` in env values,
-headers and args is replaced from Hearth's own environment (unset: empty)."""
+headers and args is replaced from Hearth's own environment (unset: empty).
+Tested by tests/core/workspace/mcp/test_manager.py and tests/core/workspace/mcp/test_toolloop.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """An MCP tool result as the text of a tool message: text as is, structured content as JSON
-(when the text does not already carry it), images, audio and resources as a short note."""
+(when the text does not already carry it), images, audio and resources as a short note.
+Tested by tests/core/workspace/mcp/test_manager.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """One answer on the Chat page, on the loop thread: load the model if needed, put the attached
-files in, stream the text and reasoning out, and return the final delta."""
+files in, stream the text and reasoning out, and return the final delta.
+Tested by tests/gui/views/chat/test_images.py and tests/gui/views/chat/test_session.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Markdown shown as it streams: frozen blocks in bounded QTextBrowser segments, the open tail
-re-rendered (coalesced by a timer) in a box of its own, each box as tall as its content."""
+re-rendered (coalesced by a timer) in a box of its own, each box as tall as its content.
+Tested by tests/gui/views/chat/test_transcript.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Chat page's small parts: a model picker entry, the prompt box, the stats line."""
+"""The Chat page's small parts: a model picker entry, the prompt box, the stats line.
+Tested by tests/gui/views/chat/test_images.py and tests/gui/views/chat/test_session.py."""
 
 from __future__ import annotations
 

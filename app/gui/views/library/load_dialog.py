@@ -1,4 +1,5 @@
-"""The Load dialog: load options with a live memory estimate, keep-alive, pin and presets."""
+"""The Load dialog: load options with a live memory estimate, keep-alive, pin and presets.
+Tested by tests/gui/views/library/test_memory.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The Providers page's dialogs: add a provider (a kind preset fills the usual URL) and edit an
-alias's ordered targets. Both save through the service and show its errors inline."""
+alias's ordered targets. Both save through the service and show its errors inline.
+Tested by tests/gui/views/providers/test_page.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The "Start at login" switch the welcome and the Settings page share."""
+"""The "Start at login" switch the welcome and the Settings page share.
+Tested by tests/gui/views/settings/test_hf_token.py and tests/gui/views/library/test_welcome.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Settings' "API key" row: the single server key (``--api-key``'s GUI twin). A new key is shown
-once, with Copy; only its hash is stored, at once (not on Save), so a copied key always works."""
+once, with Copy; only its hash is stored, at once (not on Save), so a copied key always works.
+Tested by tests/gui/views/settings/test_hf_token.py."""
 
 from __future__ import annotations
 

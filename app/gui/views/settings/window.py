@@ -1,5 +1,6 @@
 """Settings › Window: the theme and what closing the window does, each written to
-settings.json (``ui``) at once, without Save."""
+settings.json (``ui``) at once, without Save.
+Tested by tests/gui/views/settings/test_hf_token.py."""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ tools and tool choice), pure (no aiohttp).
 
 The route in ``app/server/routes/anthropic.py`` hands the body here and writes what render.py
 makes of the results through the one streaming path.
+Tested by tests/server/protocols/anthropic/test_adapter.py and
+tests/server/protocols/test_image_parts.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ error shape (pure, no aiohttp).
 
 A reasoning model's think text is a ``thinking`` block (before the text), streamed as
 ``thinking_delta``s; Hearth cannot sign it, so its signature is "".
+Tested by tests/server/protocols/anthropic/test_adapter.py and tests/server/clients/test_tools.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Ollama's model listings (/api/version, /api/tags, /api/show, /api/ps) from the service's
-model statuses. Pure (no aiohttp)."""
+model statuses. Pure (no aiohttp).
+Tested by tests/server/clients/test_ollama.py."""
 
 from __future__ import annotations
 

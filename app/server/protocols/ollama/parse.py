@@ -25,6 +25,8 @@ listings (/api/tags, /api/show, /api/ps) are in ``models.py``.
   alternatives, as Ollama (0.12.11+) writes them: a top-level ``logprobs`` list on each line for
   its tokens (a line with no text carries the logprobs of text still held back), the whole list
   in a ``"stream": false`` answer, and no field at all when they are off.
+Tested by tests/server/protocols/ollama/test_adapter.py and
+tests/server/protocols/test_image_parts.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 reasoning in ``thinking`` or back in the content for ``think: false``, each line's tokens'
 ``logprobs`` when asked for), the one object of a ``"stream": false`` answer, and the
 load/unload and embedding answers, and Ollama's error shape ``{"error": "..."}``. Pure (no
-aiohttp)."""
+aiohttp).
+Tested by tests/server/protocols/ollama/test_adapter.py."""
 
 from __future__ import annotations
 

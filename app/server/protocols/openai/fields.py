@@ -1,5 +1,6 @@
 """OpenAI's own request fields (chat messages, prompts, embedding inputs, stream options,
-logprobs, response_format, the features not implemented yet), on the shared validators."""
+logprobs, response_format, the features not implemented yet), on the shared validators.
+Tested by tests/server/protocols/openai/test_adapter.py."""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Pure translation (no aiohttp): the routes in ``app/server/routes/openai.py`` hand the bodies
 here; the fields themselves are read in fields.py, the answers written by render.py.
+Tested by tests/server/protocols/openai/test_adapter.py and
+tests/server/protocols/test_image_parts.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ wire (whole answers, SSE chunks, usage, logprobs), and OpenAI's error shape.
 
 Pure translation (no aiohttp): the routes in ``app/server/routes/openai.py`` write what comes
 back through the one streaming path.
+Tested by tests/server/protocols/openai/test_adapter.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ route belongs to the OpenAI protocol).
 Logprobs, as OpenAI: ``include: ["message.output_text.logprobs"]`` turns them on and
 ``top_logprobs`` (0-20) says how many alternatives each token comes with (alone it changes
 nothing).
+Tested by tests/server/protocols/responses/test_adapter.py and
+tests/server/protocols/test_image_parts.py.
 """
 
 from __future__ import annotations

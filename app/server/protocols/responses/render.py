@@ -8,6 +8,7 @@ Logprobs, when asked for: the ``output_text`` part's ``logprobs`` lists every ge
 (as chat completions' ``logprobs.content`` does); each ``response.output_text.delta`` carries
 those of its text (and of tokens before it that wrote none, such as held-back text), and
 ``response.output_text.done`` the whole list. Off, they are ``[]``.
+Tested by tests/server/protocols/responses/test_adapter.py.
 """
 
 from __future__ import annotations

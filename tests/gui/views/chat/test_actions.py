@@ -1,5 +1,5 @@
 """The Chat page's per-message actions and rendering through the real page path: the real
-service and worker with a scripted engine (tests/core/fakes.py) that streams a markdown answer
+service and worker with a scripted engine (tests/support/fakes.py) that streams a markdown answer
 in small pieces. SmolLM2 drives the same page in test_page.py."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pytestqt.qtbot import QtBot
 from app.core.types import ChatMessage, Runtime
 from app.gui.main_window import MainWindow
 from app.gui.views.chat.page import ChatPage
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import write_model
 from tests.gui.helpers import SLOW
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import write_model
 
 ANSWER = (
     "Sure. **Two** languages:\n\n| Lang | Year |\n|---|---|\n| Python | 1991 |\n| C | 1972 |\n\n"

@@ -26,9 +26,9 @@ from app.gui.context import GuiContext
 from app.gui.views.chat.attachments import LONG_PASTE_CHARS
 from app.gui.views.chat.page import ChatPage
 from app.runtimes.llama.runtime import LlamaCppRuntime
-from tests.core.fakes import FakeModel, FakeRuntime
-from tests.core.gguf_files import write_model
 from tests.gui.helpers import SLOW
+from tests.support.fakes import FakeModel, FakeRuntime
+from tests.support.gguf_files import write_model
 
 FACT = "The vault password is tangerine."
 

@@ -16,9 +16,9 @@ from app.core.types import Runtime
 from app.gui.main_window import MainWindow
 from app.gui.views.chat.page import CPU_BUSY_NOTICE
 from app.runtimes.worker import Sequence
-from tests.core.fakes import FakeRuntime, ScriptEngine
-from tests.core.gguf_files import write_model
 from tests.gui.helpers import SLOW
+from tests.support.fakes import FakeRuntime, ScriptEngine
+from tests.support.gguf_files import write_model
 
 PIECES = ("The", " kettle", " is", " warm", ".")
 

@@ -1,5 +1,5 @@
 """Images on the Chat page (issue 16), with the real llama.cpp runtime on SmolLM2 and the tiny
-real projector (tests/vision_gguf.py): dropped, pasted (a screenshot) or attached with the
+real projector (tests/support/vision_gguf.py): dropped, pasted (a screenshot) or attached with the
 button, an image becomes a chip with its thumbnail; sent, its pixels reach libmtmd (the slot's
 prompt holds the image's positions, keyed on the digest of the decoded pixels); saved, it comes
 back as a thumbnail on reopen and goes back to the model with the history. A model without
@@ -26,11 +26,11 @@ from app.gui.context import GuiContext
 from app.gui.views.chat.page import ChatPage
 from app.runtimes.llama.runtime import LlamaCppModel, LlamaCppRuntime
 from app.runtimes.llama.vision import image_tokens
-from tests.core.gguf_files import write_model
-from tests.core.test_chat_images import bomb_png, noise_png
+from tests.core.workspace.test_chat_images import bomb_png, noise_png
 from tests.gui.helpers import SLOW
 from tests.gui.views.chat.test_attachments import drop
-from tests.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
+from tests.support.gguf_files import write_model
+from tests.support.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
 
 @pytest.fixture(scope="module")

@@ -23,10 +23,10 @@ from app.core.workspace.mcp import McpManager
 from app.core.workspace.mcp.toolloop import DENIED_TEXT
 from app.gui.bridge import Bridge
 from app.gui.views.chat.page import ChatPage
-from tests.core.fakes import FakeRuntime
-from tests.core.gguf_files import write_model
 from tests.gui.helpers import SLOW
-from tests.mcp_fixtures import stdio_entry, write_config
+from tests.support.fakes import FakeRuntime
+from tests.support.gguf_files import write_model
+from tests.support.mcp_fixtures import stdio_entry, write_config
 
 TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"

@@ -161,7 +161,7 @@ def test_a_thinking_model_shows_its_reasoning_apart_from_the_answer(
     """A template that opens <think>: what the model writes is reasoning, streamed dimmed under
     "Thinking", never counted as the answer (nor sent back as history)."""
     from app.core.library.gguf import read_header
-    from tests.gguf_rewrite import copy_with_template
+    from tests.support.gguf_rewrite import copy_with_template
 
     template = (
         read_header(smollm2_path).chat_template

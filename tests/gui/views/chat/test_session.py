@@ -24,9 +24,9 @@ from app.gui.views.chat.page import ChatPage
 from app.gui.views.chat.session import ChatSession
 from app.gui.views.chat.transcript import MessageView
 from app.runtimes.worker import Sequence
-from tests.core.fakes import FakeRuntime, ScriptEngine
-from tests.core.gguf_files import write_model
 from tests.gui.helpers import SLOW
+from tests.support.fakes import FakeRuntime, ScriptEngine
+from tests.support.gguf_files import write_model
 
 
 class NumberedEngine(ScriptEngine):

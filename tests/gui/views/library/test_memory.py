@@ -315,7 +315,7 @@ def test_mlx_model_dialog_shows_only_what_mlx_reads(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, tmp_path: Path
 ) -> None:
     pytest.importorskip("mlx_lm", reason="needs mlx-lm (and mlx[cpu] on Linux)")
-    from tests.mlx_model import build_tiny_mlx_model
+    from tests.support.mlx_model import build_tiny_mlx_model
 
     folder = build_tiny_mlx_model(tmp_path / "Tiny-MLX-Llama")
     window.library_page.import_files([str(folder)])

@@ -78,8 +78,8 @@ def test_invalid_file_shows_an_inline_error(
 def test_a_model_imported_beside_its_projector_shows_vision(
     window: MainWindow, qtbot: QtBot, tmp_path: Path
 ) -> None:
-    from tests.fakehub import gguf_bytes
-    from tests.vision_gguf import write_projector
+    from tests.support.fakehub import gguf_bytes
+    from tests.support.vision_gguf import write_projector
 
     folder = tmp_path / "lmstudio"
     folder.mkdir()

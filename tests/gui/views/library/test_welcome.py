@@ -24,8 +24,8 @@ from app.gui.main_window import MainWindow, show_at_start
 from app.gui.units import human_bytes
 from app.gui.views.discover import TITLE as DISCOVER_PAGE
 from app.gui.views.library.welcome import LOOKING_TEXT, NO_HUB_TEXT
-from tests.fakehub import FakeHub, add_starters
 from tests.gui.helpers import SLOW, free_port, show_settings
+from tests.support.fakehub import FakeHub, add_starters
 
 TIMEOUT = 30_000
 

@@ -11,9 +11,9 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.main_window import MainWindow
 from app.gui.views.settings.page import SettingsPage
-from tests.fakehub import TOKEN
 from tests.gui.conftest import GATED_REPO
 from tests.gui.helpers import show_settings
+from tests.support.fakehub import TOKEN
 
 TIMEOUT = 20_000
 

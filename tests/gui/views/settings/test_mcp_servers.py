@@ -18,7 +18,7 @@ from app.core.workspace.mcp import McpManager
 from app.gui.bridge import Bridge
 from app.gui.views.settings.mcp_servers import McpServersBox
 from tests.gui.helpers import SLOW
-from tests.mcp_fixtures import stdio_entry
+from tests.support.mcp_fixtures import stdio_entry
 
 
 @pytest.fixture

@@ -148,7 +148,7 @@ def test_https_files_are_saved_and_the_server_starts_with_them(
     import threading
     import urllib.request
 
-    from tests.tlsfiles import make_pki
+    from tests.support.tlsfiles import make_pki
 
     pki = make_pki(tmp_path / "pki")
     show_settings(window, qtbot)
@@ -191,7 +191,7 @@ def test_https_files_are_saved_and_the_server_starts_with_them(
 def test_a_mismatched_https_key_is_reported_inline(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, tmp_path: Path
 ) -> None:
-    from tests.tlsfiles import make_pki
+    from tests.support.tlsfiles import make_pki
 
     pki = make_pki(tmp_path / "pki")
     gui_ctx.settings_store.update(
@@ -221,4 +221,4 @@ def test_prompt_cache_mode_is_saved_and_becomes_the_load_default(
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
         qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
     assert gui_ctx.settings_store.load().prompt_cache.mode == "exact"
-    # (tests/core/test_settings.py shows the app's loads taking it as their default)
+    # (tests/test_settings.py shows the app's loads taking it as their default)

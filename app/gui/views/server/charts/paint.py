@@ -1,5 +1,7 @@
 """Painting shared by the Server page's small charts: the frame, the empty state and one series
-(a line over the last generations with its name, latest and median, and a y axis)."""
+(a line over the last generations with its name, latest and median, and a y axis).
+Tested by tests/gui/views/server/charts/test_speed.py and
+tests/gui/views/server/charts/test_prompt_cache.py."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests: fake servers, file builders, process drivers (no tests here)."""
