@@ -55,7 +55,7 @@ def test_defaults_are_safe() -> None:
     assert 1 <= s.server.max_incomplete_per_client <= s.server.max_incomplete_connections
     assert s.load == LoadDefaults()
     assert settings_from_dict({}) == s
-    # issue 12: several requests batched over one shared cache, which reuses whole prefixes
+    # several requests batched over one shared cache, which reuses whole prefixes
     assert s.load.parallel == 8 and s.prompt_cache.mode == "reuse"
 
 
@@ -326,7 +326,7 @@ def test_parallel_default_is_bounded() -> None:
             settings_from_dict({"load": {"parallel": bad}})
 
 
-# -- cached, not re-read per request (issue 10) ------------------------------------------------------
+# -- cached, not re-read per request ------------------------------------------------------
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -1,4 +1,4 @@
-"""The first run's settings (issue #13): start_at_login persists and is validated like the
+"""The first run's settings: start_at_login persists and is validated like the
 others; "keep running in the tray" is ui.close_action (one setting), and an older file's
 keep_in_tray still means what it meant."""
 

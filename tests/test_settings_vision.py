@@ -1,4 +1,4 @@
-"""``vision`` in settings.json (issue 16): defaults, validation, and the file round trip."""
+"""``vision`` in settings.json: defaults, validation, and the file round trip."""
 
 from __future__ import annotations
 

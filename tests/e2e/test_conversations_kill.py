@@ -1,4 +1,4 @@
-"""kill -9 during a save (issue 15): every saved conversation stays readable and whole."""
+"""kill -9 during a save: every saved conversation stays readable and whole."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Request records through a real ``hearth serve`` (issue 14): killed with SIGKILL while it
+"""Request records through a real ``hearth serve``: killed with SIGKILL while it
 writes them, it loses at most the requests in flight and the database stays readable;
 ``hearth requests`` reads them with no server running."""
 

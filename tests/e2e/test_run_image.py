@@ -1,4 +1,4 @@
-"""``hearth run ID`` with ``/image PATH`` (issue 16), through the CLI's own entry point with
+"""``hearth run ID`` with ``/image PATH``, through the CLI's own entry point with
 stdin, on SmolLM2 with the tiny real projector: a bad path or file says why and attaches
 nothing, the images go with the next message (their positions counted in its prompt) and stay
 in the history (the next turn reuses their cached cells); a model without vision says so."""

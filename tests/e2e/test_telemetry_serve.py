@@ -1,4 +1,4 @@
-"""OpenTelemetry from the environment, end to end (issue 14): `hearth serve` with
+"""OpenTelemetry from the environment, end to end: `hearth serve` with
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` set answers SmolLM2 and, when it stops (SIGTERM), flushes its
 spans and metrics to a real OTLP/HTTP receiver: the client's trace continued, the span tree
 there, the service named "hearth" (with the operator's resource attributes), and the request

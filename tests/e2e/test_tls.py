@@ -1,4 +1,4 @@
-"""HTTPS (issue 11): a real `hearth serve --tls-cert/--tls-key` with a certificate from a test CA
+"""HTTPS: a real `hearth serve --tls-cert/--tls-key` with a certificate from a test CA
 (trustme) for 127.0.0.1 and localhost; real clients verify it, and the CLI pins it."""
 
 from __future__ import annotations

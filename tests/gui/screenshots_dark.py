@@ -1,4 +1,4 @@
-"""Dark-theme and small-window screenshots (issue 13):
+"""Dark-theme and small-window screenshots:
 ``xvfb-run -a python -m tests.gui.screenshots_dark OUT_DIR``.
 
 The real window on a temporary HEARTH_HOME with SmolLM2, ``ui.theme`` dark: Chat after an

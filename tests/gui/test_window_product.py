@@ -1,4 +1,4 @@
-"""The window as a product (issue 13): closing and quitting with and without a tray, a minimum
+"""The window as a product: closing and quitting with and without a tray, a minimum
 size where no page overlaps itself, the window's place remembered, keyboard use, dark mode,
 banners that go away, and the Chat status line."""
 

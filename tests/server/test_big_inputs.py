@@ -1,5 +1,5 @@
 """Small requests that expand, and big ones, are bounded before the work and never block the
-event loop (issue 9, item 5: a 31.5 MB /tokenize with_pieces blocked /health for 38 s at a
+event loop (item 5: a 31.5 MB /tokenize with_pieces blocked /health for 38 s at a
 5.5 GB peak)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No disk reads per request (issue 10): settings.json is not re-read per generation and the
+"""No disk reads per request: settings.json is not re-read per generation and the
 models folder is not scanned per listing, yet changes other processes make are still seen.
 The real server, the real SmolLM2 runtime, real files and a real second process."""
 

@@ -1,6 +1,6 @@
 """The request time limit holds on every generation route, per request (SECURITY.md 12).
 
-Issue 9/10: with `server.request_timeout_s` at 4 s, /api/chat, /api/generate, /v1/messages and
+With `server.request_timeout_s` at 4 s, /api/chat, /api/generate, /v1/messages and
 /v1/responses ran 29-34 s and ended as normal completions, and /v1/completions with 30 prompts
 took 12.6 s (the limit was per generation). Each request here asks for a generation that runs
 far past the limit on any machine (greedy SmolLM2 repeats "cat," until its context is full:

@@ -116,7 +116,7 @@ class FakeModel:
         vision: bool = False,
     ) -> None:
         self.model_id = model_id
-        self.vision = vision  # the model has a projector: it takes images (issue 16)
+        self.vision = vision  # the model has a projector: it takes images
         self.images_seen: list[tuple[Any, ...]] = []
         self.context_length = context_length
         self._template = chat_template

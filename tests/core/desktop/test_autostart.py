@@ -1,4 +1,4 @@
-"""Start at login (issue #13): each platform's entry is written where that platform looks, with
+"""Start at login: each platform's entry is written where that platform looks, with
 the content it expects. The Linux entry is written and removed for real (HOME and
 XDG_CONFIG_HOME under tmp_path); the macOS plist is written under a temporary home; the Windows
 Run value is checked as a string (winreg is never imported off Windows)."""

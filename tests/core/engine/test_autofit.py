@@ -1,4 +1,4 @@
-"""Auto-fit context (issue #13) over the real scheduler and estimates, with the fake runtime:
+"""Auto-fit context over the real scheduler and estimates, with the fake runtime:
 the default context is the largest that fits the budget, up to the trained length and the cap."""
 
 from __future__ import annotations

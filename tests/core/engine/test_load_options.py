@@ -1,5 +1,5 @@
 """The load option table is the one description of the options: validation, presets, the
-settings' load defaults and the CLI flags all follow it (issue 10)."""
+settings' load defaults and the CLI flags all follow it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scheduler policy (issue 4) over the fake runtime: budget + LRU eviction, TTL, pinning, presets."""
+"""Scheduler policy over the fake runtime: budget + LRU eviction, TTL, pinning, presets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A load with other options than the loaded ones reloads the model (issue 10, "drift"): over the
+"""A load with other options than the loaded ones reloads the model ("drift"): over the
 fake runtime, with the engine's gate holding a request on the model while the test decides."""
 
 from __future__ import annotations

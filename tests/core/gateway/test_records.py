@@ -1,4 +1,4 @@
-"""The request records store (issue 14) on real SQLite files: written by its own thread (a
+"""The request records store on real SQLite files: written by its own thread (a
 request never waits for the disk), bounded, read newest first with filters."""
 
 from __future__ import annotations

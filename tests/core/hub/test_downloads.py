@@ -604,7 +604,7 @@ async def test_partial_files_in_the_models_folder_are_never_listed(env: Env) -> 
         (staging / name).write_bytes(data)
     assert env.library.list() == []
     # a finished download copied in by hand (same layout) is adopted, by the background scan a
-    # later listing starts (issue 10: a listing never scans the folder itself)
+    # later listing starts (a listing never scans the folder itself)
     (d / FILE).write_bytes(env.data())
     deadline = time.monotonic() + 30
     while [m.id for m in env.library.list()] != ["tiny-q4_k_m"]:

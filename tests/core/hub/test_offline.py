@@ -1,4 +1,4 @@
-"""The Hub out of reach (issue 13): said in seconds and in words (never a raw errno), and the last
+"""The Hub out of reach: said in seconds and in words (never a raw errno), and the last
 featured listing kept for when it cannot be reached."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Starter models (issue #13): the curated repos looked up on a (fake) Hub, each with its file's
+"""Starter models: the curated repos looked up on a (fake) Hub, each with its file's
 size and a fit verdict against this machine's budget; offline is one clear error."""
 
 from __future__ import annotations

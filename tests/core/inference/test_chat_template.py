@@ -253,7 +253,7 @@ def test_blank_template_string_is_the_fallback_with_its_stops(source: str) -> No
     assert t.render([ChatMessage("user", "x")]) == "User: x\nAssistant:"
 
 
-# -- time and memory bounds that hold for any template (issue 9, items 4 and 5) -------------------
+# -- time and memory bounds that hold for any template (items 4 and 5) -------------------
 
 SILENT_LOOPS = [
     # no output at all: a bound checked only between output chunks never fires

@@ -35,7 +35,7 @@ def refused(schema: object, param: str = P) -> InvalidRequest:
     return ei.value
 
 
-# -- the inputs of issue 9 -------------------------------------------------------------------
+# -- the inputs of -------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("schema", "where", "number"),
     [

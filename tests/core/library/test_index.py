@@ -468,7 +468,7 @@ def test_concurrent_imports_from_processes(
     assert _stray_files(index_file.parent, {"library.json", "library.json.lock"}) == []
 
 
-# -- an in-memory index, no folder scan per query (issue 10) ----------------------------------------
+# -- an in-memory index, no folder scan per query ----------------------------------------
 
 
 class _Count:

@@ -1,4 +1,4 @@
-"""Vision projectors from pull, import and scan (issue 16): the one match check, the Hub
+"""Vision projectors from pull, import and scan: the one match check, the Hub
 option's projector, a pull that fetches and pairs it (or refuses it with the reason), and
 import / models-folder scans that pair a projector lying next to a model.
 

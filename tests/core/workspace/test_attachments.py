@@ -1,4 +1,4 @@
-"""Attachments (issue 15), no model needed: files read into text (text, code, Markdown, PDF;
+"""Attachments, no model needed: files read into text (text, code, Markdown, PDF;
 binary, encrypted and image-only refused), the chunker, the vector cache, and the budget rule
 on a real service over the fake runtime (one token per character): a small file goes in
 whole, a big one with no embedding model gives the message with the fix."""

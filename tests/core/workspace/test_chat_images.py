@@ -1,4 +1,4 @@
-"""Images a person attaches (issue 16): checked with the server's decoder and bounds, built into
+"""Images a person attaches: checked with the server's decoder and bounds, built into
 a message as the protocol adapters build theirs, kept content-addressed beside the
 conversations, cleaned up when nothing references them, named in the exports."""
 

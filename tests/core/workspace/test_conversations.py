@@ -1,4 +1,4 @@
-"""Saved conversations (issue 15): the message tree, the SQLite store, exports."""
+"""Saved conversations: the message tree, the SQLite store, exports."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``hearth connect TOOL`` (issue 15): the settings each app needs, checked by using them. The
+"""``hearth connect TOOL``: the settings each app needs, checked by using them. The
 clients that are on PyPI (openai-python, the anthropic SDK as Claude Code's stand-in, LangChain)
 are run against a real server with exactly the environment the command gives; the others'
 snippets are checked against their documented shapes (YAML, JSON, TOML that parse, with the URL,

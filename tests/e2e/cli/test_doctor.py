@@ -1,4 +1,4 @@
-"""``hearth doctor [--json]`` (issue #13) as a script runs it: this machine's CPU build, a
+"""``hearth doctor [--json]`` as a script runs it: this machine's CPU build, a
 simulated GPU the build cannot use (the warning path), and an install with no runtime."""
 
 from __future__ import annotations

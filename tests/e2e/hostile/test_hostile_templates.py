@@ -1,6 +1,6 @@
 """A model whose chat template never finishes (or explodes) cannot hang the server.
 
-Issue 9, item 4: a template of two nested 100,000-step loops with no output left `/health`
+A template of two nested 100,000-step loops with no output left `/health`
 unanswered for 40 s and SIGTERM ignored for 15 s. Rendering now runs off the event loop under
 a deadline that holds whatever the template does; this drives a real `hearth serve`.
 """

@@ -1,4 +1,4 @@
-"""A request fuzz across all four protocols against a real `hearth serve` (issue 9).
+"""A request fuzz across all four protocols against a real `hearth serve`.
 
 Schemas, grammars, templates variables, tokenize/detokenize, token-id inputs, unicode edge
 cases, nesting and huge counts, hostile images to names that take none, each on the routes

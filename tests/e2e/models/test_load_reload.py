@@ -1,4 +1,4 @@
-"""`hearth load` with other options than the loaded ones reloads the model (issue 10, drift:
+"""`hearth load` with other options than the loaded ones reloads the model (drift:
 it printed "loaded ... (context 2048)", exited 0 and kept the old options).
 
 Against a real `hearth serve` child on SmolLM2. The stream that keeps the model busy is held

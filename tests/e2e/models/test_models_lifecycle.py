@@ -1,4 +1,4 @@
-"""Issue 4 end to end: real llama.cpp + MLX models under one budget, JIT, TTL, presets, CLI."""
+"""Models end to end: real llama.cpp + MLX models under one budget, JIT, TTL, presets, CLI."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_llama_and_mlx_side_by_side_with_ttl_and_cli(two_runtimes) -> None:  # t
     # CLI load with options, pin, unload
     r = hearth(s.home, "load", mlx_id, "--ctx", "256", "--pin", "--json")
     assert r.returncode == 0, r.stderr
-    # `load --json` prints id, action, options, context_length (issue 10); ps says it is pinned
+    # `load --json` prints id, action, options, context_length; ps says it is pinned
     assert json.loads(r.stdout)["context_length"] == 256, r.stdout
     pinned = {m["id"]: m["pinned"] for m in json.loads(hearth(s.home, "ps", "--json").stdout)}
     assert pinned[mlx_id] is True

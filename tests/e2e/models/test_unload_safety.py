@@ -1,4 +1,4 @@
-"""Unloading a model while requests use it never crashes the server (issue 9, item 2).
+"""Unloading a model while requests use it never crashes the server (item 2).
 
 Each native call (tokenize, pieces, grammar checks, embeddings, generation) is finished or
 refused before the model's memory is freed. These run against a real `hearth serve` child so

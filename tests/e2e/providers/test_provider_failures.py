@@ -1,4 +1,4 @@
-"""Failures of remote engines, end to end with real processes (issue #11): a chain's next
+"""Failures of remote engines, end to end with real processes: a chain's next
 target answers when the first was killed (kill -9) or stopped (SIGSTOP: the first-token
 timeout), a kill mid-stream ends the stream with an error event and no [DONE] (never a spliced
 second answer), a wrong remote key is a 401 at once with no fallback, a provider that is down

@@ -1,4 +1,4 @@
-"""Remote engines as providers, end to end with real processes on loopback (issue #11): a
+"""Remote engines as providers, end to end with real processes on loopback: a
 second `hearth serve` as provider `lan` (behind an API key, kind detected as hearth) and
 llama-cpp-python's own server `python -m llama_cpp.server` (kind detected as openai), behind a
 front `hearth serve`; llama.cpp's `llama-server` as kind llama.cpp when it is built.

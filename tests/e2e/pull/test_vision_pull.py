@@ -1,4 +1,4 @@
-"""Vision end to end (issue 16): `hearth pull` of a GGUF repo with a projector from the fake
+"""Vision end to end: `hearth pull` of a GGUF repo with a projector from the fake
 Hub pairs it in the library, and a real server over the real llama.cpp runtime answers images
 in all four APIs: OpenAI ``image_url``, Anthropic ``image``, Ollama ``images`` and Responses
 ``input_image``. In each API that has logprobs (OpenAI, Ollama, Responses) two different images

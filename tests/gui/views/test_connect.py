@@ -1,4 +1,4 @@
-"""The Connect page (issue 15): each app's settings from app/core/desktop/connect.py with the page's
+"""The Connect page: each app's settings from app/core/desktop/connect.py with the page's
 server URL and model, copying them, the context warning and its fix, a key made for an app, and
 the URL following the server."""
 

@@ -1,4 +1,4 @@
-"""Discover with the Hub out of reach (issue 13): a busy indicator while searching, "You're
+"""Discover with the Hub out of reach: a busy indicator while searching, "You're
 offline" / "Can't reach the Hub at HOST" within seconds (never a raw errno), and the featured
 models of the last listing that came back, marked as cached."""
 

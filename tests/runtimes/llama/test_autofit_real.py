@@ -1,4 +1,4 @@
-"""Auto-fit context with the real llama.cpp runtime (issue #13): on this machine's default
+"""Auto-fit context with the real llama.cpp runtime: on this machine's default
 budget SmolLM2 loads with its trained context (8,192), not a fixed 4,096."""
 
 from __future__ import annotations

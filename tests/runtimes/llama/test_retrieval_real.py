@@ -1,4 +1,4 @@
-"""Files answered from the right chunk (issue 15), on real models: the shared MiniLM embedder
+"""Files answered from the right chunk, on real models: the shared MiniLM embedder
 picks the chunk of a long text file and the page of a PDF that hold a fact, the prompt holds
 it, and SmolLM2 answers from it. Both files are too big to go in whole at the context used."""
 

@@ -534,7 +534,7 @@ async def test_unload_waits_for_a_native_call_from_another_thread(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     """The model is freed only after every call other threads make into it has returned, and
-    calls after that are refused (issue 9: a tokenize racing an unload segfaulted)."""
+    calls after that are refused (a tokenize racing an unload segfaulted)."""
     import threading
 
     from app.errors import ModelUnloaded

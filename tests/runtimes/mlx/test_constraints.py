@@ -1,4 +1,4 @@
-"""Issue 9 on the MLX runtime (llguidance): the same bounded validator in front, nothing hangs or
+"""Hostile constraints on the MLX runtime (llguidance): the same bounded validator in front, nothing hangs or
 grows, and what llguidance would read from a client beyond the schema is not taken."""
 
 from __future__ import annotations

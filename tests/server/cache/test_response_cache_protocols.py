@@ -1,4 +1,4 @@
-"""The response cache through the real server on the fake runtime (issue 14): in every
+"""The response cache through the real server on the fake runtime: in every
 protocol, a repeat is answered without the runtime and its stream (or body) is the first one's,
 frame for frame (ids, timestamps and durations aside), with ``x-hearth-cache`` saying miss, then
 hit, and the usage of the hit reporting the prompt's tokens as cached."""

@@ -1,4 +1,4 @@
-"""The response cache in front of a remote provider (issue 14): a model served by a remote
+"""The response cache in front of a remote provider: a model served by a remote
 engine goes through the same service path, so an exact repeat is answered without the engine
 (here a second Hearth on the fake runtime, reached over HTTP by the real remote client)."""
 

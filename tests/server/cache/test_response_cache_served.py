@@ -1,4 +1,4 @@
-"""The response cache end to end on SmolLM2 and the shared MiniLM embedder (issue 14): an
+"""The response cache end to end on SmolLM2 and the shared MiniLM embedder: an
 exact repeat is answered with the model unloaded (no load, no generation) and streams the same
 frames; the request records say miss / hit; ``hearth cache stats --json`` and ``hearth cache
 clear`` work on the file while the server runs, which misses after the clear; semantic mode hits

@@ -1,6 +1,6 @@
 """Every Ollama route answers its errors in Ollama's shape (``{"error": "..."}``), at the edge
 (401, 403, 413) and in the handler (404, 400); and Ollama bodies have the bounds every protocol
-has (issue 10: ``options.stop`` was unbounded on /api/chat and /api/generate)."""
+has (``options.stop`` was unbounded on /api/chat and /api/generate)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Named keys on the real server (issue 14): auth once any key exists, the default key, roles,
+"""Named keys on the real server: auth once any key exists, the default key, roles,
 --models scopes that look exactly like unknown models, and token-bucket rate limits on a
 frozen clock (two keys, 50 concurrent requests, tokens settled with real usage)."""
 

@@ -1,4 +1,4 @@
-"""/health's ``state`` (issue 14): busy while every queue is full, shutting_down during a graceful
+"""/health's ``state``: busy while every queue is full, shutting_down during a graceful
 stop, starting while startup steps run, error when one failed.
 
 A real ServerController (the aiohttp server on a loopback port) over the real Worker, with a

@@ -1,4 +1,4 @@
-"""The keys and providers management routes on the real server (issue 14): an admin key lists,
+"""The keys and providers management routes on the real server: an admin key lists,
 adds and removes keys and providers; other keys get 403 permission_denied; a key made over HTTP
 works at the next request and a removed one gets 401; no listing (nor the request records, with
 content recording on) ever holds a secret."""

@@ -1,4 +1,4 @@
-"""GET /api/v1/metrics (JSON) and GET /metrics (Prometheus text) (issue 14): the numbers add
+"""GET /api/v1/metrics (JSON) and GET /metrics (Prometheus text): the numbers add
 up, the labels stay bounded and no prompt text, unknown model name or raw path gets in.
 
 The real aiohttp app on a loopback port over the real Worker (a scripted engine for speed).

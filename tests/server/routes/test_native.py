@@ -1,4 +1,4 @@
-"""The native load API validates with the load option table (issue 10): a range moved in the
+"""The native load API validates with the load option table: a range moved in the
 table moves the API's refusal. A real server on a loopback port; nothing is loaded."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Request records on the real server (issue 14): what a streamed generation records (its TTFT
+"""Request records on the real server: what a streamed generation records (its TTFT
 against what the client saw), requests refused at the edge, content only when turned on, and
 records kept across a restart."""
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry (issue 14): a SERVER span per request with its measured phases and gateway
+"""OpenTelemetry: a SERVER span per request with its measured phases and gateway
 attempts as children, a client's traceparent continued and sent on to providers, metrics with
 bounded attributes, nothing of the content recorded, and nothing at all unless it is turned on.
 

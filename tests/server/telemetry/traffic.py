@@ -1,4 +1,4 @@
-"""Mixed traffic for the canary tests of /metrics and OpenTelemetry (issue 14): every request
+"""Mixed traffic for the canary tests of /metrics and OpenTelemetry: every request
 carries the canary somewhere (prompt, model name, path, query, user agent, forwarded address,
 a wrong key), and the random names it makes up are collected so a test can look for them."""
 

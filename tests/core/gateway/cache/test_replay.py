@@ -1,4 +1,4 @@
-"""The response cache keys a request's images by their digest (issue 16): another image is
+"""The response cache keys a request's images by their digest: another image is
 another key, the same pixels the same key, and no pixels go into the key."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The response cache in the service (issue 14), on the fake runtime over the real Worker and
+"""The response cache in the service, on the fake runtime over the real Worker and
 a real SQLite file: an exact repeat never reaches the runtime, what changes the output changes
 the key and what does not leaves it, non-deterministic requests are bypassed unless forced,
 the TTL and the entry bound hold (an injected clock), and failed or cancelled generations are

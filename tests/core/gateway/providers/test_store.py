@@ -1,4 +1,4 @@
-"""The providers file and its keys file (issue #11): validation, prefix clashes, keys kept
+"""The providers file and its keys file: validation, prefix clashes, keys kept
 apart (0600), changes seen by another reader."""
 
 from __future__ import annotations

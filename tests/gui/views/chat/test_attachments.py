@@ -1,4 +1,4 @@
-"""Files on the Chat page (issue 15): a file dropped onto the page becomes a chip (name, size,
+"""Files on the Chat page: a file dropped onto the page becomes a chip (name, size,
 remove), a binary one is refused with the reason, a long paste becomes an attachment; a send
 with a big file retrieves its chunks with the real MiniLM embedder and the notice under the
 answer names them; with no embedding model the message is not sent and says the fix.
@@ -115,7 +115,7 @@ def test_drop_paste_and_remove_make_and_unmake_chips(
     assert chip.label.text() == "notes.md · 14 B"
     drop(page, tmp_path / "photo.png")  # onto the page itself
     qtbot.waitUntil(lambda: bar.error_label.isVisible(), timeout=10_000)
-    # a .png goes down the image path (issue 16): these bytes are no image it can read
+    # a .png goes down the image path: these bytes are no image it can read
     assert "photo.png: unsupported image format" in bar.error_label.text()
     assert len(bar.chips) == 1 and bar.image_chips == []
     # a long paste into the prompt box is an attachment; a short one is prompt text

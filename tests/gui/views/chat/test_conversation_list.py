@@ -1,4 +1,4 @@
-"""The conversation sidebar (issue 15): list, search, open/new, the context menu, delete+undo."""
+"""The conversation sidebar: list, search, open/new, the context menu, delete+undo."""
 
 from __future__ import annotations
 

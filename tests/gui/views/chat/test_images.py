@@ -1,4 +1,4 @@
-"""Images on the Chat page (issue 16), with the real llama.cpp runtime on SmolLM2 and the tiny
+"""Images on the Chat page, with the real llama.cpp runtime on SmolLM2 and the tiny
 real projector (tests/support/vision_gguf.py): dropped, pasted (a screenshot) or attached with the
 button, an image becomes a chip with its thumbnail; sent, its pixels reach libmtmd (the slot's
 prompt holds the image's positions, keyed on the digest of the decoded pixels); saved, it comes

@@ -1,4 +1,4 @@
-"""Saved conversations on the Chat page (issue 15): saved as answers finish (Stop included),
+"""Saved conversations on the Chat page: saved as answers finish (Stop included),
 restored after a restart (model, system prompt, parameters, selected branch), branches made by
 regenerate and edit-and-resend and switched with ‹ ›, the history sent being the selected path.
 Driven through the real service and worker with a scripted engine whose N-th answer says

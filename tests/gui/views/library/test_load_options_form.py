@@ -1,4 +1,4 @@
-"""The Load dialog's option editors come from the load option table (issue 10): ranges, steps,
+"""The Load dialog's option editors come from the load option table: ranges, steps,
 the special value of a minimum and the help text all follow it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The first-run welcome (issue #13) on the empty Library page, over a real service and the fake
+"""The first-run welcome on the empty Library page, over a real service and the fake
 Hub serving the curated starter repos: suggestions with sizes and verdicts, a Download that lands
 in the library and switches the page to the table, offline, and the start-at-login and
 keep-in-tray switches (the XDG autostart file under a temporary XDG_CONFIG_HOME)."""

@@ -1,4 +1,4 @@
-"""The Server page's request log reads the request records database (issue 14): records from
+"""The Server page's request log reads the request records database: records from
 before the window opened, filters through the CLI's own query, the TTFT column, every field on
 Enter, and each finished request shown once (its record lands after its event)."""
 

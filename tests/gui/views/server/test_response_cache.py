@@ -1,4 +1,4 @@
-"""The Server page's response cache box (issue 14): it shows the saved ``cache`` settings,
+"""The Server page's response cache box: it shows the saved ``cache`` settings,
 saves edits to settings.json (where a server reads them), shows the hit/miss counts of the
 cache file, and its Clear button empties that file."""
 

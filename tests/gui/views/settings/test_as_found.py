@@ -1,4 +1,4 @@
-"""Settings as a new user finds them (issue 13): the on-demand loading switch the README promises,
+"""Settings as a new user finds them: the on-demand loading switch the README promises,
 applied to the running server at once; the server address edited in one place (the Server page);
 the models folder shown as its real path, with Open; the Auto memory budget's figure."""
 

@@ -1,4 +1,4 @@
-"""Settings › Runtime shows the doctor's report (issue #13); the Load dialog's "GPU offload"
+"""Settings › Runtime shows the doctor's report; the Load dialog's "GPU offload"
 says when this llama.cpp build has no GPU."""
 
 from __future__ import annotations
