@@ -95,7 +95,7 @@ async def test_conversations_keep_their_own_streams_and_a_long_prefix_is_copied(
         for c in range(3)
     ]
     plain_h = hearth(tmp_path / "plain", parallel=1, prompt_cache="off")
-    model, _ = plain_h.import_model(smollm2_path)
+    model, _ = plain_h.models.import_path(smollm2_path)
     try:
         plain = [(await ask(plain_h, model.id, list(c), 12))[:2] for c in convs]
     finally:

@@ -221,8 +221,8 @@ async def test_the_memory_estimate_counts_the_projector(rig: Rig) -> None:
 
     plain, vision = hearth(rig, "est-plain"), hearth(rig, "est-vision")
     try:
-        a = plain.estimate(pair(plain, rig.model, None))
-        b = vision.estimate(pair(vision, rig.model, rig.projector))
+        a = plain.models.estimate(pair(plain, rig.model, None))
+        b = vision.models.estimate(pair(vision, rig.model, rig.projector))
     finally:
         await plain.close()
         await vision.close()
