@@ -137,7 +137,8 @@ def assemble(
     models = ModelService(library, scheduler, events, presets, foreign)
     local = LocalRunner(models, scheduler, presets, jit_enabled)
     dispatch = Dispatch(library, models, local, providers)
-    remote_or_local = lambda m: library.has(m) or dispatch.is_remote(m)  # noqa: E731
+    # the provider prefix first: an id neither local nor remote costs one library lookup, not two
+    remote_or_local = lambda m: dispatch.is_remote(m) or library.has(m)  # noqa: E731
     is_loaded = lambda m: scheduler.state(m) == "loaded"  # noqa: E731
     gateway = Gateway(aliases, routing, remote_or_local, is_loaded)
     embed = routed_embed(gateway, dispatch)

@@ -34,7 +34,7 @@ class RoutingService:
     # -- names -----------------------------------------------------------------------------------
     def is_target(self, model_id: str) -> bool:
         """A model id a request may name besides aliases: local, or a provider's PREFIX/id."""
-        return self._library.has(model_id) or self._is_remote(model_id)
+        return self._is_remote(model_id) or self._library.has(model_id)  # one lookup, not two
 
     def _is_remote(self, model_id: str) -> bool:
         return (

@@ -120,7 +120,7 @@ async def _generation(request: web.Request, parsed: parse.Parsed, ctx: Context) 
         else:
             await service.models.load(parsed.model, ttl=parsed.ttl, scope=scope_of(request))
         return web.json_response(render.load_response(parsed.model, parsed.key, parsed.ttl == 0))
-    req = await resolve_images(request, with_context(request, req))  # no vision: 400, no load
+    req = await resolve_images(request, req)  # carries the context; no vision: 400, no load
     ctx.load_ns = await _load_ns(request, parsed.model)
     choices = await (service.chat(req) if isinstance(req, ChatRequest) else service.complete(req))
     ctx.model = choices.model  # the model that answered (an alias's target, auto's pick)
