@@ -190,6 +190,8 @@ class ChatSettings:
 
     # the model that embeds attached files too big to go in whole; "" = the library's first
     embedding_model: str = ""
+    # the model picked last on the Chat page, chosen again at the next start ("" = none yet)
+    last_model: str = ""
 
 
 FETCH_URLS = ("local-clients", "all", "off")

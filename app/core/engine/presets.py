@@ -16,8 +16,9 @@ from app.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
+CHAT_KEY = "chat"  # the Chat page's settings for the model (sampling, system prompt): an object
 # preset keys that are not LoadOptions fields
-EXTRA_KEYS = ("ttl", "pinned", "tool_format")
+EXTRA_KEYS = ("ttl", "pinned", "tool_format", CHAT_KEY)
 
 
 def validate_options(raw: dict[str, Any], *, where: str = "options") -> dict[str, Any]:
@@ -37,6 +38,8 @@ def validate_options(raw: dict[str, Any], *, where: str = "options") -> dict[str
             raise InvalidRequest("'pinned' must be a boolean", param=p)
         if k == "tool_format" and v not in (None, *TOOL_FAMILIES):
             raise InvalidRequest(f"'tool_format' must be one of {TOOL_FAMILIES}", param=p)
+        if k == CHAT_KEY and not isinstance(v, dict):
+            raise InvalidRequest(f"'{CHAT_KEY}' must be an object", param=p)
         out[k] = v
     return out
 

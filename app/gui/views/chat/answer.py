@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from app.core.inference.generation import Generation
 from app.core.requests import ChatRequest
 from app.core.service import Hearth
-from app.core.types import ChatMessage, Delta, SamplingParams
+from app.core.types import ChatMessage, Constraint, Delta, SamplingParams
 from app.gui.views.chat.attachments import Prepare
 
 
@@ -38,19 +38,30 @@ async def stream_answer(
     emit_reasoning: Callable[[str], None] | None = None,
     on_cpu_busy: Callable[[], None] | None = None,
     prepare: Prepare | None = None,
+    *,
+    stop: tuple[str, ...] = (),
+    constraint: Constraint | None = None,
 ) -> Delta:
     """Load the model if needed and stream the answer's text to ``emit`` (and the model's
     reasoning, ``<think>`` or harmony analysis, to ``emit_reasoning``); return the final delta
     (finish reason, usage, timings). ``on_cpu_busy`` is called once, at the first delta decoded
     with fewer threads because other programs keep the CPU busy. ``prepare`` puts the attached
-    files into the messages once the model is loaded (its context and tokenizer known)."""
+    files into the messages once the model is loaded (its context and tokenizer known).
+    ``stop`` and ``constraint`` (a JSON schema) go on the request as they are."""
     if not service.routing.is_routable(model_id):  # a remote model (PREFIX/id) is not loaded here
         await service.models.load(model_id)  # explicit: chatting works with on-demand loading off
     if prepare is not None:  # attachments: app/gui/views/chat/attachments.py
         messages = await prepare(messages)
     if turn.cancelled:
         return Delta(finish_reason="cancelled")
-    req = ChatRequest(model_id, tuple(messages), sampling=sampling, max_tokens=max_tokens)
+    req = ChatRequest(
+        model_id,
+        tuple(messages),
+        sampling=sampling,
+        max_tokens=max_tokens,
+        stop=stop,
+        constraint=constraint,
+    )
     gen = (await service.chat(req)).first
     turn.generation = gen
     if turn.cancelled:

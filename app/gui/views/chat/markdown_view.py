@@ -72,6 +72,8 @@ class MarkdownBody(QWidget):
     """A message's rendered markdown: frozen blocks in bounded segments, the open tail in a
     box of its own re-rendered (coalesced by a timer) as text streams in."""
 
+    code_copied = Signal()  # a code block's Copy link put its code on the clipboard
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._lay = QVBoxLayout(self)
@@ -190,3 +192,4 @@ class MarkdownBody(QWidget):
         codes = self._inc.codes
         if 0 <= n < len(codes):
             QGuiApplication.clipboard().setText(codes[n])
+            self.code_copied.emit()

@@ -13,28 +13,34 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QKeySequence, QPalette, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
-    QDoubleSpinBox,
-    QFormLayout,
     QHBoxLayout,
     QLabel,
-    QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core.inference.images import supports_vision
 from app.core.service import Hearth
-from app.core.types import ChatMessage, Delta, SamplingParams
+from app.core.types import ChatMessage, Delta
 from app.core.workspace.chat_images import ChatImage, has_sources, user_message
 from app.core.workspace.conversations import ConversationStore
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.chat.answer import AnswerTurn, stream_answer
 from app.gui.views.chat.attachments import AttachmentBar
 from app.gui.views.chat.mcp_tools import McpChat, McpTurn
-from app.gui.views.chat.parts import ChatModel, PromptEdit, stats_text
+from app.gui.views.chat.options_panel import DEFAULT_SYSTEM_PROMPT, ChatOptionsPanel
+from app.gui.views.chat.parts import (
+    ChatModel,
+    ContextMeter,
+    PromptEdit,
+    chat_models,
+    fill_picker,
+    input_row,
+    loaded_context,
+    remember_model,
+    stats_text,
+)
 from app.gui.views.chat.session import ChatSession
 from app.gui.views.chat.transcript import MessageView, Transcript, kind_color
 from app.gui.views.common import PAGE_MARGINS, page_title
@@ -42,7 +48,8 @@ from app.settings import SettingsStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "ChatPage"]
+NO_MODEL_NOTICE = "Import a model on the Library page first."
 CPU_BUSY_NOTICE = (
     "Slower than usual: the CPU is busy with other programs, so Hearth decodes with fewer threads."
 )
@@ -66,6 +73,7 @@ class ChatPage(QWidget):
     _cpu_busy_streamed = Signal(object)  # turn
     reasoning_received = Signal(str)
     conversation_cleared = Signal()  # clear(): a new chat (the saved one is left)
+    turn_dropped = Signal(str)  # a failed turn's question (message id), asked again
 
     def __init__(
         self,
@@ -90,44 +98,36 @@ class ChatPage(QWidget):
         self._answer_view: MessageView | None = None
         self._sent_text = ""  # back into the prompt box if the attached files stop the send
         self._models: dict[str, ChatModel] = {}  # the picker's entries by id
+        self._no_model_notice: str | None = None  # "import a model first", until one comes
 
         self.model_combo = QComboBox()
         self.model_combo.setMinimumContentsLength(28)
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
-        self.system_edit = QPlainTextEdit(DEFAULT_SYSTEM_PROMPT)
-        self.system_edit.setFixedHeight(56)
-        self.temperature_spin = QDoubleSpinBox()
-        self.temperature_spin.setRange(0.0, 2.0)
-        self.temperature_spin.setSingleStep(0.1)
-        self.temperature_spin.setValue(0.7)
-        self.max_tokens_spin = QSpinBox()
-        self.max_tokens_spin.setRange(0, 131072)
-        self.max_tokens_spin.setSingleStep(128)
-        self.max_tokens_spin.setSpecialValueText("No limit")
-        self.max_tokens_spin.setValue(1024)
+        self._settings = settings
+        # the conversation's settings, in a side panel the Settings button shows and hides
+        self.options = ChatOptionsPanel(service, bridge)
+        self.system_edit = self.options.system_edit
+        self.temperature_spin = self.options.temperature_spin
+        self.max_tokens_spin = self.options.max_tokens_spin
+        self.options_button = QPushButton("Settings")
+        self.options_button.setCheckable(True)
+        self.options_button.setChecked(True)
+        self.options_button.setToolTip("Show or hide this chat's settings")
         self.clear_button = QPushButton("Clear conversation")
+        self.meter = ContextMeter()
 
         top = QHBoxLayout()
         top.addWidget(page_title("Chat"))
         top.addStretch(1)
         top.addWidget(QLabel("Model"))
         top.addWidget(self.model_combo)
+        top.addWidget(self.meter)
         top.addWidget(self.clear_button)
         # MCP tools: the tools menu; each call's block goes into the answer that made it
         self.mcp = McpChat(service, bridge, mcp, notice=self._mcp_notice, place=self._place_block)
         self.last_extras: dict[str, Any] = {}  # the last answer's tool_calls / tool_results
         top.addWidget(self.mcp.button)
-
-        options = QFormLayout()
-        options.addRow("System prompt", self.system_edit)
-        knobs = QHBoxLayout()
-        knobs.addWidget(QLabel("Temperature"))
-        knobs.addWidget(self.temperature_spin)
-        knobs.addSpacing(16)
-        knobs.addWidget(QLabel("Max tokens"))
-        knobs.addWidget(self.max_tokens_spin)
-        knobs.addStretch(1)
-        options.addRow("", knobs)
+        top.addWidget(self.options_button)
 
         self.transcript = Transcript()
         # saved conversations, the sidebar and branches (session.py); none: chats go unsaved
@@ -136,22 +136,12 @@ class ChatPage(QWidget):
         )
 
         self.prompt_edit = PromptEdit()
-        self.prompt_edit.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
-        self.prompt_edit.setFixedHeight(72)
         self.send_button = QPushButton("Send")
-        self.send_button.setDefault(True)
         self.stop_button = QPushButton("Stop")
-        self.stop_button.setEnabled(False)
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.send_button)
-        buttons.addWidget(self.stop_button)
-        bottom = QHBoxLayout()
-        bottom.addWidget(self.prompt_edit, 1)
-        bottom.addLayout(buttons)
+        bottom = input_row(self.prompt_edit, self.send_button, self.stop_button)
 
         self.stats_label = QLabel("")
         self.stats_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # muted, any theme
-        self.stop_button.setToolTip("Stop the answer (Esc)")
         # Esc anywhere on the page stops the answer in flight
         self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         self.stop_shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
@@ -161,7 +151,6 @@ class ChatPage(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
         layout.addLayout(top)
-        layout.addLayout(options)
         layout.addWidget(self._with_sidebar(self.transcript), 1)
         # attachments: the Attach button and chips; files dropped or pasted
         self.attachments = AttachmentBar(
@@ -180,6 +169,8 @@ class ChatPage(QWidget):
         self.prompt_edit.submitted.connect(self._on_send_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
         self.clear_button.clicked.connect(self._on_clear_button_clicked)
+        self.options_button.toggled.connect(self._on_options_button_toggled)
+        self.model_combo.activated.connect(self._on_model_combo_activated)
         self.transcript.regenerate_requested.connect(self.regenerate)
         self.transcript.edit_submitted.connect(self.edit_and_resend)
         self.transcript.delete_requested.connect(self.delete_message)
@@ -218,32 +209,15 @@ class ChatPage(QWidget):
         return self.model_combo.findData(model_id) >= 0
 
     def chat_options(self) -> tuple[str, dict[str, Any]]:
-        """The system prompt and the sampling parameters, as a conversation keeps them."""
-        params = {
-            "temperature": self.temperature_spin.value(),
-            "max_tokens": self.max_tokens_spin.value(),
-        }
-        return self.system_edit.toPlainText(), params
+        """The system prompt and the side panel's settings, as a conversation keeps them."""
+        return self.options.system_prompt(), self.options.params()
 
     def saved_blocks(self, extras: dict[str, Any]) -> Sequence[QWidget]:
         return self.mcp.saved_blocks(extras)
 
     # -- actions -------------------------------------------------------------------------------------
     def refresh_models(self) -> None:
-        self._bridge.call(self._usable_models, on_done=self._on_models_listed)
-
-    def _usable_models(self) -> list[ChatModel]:
-        # loop thread: a local model is offered when a runtime on this machine can load its
-        # format; a remote one (a ready provider's PREFIX/id) always
-        out = []
-        for s in self._service.models.all():
-            rt = self._service.runtimes.get(s.model.format)
-            if rt is not None and rt.available():
-                vision = supports_vision(s.model)
-                out.append(ChatModel(s.model.id, s.state == "loaded", vision=vision))
-        remote = self._service.routing.remote_models()
-        out += [ChatModel(r.id, False, remote=r.provider, vision=True) for r in remote]
-        return out
+        self._bridge.call(chat_models, self._service, on_done=self._on_models_listed)
 
     def image_refusal(self) -> str | None:
         """Why the chosen model takes no images, with the fix (None: it takes them)."""
@@ -265,7 +239,13 @@ class ChatPage(QWidget):
         if (not text and not pending) or self.streaming:
             return False
         if model_id is None:
-            self.transcript.add_notice("Import a model on the Library page first.", "error")
+            if self._no_model_notice is None:
+                self._no_model_notice = self.transcript.add_notice(NO_MODEL_NOTICE, "error").msg_id
+            return False
+        problem = self.options.schema_problem()
+        if problem:  # not sent: the text stays in the box
+            self.options_button.setChecked(True)
+            self.attachments.say(problem)
             return False
         refusal = self.image_refusal() if pending or has_sources(self.history) else None
         if refusal:  # not sent: the text stays in the box, the images in the bar
@@ -277,6 +257,7 @@ class ChatPage(QWidget):
         self.history.append(user_message(text, pending))
         self.history_ids.append(msg_id)
         view = self.transcript.add_message(msg_id, "user", text, header="You")
+        view.set_files([a.name for a in self.attachments.attachments])
         if pending:
             view.set_images(pending)
             if self.session is not None:  # saved with the question (extras.images)
@@ -321,7 +302,7 @@ class ChatPage(QWidget):
 
     def _ask(self, model_id: str) -> None:
         """Stream an answer to the history as it stands (it ends with the user's turn)."""
-        system = self.system_edit.toPlainText().strip()
+        system = self.options.system_prompt().strip()
         messages = ([ChatMessage("system", system)] if system else []) + self.history
         self._answer_view = self.transcript.add_message(
             self._new_id("a"), "assistant", header=f"Assistant · {model_id}"
@@ -333,13 +314,20 @@ class ChatPage(QWidget):
         tools = self.mcp.active()  # MCP: the tool loop answers when tools are on
         turn: Any = self.mcp.new_turn() if tools else AnswerTurn()
         self._turn = turn
-        max_tokens = self.max_tokens_spin.value() or None
+        max_tokens = self.options.max_tokens()
         self._sent_text = self.history[-1].content if self.history else ""
         # attachments; images decoded for the model
         prepare = self.attachments.preparer(model_id, max_tokens, images=has_sources(messages))
-        sampling = SamplingParams(temperature=self.temperature_spin.value())
+        sampling = self.options.sampling()
         busy = partial(self._cpu_busy_streamed.emit, turn)
-        run = self.mcp.answer if tools else partial(stream_answer, self._service, on_cpu_busy=busy)
+        stop, shape = self.options.stop(), self.options.constraint()
+        run = (
+            self.mcp.answer
+            if tools
+            else partial(
+                stream_answer, self._service, on_cpu_busy=busy, stop=stop, constraint=shape
+            )
+        )
         self._bridge.run(
             run(
                 turn,
@@ -377,6 +365,7 @@ class ChatPage(QWidget):
         self._answer_parts = []
         self.attachments.clear()
         self.transcript.clear()
+        self.meter.reset()
         self.stats_label.clear()
         self.conversation_cleared.emit()
 
@@ -403,25 +392,28 @@ class ChatPage(QWidget):
 
     def _on_session_options_restored(self, system_prompt: str, params: dict[str, Any]) -> None:
         self.system_edit.setPlainText(system_prompt)
-        if isinstance(params.get("temperature"), (int, float)):
-            self.temperature_spin.setValue(float(params["temperature"]))
-        if isinstance(params.get("max_tokens"), int):
-            self.max_tokens_spin.setValue(params["max_tokens"])
+        self.options.set_params(params)
+
+    def _on_options_button_toggled(self, on: bool) -> None:
+        self.options.setVisible(on)
+
+    def _on_model_combo_activated(self, _index: int) -> None:
+        """The user picked a model: it is the one chosen next time the app starts."""
+        mid = self.current_model_id()
+        self.options.model_id = mid
+        store = self._settings
+        if mid is not None and store is not None:
+            self._bridge.call(remember_model, store, mid)
 
     def _on_models_listed(self, models: list[ChatModel]) -> None:
-        keep = self.current_model_id()
         self._models = {m.id: m for m in models}
-        self.model_combo.blockSignals(True)
-        self.model_combo.clear()
-        for m in models:
-            self.model_combo.addItem(m.label, m.id)
-        if keep is not None and self.model_combo.findData(keep) >= 0:
-            self.select_model(keep)
-        elif models:  # prefer a model that is already in memory
-            loaded = next((m.id for m in models if m.loaded), None)
-            self.select_model(loaded or models[0].id)
-        self.model_combo.blockSignals(False)
-        self.model_combo.setPlaceholderText("No models: import one on the Library page")
+        last = self._settings.load().chat.last_model if self._settings is not None else ""
+        fill_picker(self.model_combo, models, (self.current_model_id(), last))
+        self.options.model_id = self.current_model_id()
+        self.model_combo.setPlaceholderText("No chat models: import one on the Library page")
+        if models and self._no_model_notice is not None:  # a model came: the advice is stale
+            self.transcript.remove(self._no_model_notice)
+            self._no_model_notice = None
         self._update_buttons()
         self.models_refreshed.emit()
 
@@ -468,6 +460,14 @@ class ChatPage(QWidget):
         elif self.history and self.history[-1].role == "user":
             self._pop_user()  # nothing came back: keep user/assistant turns alternating
         stats = stats_text(final)
+        model_id, usage = self.current_model_id(), final.usage
+        if usage is not None and model_id is not None:  # the context meter, for this turn
+            self._bridge.call(
+                loaded_context,
+                self._service,
+                model_id,
+                on_done=partial(self.meter.set_usage, usage.total_tokens),
+            )
         if final.error and reason == "error":
             self._end_answer(f"Error: {final.error}", "error")
         else:
@@ -481,11 +481,11 @@ class ChatPage(QWidget):
             return
         text = log_failure(log, "chat failed", exc)
         self._record_tool_calls(turn, kept=False)
-        if self.history and self.history[-1].role == "user":
-            self._pop_user()
-        if self.answer_text and self._answer_view is not None:
+        if self.answer_text and self._answer_view is not None:  # what streamed before it failed
             self.history.append(ChatMessage("assistant", self.answer_text))
             self.history_ids.append(self._answer_view.msg_id)
+        elif self.history and self.history[-1].role == "user":
+            self._pop_user()  # shown (and saved) with its error, not sent to the model again
         self._end_answer(f"Error: {text}", "error")
         self.attachments.turn_failed(self, exc, self._sent_text)  # not sent
         self._finish_turn()
@@ -493,14 +493,15 @@ class ChatPage(QWidget):
 
     # -- helpers -------------------------------------------------------------------------------------
     def _with_sidebar(self, transcript: Transcript) -> QWidget:
-        """The transcript, with the saved conversations' sidebar beside it when there is one."""
-        if self.session is None:
-            return transcript
+        """The transcript, with the saved conversations' sidebar on its left when there is
+        one, and the settings panel on its right."""
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(self.session.sidebar)
+        if self.session is not None:
+            splitter.addWidget(self.session.sidebar)
         splitter.addWidget(transcript)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([220, 700])
+        splitter.addWidget(self.options)
+        splitter.setStretchFactor(splitter.indexOf(transcript), 1)
+        splitter.setSizes([220, 700, 280] if self.session is not None else [700, 280])
         return splitter
 
     def _connect_session(self, session: ChatSession) -> None:
@@ -510,6 +511,7 @@ class ChatPage(QWidget):
         self.chunk_received.connect(session.add_chunk)
         self.reasoning_received.connect(session.add_reasoning)
         self.answer_finished.connect(session.end_turn)
+        self.turn_dropped.connect(session.drop_turn)
         self.conversation_cleared.connect(session.leave_conversation)
         self.models_refreshed.connect(session.select_wanted_model)
         self.transcript.branch_requested.connect(session.switch_branch)
@@ -551,6 +553,9 @@ class ChatPage(QWidget):
         question = self.transcript.message(ids[k - 1]) if k > 0 else None
         if question is None or question.role != "user":
             return False
+        if self.streaming or self.current_model_id() is None:
+            return False
+        self.turn_dropped.emit(question.msg_id)  # the new try replaces the failed one
         return self.edit_and_resend(question.msg_id, question.markdown())
 
     def _new_id(self, prefix: str) -> str:
@@ -576,9 +581,14 @@ class ChatPage(QWidget):
         self.stats_label.setText(notice)
 
     def _finish_turn(self) -> None:
+        # Stop (clicked or Esc) ends here: its button goes grey and Qt would pass the focus on
+        # to the next widget (the conversation search); the user's next move is to type
+        stopping = self.stop_button.hasFocus()
         self._turn = None
         self._answer_view = None
         self._update_buttons()
+        if stopping:
+            self.prompt_edit.setFocus()
 
     def _update_buttons(self) -> None:
         busy = self.streaming

@@ -1,16 +1,28 @@
-"""The Chat page's small parts: a model picker entry, the prompt box, the stats line.
-Tested by tests/gui/views/chat/test_images.py and tests/gui/views/chat/test_session.py."""
+"""The Chat page's small parts: the model picker's entries (and the choice kept for the next
+start), the prompt box, the stats line under an answer, the context meter.
+Tested by tests/gui/views/chat/test_images.py, test_session.py and test_page_parts.py."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from PySide6.QtCore import QMimeData, Qt, Signal
 from PySide6.QtGui import QKeyEvent
-from PySide6.QtWidgets import QPlainTextEdit, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.core.inference.images import supports_vision
+from app.core.service import Hearth
 from app.core.types import Delta
+from app.settings import SettingsStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +38,98 @@ class ChatModel:
     def label(self) -> str:
         if self.remote is not None:
             return f"{self.id}  (remote: {self.remote})"
-        return self.id + ("  (loaded)" if self.loaded else "")
+        tags = [t for t, on in (("vision", self.vision), ("loaded", self.loaded)) if on]
+        return self.id + (f"  ({', '.join(tags)})" if tags else "")
+
+
+def chat_models(service: Hearth) -> list[ChatModel]:
+    """The models the picker offers (loop thread): a local model that can chat and that a
+    runtime on this machine can load (never an embedding model or a reranker); a remote one
+    (a ready provider's PREFIX/id) always."""
+    out = []
+    for s in service.models.all():
+        rt = service.runtimes.get(s.model.format)
+        if rt is not None and rt.available() and "chat" in s.model.capabilities:
+            out.append(ChatModel(s.model.id, s.state == "loaded", vision=supports_vision(s.model)))
+    remote = service.routing.remote_models()
+    out += [ChatModel(r.id, False, remote=r.provider, vision=True) for r in remote]
+    return out
+
+
+def fill_picker(combo: QComboBox, models: list[ChatModel], prefer: tuple[str | None, ...]) -> None:
+    """List ``models`` in the picker and choose the first of ``prefer`` it lists (the current
+    choice, the one kept from the last start), else one already in memory, else the first."""
+    combo.blockSignals(True)
+    combo.clear()
+    for m in models:
+        combo.addItem(m.label, m.id)
+    listed = {m.id for m in models}
+    loaded = [m.id for m in models if m.loaded]
+    pick = next((p for p in (*prefer, *loaded) if p and p in listed), None)
+    if pick is None and models:
+        pick = models[0].id
+    if pick is not None:
+        combo.setCurrentIndex(combo.findData(pick))
+    combo.blockSignals(False)
+
+
+def input_row(prompt: QPlainTextEdit, send: QPushButton, stop: QPushButton) -> QHBoxLayout:
+    """The prompt box with Send and Stop beside it."""
+    prompt.setPlaceholderText("Message (Enter to send, Shift+Enter for a new line)")
+    prompt.setFixedHeight(72)
+    send.setDefault(True)
+    stop.setEnabled(False)
+    stop.setToolTip("Stop the answer (Esc)")
+    buttons = QVBoxLayout()
+    buttons.addWidget(send)
+    buttons.addWidget(stop)
+    row = QHBoxLayout()
+    row.addWidget(prompt, 1)
+    row.addLayout(buttons)
+    return row
+
+
+def remember_model(store: SettingsStore, model_id: str) -> None:
+    """Keep ``model_id`` as the Chat page's choice for the next start (``chat.last_model``)."""
+    s = store.load()
+    if s.chat.last_model != model_id:
+        store.update(chat=replace(s.chat, last_model=model_id))
+
+
+def loaded_context(service: Hearth, model_id: str) -> int:
+    """The context length ``model_id`` is loaded with (loop thread); 0: not loaded here."""
+    return next((m.context_length for m in service.models.loaded() if m.model_id == model_id), 0)
+
+
+class ContextMeter(QProgressBar):
+    """How full the conversation's context is: the last turn's prompt and answer tokens
+    against the loaded model's context length."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.used = 0
+        self.total = 0
+        self.setTextVisible(True)
+        self.setMaximumWidth(220)
+        self.reset()
+
+    def set_usage(self, used: int, total: int) -> None:
+        self.used, self.total = used, total
+        if total <= 0:  # a remote model: its context is not known here
+            self.setRange(0, 1)
+            self.setValue(0)
+            self.setFormat(f"Context: {used} tokens")
+        else:
+            self.setRange(0, total)
+            self.setValue(min(used, total))
+            self.setFormat(f"Context: {used} / {total} ({100 * used // total}%)")
+        self.setToolTip("Prompt and answer tokens of the last turn, of the model's context")
+
+    def reset(self) -> None:
+        self.used = self.total = 0
+        self.setRange(0, 1)
+        self.setValue(0)
+        self.setFormat("Context: empty")
 
 
 class PromptEdit(QPlainTextEdit):
@@ -68,6 +171,8 @@ def stats_text(final: Delta) -> str:
         parts.append(f"{final.usage.reasoning_tokens} thinking")
     if final.usage is not None and final.usage.cached_tokens:
         parts.append(f"{final.usage.cached_tokens} prompt tokens from cache")
+    if t is not None and t.prompt_ms > 0:  # from the request's start, loading aside
+        parts.append(f"first token {first_token_seconds(final):.2f} s")
     if t is not None and t.predicted_per_second > 0:
         parts.append(f"{t.predicted_per_second:.1f} tok/s")
     if t is not None and t.cpu_busy:
@@ -78,3 +183,9 @@ def stats_text(final: Delta) -> str:
     elif reason == "cancelled":
         parts.append("stopped")
     return " · ".join(parts)
+
+
+def first_token_seconds(final: Delta) -> float:
+    """Time to the first token: preparing the prompt, waiting for a slot, reading the prompt."""
+    t = final.timings
+    return (t.prepare_ms + t.queue_ms + t.prompt_ms) / 1000.0 if t is not None else 0.0

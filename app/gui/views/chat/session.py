@@ -60,6 +60,11 @@ def open_store(path: Path) -> ConversationStore | None:
         return None
 
 
+def failed(m: Message) -> bool:
+    """An answer that brought nothing back (an error, or stopped before any text)."""
+    return m.role == "assistant" and not m.content and not m.extras.get("tool_calls")
+
+
 class ChatHost(Protocol):
     """The Chat page as the session sees it: the history sent to the model (rebuilt when a
     saved path is shown), the transcript that shows it, and what a conversation saves."""
@@ -159,12 +164,20 @@ class ChatSession(QObject):
             return
         for m in conv.path():
             view = self._show(m)
+            if failed(m):  # shown with its error; neither it nor its question goes to the model
+                if p.history and p.history[-1].role == "user":
+                    del p.history[-1], p.history_ids[-1]
+                self._ids[m.id] = m.id
+                continue
             if m.role == "assistant" and m.extras.get("tool_calls"):  # MCP: the calls it made
                 for block in p.saved_blocks(m.extras):
                     view.add_block(block)
                 calls = messages_from_extras(m.extras)
                 p.history += calls
                 p.history_ids += [m.id] * len(calls)
+            files = m.extras.get("attachments") if m.role == "user" else None
+            if isinstance(files, list):  # the files it carried, named on it
+                view.set_files([str(f.get("name", "")) for f in files if isinstance(f, dict)])
             refs = image_refs(m.extras) if m.role == "user" else []
             if refs:  # shown again, and sent again with the history
                 found = [self.images.load(r) for r in refs]
@@ -255,9 +268,12 @@ class ChatSession(QObject):
         parent = self._ids.get(asked)
         self._new_user = parent is None or parent not in conv
         if parent is None or self._new_user:  # a new user message (sent, or an edit)
-            before = self._ids.get(p.history_ids[-2]) if len(p.history_ids) > 1 else None
+            # under the message shown above it (a failed turn too: saved as shown)
+            before = next(
+                (self._ids[v] for v in reversed(view_ids[:-2]) if self._ids.get(v) in conv), None
+            )
             user = conv.add(
-                before if before in conv else None,
+                before,
                 "user",
                 strip_markers(p.history[-1].content),  # the images are in extras
                 extras=self._user_extras,
@@ -287,23 +303,19 @@ class ChatSession(QObject):
         that got nothing back."""
         if self._answer is None or self.conversation is None:
             return
-        conv, parent = self.conversation, self._answer[1]
-        if self.host.answer_text:  # Stop keeps what streamed
-            self._record_answer(final=True, reason=reason)
-            self._answer = self._answer_msg = None
-            self._answer_extras = {}
-            self._save()
-            return
-        # nothing came back (an error, or only thinking): the page dropped the turn from its
-        # history and keeps it on screen; the tree drops it too (a regenerated answer's
-        # siblings stay), so what is saved is what the next send continues from
-        if self._answer_msg is not None and self._answer_msg in conv:
-            conv.delete_message(self._answer_msg)
-        if self._new_user and parent in conv:
-            conv.delete_message(parent)
+        # saved as shown: Stop keeps what streamed; an answer that failed (nothing came back)
+        # is kept empty with its error, so reopening shows it and Regenerate retries it
+        self._record_answer(final=True, reason=reason)
         self._answer = self._answer_msg = None
         self._answer_extras = {}
         self._save()
+
+    def drop_turn(self, view_id: str) -> None:
+        """A failed turn is asked again (``turn_dropped``): its question and answer leave the
+        tree, the new try takes their place."""
+        conv, mid = self.conversation, self._ids.get(view_id)
+        if conv is not None and mid is not None and mid in conv:
+            conv.delete_message(mid)
 
     def leave_conversation(self) -> None:
         """The page was cleared (``conversation_cleared``): unless the session cleared it to
@@ -382,6 +394,7 @@ class ChatSession(QObject):
         notice = stats.get("text", "") if isinstance(stats, dict) else ""
         conv = self.conversation
         header = header if m.role in ("user", "assistant") else m.role.title()
+        error = m.extras.get("finish_reason") == "error"
         view = self.host.transcript.add_message(
             m.id,
             m.role,
@@ -390,6 +403,7 @@ class ChatSession(QObject):
             reasoning=m.reasoning,
             branch=conv.branch(m.id) if conv is not None else None,
             notice=str(notice),
+            notice_kind="error" if error else "meta",
             created=m.created,
         )
         return view

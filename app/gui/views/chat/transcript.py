@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import (
     QFont,
     QGuiApplication,
@@ -58,9 +58,30 @@ _KIND_COLORS = {
 }
 
 
+# a message's background: a faint tint of its role's colour, so turns read apart at a glance
+# (text on it keeps WCAG AA contrast in both themes)
+_BUBBLE_COLORS = {
+    "user": ("#eef3fd", "#1e2836"),
+    "assistant": ("#f1f8f3", "#1d2a21"),
+}
+AVATAR_LETTERS = {"user": "Y", "assistant": "A"}  # You, Assistant
+COPIED_MS = 1500  # how long a Copy button says "Copied"
+
+
 def kind_color(kind: str) -> str:
     light, dark = _KIND_COLORS.get(kind, _KIND_COLORS["meta"])
     return pick(light, dark)
+
+
+def bubble_color(role: str) -> str:
+    """The background of a ``role`` message for the palette in use ("" : none)."""
+    light, dark = _BUBBLE_COLORS.get(role, ("", ""))
+    return pick(light, dark)
+
+
+def text_color() -> str:
+    """The body text's colour on a message's background."""
+    return pick("#1f1f1f", "#e8e8e8")
 
 
 def _tool(text: str, tip: str) -> QToolButton:
@@ -107,6 +128,13 @@ class MessageView(QWidget):
         self._branch: tuple[int, int] | None = None
         self.images: list[ChatImage] = []  # the message's images (a user message's)
         self.image_strip: ImageStrip | None = None
+        self.files: list[str] = []  # the names of the files attached to it
+        self.setObjectName("message")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.avatar = QLabel(AVATAR_LETTERS.get(role, ""))
+        self.avatar.setFixedSize(28, 28)
+        self.avatar.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.files_label = self._muted_label()
 
         stamp = _stamp(self.created)
         self.header_label = QLabel(f"{header}  ·  {stamp}" if header else "")
@@ -135,6 +163,10 @@ class MessageView(QWidget):
         self.notice_label = self._muted_label()
 
         self.copy_button = _tool("Copy", "Copy this message's text (markdown)")
+        self._copied_timer = QTimer(self)
+        self._copied_timer.setSingleShot(True)
+        self._copied_timer.setInterval(COPIED_MS)
+        self._copied_timer.timeout.connect(self._on_copied_timer_timeout)
         self.regenerate_button = _tool("Regenerate", "Ask for this answer again")
         self.edit_button = _tool("Edit", "Edit this message and send it again")
         self.delete_button = _tool("Delete", "Delete this message")
@@ -166,11 +198,19 @@ class MessageView(QWidget):
         self.edit_box.setLayout(edit_row)
         self.edit_box.hide()
 
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.setSpacing(8)
+        head.addWidget(self.avatar)
+        head.addWidget(self.header_label, 1)
+        self.header_row = QWidget()
+        self.header_row.setLayout(head)
         lay = QVBoxLayout(self)
-        lay.setContentsMargins(0, 6, 0, 6)
-        lay.setSpacing(2)
+        lay.setContentsMargins(12, 10, 12, 10)
+        lay.setSpacing(4)
         parts: tuple[QWidget, ...] = (
-            self.header_label,
+            self.header_row,
+            self.files_label,
             self.caption_label,
             self.thinking_button,
             self.reasoning_view,
@@ -184,6 +224,8 @@ class MessageView(QWidget):
         # visibility only now that every part has a parent: shown parentless, a widget would
         # open as a window of its own (and take the main window's focus)
         self.header_label.setVisible(bool(header))
+        self.avatar.setVisible(bool(header) and role in AVATAR_LETTERS)
+        self.header_row.setVisible(bool(header))
         self.regenerate_button.setVisible(role == "assistant")
         self.edit_button.setVisible(role == "user")
         self.actions_row.setVisible(role in ("user", "assistant"))
@@ -198,7 +240,9 @@ class MessageView(QWidget):
         self.resend_button.clicked.connect(self._on_resend_button_clicked)
         self.cancel_edit_button.clicked.connect(self._on_cancel_edit_button_clicked)
 
+        self.body.code_copied.connect(self._on_body_code_copied)
         self._notice_kind = notice_kind
+        self._style()
         self.set_branch(branch)
         if text:
             self.set_text(text)
@@ -264,6 +308,12 @@ class MessageView(QWidget):
             self.image_strip = ImageStrip(self.images)
             self.add_block(self.image_strip)
 
+    def set_files(self, names: Sequence[str]) -> None:
+        """Name the files attached to the message, above its text."""
+        self.files = list(names)
+        shown = "Attached: " + ", ".join(self.files) if self.files else ""
+        self._show_muted(self.files_label, shown, "meta")
+
     def set_caption(self, text: str) -> None:
         """A dimmed, italic line above the body (e.g. why this answer is slow)."""
         self._show_muted(self.caption_label, text, "meta")
@@ -304,7 +354,8 @@ class MessageView(QWidget):
 
     def restyle(self) -> None:
         """Re-pick colours and the code style after a theme change."""
-        self.header_label.setStyleSheet(f"color: {kind_color(self.role)}")
+        self._style()
+        self._show_muted(self.files_label, self.files_label.text(), "meta")
         self._show_muted(self.caption_label, self.caption_label.text(), "meta")
         self._show_muted(self.notice_label, self.notice_label.text(), self._notice_kind)
         self.body.restyle()
@@ -315,7 +366,7 @@ class MessageView(QWidget):
 
     def plain_text(self) -> str:
         """Header, caption, thinking (even collapsed), body and notice, as lines."""
-        parts = [self.header_label.text(), self.caption_label.text()]
+        parts = [self.header_label.text(), self.files_label.text(), self.caption_label.text()]
         if self._reasoning:
             parts += [self.thinking_button.text(), self.reasoning]
         if self.image_strip is not None:
@@ -336,8 +387,33 @@ class MessageView(QWidget):
         self.reasoning_view.setVisible(on)
         self.thinking_button.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)
 
+    def _style(self) -> None:
+        """The role's colours: header, avatar, and the message's tinted background."""
+        color = kind_color(self.role)
+        self.header_label.setStyleSheet(f"color: {color}")
+        self.avatar.setStyleSheet(
+            f"background-color: {color}; color: {pick('#ffffff', '#202124')};"
+            " border-radius: 14px; font-weight: bold"
+        )
+        bg = bubble_color(self.role)
+        self.setStyleSheet(
+            f"#message {{ background-color: {bg}; border-radius: 8px; }}" if bg else ""
+        )
+
+    def _flash_copied(self, text: str) -> None:
+        """Say the copy worked, on the Copy button, for a moment."""
+        self.copy_button.setText(text)
+        self._copied_timer.start()
+
+    def _on_copied_timer_timeout(self) -> None:
+        self.copy_button.setText("Copy")
+
+    def _on_body_code_copied(self) -> None:
+        self._flash_copied("Copied code")
+
     def _on_copy_button_clicked(self) -> None:
         QGuiApplication.clipboard().setText(self.markdown())
+        self._flash_copied("Copied")
         self.copied.emit()
 
     def _on_edit_button_clicked(self) -> None:
@@ -382,8 +458,8 @@ class Transcript(QScrollArea):
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         inner = QWidget()
         self._column = QVBoxLayout(inner)
-        self._column.setContentsMargins(8, 4, 8, 4)
-        self._column.setSpacing(4)
+        self._column.setContentsMargins(12, 8, 12, 8)
+        self._column.setSpacing(14)
         self.placeholder = QLabel("Pick a model, type a message below and press Enter.")
         self.placeholder.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         self._column.addWidget(self.placeholder)

@@ -380,3 +380,66 @@ def test_a_message_shows_when_it_was_written(transcript: Transcript) -> None:
     then = time.mktime((2025, 3, 4, 9, 30, 0, 0, 0, -1))
     old = transcript.add_message("o", "user", "hi", header="You", created=then)
     assert old.created == then and old.header_label.text() == "You  ·  2025-03-04 09:30"
+
+
+def test_copy_says_copied_for_a_moment_on_the_message_and_on_a_code_block(
+    transcript: Transcript, qtbot: QtBot
+) -> None:
+    view = transcript.add_message("a1", "assistant", header="Assistant · m")
+    stream(view, ANSWER)
+    view.finish()
+    QGuiApplication.clipboard().clear()
+    qtbot.mouseClick(view.copy_button, Qt.MouseButton.LeftButton)
+    assert view.copy_button.text() == "Copied"
+    assert QGuiApplication.clipboard().text() == ANSWER
+    qtbot.waitUntil(lambda: view.copy_button.text() == "Copy", timeout=10_000)
+    code_doc = next(d for d in view.body.documents() if not d.find("def greet").isNull())
+    browser = next(b for b in view.body.browsers() if b.document() is code_doc)
+    click_anchor(qtbot, browser, "copy:0")
+    qtbot.waitUntil(lambda: QGuiApplication.clipboard().text() == CODE, timeout=5_000)
+    assert view.copy_button.text() == "Copied code"
+    qtbot.waitUntil(lambda: view.copy_button.text() == "Copy", timeout=10_000)
+
+
+def _contrast(a: QColor, b: QColor) -> float:
+    def lum(c: QColor) -> float:
+        def ch(v: float) -> float:
+            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+
+        return 0.2126 * ch(c.redF()) + 0.7152 * ch(c.greenF()) + 0.0722 * ch(c.blueF())
+
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_messages_read_as_a_conversation_with_avatars_tints_and_room(
+    transcript: Transcript, qtbot: QtBot, theme: str
+) -> None:
+    from app.gui.theme import apply_theme
+    from app.gui.views.chat.transcript import bubble_color, kind_color, text_color
+
+    apply_theme(theme)
+    try:
+        user = transcript.add_message("u1", "user", "Hello", header="You")
+        answer = transcript.add_message("a1", "assistant", "Hi there", header="Assistant · m")
+        # each turn says who wrote it: an avatar with the role's letter in the role's colour
+        assert (user.avatar.text(), answer.avatar.text()) == ("Y", "A")
+        assert user.avatar.isVisible() and answer.avatar.isVisible()
+        assert kind_color("user") in user.avatar.styleSheet()
+        # the two roles sit on different tints, with room between and inside the messages
+        assert bubble_color("user") != bubble_color("assistant")
+        assert bubble_color("user") in user.styleSheet()
+        QApplication.processEvents()
+        gap = answer.geometry().top() - user.geometry().bottom()
+        assert gap >= 12
+        margins = user.layout().contentsMargins()
+        assert min(margins.left(), margins.top()) >= 8
+        # text on the tints keeps WCAG AA contrast (4.5:1)
+        for role in ("user", "assistant"):
+            bg = QColor(bubble_color(role))
+            assert _contrast(QColor(text_color()), bg) >= 4.5
+            assert _contrast(QColor(kind_color(role)), bg) >= 4.5
+            assert _contrast(QColor(kind_color("meta")), bg) >= 4.5
+    finally:
+        apply_theme("light")
