@@ -197,3 +197,35 @@ def test_a_thinking_model_shows_its_reasoning_apart_from_the_answer(
     assert "thinking" in page.stats_label.text()
     assert statuses and all(s == "Thinking…" for s in statuses)  # said while it reasons
     assert all(m.role == "user" or reasoning not in m.content for m in page.history)
+
+
+def test_after_stop_the_focus_is_back_in_the_message_box(
+    window: MainWindow, qtbot: QtBot, imported: str
+) -> None:
+    from PySide6.QtWidgets import QApplication
+
+    page = window.chat_page
+    _ready(window, qtbot, imported)
+    window.activateWindow()
+    page.max_tokens_spin.setValue(0)
+    chunks: list[str] = []
+    page.chunk_received.connect(chunks.append)
+    page.send("Write a very long story about a dragon who learns to bake bread.")
+    qtbot.waitUntil(lambda: len(chunks) >= 3, timeout=SLOW)
+    with qtbot.waitSignal(page.answer_finished, timeout=SLOW):
+        qtbot.mouseClick(page.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is page.prompt_edit, timeout=5_000)
+
+
+def test_the_import_a_model_notice_goes_once_a_model_is_imported(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path
+) -> None:
+    page = window.chat_page
+    qtbot.waitUntil(lambda: page.model_combo.count() == 0 and not page.send_button.isEnabled())
+    assert page.send("Hello") is False
+    assert page.send("Hello") is False  # said once, not once per try
+    assert page.transcript.plain_text().count("Import a model on the Library page first.") == 1
+    window.library_page.import_files([str(smollm2_path)])
+    qtbot.waitUntil(lambda: page.model_combo.count() == 1, timeout=10_000)
+    qtbot.waitUntil(lambda: "Import a model" not in page.transcript.plain_text(), timeout=10_000)
+    assert page.send_button.isEnabled()

@@ -246,18 +246,21 @@ def test_deleting_the_open_conversation_starts_a_new_chat(
     assert len(s.sidebar.ids()) == 2 and s.sidebar.ids()[1] == conv_id
 
 
-def test_a_turn_that_fails_is_not_kept(
+def test_a_turn_that_fails_is_kept_with_its_error_and_the_chat_goes_on(
     window: MainWindow, qtbot: QtBot, model_id: str, runtime: NumberedRuntime
 ) -> None:
     page = window.chat_page
     s = session(page)
     runtime.fail_times = 1  # the model's first load fails: nothing comes back
     assert ask(page, qtbot, "Lost") == "error"
-    assert s.store.list() == [] and s.sidebar.ids() == [] and page.history == []
+    assert page.history == []  # not sent to the model again
+    assert len(s.sidebar.ids()) == 1 and len(s.store.list()) == 1  # but saved, as shown
     assert ask(page, qtbot, "Kept") == "stop"
-    assert s.conversation is not None
+    assert s.conversation is not None and len(s.store.list()) == 1  # the same conversation
     stored = s.store.load(s.conversation.id)
-    assert [m.content for m in stored.path()] == ["Kept", "Answer 1."] and stored.title == "Kept"
+    assert [m.content for m in stored.path()] == ["Lost", "", "Kept", "Answer 1."]
+    assert stored.path()[1].extras["finish_reason"] == "error" and stored.title == "Lost"
+    assert page.history == [ChatMessage("user", "Kept"), ChatMessage("assistant", "Answer 1.")]
 
 
 def test_other_parts_extras_are_saved_with_the_turn_and_exported(
