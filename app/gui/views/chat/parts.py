@@ -1,6 +1,6 @@
 """The Chat page's small parts: the model picker's entries (and the choice kept for the next
 start), the prompt box, the stats line under an answer, the context meter.
-Tested by tests/gui/views/chat/test_images.py, test_session.py and test_page_parts.py."""
+Tested by tests/gui/views/chat/test_parts.py and tests/gui/views/chat/test_session.py."""
 
 from __future__ import annotations
 

@@ -124,7 +124,6 @@ class ChatSession(QObject):
         self._answer_extras: dict[str, Any] = {}  # for the answer in flight (tool calls)
         self._wanted_model: str | None = None  # a reopened conversation's, until it is listed
         self._replacing = False  # the page is being cleared by us, not by the user
-        self._new_user = False  # the turn in flight began with a new user message
 
         self.sidebar.conversation_opened.connect(self._on_sidebar_conversation_opened)
         self.sidebar.new_chat_requested.connect(self._on_sidebar_new_chat_requested)
@@ -266,8 +265,7 @@ class ChatSession(QObject):
         conv = self.conversation
         self._remember_settings()
         parent = self._ids.get(asked)
-        self._new_user = parent is None or parent not in conv
-        if parent is None or self._new_user:  # a new user message (sent, or an edit)
+        if parent is None or parent not in conv:  # a new user message (sent, or an edit)
             # under the message shown above it (a failed turn too: saved as shown)
             before = next(
                 (self._ids[v] for v in reversed(view_ids[:-2]) if self._ids.get(v) in conv), None
