@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -409,6 +410,14 @@ class SettingsPage(QWidget):
         super().showEvent(e)
         if self.settings is not None:
             self.reload()  # the close dialog, the welcome or the CLI may have changed the file
+
+    def show_saved_ui(self, *, close_action: str) -> None:
+        """``ui.close_action`` as another part of the window has just written (the close dialog's "Don't
+        ask again", the welcome's tray switch): shown as saved, unsaved edits kept."""
+        if self.settings is not None:
+            ui = replace(self.settings.ui, close_action=close_action)
+            self.settings = replace(self.settings, ui=ui)
+            self.form.merge(self.settings)
 
     def show_address(self, server: ServerSettings) -> None:
         """The address the server starts on (set on the Server page)."""

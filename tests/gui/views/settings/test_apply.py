@@ -171,3 +171,12 @@ def test_the_page_fits_the_window_width_at_the_default_and_minimum_sizes(
         qtbot.waitUntil(fits, timeout=5_000)
         page = window.settings_page
         assert page.width() <= window.stack.currentWidget().viewport().width()  # type: ignore[attr-defined]
+
+
+def test_a_close_choice_made_in_the_close_dialog_shows_as_saved(
+    window: MainWindow, qtbot: QtBot
+) -> None:
+    page = window.settings_page
+    show_settings(window, qtbot)
+    page.show_saved_ui(close_action="quit")  # what "Don't ask again" hands the page
+    assert page.close_action_combo.currentData() == "quit" and not page.unsaved
