@@ -8,6 +8,7 @@ import hmac
 import logging
 import math
 import secrets
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -447,6 +448,14 @@ class SettingsStore:
         with file_lock(self.path):
             s = self._read()
             s = replace(s, ui=replace(s.ui, **changes))
+            self._write(s)
+        return s
+
+    def change(self, edit: Callable[[Settings], Settings]) -> Settings:
+        """Write ``edit`` of the file as it is now (not as cached), under the file lock: what
+        another process or page wrote meanwhile to fields ``edit`` leaves alone survives."""
+        with file_lock(self.path):
+            s = edit(self._read())
             self._write(s)
         return s
 

@@ -1,9 +1,12 @@
-"""What every command shares: paths and settings, errors, talking to a running server, formats.
-Tested by tests/e2e/cli/test_cli.py and tests/e2e/cli/test_cache_cli.py."""
+"""What every command shares: logging (stderr and the log file), paths and settings, errors,
+talking to a running server, formats.
+Tested by tests/e2e/cli/test_cli.py, tests/e2e/cli/test_cache_cli.py and
+tests/e2e/cli/test_log_file.py."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import logging
 import os
@@ -11,6 +14,8 @@ import ssl
 import sys
 import urllib.error
 import urllib.request
+from logging.handlers import RotatingFileHandler
+from pathlib import Path
 from typing import Any
 
 from app.errors import HearthError
@@ -22,11 +27,58 @@ log = logging.getLogger("app.cli")
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
 
-def setup_logging(verbose: int) -> None:
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FILE = "hearth.log"  # in AppPaths.logs; the Server page tails it
+LOG_MAX_BYTES = 2 * 1024 * 1024  # then it rolls over to hearth.log.1 ...
+LOG_BACKUPS = 3  # ... up to hearth.log.3: at most 8 MiB of logs in all
+_FILE_HANDLER = "hearth-log-file"
+
+
+class PrivateLogFile(RotatingFileHandler):
+    """A rotating log file only its owner can read (it names models, folders and clients)."""
+
+    def _open(self) -> io.TextIOWrapper:  # type: ignore[override]
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        return open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115
+
+
+def setup_logging(verbose: int, logs: Path | None = None) -> Path | None:
+    """Log to stderr (warnings; -v info, -vv debug) and to ``logs``/hearth.log (info, -vv
+    debug; default: AppPaths' logs folder), for the desktop app and every command alike.
+
+    Returns the log file, or None where it cannot be written (said on stderr)."""
     level = logging.WARNING - 10 * min(verbose, 2)
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    root = logging.getLogger()
+    had_handlers = bool(root.handlers)
+    logging.basicConfig(level=level, stream=sys.stderr, format=LOG_FORMAT)
+    if not had_handlers:  # basicConfig's stderr handler keeps -v's level
+        root.handlers[0].setLevel(level)
+    file_level = logging.DEBUG if verbose >= 2 else logging.INFO
+    root.setLevel(min(level, file_level))
+    return install_log_file(logs if logs is not None else AppPaths.default().logs, file_level)
+
+
+def install_log_file(folder: Path, level: int = logging.INFO) -> Path | None:
+    """(Re)place the root logger's log file with ``folder``/hearth.log. Each record is
+    flushed as it is written, so a tail of the file is never behind."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == _FILE_HANDLER]:
+        root.removeHandler(old)
+        old.close()
+    path = folder / LOG_FILE
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handler = PrivateLogFile(
+            path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8"
+        )
+    except OSError as e:
+        log.warning("cannot write the log file %s: %s", path, e)
+        return None
+    handler.set_name(_FILE_HANDLER)
+    handler.setLevel(level)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    return path
 
 
 def context() -> tuple[AppPaths, SettingsStore]:

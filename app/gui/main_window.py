@@ -428,16 +428,15 @@ class MainWindow(QMainWindow):
         if choice and dialog.remember_check.isChecked():
             store = self._ctx.settings_store
             self._bridge.call(lambda: store.update_ui(close_action=choice))
-            combo = self.settings_page.close_action_combo
-            combo.setCurrentIndex(max(0, combo.findData(choice)))
+            self.settings_page.show_saved_ui(close_action=choice)
         if choice == "quit":
             self.quit_app()
         elif choice == "background":
             self.keep_serving_in_background()
 
     def _on_welcome_keep_in_tray_saved(self, on: bool) -> None:
-        combo = self.settings_page.close_action_combo  # one setting, shown in both places
-        combo.setCurrentIndex(max(0, combo.findData("ask" if on else "quit")))
+        # one setting, shown in both places
+        self.settings_page.show_saved_ui(close_action="ask" if on else "quit")
 
     def _on_tray_unload_requested(self, model_id: str) -> None:
         self.memory_page.unload_model(model_id)

@@ -444,22 +444,23 @@ def test_dark_theme_banners_memory_bar_and_you_label_follow_the_palette(
     assert nav.grab().toImage().pixelColor(4, nav.height() - 4).lightness() > 180
 
 
-def test_the_theme_setting_applies_at_once_and_is_saved(
+def test_the_theme_setting_applies_when_applied_and_is_saved(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
 ) -> None:
     page = window.settings_page
     try:
         page.theme_combo.setCurrentIndex(page.theme_combo.findData("dark"))
-        page.theme_combo.activated.emit(page.theme_combo.currentIndex())
+        with qtbot.waitSignal(page.settings_saved, timeout=10_000):
+            page.apply()  # like every setting on the page, it waits for Apply
         assert QGuiApplication.palette().color(QPalette.ColorRole.Window).lightness() < 80
-        qtbot.waitUntil(lambda: gui_ctx.settings_store.load().ui.theme == "dark")
+        assert gui_ctx.settings_store.load().ui.theme == "dark"
         page.theme_combo.setCurrentIndex(page.theme_combo.findData("system"))
-        page.theme_combo.activated.emit(page.theme_combo.currentIndex())
-        qtbot.waitUntil(lambda: gui_ctx.settings_store.load().ui.theme == "system")
         combo = page.close_action_combo  # "don't ask again", undone or chosen here
         combo.setCurrentIndex(combo.findData("quit"))
-        combo.activated.emit(combo.currentIndex())
-        qtbot.waitUntil(lambda: gui_ctx.settings_store.load().ui.close_action == "quit")
+        with qtbot.waitSignal(page.settings_saved, timeout=10_000):
+            page.apply()
+        assert gui_ctx.settings_store.load().ui.theme == "system"
+        assert gui_ctx.settings_store.load().ui.close_action == "quit"
     finally:
         apply_theme("system")
     assert QGuiApplication.palette().color(QPalette.ColorRole.Window).lightness() > 128

@@ -1,10 +1,19 @@
 """Small widgets the pages share.
-Tested by tests/gui/views/test_connect.py and tests/gui/views/test_discover.py."""
+Tested by tests/gui/views/test_connect.py, tests/gui/views/test_discover.py and
+tests/gui/views/test_common.py."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, Qt, QTimer
-from PySide6.QtWidgets import QLabel, QStyle, QToolButton, QWidget
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtWidgets import (
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QComboBox,
+    QLabel,
+    QStyle,
+    QToolButton,
+    QWidget,
+)
 
 from app.gui.theme import is_dark, theme_signals
 
@@ -109,3 +118,32 @@ def page_title(text: str) -> QLabel:
     font.setBold(True)
     label.setFont(font)
     return label
+
+
+VALUE_WIDGETS = (QAbstractSpinBox, QComboBox, QAbstractSlider)
+
+
+class WheelGuard(QObject):
+    """Lets the mouse wheel change a value widget only while it has the keyboard focus: over an
+    unfocused one the wheel is left to the page (it scrolls), so scrolling never edits a value."""
+
+    def eventFilter(self, watched: QObject, e: QEvent) -> bool:  # noqa: N802 - Qt override
+        if e.type() == QEvent.Type.Wheel and isinstance(watched, QWidget):
+            if not watched.hasFocus():
+                e.ignore()  # unaccepted: Qt hands a real wheel event on to the scroll area
+                return True
+        return False
+
+
+def guard_wheel(root: QWidget) -> None:
+    """Make every spin box, combo box and slider under ``root`` (and ``root`` itself) take the
+    wheel only when focused (by click or Tab: ``Qt.StrongFocus``, never by the wheel itself).
+    Call it once the widgets exist; calling it again skips widgets already guarded."""
+    found = [root] if isinstance(root, VALUE_WIDGETS) else []
+    found += [w for w in root.findChildren(QWidget) if isinstance(w, VALUE_WIDGETS)]
+    for w in found:
+        if w.property("wheel_guarded"):
+            continue
+        w.setProperty("wheel_guarded", True)
+        w.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        w.installEventFilter(WheelGuard(w))

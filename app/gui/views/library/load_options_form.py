@@ -108,17 +108,15 @@ class LoadOptionsForm(QGroupBox):
         self.advanced_box = QWidget()
         advanced = QFormLayout(self.advanced_box)
         advanced.setContentsMargins(0, 0, 0, 0)
-        self.context_hint = QLabel(
-            f"trained on {grouped(trained_context)} tokens"
-            if trained_context
-            else "trained context unknown"
-        )
-        self.context_hint.setStyleSheet("color:#6b6b6b")
+        self.trained_context = trained_context
+        self.context_hint = QLabel()
+        self.context_hint.setWordWrap(True)
         # option name -> the widget that edits it
         self.editors: dict[str, QWidget] = {}
         for spec in self.specs:
-            cap = (trained_context or None) if spec.name == "context_length" else None
-            w = editor_for(spec, maximum=cap)
+            # the table's range, not the trained length: typing past a cap would be cut short
+            # silently (1000000 became 1,000); a length past training gets a warning instead
+            w = editor_for(spec)
             self.editors[spec.name] = w
             if spec.name == "gpu_layers" and not gpu_offload and isinstance(w, QSpinBox):
                 w.setSpecialValueText(NO_GPU_TEXT)
@@ -133,6 +131,7 @@ class LoadOptionsForm(QGroupBox):
             else:
                 target.addRow(label, w)
             _connect(w, self._on_editor_changed)
+        self._show_context_hint()
         self.advanced_box.hide()
         self.form.addRow(self.advanced_button)
         self.form.addRow(self.advanced_box)
@@ -160,7 +159,24 @@ class LoadOptionsForm(QGroupBox):
             w.setEnabled(enabled)
 
     def _on_editor_changed(self, *_: object) -> None:
+        self._show_context_hint()
         self.changed.emit()
+
+    def _show_context_hint(self) -> None:
+        trained = self.trained_context
+        w = self.editors.get("context_length")
+        value = w.value() if isinstance(w, QSpinBox) else 0
+        if trained and value > trained:
+            self.context_hint.setText(
+                f"more than the {grouped(trained)} tokens it was trained on: answers may "
+                "degrade unless RoPE scaling (Advanced options) stretches it"
+            )
+            self.context_hint.setStyleSheet("color:#9a5b00")
+        else:
+            self.context_hint.setText(
+                f"trained on {grouped(trained)} tokens" if trained else "trained context unknown"
+            )
+            self.context_hint.setStyleSheet("color:#6b6b6b")
 
     def _on_advanced_button_toggled(self, shown: bool) -> None:
         self.advanced_box.setVisible(shown)

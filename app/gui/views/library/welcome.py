@@ -33,6 +33,7 @@ from app.core.service import Hearth
 from app.errors import HubUnavailable
 from app.gui.bridge import Bridge, log_failure
 from app.gui.models.hub import fit_text
+from app.gui.tray import Tray
 from app.gui.units import human_bytes
 from app.gui.views.common import MessageBanner
 from app.gui.views.settings.autostart_check import StartAtLoginCheck
@@ -54,6 +55,10 @@ OFFLINE_TEXT = (
 )
 NO_HUB_TEXT = "Downloading from the Hugging Face Hub is not available in this session."
 NONE_FIT_TEXT = "None of the suggested models fits this machine's memory budget ({budget})."
+NO_TRAY_TIP = (
+    "This desktop has no tray. Closing the window while the server runs asks whether to keep "
+    "serving or quit (Settings › Window)."
+)
 
 
 @dataclass
@@ -236,9 +241,14 @@ class WelcomeView(QWidget):
 
     # -- slots ---------------------------------------------------------------------------------------
     def _on_settings_read(self, s: Settings) -> None:
+        # no tray (stock GNOME, bare X11): nothing to keep running in, so never ticked
+        tray = Tray.available()
         self.keep_in_tray_check.blockSignals(True)
-        self.keep_in_tray_check.setChecked(s.ui.close_action != "quit")
+        self.keep_in_tray_check.setChecked(tray and s.ui.close_action != "quit")
         self.keep_in_tray_check.blockSignals(False)
+        self.keep_in_tray_check.setEnabled(tray)
+        if not tray:
+            self.keep_in_tray_check.setToolTip(NO_TRAY_TIP)
 
     def _on_keep_in_tray_check_toggled(self, on: bool) -> None:
         store = self._store

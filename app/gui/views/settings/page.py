@@ -1,6 +1,7 @@
-"""The Settings page: server address (shown; edited on the Server page), API key, HTTPS files,
-start at launch, models folder, load defaults, memory budget, on-demand loading and how long
-on-demand loads stay."""
+"""The Settings page: server address (shown; edited on the Server page), HTTPS files, start at
+launch, models folder, load defaults, memory budget, on-demand loading and how long on-demand
+loads stay, the window's theme and close behaviour, logs. Every value waits for Apply (one
+model: form.py); leaving with unsaved changes asks first (``confirm_leave``)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtGui import QDesktopServices, QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
-    QFormLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -34,11 +35,13 @@ from app.core.library import fit
 from app.core.library.fit import default_budget
 from app.gui.bridge import Bridge, log_failure
 from app.gui.units import human_bytes
-from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.common import PAGE_MARGINS, MessageBanner, guard_wheel, page_title
 from app.gui.views.settings.autostart_check import StartAtLoginCheck
+from app.gui.views.settings.fields import add_fields
+from app.gui.views.settings.form import SettingsForm, note_label, settings_form, unsaved_dialog
+from app.gui.views.settings.logs import LogsBox
 from app.gui.views.settings.mcp_servers import McpServersBox
 from app.gui.views.settings.runtime_info import RuntimeBox
-from app.gui.views.settings.server_key import ServerKeyBox
 from app.gui.views.settings.window import WindowBox
 from app.settings import (
     ServerSettings,
@@ -49,7 +52,6 @@ from app.settings import (
 
 log = logging.getLogger(__name__)
 
-GIB = 1024**3
 PROMPT_CACHE_CHOICES = (
     ("reuse", "Reuse the longest cached prefix"),
     ("exact", "Exact (bit-identical answers)"),
@@ -58,14 +60,17 @@ PROMPT_CACHE_CHOICES = (
 
 
 class SettingsPage(QWidget):
-    """Edits a copy of the settings; Save writes it through the SettingsStore."""
+    """Edits the settings; Apply writes the changed values through the SettingsStore, Revert
+    shows the file's values again."""
 
     settings_loaded = Signal(object)  # Settings, as read from the file
-    settings_saved = Signal(object)  # Settings, as written
+    settings_saved = Signal(object)  # Settings, as written by Apply
+    unsaved_changed = Signal(bool)  # the page has (True) or no longer has unsaved changes
 
     token_changed = Signal(bool)  # a Hugging Face token is set
     server_page_requested = Signal()  # "Change on the Server page": the address is edited there
     auto_budget_shown = Signal(str)  # the Auto memory budget's text, with this machine's figure
+    theme_chosen = Signal(str)  # ui.theme, once applied: the window restyles
 
     def __init__(
         self,
@@ -87,9 +92,8 @@ class SettingsPage(QWidget):
         self._bridge = bridge
         self.token_set: bool | None = None  # None until the token file has been read
         self.settings: Settings | None = None
-        # what the spins showed after reading the file: an untouched spin keeps the exact value
-        self._shown_budget = (0.0, 0)  # (spin value, bytes on disk)
-        self._shown_ttl = (0, 0)  # (spin value, seconds on disk)
+        self.form = SettingsForm(self)
+        self.leave_dialog: QMessageBox | None = None  # open while confirm_leave asks
 
         self.banner = MessageBanner()
         # host/port are edited in one place, the Server page; here they are only shown
@@ -97,22 +101,11 @@ class SettingsPage(QWidget):
         self.address_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.change_address_button = QPushButton("Change on the Server page")
         self.start_at_launch_check = QCheckBox("Start the server when Hearth starts")
-        # the OS autostart, applied at once (not by Save); None: not offered
+        # the OS autostart, applied at once (not by Apply); None: not offered
         self.start_at_login_check = (
             StartAtLoginCheck(autostart, store, bridge) if autostart is not None else None
         )
-
-        self.key_box = ServerKeyBox(store, bridge)
-        self.key_box.saved.connect(self._on_key_box_saved)
-        self.key_box.message.connect(self.banner.show_message)
-        self.key_box.failed.connect(self._show_error)
-        # the page's names for the box's widgets (tests and the window use them)
-        self.key_status_label = self.key_box.key_status_label
-        self.generate_key_button = self.key_box.generate_key_button
-        self.clear_key_button = self.key_box.clear_key_button
-        self.new_key_edit, self.new_key_box = self.key_box.new_key_edit, self.key_box.new_key_box
-        self.copy_key_button = self.key_box.copy_key_button
-        self.generate_key, self.clear_key = self.key_box.generate_key, self.key_box.clear_key
+        self.keys_label = note_label("API keys are on the Server page.")
         # HTTPS: both files or neither; read when the server next starts
         self.tls_cert_edit = QLineEdit()
         self.tls_cert_edit.setPlaceholderText("None: plain HTTP")
@@ -186,10 +179,7 @@ class SettingsPage(QWidget):
             self.budget_spin,
             self.jit_ttl_spin,
         ):
-            w.setMinimumWidth(200)
-            w.setMaximumWidth(260)
-        self.save_button = QPushButton("Save")
-        self.save_button.setDefault(True)
+            w.setMaximumWidth(320)  # shrinks with a narrow window; no fixed minimum
 
         # the Hugging Face token: written at once to its own 0600 file, never shown back
         self.token_status_label = QLabel("…")
@@ -201,7 +191,7 @@ class SettingsPage(QWidget):
         self.clear_token_button = QPushButton("Clear token")
 
         server_box = QGroupBox("Server")
-        sf = QFormLayout(server_box)
+        sf = settings_form(server_box)
         address_row = QHBoxLayout()
         address_row.addWidget(self.address_label, 1)
         address_row.addWidget(self.change_address_button)
@@ -210,7 +200,7 @@ class SettingsPage(QWidget):
         if self.start_at_login_check is not None:
             sf.addRow("", self.start_at_login_check)
             self.start_at_login_check.failed.connect(self._on_start_at_login_failed)
-        sf.addRow("API key", self.key_box)
+        sf.addRow("API keys", self.keys_label)
         for label, edit, button in (
             ("HTTPS certificate", self.tls_cert_edit, self.tls_cert_button),
             ("HTTPS key", self.tls_key_edit, self.tls_key_button),
@@ -219,12 +209,10 @@ class SettingsPage(QWidget):
             tls_row.addWidget(edit, 1)
             tls_row.addWidget(button)
             sf.addRow(label, tls_row)
-        server_note = QLabel("Key and HTTPS changes apply the next time the server starts.")
-        server_note.setStyleSheet("color:#6b6b6b")
-        sf.addRow("", server_note)
+        sf.addRow("", note_label("HTTPS changes apply the next time the server starts."))
 
         models_box = QGroupBox("Models")
-        mf = QFormLayout(models_box)
+        mf = settings_form(models_box)
         folder_row = QHBoxLayout()
         folder_row.addWidget(self.models_dir_edit, 1)
         folder_row.addWidget(self.open_models_button)
@@ -235,25 +223,24 @@ class SettingsPage(QWidget):
         mf.addRow("Threads", self.threads_spin)
         mf.addRow("Parallel requests", self.parallel_spin)
         mf.addRow("Prompt cache", self.prompt_cache_combo)
-        folder_note = QLabel("A new models folder is used after Hearth restarts.")
-        folder_note.setStyleSheet("color:#6b6b6b")
-        mf.addRow("", folder_note)
+        mf.addRow("", note_label("A new models folder is used after Hearth restarts."))
 
         memory_box = QGroupBox("Memory")
-        yf = QFormLayout(memory_box)
+        yf = settings_form(memory_box)
         yf.addRow("Memory budget", self.budget_spin)
         yf.addRow("On-demand loading", self.jit_loading_check)
         yf.addRow("Unload on-demand models after", self.jit_ttl_spin)
         yf.addRow("", self.jit_forever_check)
-        memory_note = QLabel(
-            "On-demand: loaded by an API request (switching it applies to the running server at "
-            "once). Models you load follow their Load dialog."
+        yf.addRow(
+            "",
+            note_label(
+                "On-demand: loaded by an API request (switching it applies to the running "
+                "server once applied). Models you load follow their Load dialog."
+            ),
         )
-        memory_note.setStyleSheet("color:#6b6b6b")
-        yf.addRow("", memory_note)
 
         hub_box = QGroupBox("Hugging Face")
-        hf = QFormLayout(hub_box)
+        hf = settings_form(hub_box)
         token_status = QHBoxLayout()
         token_status.addWidget(self.token_status_label, 1)
         token_status.addWidget(self.clear_token_button)
@@ -262,34 +249,42 @@ class SettingsPage(QWidget):
         token_row.addWidget(self.token_edit, 1)
         token_row.addWidget(self.save_token_button)
         hf.addRow("New token", token_row)
-        token_note = QLabel(
-            "Stored in a file only you can read; Hearth never shows it again. Create one at "
-            "huggingface.co/settings/tokens."
+        hf.addRow(
+            "",
+            note_label(
+                "Stored in a file only you can read; Hearth never shows it again. Create one "
+                "at huggingface.co/settings/tokens."
+            ),
         )
-        token_note.setStyleSheet("color:#6b6b6b")
-        hf.addRow("", token_note)
         hub_box.setVisible(tokens is not None)
 
-        # theme and what closing does, each written at once (app/gui/views/settings/window.py)
-        window_box = WindowBox(store, bridge, self._show_error)
-        window_box.saved.connect(self._on_window_box_saved)
-        self.window_box = window_box
-        self.theme_combo, self.close_action_combo = window_box.theme_combo, window_box.close_combo
-        self.theme_chosen = window_box.theme_chosen
+        self.window_box = WindowBox()  # theme and what closing does
+        self.theme_combo = self.window_box.theme_combo
+        self.close_action_combo = self.window_box.close_combo
+        self.logs_box = LogsBox()  # recording request text, the logs folder
+        self.logs_box.open_failed.connect(self._on_logs_box_open_failed)
+        self.record_content_check = self.logs_box.record_check
 
+        # Apply / Revert, with the page's unsaved state beside them
+        self.unsaved_label = QLabel("Unsaved changes")
+        self.unsaved_label.setStyleSheet("color:#9a5b00; font-weight:bold")
+        self.unsaved_label.hide()
+        self.revert_button = QPushButton("Revert")
+        self.revert_button.setToolTip("Show the saved settings again")
+        self.apply_button = QPushButton("Apply")
+        self.apply_button.setDefault(True)
         footer = QHBoxLayout()
+        footer.addWidget(self.unsaved_label)
         footer.addStretch(1)
-        footer.addWidget(self.save_button)
+        footer.addWidget(self.revert_button)
+        footer.addWidget(self.apply_button)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
         layout.addWidget(page_title("Settings"))
         layout.addWidget(self.banner)
-        layout.addWidget(server_box)
-        layout.addWidget(models_box)
-        layout.addWidget(memory_box)
-        layout.addWidget(hub_box)
-        layout.addWidget(window_box)
+        for box in (server_box, models_box, memory_box, hub_box, self.window_box, self.logs_box):
+            layout.addWidget(box)
         self.mcp_box = McpServersBox(bridge, mcp)  # mcp.json, status, Restart
         layout.addWidget(self.mcp_box)
         # the doctor's report; absent where the page is built without a service
@@ -298,8 +293,21 @@ class SettingsPage(QWidget):
             layout.addWidget(self.runtime_box)  # it checks when first shown
         layout.addStretch(1)
         layout.addLayout(footer)
+        add_fields(self.form, {
+            "start_at_launch": self.start_at_launch_check, "tls_cert": self.tls_cert_edit,
+            "tls_key": self.tls_key_edit, "jit_loading": self.jit_loading_check,
+            "models_dir": self.models_dir_edit, "context_length": self.context_spin,
+            "max_auto_context": self.max_auto_context_spin, "threads": self.threads_spin,
+            "parallel": self.parallel_spin, "prompt_cache": self.prompt_cache_combo,
+            "memory_budget": self.budget_spin, "jit_ttl": self.jit_ttl_spin,
+            "jit_keep_forever": self.jit_forever_check, "theme": self.theme_combo,
+            "close_action": self.close_action_combo, "log_content": self.record_content_check,
+        }, str(self._default_models_dir or ""))  # fmt: skip
+        guard_wheel(self)  # scrolling the page never changes a value
 
-        self.save_button.clicked.connect(self._on_save_button_clicked)
+        self.apply_button.clicked.connect(self._on_apply_button_clicked)
+        self.revert_button.clicked.connect(self._on_revert_button_clicked)
+        self.form.dirty_changed.connect(self._on_form_dirty_changed)
         self.browse_button.clicked.connect(self._on_browse_button_clicked)
         self.open_models_button.clicked.connect(self._on_open_models_button_clicked)
         self.change_address_button.clicked.connect(self.server_page_requested)
@@ -309,69 +317,66 @@ class SettingsPage(QWidget):
         self.save_token_button.clicked.connect(self._on_save_token_button_clicked)
         self.clear_token_button.clicked.connect(self._on_clear_token_button_clicked)
         self.token_edit.returnPressed.connect(self._on_save_token_button_clicked)
+        self._on_form_dirty_changed(False)
         self.setEnabled(False)  # until the file has been read
         self.reload()
         self.reload_token()
         # this machine's figure for "Auto" (reads /proc/meminfo: on the loop thread)
         self._bridge.call(auto_budget or auto_budget_text, on_done=self._show_auto_budget)
 
-    def _on_window_box_saved(self, s: Settings) -> None:
-        self.settings = s
-
     # -- actions -------------------------------------------------------------------------------------
+    @property
+    def unsaved(self) -> bool:
+        """Whether a value on the page differs from the settings it was shown from."""
+        return self.form.dirty
+
     def reload(self) -> None:
+        """Read the file again: untouched values show it, values being edited are kept."""
         self._bridge.call(
             self._store.load, on_done=self._on_store_loaded, on_error=self._show_error
         )
 
-    def save(self) -> None:
-        """Write the form through the store; fields this page does not show are kept as on disk."""
+    def apply(self) -> bool:
+        """Write the changed values (read-modify-write: fields this page did not change are kept
+        as on disk). Returns False when a value is refused (shown in the banner)."""
         tls_cert, tls_key = self.tls_cert_edit.text().strip(), self.tls_key_edit.text().strip()
         if bool(tls_cert) != bool(tls_key):
             self.banner.show_message("HTTPS needs both a certificate and a key file.", "error")
-            return
-        start = self.start_at_launch_check.isChecked()
-        models_dir = self.models_dir_edit.text().strip()
-        if self._default_models_dir is not None and models_dir == str(self._default_models_dir):
-            models_dir = ""  # the default stays "the default", wherever HEARTH_HOME moves it
-        jit_loading = self.jit_loading_check.isChecked()
-        context, threads = self.context_spin.value(), self.threads_spin.value()
-        max_auto = self.max_auto_context_spin.value()
-        parallel = self.parallel_spin.value()
-        cache_mode = str(self.prompt_cache_combo.currentData())
-        budget = self._budget_bytes()
-        jit_ttl = self._jit_ttl_seconds()
-        forever = self.jit_forever_check.isChecked()
+            return False
+        store, form = self._store, self.form
+        self._bridge.call(
+            lambda: store.change(form.apply_to),  # the file as it is now, plus our changes
+            on_done=self._on_store_saved,
+            on_error=self._show_error,
+        )
+        return True
 
-        def write() -> Settings:
-            # read-modify-write on the loop thread so concurrent changes to other fields survive
-            s = self._store.load()
-            s = replace(
-                s,
-                server=replace(
-                    s.server,
-                    start_at_launch=start,
-                    jit_loading=jit_loading,
-                    tls_cert=tls_cert,
-                    tls_key=tls_key,
-                ),
-                load=replace(
-                    s.load,
-                    context_length=context,
-                    max_auto_context=max_auto,
-                    threads=threads,
-                    parallel=parallel,
-                    memory_budget_bytes=budget,
-                    jit_ttl_s=jit_ttl,
-                    jit_keep_forever=forever,
-                ),
-                prompt_cache=replace(s.prompt_cache, mode=cache_mode),
-                models_dir=models_dir,
-            )
-            self._store.save(s)
-            return s
+    def revert(self) -> None:
+        """Show the saved settings again, dropping unsaved changes."""
+        if self.form.shown_from is not None:
+            self.form.show(self.form.shown_from)
+        self.reload()
 
-        self._bridge.call(write, on_done=self._on_store_saved, on_error=self._show_error)
+    def confirm_leave(self) -> bool:
+        """Before the page (or the window) is left: with unsaved changes, ask Apply / Discard /
+        Cancel. Returns True when it may be left (applied or discarded), False to stay."""
+        if not self.form.dirty:
+            return True
+        dialog = unsaved_dialog(self)
+        self.leave_dialog = dialog
+        try:
+            dialog.exec()
+        finally:
+            self.leave_dialog = None
+        clicked = dialog.clickedButton()
+        dialog.deleteLater()
+        role = dialog.buttonRole(clicked) if clicked is not None else None
+        if role == QMessageBox.ButtonRole.AcceptRole:
+            return self.apply()
+        if role == QMessageBox.ButtonRole.DestructiveRole:
+            self.revert()
+            return True
+        return False
 
     def set_token(self, token: str | None) -> None:
         """Store the Hugging Face token (None or empty: forget it) on the loop thread."""
@@ -401,9 +406,35 @@ class SettingsPage(QWidget):
                 on_error=self._show_error,
             )
 
+    def showEvent(self, e: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(e)
+        if self.settings is not None:
+            self.reload()  # the close dialog, the welcome or the CLI may have changed the file
+
+    def show_saved_ui(self, *, close_action: str) -> None:
+        """``ui.close_action`` as another part of the window has just written (the close dialog's "Don't
+        ask again", the welcome's tray switch): shown as saved, unsaved edits kept."""
+        if self.settings is not None:
+            ui = replace(self.settings.ui, close_action=close_action)
+            self.settings = replace(self.settings, ui=ui)
+            self.form.merge(self.settings)
+
+    def show_address(self, server: ServerSettings) -> None:
+        """The address the server starts on (set on the Server page)."""
+        port = str(server.port) if server.port else "any free port"
+        self.address_label.setText(f"{server.host}, port {port}")
+
     # -- slots ---------------------------------------------------------------------------------------
-    def _on_save_button_clicked(self) -> None:
-        self.save()
+    def _on_apply_button_clicked(self) -> None:
+        self.apply()
+
+    def _on_revert_button_clicked(self) -> None:
+        self.revert()
+
+    def _on_form_dirty_changed(self, dirty: bool) -> None:
+        self.unsaved_label.setVisible(dirty)
+        self.revert_button.setEnabled(dirty)
+        self.unsaved_changed.emit(dirty)
 
     def _on_save_token_button_clicked(self) -> None:
         text = self.token_edit.text().strip()
@@ -413,8 +444,8 @@ class SettingsPage(QWidget):
     def _on_clear_token_button_clicked(self) -> None:
         self.set_token(None)
 
-    def _on_key_box_saved(self, s: Settings) -> None:
-        self.settings = s
+    def _on_logs_box_open_failed(self, text: str) -> None:
+        self.banner.show_message(text, "error")
 
     def _on_open_models_button_clicked(self) -> None:
         folder = Path(self.models_dir_edit.text().strip() or self._default_models_dir or "")
@@ -462,40 +493,25 @@ class SettingsPage(QWidget):
         self.jit_ttl_spin.setEnabled(not forever)
 
     def _on_store_loaded(self, s: Settings) -> None:
+        first = self.settings is None
         self.settings = s
         self.show_address(s.server)
-        self.start_at_launch_check.setChecked(s.server.start_at_launch)
-        self.tls_cert_edit.setText(s.server.tls_cert)
-        self.tls_key_edit.setText(s.server.tls_key)
-        self.models_dir_edit.setText(s.models_dir or str(self._default_models_dir or ""))
-        self.jit_loading_check.setChecked(s.server.jit_loading)
-        self.context_spin.setValue(s.load.context_length)
-        self.max_auto_context_spin.setValue(s.load.max_auto_context)
-        self.threads_spin.setValue(s.load.threads)
-        self.parallel_spin.setValue(s.load.parallel)
-        self.prompt_cache_combo.setCurrentIndex(
-            max(0, self.prompt_cache_combo.findData(s.prompt_cache.mode))
-        )
-        self.budget_spin.setValue(s.load.memory_budget_bytes / GIB)
-        self._shown_budget = (self.budget_spin.value(), s.load.memory_budget_bytes)
-        self.jit_ttl_spin.setValue(round(s.load.jit_ttl_s / 60))
-        self._shown_ttl = (self.jit_ttl_spin.value(), s.load.jit_ttl_s)
-        self.jit_forever_check.setChecked(s.load.jit_keep_forever)
-        self.jit_ttl_spin.setEnabled(not s.load.jit_keep_forever)
-        self.key_box.show_status(s)
-        self.window_box.show_settings(s)
+        if not first:  # read again on show: only this page's fields follow the file
+            self.form.merge(s)
+            return
+        self.form.show(s)
+        self.jit_ttl_spin.setEnabled(not self.jit_forever_check.isChecked())
         self.setEnabled(True)
         self.settings_loaded.emit(s)
 
     def _on_store_saved(self, s: Settings) -> None:
+        theme_changed = self.settings is None or self.settings.ui.theme != s.ui.theme
         self.settings = s
+        self.form.show(s)
         self.banner.show_message("Settings saved.")
+        if theme_changed:
+            self.theme_chosen.emit(s.ui.theme)
         self.settings_saved.emit(s)
-
-    def show_address(self, server: ServerSettings) -> None:
-        """The address the server starts on (set on the Server page)."""
-        port = str(server.port) if server.port else "any free port"
-        self.address_label.setText(f"{server.host}, port {port}")
 
     def _show_auto_budget(self, text: str) -> None:
         self.budget_spin.setSpecialValueText(text)
@@ -504,16 +520,6 @@ class SettingsPage(QWidget):
             "models first"
         )
         self.auto_budget_shown.emit(text)
-
-    def _budget_bytes(self) -> int:
-        shown, on_disk = self._shown_budget
-        value = self.budget_spin.value()
-        return on_disk if value == shown else round(value * GIB)
-
-    def _jit_ttl_seconds(self) -> int:
-        shown, on_disk = self._shown_ttl
-        value = self.jit_ttl_spin.value()
-        return on_disk if value == shown else value * 60
 
     def _show_error(self, exc: BaseException) -> None:
         self.banner.show_message(log_failure(log, "settings", exc), "error")

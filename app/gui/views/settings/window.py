@@ -1,16 +1,17 @@
-"""Settings › Window: the theme and what closing the window does, each written to
-settings.json (``ui``) at once, without Save.
-Tested by tests/gui/views/settings/test_hf_token.py."""
+"""Settings › Window: the theme and what closing the window does (``ui`` in settings.json).
+Both wait for Apply like the rest of the page. "Keep serving in the background" cannot be
+chosen here where the desktop has no tray: closing would leave no icon to reopen Hearth from.
+Tested by tests/gui/views/settings/test_apply.py."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QStandardItemModel
+from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QWidget
 
-from app.gui.bridge import Bridge
-from app.settings import Settings, SettingsStore
+from app.gui.tray import Tray
 
 THEME_CHOICES = (("system", "Follow the system"), ("light", "Light"), ("dark", "Dark"))
 CLOSE_CHOICES = (
@@ -18,23 +19,20 @@ CLOSE_CHOICES = (
     ("background", "Keep serving in the background"),
     ("quit", "Quit"),
 )
+NO_TRAY_TEXT = (
+    "This desktop has no tray, so “Keep serving in the background” is not offered here: a "
+    "hidden window could only be reopened by running hearth again. Closing asks instead."
+)
 
 
 class WindowBox(QGroupBox):
-    theme_chosen = Signal(str)  # ui.theme picked in the combo: apply it at once
-    saved = Signal(object)  # Settings, as written
+    """The two combos; the page reads and writes their values (``SettingsForm``)."""
 
     def __init__(
-        self,
-        store: SettingsStore,
-        bridge: Bridge,
-        on_error: Callable[[BaseException], None],
-        parent: QWidget | None = None,
+        self, tray_available: Callable[[], bool] | None = None, parent: QWidget | None = None
     ) -> None:
         super().__init__("Window", parent)
-        self._store = store
-        self._bridge = bridge
-        self._on_error = on_error
+        self.tray = (tray_available or Tray.available)()
         self.theme_combo = QComboBox()
         for value, label in THEME_CHOICES:
             self.theme_combo.addItem(label, value)
@@ -45,28 +43,23 @@ class WindowBox(QGroupBox):
             "While the server runs. Keeping it serving hides Hearth in the tray where there is "
             "one; Ask asks only on desktops without a tray."
         )
+        self.no_tray_label = QLabel(NO_TRAY_TEXT)
+        self.no_tray_label.setWordWrap(True)
+        self.no_tray_label.setStyleSheet("color:#6b6b6b")
+        if not self.tray:
+            model = self.close_combo.model()
+            if isinstance(model, QStandardItemModel):
+                item = model.item(self.close_combo.findData("background"))
+                item.setEnabled(False)  # a saved "background" is still shown, not offered
+                item.setToolTip(NO_TRAY_TEXT)
         wf = QFormLayout(self)
+        wf.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         wf.addRow("Theme", self.theme_combo)
         wf.addRow("Closing the window while serving", self.close_combo)
-        self.theme_combo.activated.connect(self._on_theme_combo_activated)
-        self.close_combo.activated.connect(self._on_close_combo_activated)
+        wf.addRow("", self.no_tray_label)
+        self.no_tray_label.setVisible(not self.tray)
+        self.no_tray_label.setTextFormat(Qt.TextFormat.PlainText)
 
-    def show_settings(self, s: Settings) -> None:
-        self.theme_combo.setCurrentIndex(max(0, self.theme_combo.findData(s.ui.theme)))
-        self.close_combo.setCurrentIndex(max(0, self.close_combo.findData(s.ui.close_action)))
-
-    def set_ui(self, **changes: str) -> None:
-        """Write ``ui`` fields (theme, close_action) now, keeping the rest as on disk."""
-
-        def write() -> Settings:
-            return self._store.update_ui(**changes)
-
-        self._bridge.call(write, on_done=self.saved.emit, on_error=self._on_error)
-
-    def _on_theme_combo_activated(self, _index: int) -> None:
-        theme = str(self.theme_combo.currentData())
-        self.theme_chosen.emit(theme)
-        self.set_ui(theme=theme)
-
-    def _on_close_combo_activated(self, _index: int) -> None:
-        self.set_ui(close_action=str(self.close_combo.currentData()))
+    def background_offered(self) -> bool:
+        """Whether "Keep serving in the background" can be chosen (the desktop has a tray)."""
+        return self.tray

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox
 from pytestqt.qtbot import QtBot
 
@@ -25,8 +26,9 @@ def test_editors_take_range_help_and_choices_from_the_table(qtbot: QtBot) -> Non
     assert parallel.toolTip().lower().startswith(SPECS["parallel"].help[:20].lower())
     ctx = e["context_length"]
     assert isinstance(ctx, QSpinBox)
-    # the model's trained context narrows the table's maximum; 0 shows the table's special text
-    assert (ctx.minimum(), ctx.maximum(), ctx.singleStep()) == (0, 8192, 512)
+    # the table's range (a longer context than trained is allowed, with a warning); 0 shows
+    # the table's special text
+    assert (ctx.minimum(), ctx.maximum(), ctx.singleStep()) == (0, 1 << 22, 512)
     assert ctx.specialValueText() == "Auto (fits memory)"
     kv = e["kv_type"]
     assert isinstance(kv, QComboBox)
@@ -66,3 +68,18 @@ def test_an_mlx_model_shows_only_what_mlx_reads(qtbot: QtBot) -> None:
         if not s.advanced and s.name != "context_length":  # (its row is a layout, always shown)
             assert form.form.isRowVisible(form.editors[s.name]) is s.mlx, s.name
     assert not form.form.isRowVisible(form.advanced_button)
+
+
+def test_a_typed_context_length_is_kept_as_typed(qtbot: QtBot) -> None:
+    form = LoadOptionsForm(trained_context=8192, mlx=False)
+    qtbot.addWidget(form)
+    ctx = form.editors["context_length"]
+    assert isinstance(ctx, QSpinBox)
+    form.show()
+    ctx.lineEdit().selectAll()
+    qtbot.keyClicks(ctx, "1000000")  # typed, key by key, as a user does
+    qtbot.keyClick(ctx, Qt.Key.Key_Return)
+    assert ctx.value() == 1_000_000 and form.values()["context_length"] == 1_000_000
+    assert "more than the 8,192 tokens it was trained on" in form.context_hint.text()
+    ctx.setValue(4096)
+    assert form.context_hint.text() == "trained on 8,192 tokens"

@@ -101,7 +101,7 @@ def test_on_demand_loading_switch_applies_to_the_running_server_at_once(
     assert page.jit_loading_check.isChecked()  # the default: on
     page.jit_loading_check.setChecked(False)
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(page.apply_button, Qt.MouseButton.LeftButton)
     assert w._ctx.settings_store.load().server.jit_loading is False
 
     # the same server, not restarted: an unloaded model is refused as the README says
@@ -113,7 +113,7 @@ def test_on_demand_loading_switch_applies_to_the_running_server_at_once(
 
     page.jit_loading_check.setChecked(True)
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        page.save()
+        page.apply()
     t, result = post_in_thread(base + "/chat/completions", chat)
     qtbot.waitUntil(lambda: not t.is_alive(), timeout=SLOW)
     assert result.get("status") == 200, result
@@ -145,7 +145,7 @@ def test_the_address_is_edited_on_the_server_page_and_shown_in_settings(
     qtbot.waitUntil(lambda: gui_ctx.settings_store.load().server.port == port, timeout=10_000)
     qtbot.waitUntil(lambda: page.address_label.text() == f"127.0.0.1, port {port}")
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        page.save()  # a Settings save keeps it
+        page.apply()  # a Settings save keeps it
     assert gui_ctx.settings_store.load().server.port == port
 
 
@@ -177,12 +177,12 @@ def test_models_folder_shows_its_path_and_opens_it(
     assert Path(catcher.urls[0].toLocalFile()) == models and models.is_dir()
 
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        page.save()
+        page.apply()
     assert gui_ctx.settings_store.load().models_dir == ""  # still "the default folder"
     other = tmp_path / "elsewhere"
     page.models_dir_edit.setText(str(other))  # what Change… fills in
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        page.save()
+        page.apply()
     assert gui_ctx.settings_store.load().models_dir == str(other)
 
 

@@ -1,4 +1,4 @@
-"""The Settings page writes through the SettingsStore; API keys are stored hashed, shown once."""
+"""The Settings page writes through the SettingsStore when applied; API keys are not on it."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QPushButton
 from pytestqt.qtbot import QtBot
 
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
-from app.settings import Settings, hash_key
+from app.settings import Settings
 from tests.gui.helpers import SLOW, free_port, show_settings
 
 
@@ -32,7 +32,7 @@ def test_save_writes_the_settings_file(
     page.threads_spin.setValue(3)
     page.parallel_spin.setValue(4)
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(page.apply_button, Qt.MouseButton.LeftButton)
 
     s = store.load()
     assert (s.server.host, s.server.port, s.server.start_at_launch) == ("127.0.0.1", 8421, True)
@@ -45,28 +45,13 @@ def test_save_writes_the_settings_file(
     assert page.banner.text() == "Settings saved."
 
 
-def test_api_key_is_shown_once_and_stored_hashed(
-    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
-) -> None:
+def test_api_keys_live_on_the_server_page_only(window: MainWindow, qtbot: QtBot) -> None:
     page = window.settings_page
-    store = gui_ctx.settings_store
-    assert page.key_status_label.text() == "Not required"
-    assert not page.new_key_box.isVisible() and not page.clear_key_button.isEnabled()
-
     show_settings(window, qtbot)
-    qtbot.mouseClick(page.generate_key_button, Qt.MouseButton.LeftButton)
-    key = page.new_key_edit.text()
-    assert key.startswith("hearth-") and page.new_key_box.isVisible()
-    qtbot.waitUntil(lambda: store.load().server.api_key_hashes == (hash_key(key),), timeout=10_000)
-    assert key not in Path(store.path).read_text()  # never in clear on disk
-    qtbot.waitUntil(lambda: page.key_status_label.text() == "Required (1 key)")
-    qtbot.mouseClick(page.copy_key_button, Qt.MouseButton.LeftButton)
-    assert QGuiApplication.clipboard().text() == key
-
-    qtbot.mouseClick(page.clear_key_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: store.load().server.api_key_hashes == (), timeout=10_000)
-    assert page.new_key_edit.text() == "" and not page.new_key_box.isVisible()
-    qtbot.waitUntil(lambda: page.key_status_label.text() == "Not required")
+    buttons = [b.text() for b in page.findChildren(QPushButton)]
+    assert not any("key" in t.lower() for t in buttons)  # no Generate / Remove key here
+    assert page.keys_label.text() == "API keys are on the Server page."
+    assert page.keys_label.isVisible()
 
 
 def test_server_starts_at_launch_when_configured(
@@ -109,7 +94,7 @@ def test_memory_settings_are_saved_and_used(
     page.budget_spin.setValue(2.5)
     page.jit_ttl_spin.setValue(5)
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(page.apply_button, Qt.MouseButton.LeftButton)
     load = gui_ctx.settings_store.load().load
     assert (load.memory_budget_bytes, load.jit_ttl_s, load.jit_keep_forever) == (
         int(2.5 * 1024**3),
@@ -121,7 +106,7 @@ def test_memory_settings_are_saved_and_used(
     page.jit_forever_check.setChecked(True)
     assert not page.jit_ttl_spin.isEnabled()
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        page.save()
+        page.apply()
     assert gui_ctx.settings_store.load().load.jit_keep_forever is True
 
 
@@ -137,7 +122,7 @@ def test_untouched_memory_fields_keep_their_exact_values(
     qtbot.addWidget(w)
     qtbot.waitUntil(lambda: w.settings_page.settings is not None, timeout=10_000)
     with qtbot.waitSignal(w.settings_page.settings_saved, timeout=10_000):
-        w.settings_page.save()
+        w.settings_page.apply()
     load = gui_ctx.settings_store.load().load
     assert (load.memory_budget_bytes, load.jit_ttl_s) == (10 * 1024**2, 90)
 
@@ -155,7 +140,7 @@ def test_https_files_are_saved_and_the_server_starts_with_them(
     page = window.settings_page
     assert page.tls_cert_edit.text() == "" and page.tls_key_edit.text() == ""
     page.tls_cert_edit.setText(str(pki.cert_file))
-    page.save()  # a certificate without its key is refused before anything is written
+    page.apply()  # a certificate without its key is refused before anything is written
     assert page.banner.kind == "error" and "both" in page.banner.text()
     assert gui_ctx.settings_store.load().server.tls_cert == ""
 
@@ -163,7 +148,7 @@ def test_https_files_are_saved_and_the_server_starts_with_them(
     port = free_port()
     window.server_page.port_spin.setValue(port)  # the address is set on the Server page
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(page.apply_button, Qt.MouseButton.LeftButton)
     s = gui_ctx.settings_store.load().server
     assert (s.tls_cert, s.tls_key) == (str(pki.cert_file), str(pki.key_file))
 
@@ -219,6 +204,6 @@ def test_prompt_cache_mode_is_saved_and_becomes_the_load_default(
     assert page.prompt_cache_combo.currentData() == "reuse"  # the default
     page.prompt_cache_combo.setCurrentIndex(page.prompt_cache_combo.findData("exact"))
     with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        qtbot.mouseClick(page.save_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(page.apply_button, Qt.MouseButton.LeftButton)
     assert gui_ctx.settings_store.load().prompt_cache.mode == "exact"
     # (tests/test_settings.py shows the app's loads taking it as their default)

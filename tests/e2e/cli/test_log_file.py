@@ -1,0 +1,84 @@
+"""Hearth's own log file: logs/hearth.log under the data folders, written by `hearth serve`
+(and the desktop app, which shares the setup), flushed per record, private, size-bounded."""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.cli.common import LOG_BACKUPS, LOG_FILE, LOG_MAX_BYTES, setup_logging
+from app.paths import AppPaths
+
+
+@pytest.fixture
+def root_logging() -> Iterator[None]:
+    """Put the root logger back as it was (the setup under test changes it for the process)."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for h in root.handlers:
+            if h not in handlers:
+                h.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def test_the_log_file_is_written_at_once_private_and_bounded(
+    tmp_path: Path, root_logging: None
+) -> None:
+    logs = tmp_path / "logs"
+    path = setup_logging(0, logs)
+    assert path is not None and path.resolve() == (logs / LOG_FILE).resolve()
+    assert path.exists() and stat.S_IMODE(path.stat().st_mode) == 0o600
+
+    logging.getLogger("app.test").info("a record with %s", "an argument")
+    assert "INFO app.test: a record with an argument" in path.read_text()  # flushed already
+    logging.getLogger("app.test").debug("not without -vv")
+    assert "not without -vv" not in path.read_text()
+
+    line = "x" * 1000
+    for _ in range(5 * LOG_MAX_BYTES // 1000):
+        logging.getLogger("app.test").info(line)
+    names = sorted(p.name for p in logs.iterdir())
+    assert names == [LOG_FILE] + [f"{LOG_FILE}.{i}" for i in range(1, LOG_BACKUPS + 1)]
+    assert all(p.stat().st_size <= LOG_MAX_BYTES for p in logs.iterdir())
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in logs.iterdir())
+
+
+def test_hearth_serve_writes_the_log_file_in_its_logs_folder(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    env = {**os.environ, "HEARTH_HOME": str(home)}
+    env.pop("HEARTH_API_KEY", None)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    log_file = AppPaths.default(home).logs / LOG_FILE
+    try:
+        assert p.stdout is not None
+        url = p.stdout.readline().strip()  # printed once listening
+        assert url.startswith("http://127.0.0.1:")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # written by another process: poll the file
+            if log_file.exists() and "serving on" in log_file.read_text():
+                break
+            time.sleep(0.1)
+        text = log_file.read_text()
+        assert "INFO app.server.runner: serving on" in text
+        assert url.removesuffix("/v1") in text
+    finally:
+        p.terminate()
+        p.communicate(timeout=60)
