@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from app.core.service import Hearth
 from app.core.types import LocalModel, ModelStatus
 from app.gui.bridge import Bridge, log_failure
+from app.gui.library_watch import LibraryWatch
 from app.gui.models.library import LibraryTableModel
 from app.gui.units import grouped
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
@@ -73,6 +74,8 @@ class LibraryPage(QWidget):
         self._listed = False  # the library has been read at least once
         self.load_dialog: LoadDialog | None = None  # the open Load dialog, if any
         self.table_model = LibraryTableModel(self)
+        # changes made outside this window (CLI imports, copied files) arrive as library_changed
+        self.watch = LibraryWatch(service, bridge, self)
 
         self.import_button = QPushButton("Import GGUF…")
         self.load_button = QPushButton("Load…")
