@@ -6,7 +6,7 @@ import logging
 from dataclasses import replace
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication, QResizeEvent
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QBoxLayout,
     QHBoxLayout,
@@ -25,6 +25,7 @@ from app.core.events import RequestFinished
 from app.core.gateway.keys import KeyStore
 from app.gui.bridge import Bridge, error_text, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.copied import copy_text
 from app.gui.views.server.api_keys import KeysSection
 from app.gui.views.server.charts.prompt_cache import CacheChart
 from app.gui.views.server.charts.speed import SpeedChart
@@ -250,7 +251,7 @@ class ServerPage(QWidget):
 
     def copy_url(self) -> None:
         if self.url_edit.text():
-            QGuiApplication.clipboard().setText(self.url_edit.text())
+            copy_text(self.url_edit.text(), self.copy_button)
             self.banner.show_message("Copied the base URL to the clipboard.")
 
     # -- slots ---------------------------------------------------------------------------------------
