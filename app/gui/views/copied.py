@@ -1,6 +1,6 @@
 """Copy to the clipboard with feedback where the user looks: the button that copied reads
 "Copied" for a moment, then its own text again.
-Tested by tests/gui/views/test_connect.py."""
+Tested by tests/gui/views/test_connect.py and tests/gui/views/library/test_search_and_menu.py."""
 
 from __future__ import annotations
 
