@@ -38,6 +38,8 @@ from app.gui.views.library.welcome import WelcomeView
 
 log = logging.getLogger(__name__)
 
+LOAD_TIP = "Choose the context length and other options, then load"
+RELOAD_TIP = "Reload with options: change the context length or other options of the loaded model"
 MODEL_MIN_WIDTH = 220  # px: the Model column's least width (ids elide beyond it)
 
 EMPTY_TEXT = (
@@ -85,7 +87,7 @@ class LibraryPage(QWidget):
 
         self.import_button = QPushButton("Import GGUF…")
         self.load_button = QPushButton("Load…")
-        self.load_button.setToolTip("Choose the context length and other options, then load")
+        self.load_button.setToolTip(LOAD_TIP)
         self.unload_button = QPushButton("Unload")
         self.remove_button = QPushButton("Remove")
         self.scan_button = QPushButton("Find other apps' models")
@@ -95,10 +97,9 @@ class LibraryPage(QWidget):
         self.search_edit = QLineEdit()
         self.search_edit.setPlaceholderText("Search models")
         self.search_edit.setClearButtonEnabled(True)
-        self.search_edit.setMaximumWidth(240)
+        self.search_edit.setMaximumWidth(320)
         header = QHBoxLayout()
         header.addWidget(page_title("Library"))
-        header.addWidget(self.search_edit, 1)
         header.addStretch(1)
         for b in (
             self.scan_button,
@@ -142,9 +143,14 @@ class LibraryPage(QWidget):
         ev.addWidget(self.empty_import_button, 0, Qt.AlignmentFlag.AlignHCenter)
         ev.addStretch(2)
 
+        table_box = QWidget()  # the search box over the table: the header row is full
+        tl = QVBoxLayout(table_box)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.search_edit)
+        tl.addWidget(self.table, 1)
         self.content = QStackedWidget()
         self.content.addWidget(empty)
-        self.content.addWidget(self.table)
+        self.content.addWidget(table_box)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
@@ -458,7 +464,10 @@ class LibraryPage(QWidget):
         mid = self.selected_id()
         state = self.table_model.state_of(mid) if mid else None
         self.load_button.setEnabled(state in ("not-loaded", "loaded"))
-        # a loaded model reloads with the options the dialog shows (its own, prefilled)
-        self.load_button.setText("Reload with options…" if state == "loaded" else "Load…")
+        # a loaded model reloads with the options the dialog shows (its own, prefilled); the
+        # short text keeps the header row within the narrowest window
+        loaded = state == "loaded"
+        self.load_button.setText("Reload…" if loaded else "Load…")
+        self.load_button.setToolTip(RELOAD_TIP if loaded else LOAD_TIP)
         self.unload_button.setEnabled(state == "loaded")
         self.remove_button.setEnabled(mid is not None and state != "loading")

@@ -172,7 +172,7 @@ def test_load_and_unload_buttons_change_the_state(
     qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: state_cell(window) == "Loaded", timeout=SLOW)
     qtbot.waitUntil(lambda: page.load_dialog is None, timeout=5_000)  # it closed
-    assert page.load_button.text() == "Reload with options…"  # a loaded model reloads
+    assert page.load_button.text() == "Reload…"  # a loaded model reloads
     assert page.unload_button.isEnabled()
     assert window.chat_page.model_combo.findData(imported) >= 0
     assert "2,048-token context" in page.table_model.index(0, 0).data(Qt.ItemDataRole.ToolTipRole)

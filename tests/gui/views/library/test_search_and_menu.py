@@ -87,6 +87,11 @@ def test_in_the_narrowest_window_model_type_size_and_state_stay_in_view(
         return left >= 0 and left + hh.sectionSize(col) <= table.viewport().width()
 
     qtbot.waitUntil(lambda: all(in_view(c) for c in ("Model", "Type", "Size", "State")))
+    # the header row (title and buttons) fits too: nothing needs a sideways scroll
+    page = two_models.library_page
+    right = page.remove_button.mapTo(two_models, page.remove_button.rect().topRight()).x()
+    assert right < two_models.width()
+    assert page.search_edit.width() >= page.search_edit.sizeHint().width()
     # the Model column is wide enough to read an id
     fm = table.fontMetrics()
     assert hh.sectionSize(COLUMNS.index("Model")) >= fm.horizontalAdvance(SMOL)
@@ -104,7 +109,7 @@ def test_a_loaded_model_reloads_with_new_options_from_the_library(
     qtbot.waitUntil(lambda: page.table_model.state_of(imported) == "loaded", timeout=10_000)
     page.select(imported)
     assert page.load_button.isEnabled()
-    assert page.load_button.text() == "Reload with options…"
+    assert page.load_button.text() == "Reload…"
     qtbot.mouseClick(page.load_button, Qt.MouseButton.LeftButton)
     dialog = page.load_dialog
     assert dialog is not None
