@@ -1,6 +1,6 @@
 """IndexChanges: notices library changes made by other processes (a `hearth import` in a terminal)
 or by the models-folder scan, and publishes LibraryChanged so an open window follows them.
-Tested by tests/gui/views/library/test_live_library.py."""
+Tested by tests/core/library/test_changes.py and tests/gui/views/library/test_live_library.py."""
 
 from __future__ import annotations
 
