@@ -214,6 +214,7 @@ class MainWindow(QMainWindow):
         self.server_page.address_saved.connect(self.connect_page.refresh)
         self.settings_page.settings_loaded.connect(self.connect_page.refresh)
         self.settings_page.theme_chosen.connect(apply_theme)
+        self.memory_page.reload_requested.connect(self.library_page.open_load_dialog)
         self._on_server_page_state_changed(self.server_page.running)
         self._build_menus()
         self.about_action = add_help_menu(self, ctx.paths)
