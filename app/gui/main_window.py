@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import (
@@ -16,7 +15,6 @@ from PySide6.QtGui import (
     QDragMoveEvent,
     QDropEvent,
     QGuiApplication,
-    QIcon,
     QKeySequence,
 )
 from PySide6.QtWidgets import (
@@ -30,8 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-import app as app_package
 from app.core.desktop.autostart import Autostart
+from app.gui.about import add_help_menu, app_icon
 from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
 from app.gui.instance import SingleInstance, instance_name
@@ -68,7 +66,6 @@ from app.settings import Settings, TokenStore, WindowState
 
 log = logging.getLogger(__name__)
 
-ASSETS = Path(app_package.__file__).resolve().parent / "assets"
 PAGES = (
     "Library",
     DISCOVER_PAGE,
@@ -83,14 +80,6 @@ PAGES = (
 TRAY_HINT = (
     "Hearth is still serving at {url}. Use the tray icon to open it again, stop the server or quit."
 )
-
-
-def app_icon() -> QIcon:
-    """The flame icon (SVG, with a PNG fallback where the SVG plugin is missing)."""
-    icon = QIcon(str(ASSETS / "hearth.svg"))
-    if icon.pixmap(32, 32).isNull():
-        icon = QIcon(str(ASSETS / "hearth.png"))
-    return icon
 
 
 class MainWindow(QMainWindow):
@@ -225,8 +214,10 @@ class MainWindow(QMainWindow):
         self.server_page.address_saved.connect(self.connect_page.refresh)
         self.settings_page.settings_loaded.connect(self.connect_page.refresh)
         self.settings_page.theme_chosen.connect(apply_theme)
+        self.memory_page.reload_requested.connect(self.library_page.open_load_dialog)
         self._on_server_page_state_changed(self.server_page.running)
         self._build_menus()
+        self.about_action = add_help_menu(self, ctx.paths)
         self.restore_window_state(ctx.settings_store.load().ui.window)
 
     def _build_menus(self) -> None:

@@ -1,6 +1,7 @@
 """The light/dark theme (``ui.theme``) and colours chosen by the palette's lightness, so what the
 pages draw themselves stays readable in dark mode.
-Tested by tests/gui/test_window_product.py and tests/gui/views/chat/test_transcript.py."""
+Tested by tests/gui/test_theme.py, tests/gui/test_window_product.py and
+tests/gui/views/chat/test_transcript.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel
 
 log = logging.getLogger(__name__)
 
@@ -90,4 +91,16 @@ def apply_theme(theme: str) -> None:
         pal = system
     log.debug("theme %s", theme)
     qapp.setPalette(pal)
+    recolor_links(qapp)
     theme_signals().changed.emit()
+
+
+def recolor_links(qapp: QApplication) -> None:
+    """Re-set the text of every label showing a link: Qt colours a rich-text link from the
+    palette when the text is set, so a theme change would leave the old theme's link colour
+    (dark blue on near-black)."""
+    for w in qapp.allWidgets():
+        if isinstance(w, QLabel) and "<a " in w.text():
+            text = w.text()
+            w.setText("")  # setText ignores the same text: clear it first
+            w.setText(text)

@@ -16,6 +16,7 @@ from app.core.engine.loaded import LoadedInfo, LoadResult
 from app.core.engine.presets import PresetStore
 from app.core.engine.scheduler import ModelScheduler
 from app.core.events import EventHub, LibraryChanged
+from app.core.library.changes import IndexChanges
 from app.core.library.index import ModelLibrary
 from app.core.library.stores import ForeignLocations
 from app.core.types import UNSET, LoadedModel, LoadOptions, LocalModel, ModelStatus
@@ -41,6 +42,7 @@ class ModelService:
         self._presets = presets
         self._foreign = foreign
         self.folder: Path = library.models_dir  # where Hearth keeps the models it downloads
+        self.changes = IndexChanges(library, events)  # other processes' edits, as events
 
     # -- the library ---------------------------------------------------------------------------
     def all(self, scope: Patterns = None) -> list[ModelStatus]:

@@ -174,6 +174,15 @@ class ModelLibrary:
             return False
         return True
 
+    def poll(self) -> filecache.Signature:
+        """The index file's signature now, with this process's copy brought up to date; also
+        starts a scan of the models folder when the last is over ``ADOPT_INTERVAL_S`` old (a
+        file it adopts rewrites the index, so a later poll sees it)."""
+        self._scan_models_folder()
+        sig = filecache.signature(self.index_file)
+        self._entries(fresh=True)  # a change seen here must be what the next list() answers
+        return sig
+
     def find_by_path(self, path: Path) -> LocalModel | None:
         real = str(path.resolve())
         for d in self._entries(fresh=True):

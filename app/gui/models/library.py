@@ -9,24 +9,25 @@ from typing import Any
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt
 from PySide6.QtGui import QColor
 
-from app.core.types import ModelStatus
+from app.core.types import LocalModel, ModelStatus
 from app.gui.models.base import RowTableModel
 from app.gui.units import grouped, human_bytes, human_count
 
 Index = QModelIndex | QPersistentModelIndex
 
+# what a narrow window must show comes first (the rest scrolls into view)
 COLUMNS: tuple[str, ...] = (
     "Model",
+    "Type",  # Chat, Chat + vision (a vision projector is paired), Embedding, Reranker
+    "Size",
+    "State",
     "Format",
     "Architecture",
     "Parameters",
     "Quantization",
-    "Size",
     "Context",
     "Chat template",
-    "Input",  # "Text, vision" for a model paired with a vision projector
     "Origin",
-    "State",
 )
 ORIGIN_TEXT = {
     "imported": "Imported",
@@ -39,6 +40,35 @@ STATE_COLUMN = COLUMNS.index("State")
 _NUMERIC = {COLUMNS.index(c) for c in ("Parameters", "Size", "Context")}
 STATE_TEXT = {"loaded": "Loaded", "loading": "Loading…", "not-loaded": "Not loaded"}
 ID_ROLE = Qt.ItemDataRole.UserRole
+
+
+def type_text(m: LocalModel) -> str:
+    """What the model is for, in the words of the Type column."""
+    caps = m.capabilities
+    if "embeddings" in caps:
+        return "Embedding"
+    if "chat" not in caps:
+        return "Reranker"
+    return "Chat + vision" if "vision" in caps else "Chat"
+
+
+def matches(s: ModelStatus, text: str) -> bool:
+    """Whether a search for ``text`` keeps this row: every word appears in its id, name,
+    type, architecture, quantization, format or origin (case-insensitive)."""
+    m = s.model
+    hay = " ".join(
+        str(v or "")
+        for v in (
+            m.id,
+            m.name,
+            type_text(m),
+            m.architecture,
+            m.quantization,
+            m.format,
+            ORIGIN_TEXT.get(m.origin, m.origin),
+        )
+    ).lower()
+    return all(word in hay for word in text.lower().split())
 
 
 class LibraryTableModel(RowTableModel):
@@ -95,15 +125,15 @@ class LibraryTableModel(RowTableModel):
         m = s.model
         values = (
             m.id,
+            type_text(m),
+            human_bytes(m.size_bytes),
+            STATE_TEXT.get(s.state, s.state),
             m.format.upper(),
             m.architecture or "",
             human_count(m.parameters),
             m.quantization or "",
-            human_bytes(m.size_bytes),
             grouped(m.context_length),
             "Yes" if m.has_chat_template else "No",
-            "Text, vision" if "vision" in m.capabilities else "Text",
             ORIGIN_TEXT.get(m.origin, m.origin),
-            STATE_TEXT.get(s.state, s.state),
         )
         return values[col]

@@ -14,8 +14,9 @@ import shlex
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFontDatabase, QGuiApplication, QPalette, QShowEvent
+from PySide6.QtGui import QFontDatabase, QPalette, QShowEvent
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QComboBox,
     QFormLayout,
     QHBoxLayout,
@@ -45,6 +46,7 @@ from app.errors import AlreadyExists
 from app.gui.bridge import Bridge, log_failure
 from app.gui.context import GuiContext
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.copied import copy_text
 from app.server.runner import planned_url
 from app.settings import Settings, generate_key
 
@@ -239,11 +241,11 @@ class ConnectPage(QWidget):
         return self._answered < self._asked
 
     def copy_snippet(self) -> None:
-        self._copy(self.snippet_edit.toPlainText(), "settings")
+        self._copy(self.snippet_edit.toPlainText(), "settings", self.copy_button)
 
     def copy_exports(self) -> None:
         if self.state is not None and self.state.conn.env:
-            self._copy(export_lines(self.state.conn.env), "export lines")
+            self._copy(export_lines(self.state.conn.env), "export lines", self.copy_exports_button)
 
     def create_key(self) -> None:
         """Add a named key for this app; its secret goes into the snippet, shown this once."""
@@ -416,8 +418,8 @@ class ConnectPage(QWidget):
         if st.model is not None:
             combo.setCurrentIndex(max(0, combo.findData(st.model)))
 
-    def _copy(self, text: str, what: str) -> None:
-        QGuiApplication.clipboard().setText(text)
+    def _copy(self, text: str, what: str, button: QAbstractButton | None = None) -> None:
+        copy_text(text, button)
         self.banner.show_message(f"Copied the {what}.")
 
     def _failed(self, exc: BaseException) -> None:
@@ -447,7 +449,7 @@ class ConnectPage(QWidget):
     def _on_copy_env_button_clicked(self) -> None:
         item = self.env_list.currentItem() or self.env_list.item(0)
         if item is not None:
-            self._copy(item.text(), "line")
+            self._copy(item.text(), "line", self.copy_env_button)
 
 
 def _root(settings: Settings, running_url: str | None) -> tuple[str, bool]:

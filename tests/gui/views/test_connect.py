@@ -92,6 +92,8 @@ def test_each_tool_shows_its_snippet_with_the_url_and_model_and_copies_it(
         assert not page.create_key_button.isVisible()
         page.copy_button.click()
         assert clipboard.text() == want.snippet
+        assert page.copy_button.text() == "Copied"  # the button says so where the user looks
+        qtbot.waitUntil(lambda: page.copy_button.text() == "Copy", timeout=10_000)
         if want.env:
             page.copy_exports_button.click()
             assert clipboard.text() == export_lines(want.env)
@@ -100,6 +102,8 @@ def test_each_tool_shows_its_snippet_with_the_url_and_model_and_copies_it(
             page.copy_env_button.click()
             k, v = next(iter(want.env.items()))
             assert clipboard.text() == f"{k}={v}"
+            assert page.copy_env_button.text() == "Copied"
+            assert page.copy_exports_button.text() == "Copied"
         else:
             assert not page.env_list.isVisible() and not page.copy_exports_button.isVisible()
             assert "environment variables" in page.notes_label.text()

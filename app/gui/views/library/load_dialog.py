@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.engine.loaded import LoadedInfo
 from app.core.engine.presets import validate_options
 from app.core.library.fit import separate_caches
 from app.core.service import Hearth
@@ -114,6 +115,7 @@ class LoadDialog(QDialog):
         self.model = model
         self.is_mlx = model.format == "mlx"
         self.loading = False
+        self.reloading = False  # the model is loaded: Load reloads it with the form's options
         self.estimate: dict[str, Any] | None = None
         self._estimate_seq = 0
         self._pending = 0  # bridge calls in flight: the dialog outlives them before deletion
@@ -336,12 +338,21 @@ class LoadDialog(QDialog):
         self._dispose_when_idle()
 
     # -- slots ---------------------------------------------------------------------------------------
-    def _on_effective_read(self, result: tuple[LoadOptions, dict[str, Any]]) -> None:
-        self._initial, self._preset = result
-        self._show_options(self._initial)
+    def _on_effective_read(
+        self, result: tuple[LoadOptions, dict[str, Any], LoadedInfo | None]
+    ) -> None:
+        self._initial, self._preset, loaded = result
         ttl = self._preset.get("ttl")
         self._initial_ttl = None if ttl is None or ttl < 0 else float(ttl)
         self._initial_pinned = bool(self._preset.get("pinned", False))
+        self.reloading = loaded is not None
+        if loaded is not None:
+            # a reload starts from what the model runs with now, not from its preset
+            self._initial = loaded.options
+            self._initial_ttl, self._initial_pinned = loaded.ttl, loaded.pinned
+            self.setWindowTitle(f"Reload {self.model.id} with options")
+            self.load_button.setText("Reload")
+        self._show_options(self._initial)
         self.ttl_check.setChecked(self._initial_ttl is not None)
         if self._initial_ttl is not None:
             self.ttl_spin.setValue(_minutes(self._initial_ttl))
@@ -511,9 +522,13 @@ class LoadDialog(QDialog):
             self.deleteLater()
 
 
-def _effective(service: Hearth, model_id: str) -> tuple[LoadOptions, dict[str, Any]]:
-    """Loop thread: (defaults + preset, the preset itself); both read files."""
-    return service.models.effective_options(model_id), service.models.preset(model_id)
+def _effective(
+    service: Hearth, model_id: str
+) -> tuple[LoadOptions, dict[str, Any], LoadedInfo | None]:
+    """Loop thread: (defaults + preset, the preset itself, the model's load if it is loaded);
+    the first two read files."""
+    loaded = next((i for i in service.models.loaded() if i.model_id == model_id), None)
+    return service.models.effective_options(model_id), service.models.preset(model_id), loaded
 
 
 def _minutes(seconds: float) -> int:

@@ -81,6 +81,7 @@ class MemoryPage(QWidget):
     A 1 s timer repaints the countdowns from the cached snapshot (no core call)."""
 
     refreshed = Signal()  # the table shows a new snapshot
+    reload_requested = Signal(str)  # model id: the window opens its Load dialog to reload it
 
     def __init__(
         self,
@@ -113,10 +114,12 @@ class MemoryPage(QWidget):
         self.pin_button = QPushButton("Pin")
         self.pin_button.setToolTip("Pinned models stay loaded: no idle unload, never evicted")
         self.unload_button = QPushButton("Unload")
+        self.reload_button = QPushButton("Reload…")
+        self.reload_button.setToolTip("Reload with other options (context length and more)")
         header = QHBoxLayout()
         header.addWidget(page_title(TITLE))
         header.addStretch(1)
-        for w in (self.keep_alive_button, self.pin_button, self.unload_button):
+        for w in (self.reload_button, self.keep_alive_button, self.pin_button, self.unload_button):
             header.addWidget(w)
 
         self.banner = MessageBanner()
@@ -173,6 +176,7 @@ class MemoryPage(QWidget):
 
         self.pin_button.clicked.connect(self._on_pin_button_clicked)
         self.unload_button.clicked.connect(self._on_unload_button_clicked)
+        self.reload_button.clicked.connect(self._on_reload_button_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
         monitor.refreshed.connect(self._on_monitor_refreshed)
         self._on_monitor_refreshed(monitor.snapshot)
@@ -238,6 +242,10 @@ class MemoryPage(QWidget):
             return
         info = self.table_model.info(self.table_model.row_of(mid))
         self.set_pinned(mid, not info.pinned)
+
+    def _on_reload_button_clicked(self) -> None:
+        if mid := self.selected_id():
+            self.reload_requested.emit(mid)
 
     def _on_unload_button_clicked(self) -> None:
         if mid := self.selected_id():
@@ -307,6 +315,7 @@ class MemoryPage(QWidget):
         mid = self.selected_id()
         info = self.table_model.info(self.table_model.row_of(mid)) if mid else None
         self.unload_button.setEnabled(info is not None)
+        self.reload_button.setEnabled(info is not None)
         self.pin_button.setEnabled(info is not None)
         self.keep_alive_button.setEnabled(info is not None)
         self.pin_button.setText("Unpin" if info is not None and info.pinned else "Pin")

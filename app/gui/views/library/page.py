@@ -7,13 +7,16 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from PySide6.QtCore import QItemSelectionModel, QMimeData, Qt, Signal
+from PySide6.QtCore import QEvent, QItemSelectionModel, QMimeData, QObject, QPoint, Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
+    QMenu,
     QMessageBox,
     QPushButton,
     QStackedWidget,
@@ -25,13 +28,19 @@ from PySide6.QtWidgets import (
 from app.core.service import Hearth
 from app.core.types import LocalModel, ModelStatus
 from app.gui.bridge import Bridge, log_failure
-from app.gui.models.library import LibraryTableModel
+from app.gui.library_watch import LibraryWatch
+from app.gui.models.library import LibraryTableModel, matches
 from app.gui.units import grouped
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.copied import copy_text
 from app.gui.views.library.load_dialog import LoadDialog
 from app.gui.views.library.welcome import WelcomeView
 
 log = logging.getLogger(__name__)
+
+LOAD_TIP = "Choose the context length and other options, then load"
+RELOAD_TIP = "Reload with options: change the context length or other options of the loaded model"
+MODEL_MIN_WIDTH = 220  # px: the Model column's least width (ids elide beyond it)
 
 EMPTY_TEXT = (
     "<h2>No models yet</h2>"
@@ -73,16 +82,22 @@ class LibraryPage(QWidget):
         self._listed = False  # the library has been read at least once
         self.load_dialog: LoadDialog | None = None  # the open Load dialog, if any
         self.table_model = LibraryTableModel(self)
+        # changes made outside this window (CLI imports, copied files) arrive as library_changed
+        self.watch = LibraryWatch(service, bridge, self)
 
         self.import_button = QPushButton("Import GGUF…")
         self.load_button = QPushButton("Load…")
-        self.load_button.setToolTip("Choose the context length and other options, then load")
+        self.load_button.setToolTip(LOAD_TIP)
         self.unload_button = QPushButton("Unload")
         self.remove_button = QPushButton("Remove")
         self.scan_button = QPushButton("Find other apps' models")
         self.scan_button.setToolTip(
             "Index, in place, the GGUF and MLX models of the Hugging Face cache, LM Studio and Ollama"
         )
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search models")
+        self.search_edit.setClearButtonEnabled(True)
+        self.search_edit.setMaximumWidth(320)
         header = QHBoxLayout()
         header.addWidget(page_title("Library"))
         header.addStretch(1)
@@ -107,7 +122,14 @@ class LibraryPage(QWidget):
         self.table.setShowGrid(False)
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        # the Model column takes the spare width but never less than MODEL_MIN_WIDTH: in a
+        # narrow window Type, Size and State stay in view and the rest scrolls
+        hh.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        hh.setStretchLastSection(False)
+        self.table.installEventFilter(self)
+        hh.sectionResized.connect(self._on_header_section_resized)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._on_table_context_menu_requested)
 
         self.empty_label = QLabel(EMPTY_TEXT.format(folder=service.models.folder))
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -121,9 +143,14 @@ class LibraryPage(QWidget):
         ev.addWidget(self.empty_import_button, 0, Qt.AlignmentFlag.AlignHCenter)
         ev.addStretch(2)
 
+        table_box = QWidget()  # the search box over the table: the header row is full
+        tl = QVBoxLayout(table_box)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.search_edit)
+        tl.addWidget(self.table, 1)
         self.content = QStackedWidget()
         self.content.addWidget(empty)
-        self.content.addWidget(self.table)
+        self.content.addWidget(table_box)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
@@ -139,6 +166,7 @@ class LibraryPage(QWidget):
         self.scan_button.clicked.connect(self._on_scan_button_clicked)
         self.table.selectionModel().selectionChanged.connect(self._on_table_selection_changed)
         self.table.doubleClicked.connect(self._on_table_double_clicked)
+        self.search_edit.textChanged.connect(self._on_search_edit_text_changed)
         bridge.library_changed.connect(self.refresh)
         bridge.model_loading.connect(self._on_bridge_model_changed)
         bridge.model_loaded.connect(self._on_bridge_model_changed)
@@ -182,6 +210,49 @@ class LibraryPage(QWidget):
         )
         self.table.selectionModel().select(self.table_model.index(row, 0), flags)
         self.table.scrollTo(self.table_model.index(row, 0))
+
+    def visible_ids(self) -> list[str]:
+        """The ids of the rows the search leaves in view, in order."""
+        return [
+            mid for row, mid in enumerate(self.table_model.ids()) if not self.table.isRowHidden(row)
+        ]
+
+    def apply_search(self) -> None:
+        """Hide the rows the search box's words do not all match."""
+        text = self.search_edit.text()
+        for row in range(self.table_model.rowCount()):
+            self.table.setRowHidden(row, not matches(self.table_model.status(row), text))
+
+    def context_menu(self, model_id: str) -> QMenu:
+        """The actions on one model, as its right-click menu offers them."""
+        state = self.table_model.state_of(model_id)
+        menu = QMenu(self)
+        actions = (
+            ("Load…", state == "not-loaded", partial(self.open_load_dialog, model_id)),
+            ("Reload with options…", state == "loaded", partial(self.open_load_dialog, model_id)),
+            ("Eject", state == "loaded", partial(self.unload_model, model_id)),
+            ("Show in folder", True, partial(self.show_in_folder, model_id)),
+            ("Copy model id", True, partial(self.copy_id, model_id)),
+            ("Remove…", state != "loading", partial(self._confirm_remove, model_id)),
+        )
+        for text, enabled, slot in actions:
+            action = menu.addAction(text)
+            action.setEnabled(enabled)
+            action.triggered.connect(slot)
+        return menu
+
+    def copy_id(self, model_id: str) -> None:
+        copy_text(model_id)
+        self.banner.show_message(f"Copied {model_id}.")
+
+    def show_in_folder(self, model_id: str) -> None:
+        """Open the folder holding the model's file in the system's file manager."""
+        row = self.table_model.row_of(model_id)
+        if row < 0:
+            return
+        path = Path(self.table_model.status(row).model.path)
+        folder = path if path.is_dir() else path.parent
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder)))
 
     # -- actions -------------------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -284,9 +355,10 @@ class LibraryPage(QWidget):
             self.unload_model(mid)
 
     def _on_remove_button_clicked(self) -> None:
-        mid = self.selected_id()
-        if mid is None:
-            return
+        if mid := self.selected_id():
+            self._confirm_remove(mid)
+
+    def _confirm_remove(self, mid: str) -> None:
         model = self.table_model.status(self.table_model.row_of(mid)).model
         if model.origin in ("huggingface-cache", "lm-studio", "ollama"):
             # another app's file: forgetting it is the default; deleting needs an explicit yes
@@ -313,6 +385,32 @@ class LibraryPage(QWidget):
         if answer == QMessageBox.StandardButton.Yes:
             self.remove_model(mid)
 
+    def _on_search_edit_text_changed(self, _text: str) -> None:
+        self.apply_search()
+
+    def _on_table_context_menu_requested(self, pos: QPoint) -> None:
+        index = self.table.indexAt(pos)
+        if not index.isValid():
+            return
+        mid = self.table_model.status(index.row()).model.id
+        self.select(mid)
+        self.context_menu(mid).exec(self.table.viewport().mapToGlobal(pos))
+
+    def _on_header_section_resized(self, index: int, _old: int, _new: int) -> None:
+        if index != 0:  # another column grew or shrank with its contents: refit the Model one
+            self._fit_model_column()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.table and event.type() == QEvent.Type.Resize:
+            self._fit_model_column()
+        return super().eventFilter(watched, event)
+
+    def _fit_model_column(self) -> None:
+        hh = self.table.horizontalHeader()
+        others = sum(hh.sectionSize(c) for c in range(1, hh.count()))
+        spare = self.table.viewport().width() - others
+        hh.resizeSection(0, max(MODEL_MIN_WIDTH, spare))
+
     def _on_table_selection_changed(self, *_: object) -> None:
         self._update_buttons()
 
@@ -328,6 +426,8 @@ class LibraryPage(QWidget):
         self._select_after_refresh = None
         self.table_model.set_statuses(statuses)
         self.content.setCurrentIndex(1 if statuses else 0)
+        self.apply_search()
+        self._fit_model_column()
         self._listed = True
         if self._welcome is not None and not statuses:
             self._welcome.load_suggestions()
@@ -363,6 +463,11 @@ class LibraryPage(QWidget):
     def _update_buttons(self) -> None:
         mid = self.selected_id()
         state = self.table_model.state_of(mid) if mid else None
-        self.load_button.setEnabled(state == "not-loaded")
+        self.load_button.setEnabled(state in ("not-loaded", "loaded"))
+        # a loaded model reloads with the options the dialog shows (its own, prefilled); the
+        # short text keeps the header row within the narrowest window
+        loaded = state == "loaded"
+        self.load_button.setText("Reload…" if loaded else "Load…")
+        self.load_button.setToolTip(RELOAD_TIP if loaded else LOAD_TIP)
         self.unload_button.setEnabled(state == "loaded")
         self.remove_button.setEnabled(mid is not None and state != "loading")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import time
 
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -27,6 +26,7 @@ from PySide6.QtWidgets import (
 from app.core.gateway.keys import ApiKey, KeyStore
 from app.gui.bridge import Bridge, error_text
 from app.gui.views.common import MessageBanner
+from app.gui.views.copied import copy_text
 from app.settings import generate_key
 
 log = logging.getLogger(__name__)
@@ -163,7 +163,7 @@ class KeysSection(QWidget):
 
     def copy_secret(self) -> None:
         """Copy the new key, then forget it: it is never shown again."""
-        QGuiApplication.clipboard().setText(self.secret_edit.text())
+        copy_text(self.secret_edit.text(), self.copy_button)
         self.secret_edit.clear()
         self.copy_button.setEnabled(False)
         self.banner.show_message("Key copied. Hearth keeps only its hash.", "info")

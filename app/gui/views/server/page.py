@@ -6,9 +6,9 @@ import logging
 from dataclasses import replace
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QGuiApplication, QPalette
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
-    QFormLayout,
+    QBoxLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSpinBox,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -24,9 +25,11 @@ from app.core.events import RequestFinished
 from app.core.gateway.keys import KeyStore
 from app.gui.bridge import Bridge, error_text, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
+from app.gui.views.copied import copy_text
 from app.gui.views.server.api_keys import KeysSection
 from app.gui.views.server.charts.prompt_cache import CacheChart
 from app.gui.views.server.charts.speed import SpeedChart
+from app.gui.views.server.log_tail import LogTail
 from app.gui.views.server.request_log import RequestLogView
 from app.gui.views.server.response_cache import CacheSection
 from app.server.runner import ServerController
@@ -34,10 +37,13 @@ from app.settings import ServerSettings, Settings
 
 log = logging.getLogger(__name__)
 
+CHART_MIN_WIDTH = 450  # px: a chart's two series with their headers unclipped
+
 
 class ServerPage(QWidget):
-    """Start/Stop, address fields, the base URL to copy, the tok/s and cache/batch charts and the
-    live request log."""
+    """Start/Stop, address fields and the base URL to copy over two tabs: Activity (the tok/s and
+    cache/batch charts, the live request log and the app's log) and Access & cache (API keys and
+    the response cache)."""
 
     state_changed = Signal(bool)  # running
     address_saved = Signal(object)  # ServerSettings: the address a start used, now the saved one
@@ -80,39 +86,38 @@ class ServerPage(QWidget):
 
         header = QHBoxLayout()
         header.addWidget(page_title("Server"))
+        header.addSpacing(12)
+        header.addWidget(self.status_label)
         header.addStretch(1)
         header.addWidget(self.start_button)
         header.addWidget(self.stop_button)
 
+        # one row for the address and the URL: the space below goes to what users watch
         address = QHBoxLayout()
+        address.addWidget(QLabel("Host"))
         address.addWidget(self.host_edit, 1)
-        address.addSpacing(12)
         address.addWidget(QLabel("Port"))
         address.addWidget(self.port_spin)
-        address.addStretch(1)
-        url_row = QHBoxLayout()
-        url_row.addWidget(self.url_edit, 1)
-        url_row.addWidget(self.copy_button)
-        form = QFormLayout()
-        form.addRow("Host", address)
-        form.addRow("Status", self.status_label)
-        form.addRow("Base URL", url_row)
-
-        hint = QLabel(
-            "Point any OpenAI client at the base URL, e.g.<br>"
-            '<code>OpenAI(base_url=URL, api_key="hearth")</code>.'
+        address.addSpacing(12)
+        address.addWidget(QLabel("Base URL"))
+        address.addWidget(self.url_edit, 2)
+        address.addWidget(self.copy_button)
+        self.url_edit.setToolTip(
+            'Point any OpenAI client at the base URL, e.g. OpenAI(base_url=URL, api_key="hearth").'
         )
-        # two lines, not word wrap: narrow enough for the window's minimum width, and no
-        # height-for-width, which would make the page's scroll area take its full height
-        hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # muted, on any theme
+
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self._activity(), "Activity")
+        self.access_tab = self._access_and_cache()
+        self.tabs.addTab(self.access_tab, "Access && cache")
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(*PAGE_MARGINS)
         layout.addLayout(header)
         layout.addWidget(self.banner)
-        layout.addLayout(form)
-        layout.addWidget(hint)
-        layout.addWidget(self._charts_and_requests(), 1)
+        layout.addLayout(address)
+        layout.addWidget(self.tabs, 1)
 
         self.start_button.clicked.connect(self._on_start_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
@@ -122,36 +127,82 @@ class ServerPage(QWidget):
         bridge.request_finished.connect(self._on_bridge_request_finished)
         self._show_state()
 
-    def _charts_and_requests(self) -> QSplitter:
-        """The charts (scrolling when the window is short) over the request log, split so
-        neither is drawn over the other at any window size; the log takes the spare height."""
+    def _activity(self) -> QSplitter:
+        """The charts over the request log and the app's log (tabs), split so neither is drawn
+        over the other; the charts scroll when the window is too short to show both whole."""
         charts = QWidget()
-        cl = QVBoxLayout(charts)
-        cl.setContentsMargins(0, 0, 0, 0)
-        cl.addWidget(QLabel("Speed of recent generations"))
-        cl.addWidget(self.speed_chart)
-        cl.addWidget(QLabel("Prompt cache and batching of recent generations"))
-        cl.addWidget(self.cache_chart)
-        cl.addStretch(1)
+        # side by side where the page is wide, stacked (and scrolling) where it is narrow: each
+        # chart draws two series next to each other, which need about 450 px to show whole
+        self._charts_layout = QBoxLayout(QBoxLayout.Direction.LeftToRight, charts)
+        self._charts_layout.setContentsMargins(0, 0, 0, 0)
+        self.chart_titles = (QLabel("Generation speed"), QLabel("Prompt cache and batching"))
+        for title, chart in (
+            (self.chart_titles[0], self.speed_chart),
+            (self.chart_titles[1], self.cache_chart),
+        ):
+            column = QVBoxLayout()
+            column.addWidget(title)
+            column.addWidget(chart)
+            column.addStretch(1)
+            self._charts_layout.addLayout(column, 1)
         self.charts_area = QScrollArea()
         self.charts_area.setWidget(charts)
         self.charts_area.setWidgetResizable(True)
         self.charts_area.setFrameShape(QScrollArea.Shape.NoFrame)
         self.charts_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.charts_area.setMinimumHeight(self.speed_chart.minimumHeight() + 24)
+        self._arranged = False
+        self.log_tail = LogTail(self._server.paths.logs, self._bridge)
+        self.logs = QTabWidget()
+        self.logs.addTab(self.request_log, "Requests")
+        self.logs.addTab(self.log_tail, "App log")
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.charts_area)
-        self.splitter.addWidget(self.request_log)
-        self.keys_section = KeysSection(KeyStore(self._server.paths.keys_file), self._bridge)
-        self.splitter.addWidget(self.keys_section)
-        paths = self._server.paths  # the response cache's box
-        self.cache_section = CacheSection(
-            self._server.settings_store, paths.response_cache_db, self._bridge
-        )
-        self.splitter.addWidget(self.cache_section)
+        self.splitter.addWidget(self.logs)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         return self.splitter
+
+    @property
+    def charts_side_by_side(self) -> bool:
+        return self._charts_layout.direction() == QBoxLayout.Direction.LeftToRight
+
+    def _arrange_charts(self) -> None:
+        """Charts side by side when both fit at their width, else stacked; on a change the
+        charts get the height of one row of charts and the logs the rest."""
+        # the page's width, not the charts area's: the layout resizes that after this event
+        left, _, right, _ = PAGE_MARGINS
+        wide = self.width() - left - right >= 2 * CHART_MIN_WIDTH
+        direction = QBoxLayout.Direction.LeftToRight if wide else QBoxLayout.Direction.TopToBottom
+        if direction == self._charts_layout.direction() and self._arranged:
+            return
+        self._arranged = True
+        self._charts_layout.setDirection(direction)
+        one_row = self.chart_titles[0].sizeHint().height() + self.speed_chart.sizeHint().height()
+        total = sum(self.splitter.sizes())
+        self.splitter.setSizes([one_row + 12, max(total - one_row - 12, 1)])
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._arrange_charts()
+
+    def _access_and_cache(self) -> QScrollArea:
+        """API keys and the response cache: set up once, so they stay out of the watched area."""
+        box = QWidget()
+        bl = QVBoxLayout(box)
+        self.keys_section = KeysSection(KeyStore(self._server.paths.keys_file), self._bridge)
+        paths = self._server.paths
+        self.cache_section = CacheSection(
+            self._server.settings_store, paths.response_cache_db, self._bridge
+        )
+        bl.addWidget(self.keys_section, 1)
+        bl.addWidget(self.cache_section)
+        area = QScrollArea()
+        area.setWidget(box)
+        area.setWidgetResizable(True)
+        area.setFrameShape(QScrollArea.Shape.NoFrame)
+        return area
 
     # -- state -------------------------------------------------------------------------------------
     @property
@@ -200,7 +251,7 @@ class ServerPage(QWidget):
 
     def copy_url(self) -> None:
         if self.url_edit.text():
-            QGuiApplication.clipboard().setText(self.url_edit.text())
+            copy_text(self.url_edit.text(), self.copy_button)
             self.banner.show_message("Copied the base URL to the clipboard.")
 
     # -- slots ---------------------------------------------------------------------------------------

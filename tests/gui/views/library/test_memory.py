@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QSpinBox
 from pytestqt.qtbot import QtBot
 
 from app.gui.context import GuiContext
@@ -18,6 +19,7 @@ from app.gui.models.memory import COLUMNS
 from app.gui.units import human_bytes
 from app.gui.views.library.load_dialog import LoadDialog
 from app.gui.views.library.memory import TITLE
+from app.gui.window_state import MINIMUM_SIZE
 from app.settings import Settings
 from tests.gui.helpers import SLOW
 
@@ -358,3 +360,30 @@ def test_load_dialog_says_why_the_context_is_what_it_is(
         "8,192 tokens: auto: the model's trained length (8,192)"
     )
     assert "(8,192 tokens, f16)" in dialog.kv_label.text()
+
+
+def test_reload_from_the_models_in_memory_page_changes_the_context(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext, imported: str
+) -> None:
+    window.library_page.load_model(imported)  # the defaults: a 2,048-token context
+    window.show_page(TITLE)
+    memory_row(window, qtbot, imported)
+    page = window.memory_page
+    assert [i.context_length for i in gui_ctx.service.models.loaded()] == [2048]
+    assert page.reload_button.isEnabled()
+    window.resize(MINIMUM_SIZE)  # the header row, with its Reload… button, fits the narrowest
+    qtbot.waitUntil(lambda: window.size() == MINIMUM_SIZE, timeout=10_000)
+    right = page.unload_button.mapTo(window, page.unload_button.rect().topRight()).x()
+    assert right < window.width()
+    qtbot.mouseClick(page.reload_button, Qt.MouseButton.LeftButton)
+    dialog = window.library_page.load_dialog
+    assert dialog is not None and dialog.isVisible()
+    qtbot.waitUntil(lambda: dialog.load_button.isEnabled(), timeout=10_000)
+    assert dialog.windowTitle() == f"Reload {imported} with options"
+    ctx = dialog.option_form.editors["context_length"]
+    assert isinstance(ctx, QSpinBox) and ctx.value() == 2048
+    ctx.setValue(3072)
+    with qtbot.waitSignal(dialog.load_finished, timeout=SLOW):
+        qtbot.mouseClick(dialog.load_button, Qt.MouseButton.LeftButton)
+    assert [i.context_length for i in gui_ctx.service.models.loaded()] == [3072]
+    qtbot.waitUntil(lambda: page.cell(imported, "Context") == "3,072", timeout=10_000)

@@ -64,6 +64,7 @@ def test_add_copy_use_and_remove_a_key(window: MainWindow, qtbot: QtBot) -> None
     qtbot.mouseClick(keys.copy_button, Qt.MouseButton.LeftButton)
     assert QGuiApplication.clipboard().text() == secret
     assert keys.secret_edit.text() == "" and not keys.copy_button.isEnabled()  # shown once
+    assert keys.copy_button.text() == "Copied"
 
     keys.name_edit.setText("alice")  # a second key of that name is refused, and said so
     qtbot.mouseClick(keys.add_button, Qt.MouseButton.LeftButton)

@@ -158,9 +158,10 @@ def paint_empty(widget: QWidget, p: QPainter, frame: QRectF, text: str, hint: st
         text,
     )
     p.setFont(widget.font())
+    # wrapped onto a second line where the chart is narrow (two charts side by side)
     p.drawText(
-        QRectF(frame.left(), mid + 2, frame.width(), h),
-        Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop,
+        QRectF(frame.left() + 8, mid + 2, frame.width() - 16, 2 * h),
+        Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap,
         hint,
     )
 
