@@ -67,7 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_gui(args: argparse.Namespace) -> int:
     from app.core.util.loop import LoopThread
     from app.gui.context import GuiContext
-    from app.gui.main_window import run_gui
+    from app.gui.launch import run_gui
     from app.server.runner import ServerController
 
     paths, store = context()

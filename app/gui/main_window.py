@@ -1,13 +1,12 @@
-"""The main window (navigation + pages) and ``run_gui``, the desktop app's entry point.
-Tested by tests/gui/test_tray.py and tests/gui/test_pages.py."""
+"""The main window: the sidebar's pages, the menus, closing and the tray's requests.
+Tested by tests/gui/test_tray.py and tests/gui/test_pages.py; ``launch.run_gui`` shows it."""
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSignalBlocker, QSize, Qt, Signal
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -18,7 +17,6 @@ from PySide6.QtGui import (
     QKeySequence,
 )
 from PySide6.QtWidgets import (
-    QApplication,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -32,7 +30,6 @@ from app.core.desktop.autostart import Autostart
 from app.gui.about import add_help_menu, app_icon
 from app.gui.bridge import Bridge, error_text
 from app.gui.context import GuiContext
-from app.gui.instance import SingleInstance, instance_name
 from app.gui.models.memory import MemoryMonitor, MemorySnapshot
 from app.gui.theme import apply_theme, theme_signals
 from app.gui.tray import Tray
@@ -168,7 +165,7 @@ class MainWindow(QMainWindow):
             item = QListWidgetItem(name, self.nav)
             item.setToolTip(f"{name} ({_page_key(self.stack.count()).toString(_NATIVE)})")
             self.stack.addWidget(PageScroller(page))
-        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        self.nav.currentRowChanged.connect(self._on_nav_row_changed)
         self.nav.setCurrentRow(0)
 
         central = QWidget()
@@ -287,6 +284,9 @@ class MainWindow(QMainWindow):
         if self._quitting:
             e.accept()
             return
+        if not self.settings_page.confirm_leave():  # unsaved settings: Cancel keeps the window
+            e.ignore()
+            return
         action = self._ctx.settings_store.load().ui.close_action  # from memory, no file read
         if not self._ctx.server.running or action == "quit":
             e.accept()
@@ -304,6 +304,15 @@ class MainWindow(QMainWindow):
             self.keep_serving_in_background()
         else:
             self.ask_how_to_close()
+
+    def _on_nav_row_changed(self, row: int) -> None:
+        """Show page ``row``; leaving Settings with unsaved changes asks first (Cancel stays)."""
+        here = self.pages.index(self.settings_page)
+        if self.stack.currentIndex() == here != row and not self.settings_page.confirm_leave():
+            with QSignalBlocker(self.nav):
+                self.nav.setCurrentRow(here)
+            return
+        self.stack.setCurrentIndex(row)
 
     def ask_how_to_close(self) -> None:
         """No tray to hide to: ask whether to keep serving in the background or to quit."""
@@ -520,19 +529,6 @@ class MainWindow(QMainWindow):
         self._bridge.call(mark_shown, on_done=done)
 
 
-def show_at_start(
-    window: MainWindow, *, background: bool, tray_available: Callable[[], bool] | None = None
-) -> bool:
-    """Show the window unless ``background`` (``hearth --background``, what start at login
-    runs) and a tray exists to reopen it from. Returns whether the window is shown."""
-    available = tray_available or window.tray.available
-    if background and available():
-        log.info("started in the background: Hearth is in the tray")
-        return False
-    window.show()
-    return True
-
-
 _NATIVE = QKeySequence.SequenceFormat.NativeText
 _NAV_STYLE = (
     "QListWidget { border: none; outline: 0; background: palette(alternate-base);"
@@ -547,43 +543,3 @@ _NAV_STYLE = (
 def _page_key(index: int) -> QKeySequence:
     """Ctrl+1 … Ctrl+9 for the sidebar's pages, in order."""
     return QKeySequence(f"Ctrl+{index + 1}")
-
-
-def run_gui(ctx: GuiContext, argv: list[str] | None = None, *, background: bool = False) -> int:
-    """Run the desktop app until Quit. Returns the process exit code.
-
-    ``background``: start hidden in the tray where there is one (the window shows otherwise).
-
-    A second launch for the same data folder focuses the first window and returns 0 at once.
-    The caller owns ``ctx`` and closes the service and loop afterwards.
-    """
-    qapp = QApplication.instance()
-    if not isinstance(qapp, QApplication):
-        qapp = QApplication(argv if argv is not None else sys.argv)
-    qapp.setApplicationName("Hearth")
-    qapp.setApplicationDisplayName("Hearth")
-    qapp.setWindowIcon(app_icon())
-    qapp.setQuitOnLastWindowClosed(False)  # the tray keeps us alive while the server runs
-
-    instance = SingleInstance(instance_name(ctx.paths))
-    if instance.activate_running():
-        return 0
-    instance.listen()
-
-    apply_theme(ctx.settings_store.load().ui.theme)  # before the first paint: no flash
-    bridge = Bridge(ctx.loop, ctx.service.events)
-    window = MainWindow(ctx, bridge)
-    instance.activation_requested.connect(window.bring_to_front)
-    window.shutdown_finished.connect(qapp.quit)
-    show_at_start(window, background=background)
-    window.tray.show()
-    try:
-        return qapp.exec()
-    finally:
-        instance.close()
-        bridge.close()
-        if ctx.server.running:  # the session ended without Quit (logout): still stop cleanly
-            try:
-                ctx.loop.call(ctx.server.stop("exit"), timeout=15)
-            except Exception:
-                log.exception("stopping the server at exit failed")

@@ -12,7 +12,8 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.context import GuiContext
 from app.gui.instance import SingleInstance, instance_name
-from app.gui.main_window import MainWindow, run_gui
+from app.gui.launch import run_gui
+from app.gui.main_window import MainWindow
 from app.paths import AppPaths
 
 

@@ -20,7 +20,8 @@ from app.core.hub.starters import MAX_SUGGESTIONS, STARTERS
 from app.core.library.fit import DeviceMemory
 from app.gui.bridge import Bridge
 from app.gui.context import GuiContext
-from app.gui.main_window import MainWindow, show_at_start
+from app.gui.launch import show_at_start
+from app.gui.main_window import MainWindow
 from app.gui.units import human_bytes
 from app.gui.views.discover import TITLE as DISCOVER_PAGE
 from app.gui.views.library.welcome import LOOKING_TEXT, NO_HUB_TEXT

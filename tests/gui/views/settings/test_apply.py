@@ -139,6 +139,26 @@ def test_leaving_with_unsaved_changes_asks_apply_discard_or_cancel(
     assert on_disk(gui_ctx).load.threads == 5 and not page.unsaved
 
 
+def test_the_window_asks_before_unsaved_settings_are_left_or_closed(
+    window: MainWindow, qtbot: QtBot
+) -> None:
+    page = window.settings_page
+    show_settings(window, qtbot)
+    page.threads_spin.setValue(3)
+    answer_leave_dialog(window, None)  # Cancel: the sidebar stays on Settings
+    window.show_page("Library")
+    assert window.current_page == "Settings" and window.nav.currentRow() == window.pages.index(page)
+    assert page.unsaved and page.threads_spin.value() == 3
+
+    answer_leave_dialog(window, None)  # Cancel: the window stays open
+    window.close()
+    assert window.isVisible() and page.unsaved
+
+    answer_leave_dialog(window, QMessageBox.ButtonRole.DestructiveRole)  # Discard: go
+    window.show_page("Library")
+    assert window.current_page == "Library" and not page.unsaved
+
+
 def test_a_value_changed_elsewhere_shows_without_losing_an_edit(
     window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
 ) -> None:
@@ -146,8 +166,7 @@ def test_a_value_changed_elsewhere_shows_without_losing_an_edit(
     show_settings(window, qtbot)
     page.threads_spin.setValue(4)  # being edited
     gui_ctx.settings_store.update_ui(close_action="quit")  # the close dialog, or the welcome
-    window.show_page("Library")
-    show_settings(window, qtbot)
+    page.reload()  # what showing the page again does
     qtbot.waitUntil(lambda: page.close_action_combo.currentData() == "quit", timeout=10_000)
     assert page.threads_spin.value() == 4 and page.unsaved
 
