@@ -284,7 +284,7 @@ class MainWindow(QMainWindow):
         if self._quitting:
             e.accept()
             return
-        if not self.settings_page.confirm_leave():  # unsaved settings: Cancel keeps the window
+        if not self.settings_page.ask_leave(self.close):  # unsaved settings: asked first
             e.ignore()
             return
         action = self._ctx.settings_store.load().ui.close_action  # from memory, no file read
@@ -308,7 +308,9 @@ class MainWindow(QMainWindow):
     def _on_nav_row_changed(self, row: int) -> None:
         """Show page ``row``; leaving Settings with unsaved changes asks first (Cancel stays)."""
         here = self.pages.index(self.settings_page)
-        if self.stack.currentIndex() == here != row and not self.settings_page.confirm_leave():
+        if self.stack.currentIndex() == here != row and not self.settings_page.ask_leave(
+            lambda: self.nav.setCurrentRow(row)  # after Apply or Discard
+        ):
             with QSignalBlocker(self.nav):
                 self.nav.setCurrentRow(here)
             return

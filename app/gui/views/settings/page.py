@@ -93,7 +93,7 @@ class SettingsPage(QWidget):
         self.token_set: bool | None = None  # None until the token file has been read
         self.settings: Settings | None = None
         self.form = SettingsForm(self)
-        self.leave_dialog: QMessageBox | None = None  # open while confirm_leave asks
+        self.leave_dialog: QMessageBox | None = None  # open while ask_leave asks
 
         self.banner = MessageBanner()
         # host/port are edited in one place, the Server page; here they are only shown
@@ -357,25 +357,38 @@ class SettingsPage(QWidget):
             self.form.show(self.form.shown_from)
         self.reload()
 
-    def confirm_leave(self) -> bool:
-        """Before the page (or the window) is left: with unsaved changes, ask Apply / Discard /
-        Cancel. Returns True when it may be left (applied or discarded), False to stay."""
+    def ask_leave(self, then: Callable[[], None]) -> bool:
+        """Before the page (or the window) is left. Nothing unsaved: True (leave now). Else
+        False, and Apply / Discard / Cancel is asked without blocking: ``then()`` runs after
+        Apply or Discard; Cancel stays. Never modal-blocking, so nothing waits on the answer."""
         if not self.form.dirty:
             return True
+        if self.leave_dialog is not None:  # already asking
+            self.leave_dialog.raise_()
+            return False
         dialog = unsaved_dialog(self)
         self.leave_dialog = dialog
-        try:
-            dialog.exec()
-        finally:
+
+        def answered(_result: int) -> None:
             self.leave_dialog = None
-        clicked = dialog.clickedButton()
-        dialog.deleteLater()
-        role = dialog.buttonRole(clicked) if clicked is not None else None
-        if role == QMessageBox.ButtonRole.AcceptRole:
-            return self.apply()
-        if role == QMessageBox.ButtonRole.DestructiveRole:
-            self.revert()
-            return True
+            clicked = dialog.clickedButton()
+            role = dialog.buttonRole(clicked) if clicked is not None else None
+            dialog.deleteLater()
+            if role == QMessageBox.ButtonRole.AcceptRole:  # leave once it is written
+
+                def saved(*_: object) -> None:
+                    self.settings_saved.disconnect(saved)
+                    then()
+
+                self.settings_saved.connect(saved)
+                if not self.apply():  # refused (the banner says why): stay
+                    self.settings_saved.disconnect(saved)
+            elif role == QMessageBox.ButtonRole.DestructiveRole:
+                self.revert()
+                then()
+
+        dialog.finished.connect(answered)
+        dialog.open()
         return False
 
     def set_token(self, token: str | None) -> None:

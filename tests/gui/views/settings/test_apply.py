@@ -120,43 +120,62 @@ def test_leaving_with_unsaved_changes_asks_apply_discard_or_cancel(
 ) -> None:
     page = window.settings_page
     show_settings(window, qtbot)
-    assert page.confirm_leave()  # nothing changed: nothing to ask
+    went: list[str] = []
+    assert page.ask_leave(lambda: went.append("now"))  # nothing changed: leave, nothing asked
+    assert page.leave_dialog is None
+
+    def asked(role: QMessageBox.ButtonRole | None, tag: str) -> None:
+        answer_leave_dialog(window, role)
+        assert not page.ask_leave(lambda: went.append(tag))  # asked, without blocking
+        qtbot.waitUntil(lambda: page.leave_dialog is None, timeout=10_000)
 
     page.threads_spin.setValue(3)
-    answer_leave_dialog(window, None)  # Cancel: stay, the change kept
-    assert not page.confirm_leave()
-    assert page.unsaved and page.threads_spin.value() == 3
+    asked(None, "cancel")  # Cancel: stay, the change kept
+    assert went == [] and page.unsaved and page.threads_spin.value() == 3
 
-    answer_leave_dialog(window, QMessageBox.ButtonRole.DestructiveRole)  # Discard
-    assert page.confirm_leave()
-    assert not page.unsaved and page.threads_spin.value() == 0
+    asked(QMessageBox.ButtonRole.DestructiveRole, "discard")
+    assert went == ["discard"] and not page.unsaved and page.threads_spin.value() == 0
     assert on_disk(gui_ctx).load.threads == 0
 
     page.threads_spin.setValue(5)
-    answer_leave_dialog(window, QMessageBox.ButtonRole.AcceptRole)  # Apply
-    with qtbot.waitSignal(page.settings_saved, timeout=10_000):
-        assert page.confirm_leave()
+    asked(QMessageBox.ButtonRole.AcceptRole, "apply")  # left once it is written
+    qtbot.waitUntil(lambda: went[-1] == "apply", timeout=10_000)
     assert on_disk(gui_ctx).load.threads == 5 and not page.unsaved
 
 
 def test_the_window_asks_before_unsaved_settings_are_left_or_closed(
-    window: MainWindow, qtbot: QtBot
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
 ) -> None:
     page = window.settings_page
     show_settings(window, qtbot)
+    settings_row = window.pages.index(page)
+
+    def answered() -> None:
+        qtbot.waitUntil(lambda: page.leave_dialog is None, timeout=10_000)
+
     page.threads_spin.setValue(3)
     answer_leave_dialog(window, None)  # Cancel: the sidebar stays on Settings
     window.show_page("Library")
-    assert window.current_page == "Settings" and window.nav.currentRow() == window.pages.index(page)
+    answered()
+    assert window.current_page == "Settings" and window.nav.currentRow() == settings_row
     assert page.unsaved and page.threads_spin.value() == 3
 
     answer_leave_dialog(window, None)  # Cancel: the window stays open
     window.close()
+    answered()
     assert window.isVisible() and page.unsaved
 
+    answer_leave_dialog(window, QMessageBox.ButtonRole.AcceptRole)  # Apply: written, then gone
+    window.show_page("Library")
+    qtbot.waitUntil(lambda: window.current_page == "Library", timeout=10_000)
+    assert on_disk(gui_ctx).load.threads == 3 and not page.unsaved
+
+    show_settings(window, qtbot)
+    page.threads_spin.setValue(4)
     answer_leave_dialog(window, QMessageBox.ButtonRole.DestructiveRole)  # Discard: go
     window.show_page("Library")
-    assert window.current_page == "Library" and not page.unsaved
+    qtbot.waitUntil(lambda: window.current_page == "Library", timeout=10_000)
+    assert not page.unsaved and on_disk(gui_ctx).load.threads == 3
 
 
 def test_a_value_changed_elsewhere_shows_without_losing_an_edit(
