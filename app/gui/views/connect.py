@@ -45,6 +45,7 @@ from app.core.gateway.keys import KeyStore
 from app.errors import AlreadyExists
 from app.gui.bridge import Bridge, log_failure
 from app.gui.context import GuiContext
+from app.gui.theme import pick, theme_signals
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.copied import copy_text
 from app.server.runner import planned_url
@@ -118,7 +119,8 @@ class ConnectPage(QWidget):
         self.context_label = QLabel()
         self.warning_label = QLabel()
         self.warning_label.setWordWrap(True)
-        self.warning_label.setStyleSheet("color: #b3261e; font-weight: bold;")
+        self._style_warning()
+        theme_signals().changed.connect(self._style_warning)  # readable red on either theme
         self.set_context_button = QPushButton()
         self.reload_button = QPushButton()
         self.snippet_edit = QPlainTextEdit()
@@ -421,6 +423,10 @@ class ConnectPage(QWidget):
     def _copy(self, text: str, what: str, button: QAbstractButton | None = None) -> None:
         copy_text(text, button)
         self.banner.show_message(f"Copied the {what}.")
+
+    def _style_warning(self) -> None:
+        # the light theme's dark red reads at 2:1 on the dark window; a light red there
+        self.warning_label.setStyleSheet(f"color: {pick('#b3261e', '#f28b82')}; font-weight: bold;")
 
     def _failed(self, exc: BaseException) -> None:
         self.banner.show_message(log_failure(log, "the Connect page", exc), "error")

@@ -263,3 +263,37 @@ def test_the_url_follows_the_server_starting_and_stopping(
     window.server_page.stop_server()
     qtbot.waitUntil(lambda: page.state is not None and not page.state.running, timeout=SLOW)
     assert page.url_edit.text() == _settings_root(gui_ctx) + "/v1"
+
+
+def _luminance(c: Any) -> float:
+    def f(v: float) -> float:
+        return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * f(c.redF()) + 0.7152 * f(c.greenF()) + 0.0722 * f(c.blueF())
+
+
+def contrast(a: Any, b: Any) -> float:
+    """WCAG's contrast ratio of two colours (AA asks 4.5 for text)."""
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_the_context_warning_reads_in_either_theme(
+    window: MainWindow, qtbot: QtBot, theme: str
+) -> None:
+    import re
+
+    from PySide6.QtGui import QColor, QPalette
+
+    from app.gui.theme import apply_theme
+
+    apply_theme(theme)
+    try:
+        label = window.connect_page.warning_label
+        found = re.search(r"color:\s*(#[0-9a-fA-F]{6})", label.styleSheet())
+        assert found is not None
+        background = QGuiApplication.palette().color(QPalette.ColorRole.Window)  # the theme's
+        assert contrast(QColor(found.group(1)), background) >= 4.5
+    finally:
+        apply_theme("light")

@@ -112,7 +112,9 @@ class ChatOptionsPanel(QScrollArea):
             form.addRow(label, w)
         form.addRow(QLabel("Stop strings"))
         form.addRow(self.stop_edit)
-        form.addRow(QLabel("Structured output (JSON schema; empty: off)"))
+        schema_label = QLabel("Structured output (JSON schema; empty: off)")
+        schema_label.setWordWrap(True)  # two lines in a narrow panel, never cut off
+        form.addRow(schema_label)
         form.addRow(self.schema_edit)
         form.addRow(self.schema_error)
         presets = QHBoxLayout()

@@ -142,6 +142,8 @@ class ChatPage(QWidget):
 
         self.stats_label = QLabel("")
         self.stats_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # muted, any theme
+        # a long error wraps here rather than widening the page past the window (Send cut off)
+        self.stats_label.setWordWrap(True)
         # Esc anywhere on the page stops the answer in flight
         self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
         self.stop_shortcut.setContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)

@@ -117,3 +117,15 @@ def test_a_models_preset_saves_and_loads_the_panel(
     assert panel.system_edit.toPlainText() == "Be terse."
     assert panel.temperature_spin.value() == pytest.approx(0.2)
     assert panel.stop() == ("END",) and panel.sampling().seed == 99
+
+
+def test_the_panel_fits_its_narrowest_width_without_sideways_scrolling(
+    window: MainWindow, qtbot: QtBot
+) -> None:
+    from PySide6.QtWidgets import QStyle
+
+    panel = window.chat_page.options
+    bar = panel.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent, None, panel)
+    inner = panel.widget()
+    # beside a vertical scroll bar, in the panel at its minimum width, every label is readable
+    assert inner.minimumSizeHint().width() <= panel.minimumWidth() - bar - 2 * panel.frameWidth()

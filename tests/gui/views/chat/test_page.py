@@ -229,3 +229,23 @@ def test_the_import_a_model_notice_goes_once_a_model_is_imported(
     qtbot.waitUntil(lambda: page.model_combo.count() == 1, timeout=10_000)
     qtbot.waitUntil(lambda: "Import a model" not in page.transcript.plain_text(), timeout=10_000)
     assert page.send_button.isEnabled()
+
+
+LONG_ERROR = (
+    "Error: This model's context is 2048 tokens; the prompt has 3107 tokens and leaves no room "
+    "to generate. Shorten the prompt or load the model with a larger context."
+)
+
+
+def test_a_long_status_line_wraps_and_never_widens_the_page(
+    window: MainWindow, qtbot: QtBot
+) -> None:
+    window.show_page("Chat")
+    page = window.chat_page
+    least = page.minimumSizeHint().width()
+    page.stats_label.setText(LONG_ERROR)  # what a failed turn leaves there
+    assert page.minimumSizeHint().width() <= least
+    scroller = window.stack.currentWidget()
+    bar = scroller.horizontalScrollBar()
+    qtbot.waitUntil(lambda: not bar.isVisible(), timeout=5_000)  # no sideways scrolling here
+    assert page.send_button.geometry().right() < page.width()  # Send is not cut off

@@ -14,6 +14,7 @@ from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt
 from PySide6.QtGui import (
     QColor,
     QFont,
+    QFontMetrics,
     QPainter,
     QPaintEvent,
     QPalette,
@@ -166,6 +167,20 @@ def paint_empty(widget: QWidget, p: QPainter, frame: QRectF, text: str, hint: st
     )
 
 
+HEADER_GAP = 10  # px between a series' name and its summary
+
+
+def header_summary(
+    fm: QFontMetrics, line: QRectF, title_w: float, summary: str
+) -> tuple[QRectF, str]:
+    """Where a series' "latest · median" goes on its header ``line`` after a title
+    ``title_w`` wide, and the summary shortened to fit it: right-aligned text wider than its
+    box would lose its start ("atest 11.7…")."""
+    room = max(0.0, line.width() - title_w - HEADER_GAP)
+    where = QRectF(line.left() + title_w + HEADER_GAP, line.top(), room, line.height())
+    return where, fm.elidedText(summary, Qt.TextElideMode.ElideRight, int(room))
+
+
 def paint_series(
     widget: QWidget,
     p: QPainter,
@@ -197,11 +212,10 @@ def paint_series(
     title_w = p.fontMetrics().horizontalAdvance(title)
     p.setFont(widget.font())
     p.setPen(text)
-    p.drawText(
-        QRectF(area.left() + title_w + 10, area.top(), area.width() - title_w - 10, line_h),
-        Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
-        fm.elidedText(summary, Qt.TextElideMode.ElideRight, int(area.width() - title_w)),
+    where, shown = header_summary(
+        fm, QRectF(area.left(), area.top(), area.width(), line_h), title_w, summary
     )
+    p.drawText(where, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, shown)
 
     # plot: y axis on the left, x axis is the generations, oldest to latest
     measured = [v for v in values if v is not None]

@@ -109,3 +109,25 @@ def test_speeds_read_whole_from_100_tok_s_and_to_a_tenth_below() -> None:
     assert format_speed(1234.5) == "1,234"
     assert format_speed(99.94) == "99.9"
     assert format_speed(7.24) == "7.2"
+
+
+def test_a_header_summary_too_long_for_its_line_is_cut_at_its_end_not_its_start(
+    qtbot: QtBot,
+) -> None:
+    from PySide6.QtCore import QRectF
+    from PySide6.QtGui import QFontMetrics
+
+    from app.gui.views.server.charts.paint import header_summary
+
+    chart = SpeedChart()
+    qtbot.addWidget(chart)
+    fm = QFontMetrics(chart.font())
+    summary = "latest 11.7 · median 11.4 tok/s"
+    title_w = fm.horizontalAdvance("Generation (decode)")
+    for width in range(int(title_w) + 20, int(title_w) + 20 + fm.horizontalAdvance(summary) + 40):
+        where, shown = header_summary(fm, QRectF(0, 0, width, fm.height()), title_w, summary)
+        assert where.left() > title_w  # after the title
+        assert where.right() <= width
+        # the text fits its box, so right-aligned it keeps its start ("latest", not "atest")
+        assert fm.horizontalAdvance(shown) <= where.width()
+        assert shown == summary or shown.endswith("…") or not shown
