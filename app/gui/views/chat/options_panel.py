@@ -13,8 +13,9 @@ import json
 import logging
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QEvent, QObject, Signal
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
@@ -266,3 +267,26 @@ class ChatOptionsPanel(QScrollArea):
         problem = self.schema_problem()
         self.schema_error.setText(problem or "")
         self.schema_error.setVisible(problem is not None)
+
+
+NARROW_PAGE_PX = 1000  # a Chat page narrower than this gives the transcript the panel's room
+
+
+class StepAside(QObject):
+    """The settings panel steps aside when the page becomes narrow and comes back when it is
+    wide again (through its toggle ``button``, so the button always says what is shown).
+    Only crossing the width flips it: the user's own click holds until the next crossing."""
+
+    def __init__(self, page: QWidget, button: QAbstractButton) -> None:
+        super().__init__(page)
+        self._button = button
+        self._narrow: bool | None = None
+        page.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.Resize and isinstance(watched, QWidget):
+            narrow = watched.width() < NARROW_PAGE_PX
+            if narrow != self._narrow:
+                self._narrow = narrow
+                self._button.setChecked(not narrow)
+        return False

@@ -29,7 +29,7 @@ from app.gui.bridge import Bridge, log_failure
 from app.gui.views.chat.answer import AnswerTurn, stream_answer
 from app.gui.views.chat.attachments import AttachmentBar
 from app.gui.views.chat.mcp_tools import McpChat, McpTurn
-from app.gui.views.chat.options_panel import DEFAULT_SYSTEM_PROMPT, ChatOptionsPanel
+from app.gui.views.chat.options_panel import DEFAULT_SYSTEM_PROMPT, ChatOptionsPanel, StepAside
 from app.gui.views.chat.parts import (
     ChatModel,
     ContextMeter,
@@ -171,7 +171,8 @@ class ChatPage(QWidget):
         self.prompt_edit.submitted.connect(self._on_send_button_clicked)
         self.stop_button.clicked.connect(self._on_stop_button_clicked)
         self.clear_button.clicked.connect(self._on_clear_button_clicked)
-        self.options_button.toggled.connect(self._on_options_button_toggled)
+        self.options_button.toggled.connect(self.options.setVisible)
+        self.step_aside = StepAside(self, self.options_button)  # a narrow page hides the panel
         self.model_combo.activated.connect(self._on_model_combo_activated)
         self.transcript.regenerate_requested.connect(self.regenerate)
         self.transcript.edit_submitted.connect(self.edit_and_resend)
@@ -395,9 +396,6 @@ class ChatPage(QWidget):
     def _on_session_options_restored(self, system_prompt: str, params: dict[str, Any]) -> None:
         self.system_edit.setPlainText(system_prompt)
         self.options.set_params(params)
-
-    def _on_options_button_toggled(self, on: bool) -> None:
-        self.options.setVisible(on)
 
     def _on_model_combo_activated(self, _index: int) -> None:
         """The user picked a model: it is the one chosen next time the app starts."""

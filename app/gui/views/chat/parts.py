@@ -118,18 +118,27 @@ class ContextMeter(QProgressBar):
         if total <= 0:  # a remote model: its context is not known here
             self.setRange(0, 1)
             self.setValue(0)
-            self.setFormat(f"Context: {used} tokens")
+            self._say(f"Context {used:,} tokens")
         else:
             self.setRange(0, total)
             self.setValue(min(used, total))
-            self.setFormat(f"Context: {used} / {total} ({100 * used // total}%)")
-        self.setToolTip("Prompt and answer tokens of the last turn, of the model's context")
+            self._say(f"Context {used:,} / {total:,} ({100 * used // total}%)")
+        self.setToolTip(
+            f"{self.text()}: the prompt and answer tokens of the last turn, of the"
+            " model's context length"
+        )
+
+    def _say(self, text: str) -> None:
+        """Show ``text`` whole: the bar is as wide as its text needs (the styles' margins too)."""
+        self.setFormat(text)
+        self.setMinimumWidth(self.fontMetrics().horizontalAdvance(text) + 24)
 
     def reset(self) -> None:
         self.used = self.total = 0
         self.setRange(0, 1)
         self.setValue(0)
-        self.setFormat("Context: empty")
+        self._say("Context empty")
+        self.setToolTip("How full the model's context is, after the first answer")
 
 
 class PromptEdit(QPlainTextEdit):

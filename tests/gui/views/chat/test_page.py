@@ -249,3 +249,23 @@ def test_a_long_status_line_wraps_and_never_widens_the_page(
     bar = scroller.horizontalScrollBar()
     qtbot.waitUntil(lambda: not bar.isVisible(), timeout=5_000)  # no sideways scrolling here
     assert page.send_button.geometry().right() < page.width()  # Send is not cut off
+
+
+def test_at_the_minimum_size_the_page_fits_without_sideways_scrolling(
+    window: MainWindow, qtbot: QtBot
+) -> None:
+    from app.gui.window_state import MINIMUM_SIZE
+
+    window.show_page("Chat")
+    page = window.chat_page
+    window.resize(MINIMUM_SIZE)
+    bar = window.stack.currentWidget().horizontalScrollBar()
+    # the settings panel steps aside on a narrow window; the button still opens it
+    qtbot.waitUntil(lambda: not bar.isVisible(), timeout=5_000)
+    assert not page.options.isVisible() and not page.options_button.isChecked()
+    assert page.options_button.geometry().right() <= page.width()
+    meter = page.meter
+    shown = meter.fontMetrics().horizontalAdvance(meter.text())
+    assert shown <= meter.contentsRect().width()  # the meter's text is not cut
+    page.options_button.click()  # asked for: it shows, even here
+    assert page.options.isVisible()

@@ -72,7 +72,7 @@ def test_the_context_meter_and_the_first_token_time_follow_each_turn(
         page.send("Name a colour.")
     qtbot.waitUntil(lambda: page.meter.total == 2048, timeout=10_000)  # the loaded context
     first = page.meter.used
-    assert 0 < first < 2048 and "/ 2048" in page.meter.text()
+    assert 0 < first < 2048 and "/ 2,048" in page.meter.text()
     answer = page.transcript.last_message()
     assert answer is not None
     assert "first token" in answer.notice and "tok/s" in answer.notice
