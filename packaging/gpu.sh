@@ -94,8 +94,8 @@ hearth_ensure_llama() {
     fi
     args="$(hearth_cmake_args "$backend")"
     if [ "${HEARTH_LLAMA_REBUILD:-0}" != 1 ]; then
-        echo "the llama-cpp-python in $py lacks the $backend backend built for a package" >&2
-        echo "(on x86-64: the CPU backend for every CPU level). Rebuild it (20-40 min on 2 cores):" >&2
+        echo "the llama-cpp-python in $py is not built for a package: it needs the $backend" >&2
+        echo "backend and, on x86-64, a CPU library for every CPU level. Rebuild it (20-40 min on 2 cores):" >&2
         echo "  CMAKE_ARGS=\"$args\" $py -m pip install --force-reinstall --no-cache-dir --no-deps llama-cpp-python==$version" >&2
         echo "or set HEARTH_LLAMA_REBUILD=1, or HEARTH_GPU=<the backend it has>, or unset PYTHON" >&2
         hearth_llama_portable "$(hearth_llama_lib "$py")" || true  # why, on x86-64

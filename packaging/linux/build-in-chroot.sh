@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build the Linux packages inside an Ubuntu 22.04 (jammy) root, so that the bundle runs on
 # glibc 2.35 and newer (Ubuntu 22.04+, Debian 12+, Fedora 36+, ...) instead of the build
-# machine's glibc. jammy is the oldest base with a Python >= 3.10 (Hearth's floor) that the
-# Ubuntu archive serves; PySide6's wheels need glibc 2.28 (manylinux_2_28), so it is not Qt
-# that sets the floor. Needs root (debootstrap, chroot, bind mounts) and the network
+# machine's glibc. jammy is the oldest base the Ubuntu archive serves with a Python new enough
+# for Hearth's code (3.11: datetime.UTC and more; jammy-updates has python3.11, 3.11.0rc1);
+# PySide6's wheels need glibc 2.28 (manylinux_2_28), so it is not Qt that sets the floor. Needs root (debootstrap, chroot, bind mounts) and the network
 # (archive.ubuntu.com, PyPI). Everything else is build.sh, run inside the root:
 #
 #   sudo packaging/linux/build-in-chroot.sh
@@ -12,6 +12,8 @@
 #                    (a root from `debootstrap --foreign` is finished with its second stage),
 #                    then reused
 # HEARTH_CHROOT_MIRROR  the Ubuntu archive (default http://archive.ubuntu.com/ubuntu)
+# HEARTH_CHROOT_FIND_LINKS  a folder of wheels pip takes first, as the root sees it (e.g.
+#                    /src/build/wheels: a llama-cpp-python wheel built in the root before)
 # The checkout is bound at /src inside, so dist/ gets the packages as with build.sh; the build
 # venv is build/venv-cpu-jammy. HEARTH_GPU is cpu (a GPU toolkit is not in the root).
 set -euo pipefail
@@ -44,6 +46,11 @@ if [ ! -f "$R/.hearth-root-ready" ]; then
         debootstrap --arch=amd64 --variant=minbase --components=main,universe \
             --include="$PACKAGES" jammy "$R" "$MIRROR"
     fi
+    # Python 3.11 is in jammy-updates (jammy's own python3 is 3.10, too old for Hearth)
+    echo "deb $MIRROR jammy-updates main universe" > "$R/etc/apt/sources.list.d/updates.list"
+    cp /etc/resolv.conf "$R/etc/resolv.conf"
+    chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
+        sh -c 'apt-get update -qq && apt-get install -y -qq python3.11 python3.11-venv python3.11-dev'
     touch "$R/.hearth-root-ready"
     echo "== root ready in $(($(date +%s) - t0)) s"
 fi
@@ -55,8 +62,9 @@ mount --rbind /dev "$R/dev"
 mount --rbind /sys "$R/sys"
 cp /etc/resolv.conf "$R/etc/resolv.conf"
 envs=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
-    HEARTH_GPU=cpu HEARTH_BUILD_VENV=/src/build/venv-cpu-jammy HEARTH_BASE_PYTHON=python3
+    HEARTH_GPU=cpu HEARTH_BUILD_VENV=/src/build/venv-cpu-jammy HEARTH_BASE_PYTHON=python3.11
     "HEARTH_DEB_COMPRESS=${HEARTH_DEB_COMPRESS:-xz}" "PIP_DEFAULT_TIMEOUT=${PIP_DEFAULT_TIMEOUT:-180}")
+[ -z "${HEARTH_CHROOT_FIND_LINKS:-}" ] || envs+=("PIP_FIND_LINKS=$HEARTH_CHROOT_FIND_LINKS")
 # a CA bundle pip is told to trust here (a proxy's) is trusted inside too
 if [ -n "${PIP_CERT:-}" ] && [ -f "$PIP_CERT" ]; then
     cp "$PIP_CERT" "$R/etc/ssl/certs/hearth-build-ca.pem"

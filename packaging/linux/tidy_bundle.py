@@ -1,6 +1,6 @@
 """Tidy a PyInstaller bundle after the build, and measure what it needs from the system.
 
-    python tidy_bundle.py BUNDLE                 one real file per shared library; no broken links
+    python tidy_bundle.py BUNDLE                 one real file per shared library; no dangling links
     python tidy_bundle.py --glibc-floor BUNDLE   print the oldest glibc the bundle runs on
 
 A wheel cannot hold links, so llama-cpp-python's libllama.so, libllama.so.0 and
@@ -109,11 +109,11 @@ def main(argv: list[str]) -> int:
     linked = link_duplicates(bundle)
     saved = sum(keep.stat().st_size for _, keep in linked)
     print(f"tidy: {len(linked)} duplicate libraries now links ({saved / 2**20:.1f} MiB saved)")
-    broken = broken_links(bundle)
-    if broken:
-        for p in broken:
-            print(f"tidy: broken link {p.relative_to(bundle)} -> {os.readlink(p)}", file=sys.stderr)
-        return 1
+    # PyInstaller adds top-level links to libraries it collected in a package folder, also to
+    # those the spec then leaves out (Qt's EGLFS ones): nothing can load through them
+    for p in broken_links(bundle):
+        print(f"tidy: removed broken link {p.relative_to(bundle)} -> {os.readlink(p)}")
+        p.unlink()
     return 0
 
 
