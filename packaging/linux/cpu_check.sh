@@ -9,8 +9,10 @@
 # baseline CPU library: AVX2+FMA, then SSE4.2 only). Needs qemu-x86_64 (Debian: apt install
 # qemu-user). Emulation is slow: HEARTH_QEMU_DEADLINE seconds per wait (default 1500).
 # Prints per CPU the seconds it took, which llama.cpp CPU library ggml chose and the answer.
-# The model check child Hearth starts runs natively (user-mode QEMU emulates one process),
-# so the emulated CPU is tested where it matters: the server's own model load and generation.
+# User-mode QEMU emulates one process: a program it execs runs natively. PyInstaller's
+# bootloader execs itself once (to set LD_LIBRARY_PATH), so the bundle is started with the
+# environment that second stage gets, and runs emulated from the start. The model check child
+# Hearth starts runs natively; the server's own model load and generation are emulated.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -34,13 +36,16 @@ CPUS="${HEARTH_QEMU_CPUS:-Haswell$([ -f "$LIB/libggml-cpu-x64.so" ] && echo " Ne
 OUT="${HEARTH_SMOKE_OUT:-$(mktemp -d -t hearth-cpu-check-XXXXXX)}"
 echo "bundle: $BUNDLE"
 echo "llama.cpp CPU libraries: $(cd "$LIB" && ls libggml-cpu*.so | tr '\n' ' ')"
+# what the bootloader's first stage sets before it execs itself (PyInstaller 6)
+wrap="env $(printf '%q ' "LD_LIBRARY_PATH=$BUNDLE/_internal" "_PYI_ARCHIVE_FILE=$BUNDLE/hearth" \
+    _PYI_PARENT_PROCESS_LEVEL=-1 _PYI_LINUX_PROCESS_NAME=hearth)"
 failed=0
 for cpu in $CPUS; do
     out="$OUT/$cpu"
     mkdir -p "$out"
     t0=$(date +%s)
     if env -i PATH=/usr/bin:/bin HOME="${HOME:-/tmp}" /usr/bin/python3 "$ROOT/packaging/linux/smoke.py" \
-        --offline --out "$out" --wrap "$QEMU -cpu $cpu" --deadline "${HEARTH_QEMU_DEADLINE:-1500}" \
+        --offline --out "$out" --wrap "$wrap $QEMU -cpu $cpu" --deadline "${HEARTH_QEMU_DEADLINE:-1500}" \
         "$BUNDLE" "$MODEL" serve > "$out/result.txt" 2>&1; then
         verdict=ok
     else
