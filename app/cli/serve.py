@@ -1,6 +1,6 @@
 """The long-running commands: ``hearth serve`` (headless) and the desktop app.
-Tested by tests/e2e/cli/test_cli.py, tests/e2e/test_serve_health.py and
-tests/core/desktop/test_autostart.py."""
+Tested by tests/e2e/cli/test_cli.py, tests/e2e/test_serve_health.py,
+tests/core/desktop/test_autostart.py and tests/gui/test_display.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import argparse
 import asyncio
 import os
 import signal
+import sys
 from typing import Any
 
 from app.cli.common import EXIT_OK, context, fail, log
@@ -65,6 +66,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_gui(args: argparse.Namespace) -> int:
+    from app.gui.display import EXIT_NO_DISPLAY, display_problem
+
+    # before Qt starts: without a usable display it aborts the process with a misleading message
+    problem = display_problem()
+    if problem is not None:
+        sys.stderr.write(problem)
+        return EXIT_NO_DISPLAY
+
     from app.core.util.loop import LoopThread
     from app.gui.context import GuiContext
     from app.gui.launch import run_gui

@@ -1,6 +1,7 @@
 """Smoke test of a built Linux bundle, from a clean environment (no virtualenv, empty HOME).
 
-    python3 packaging/linux/smoke.py [--offline] [--out DIR] BUNDLE MODEL.gguf [CHECK...]
+    python3 packaging/linux/smoke.py [--offline] [--out DIR] [--wrap CMD] [--deadline S]
+                                     BUNDLE MODEL.gguf [CHECK...]
 
 CHECK is ``cli``, ``window`` or ``serve`` (default: all three). BUNDLE is the folder holding
 the ``hearth`` executable. Each check runs the bundle as ``env -i HOME=<empty> PATH=/usr/bin:/bin``
@@ -14,7 +15,9 @@ would, so nothing of the build's interpreter is on the path:
   llama.cpp check child, which runs as ``hearth -m app.runtimes.llama.probe_child``), and a
   chat completion on the printed URL answers with tokens.
 
-``--offline`` runs everything in a new network namespace with only loopback (``unshare -rn``),
+``--wrap "qemu-x86_64 -cpu Haswell"`` runs the bundle under that command (the serve check's
+log then says which llama.cpp CPU library was loaded: cpu_check.sh), ``--deadline`` gives each
+wait that many seconds. ``--offline`` runs everything in a new network namespace with only loopback (``unshare -rn``),
 which shows the bundle downloads nothing at its first run. Uses only the standard library, so
 the system ``python3`` runs it. Prints one ``SMOKE check seconds`` line per check.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import struct
@@ -38,7 +42,8 @@ from pathlib import Path
 
 CLEAN_PATH = "/usr/bin:/bin"
 SCREEN = (1280, 800)
-DEADLINE_S = 180.0  # generous: a slow, busy machine still gets there
+DEADLINE_S = 180.0  # generous: a slow, busy machine still gets there (--deadline: more)
+WRAP: list[str] = []  # --wrap: a command the bundle runs under (an emulator)
 
 
 class SmokeFailure(Exception):
@@ -55,8 +60,9 @@ def wait_for(
     cond: Callable[[], bool],
     what: str,
     proc: subprocess.Popen[bytes] | None = None,
-    timeout: float = DEADLINE_S,
+    timeout: float | None = None,
 ) -> None:
+    timeout = DEADLINE_S if timeout is None else timeout
     deadline = time.monotonic() + timeout
     while not cond():
         if proc is not None and proc.poll() is not None:
@@ -222,8 +228,9 @@ def check_serve(bundle: Path, home: Path, model: Path, out: Path) -> dict[str, o
     env = clean_env(home)
     err_path = out / "serve-stderr.txt"
     with err_path.open("wb") as err:
+        # -v: the log says which llama.cpp CPU library this CPU got (libggml-cpu-haswell.so, ...)
         proc = subprocess.Popen(
-            [str(bundle / "hearth"), "serve", "--model", str(model), "--port", "0"],
+            [*WRAP, str(bundle / "hearth"), "-v", "serve", "--model", str(model), "--port", "0"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=err,
@@ -233,7 +240,7 @@ def check_serve(bundle: Path, home: Path, model: Path, out: Path) -> dict[str, o
             if not url.startswith("http"):
                 raise SmokeFailure(f"hearth serve printed {url!r}, not its URL: {err_path}")
             wait_for(lambda: b" ready (context" in err_path.read_bytes(), "model loaded", proc)
-            with urllib.request.urlopen(f"{url}/models", timeout=60) as r:
+            with urllib.request.urlopen(f"{url}/models", timeout=DEADLINE_S) as r:
                 ids = [m["id"] for m in json.load(r)["data"]]
             body = {
                 "model": ids[0],
@@ -246,8 +253,10 @@ def check_serve(bundle: Path, home: Path, model: Path, out: Path) -> dict[str, o
                 data=json.dumps(body).encode(),
                 headers={"Content-Type": "application/json"},
             )
-            with urllib.request.urlopen(req, timeout=120) as r:
+            t_chat = time.monotonic()
+            with urllib.request.urlopen(req, timeout=DEADLINE_S) as r:
                 answer = json.load(r)
+            chat_s = time.monotonic() - t_chat
             text = answer["choices"][0]["message"]["content"]
             if not text or answer["usage"]["completion_tokens"] < 1:
                 raise SmokeFailure(f"an empty answer: {answer}")
@@ -257,7 +266,18 @@ def check_serve(bundle: Path, home: Path, model: Path, out: Path) -> dict[str, o
             files = [v for k, v in verdicts.items() if k.startswith("file:")]
             if not files or files[0].get("ok") is not True:
                 raise SmokeFailure(f"no check-child verdict on the model in {probe}: {verdicts}")
-            return {"url": url, "model": ids[0], "answer": text, "probe_verdict": files[0]}
+            log = err_path.read_text(errors="replace")
+            cpu = [
+                ln.split("CPU backend: ", 1)[1] for ln in log.splitlines() if "CPU backend: " in ln
+            ]
+            return {
+                "url": url,
+                "model": ids[0],
+                "answer": text,
+                "probe_verdict": files[0],
+                "cpu_backend": cpu[0].strip() if cpu else None,
+                "chat_s": round(chat_s, 1),
+            }
         finally:
             stop(proc)
 
@@ -287,6 +307,7 @@ def reexec_offline(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global DEADLINE_S, WRAP
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--offline", action="store_true", help="no network: unshare -rn, loopback only")
@@ -294,10 +315,13 @@ def main(argv: list[str] | None = None) -> int:
         "--out", type=Path, default=None, help="screenshot and logs (default: a temp dir)"
     )
     p.add_argument("--version", default=None, help="the version --version must print")
+    p.add_argument("--wrap", default="", help="run the bundle under this command (an emulator)")
+    p.add_argument("--deadline", type=float, default=DEADLINE_S, help="seconds for each wait")
     p.add_argument("bundle", type=Path)
     p.add_argument("model", type=Path)
     p.add_argument("checks", nargs="*", default=["cli", "window", "serve"])
     args = p.parse_args(argv)
+    DEADLINE_S, WRAP = args.deadline, shlex.split(args.wrap)
     if args.offline:
         reexec_offline(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="hearth-smoke-"))

@@ -8,6 +8,8 @@ the system ``python3``, so neither the harness nor the bundle sees this virtuale
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -21,6 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "packaging" / "linux" / "smoke.py"
+TIDY = REPO / "packaging" / "linux" / "tidy_bundle.py"
 VERSION = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]  # type: ignore[index]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -110,10 +113,98 @@ def test_window_appears_under_xvfb(bundle: Path, smollm2_path: Path, tmp_path: P
 def test_serve_answers_a_chat_completion(bundle: Path, smollm2_path: Path, tmp_path: Path) -> None:
     result = smoke(bundle, smollm2_path, tmp_path, "serve")
     assert str(result["answer"]).strip()
+    # ggml chose one of the per-CPU-level libraries for this CPU (not a single native build)
+    if (bundle / "_internal" / "llama_cpp" / "lib" / "libggml-cpu-x64.so").is_file():
+        assert str(result["cpu_backend"]).startswith("libggml-cpu-"), result
     # the load ran llama.cpp's check child as `hearth -m app.runtimes.llama.probe_child` and
     # the child passed the file (a child that cannot start leaves a crash verdict, or none)
     verdict = result["probe_verdict"]
     assert isinstance(verdict, dict) and verdict["ok"] is True
+
+
+def test_llama_cpp_has_a_cpu_library_for_every_cpu_level(bundle: Path) -> None:
+    """Built with GGML_CPU_ALL_VARIANTS: the baseline (any x86-64) up to AVX-512/AMX, so the
+    bundle runs on CPUs older than the build machine's; no single native libggml-cpu.so."""
+    lib = bundle / "_internal" / "llama_cpp" / "lib"
+    levels = {p.name for p in lib.glob("libggml-cpu-*.so")}
+    for level in ("x64", "sse42", "sandybridge", "haswell", "skylakex", "alderlake"):
+        assert f"libggml-cpu-{level}.so" in levels, sorted(levels)
+    assert not (lib / "libggml-cpu.so").exists()
+
+
+def test_no_broken_links_and_no_library_stored_twice(bundle: Path) -> None:
+    broken = [p for p in bundle.rglob("*") if p.is_symlink() and not p.exists()]
+    assert broken == []
+    seen: dict[tuple[int, str], Path] = {}
+    twice = []
+    for p in sorted(bundle.rglob("*.so*")):
+        if p.is_symlink() or not p.is_file():
+            continue
+        key = (p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest())
+        if key in seen:
+            twice.append((seen[key].relative_to(bundle), p.relative_to(bundle)))
+        seen.setdefault(key, p)
+    assert twice == []
+    # the names libllama and libggml are loaded by all point at one file
+    lib = bundle / "_internal" / "llama_cpp" / "lib"
+    for name in ("libllama", "libggml", "libggml-base"):
+        files = {p.resolve() for p in lib.glob(f"{name}.so*")}
+        assert len(files) == 1, (name, files)
+
+
+def test_left_out_qt_plugins_are_not_in_the_bundle(bundle: Path) -> None:
+    """What packaging/README.md says is left out: the GTK3 theme (and GTK3, cairo, pango with
+    it), the embedded-Linux platforms, Qt's translations, Qt modules Hearth does not import."""
+    internal = bundle / "_internal"
+    qt = internal / "PySide6" / "Qt"
+    plugins = qt / "plugins"
+    assert not (plugins / "platformthemes" / "libqgtk3.so").exists()
+    for gone in ("libqeglfs.so", "libqlinuxfb.so", "libqvnc.so", "libqminimalegl.so"):
+        assert not (plugins / "platforms" / gone).exists(), gone
+    assert not (plugins / "egldeviceintegrations").exists()
+    assert not (qt / "translations").exists()
+    names = {p.name for p in internal.rglob("*.so*")}
+    for stem in (
+        "libgtk-3",
+        "libgdk-3",
+        "libcairo",
+        "libpango",
+        "libatk",
+        "libQt6Qml",
+        "libQt6Pdf",
+    ):
+        assert not [n for n in names if n.startswith(stem)], stem
+    for kept in ("libqxcb.so", "libqwayland.so", "libqoffscreen.so", "libqminimal.so"):
+        assert (plugins / "platforms" / kept).is_file(), kept
+
+
+def glibc_floor_of(bundle: Path) -> str:
+    spec = importlib.util.spec_from_file_location("tidy_bundle", TIDY)
+    assert spec is not None and spec.loader is not None
+    tidy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tidy)
+    floor: str = tidy.glibc_floor(bundle)[0]
+    return floor
+
+
+def test_build_info_and_the_deb_record_the_glibc_the_bundle_needs(bundle: Path) -> None:
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf (binutils) is not installed")
+    info = (bundle / "BUILD-INFO").read_text().splitlines()
+    assert info[0].split()[0] == VERSION
+    floor = glibc_floor_of(bundle)
+    assert f"glibc: {floor}" in info
+    deb = REPO / "dist" / f"hearth_{VERSION}_amd64.deb"
+    if bundle != bundle_dir() or not deb.is_file() or shutil.which("dpkg-deb") is None:
+        return
+    control = subprocess.run(
+        ["dpkg-deb", "-f", str(deb), "Depends"], capture_output=True, text=True
+    )
+    assert f"libc6 (>= {floor})" in control.stdout
+    listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True).stdout
+    assert "./usr/share/doc/hearth/copyright" in listing
+    info_deb = subprocess.run(["dpkg-deb", "-I", str(deb)], capture_output=True, text=True).stdout
+    assert " md5sums" in info_deb
 
 
 def test_install_and_uninstall_per_user(bundle: Path, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """llama.cpp's process-wide side: the import, backend init with native logs routed to logging,
 returning freed memory to the system, the core count, flash-attention choice and build info.
-Tested by tests/runtimes/llama/test_runtime.py and tests/runtimes/llama/test_probe.py."""
+Tested by tests/runtimes/llama/test_runtime.py, tests/runtimes/llama/test_probe.py and
+tests/runtimes/llama/test_backend_load.py."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ _LOG_CB: Any = None
 # ggml levels: 1 debug, 2 info (chatty: shown as debug), 3 warn, 4 error, 5 continuation
 _LEVELS = {3: logging.WARNING, 4: logging.ERROR}
 _native_log = logging.getLogger("llama_cpp.native")
+log = logging.getLogger(__name__)
+# the ggml library that holds the backend registry, by platform (llama_cpp/lib has the same names)
+_GGML_NAMES = {"linux": "libggml.so", "darwin": "libggml.dylib", "win32": "ggml.dll"}
 
 
 def _on_native_log(level: int, text: bytes, _data: object) -> None:
@@ -45,9 +49,64 @@ def ensure_backend() -> None:
             raise RuntimeUnavailable("llama-cpp-python is not installed")
         _LOG_CB = L.llama_log_callback(_on_native_log)  # keep a reference: C holds the pointer
         L.llama_log_set(_LOG_CB, None)
+        _load_backend_libraries()
         L.llama_backend_init()
         _fix_mmap_threshold()
         _initialized = True
+        log.info("llama.cpp CPU backend: %s", cpu_backend_library() or "unknown")
+
+
+def lib_dir() -> Path:
+    """llama-cpp-python's folder of native libraries (llama_cpp/lib)."""
+    return Path(L.__file__).resolve().parent / "lib"
+
+
+def _load_backend_libraries() -> None:
+    """Load llama.cpp's backends from llama_cpp/lib when it was built with GGML_BACKEND_DL.
+
+    Such a build (how the installers ship it) has no backend linked in: the CPU backend is one
+    library per x86-64 level (libggml-cpu-haswell.so, ...) and ggml picks the best one this CPU
+    runs. llama_backend_init searches only beside the executable and the current folder, never
+    llama_cpp/lib, so it would find none. A build without it (pip's default, a dev venv) has its
+    backends registered already and is left alone."""
+    ggml = _ggml_of_libllama()
+    if ggml is None:
+        return
+    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
+    if ggml.ggml_backend_reg_count() > 0:
+        return
+    ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir()))
+    if ggml.ggml_backend_reg_count() == 0:
+        raise RuntimeUnavailable(
+            f"llama.cpp found no backend library for this computer in {lib_dir()}"
+        )
+
+
+def _ggml_of_libllama() -> Any:
+    """The libggml that libllama runs with, or None. It is the copy loaded as libllama's
+    dependency, by its soname (libggml.so.0): a wheel stores libggml.so as another copy of the
+    file, and backends registered in that one would be invisible to llama.cpp."""
+    lib = lib_dir()
+    if sys.platform.startswith("linux"):
+        for p in sorted(lib.glob("libggml.so.*"), key=lambda p: len(p.name)):
+            with contextlib.suppress(OSError):  # already loaded (libllama needs it): no new copy
+                return ctypes.CDLL(p.name, mode=os.RTLD_NOLOAD | os.RTLD_LOCAL)
+    name = _GGML_NAMES.get("linux" if sys.platform.startswith("linux") else sys.platform)
+    path = lib / name if name else None
+    return ctypes.CDLL(str(path)) if path is not None and path.is_file() else None
+
+
+def cpu_backend_library() -> str:
+    """The file name of the CPU backend this process runs (libggml-cpu-haswell.so for a build
+    with one library per CPU level, libggml-cpu.so for one built in), or "" where unknown
+    (not Linux). Read from the process's mapped files: ggml itself does not say which."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return ""
+    names = {line.rsplit("/", 1)[-1] for line in maps.splitlines() if "/libggml-cpu" in line}
+    return min(names, default="")
 
 
 _LIBC: Any = None

@@ -18,7 +18,7 @@ from app.core.inference.images import ImageInput
 from app.core.types import Constraint, GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelUnloaded, RuntimeUnavailable, UnsupportedParameter
 from app.runtimes.grammar.compile_pool import COMPILE_POOL
-from app.runtimes.llama.backend import L, build_info
+from app.runtimes.llama.backend import L, build_info, ensure_backend
 from app.runtimes.llama.engine import LlamaEngine
 from app.runtimes.llama.grammar import grammar_for
 from app.runtimes.llama.vision import check_projector, projector_path
@@ -186,7 +186,13 @@ class LlamaCppRuntime:
     @property
     def gpu_offload(self) -> bool:
         """Whether this llama.cpp build can offload layers to a GPU (the Load dialog says so)."""
-        return L is not None and bool(L.llama_supports_gpu_offload())
+        if L is None:
+            return False
+        try:
+            ensure_backend()  # a build with loadable backends knows its GPUs once they load
+        except RuntimeUnavailable:
+            return False
+        return bool(L.llama_supports_gpu_offload())
 
     def system_report(self) -> dict[str, Any]:
         """llama.cpp's build, backends and devices, and the AMX probe's verdict (the doctor)."""
