@@ -106,7 +106,7 @@ async def _shutdown(tele: Telemetry) -> None:
     threading.Thread(target=run, name="otel-shutdown", daemon=True).start()
     try:
         await asyncio.wait_for(done.wait(), SHUTDOWN_WAIT_S)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass  # the thread ends on its own; the server does not wait for a lost collector
 
 

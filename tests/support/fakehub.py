@@ -621,7 +621,7 @@ class FakeHub:
                         try:
                             await asyncio.wait_for(self._stopping.wait(), stall)
                             return resp
-                        except asyncio.TimeoutError:
+                        except TimeoutError:
                             pass
                 await resp.write(data[pos:stop])
                 pos = stop

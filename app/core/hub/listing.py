@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ class ListingCache:
             return None
         try:
             results = tuple(summary_from_json(d) for d in entry.get("results") or ())
-            saved = datetime.fromtimestamp(float(entry["saved_at"]), tz=timezone.utc)
+            saved = datetime.fromtimestamp(float(entry["saved_at"]), tz=UTC)
         except (KeyError, TypeError, ValueError) as e:
             log.warning("hub listing cache %s: entry %s is invalid (%s)", self.path, key, e)
             return None

@@ -169,7 +169,7 @@ class RemoteEngine:
                 f"{self.cfg.connect_timeout:g} s (its connect timeout)",
                 provider=self.cfg.name,
             ) from e
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:
             raise ProviderTimeout(
                 f"provider '{self.cfg.name}' did not answer within {timeout:g} s",
                 provider=self.cfg.name,
@@ -185,7 +185,7 @@ class RemoteEngine:
                     method, self._url(path), json=body, allow_redirects=self._follow
                 ) as resp:
                     raw, _ = await read_body(resp, MAX_PROBE_BODY)
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as e:
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
             return Answer(0, self.redact(str(e) or type(e).__name__))
         out = self.parse(raw)
         return Answer(resp.status, out[:2000] if isinstance(out, str) else out)

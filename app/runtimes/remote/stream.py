@@ -187,7 +187,7 @@ class RemoteStream:
                     return
                 try:
                     ev = await self._event(idle)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     if self._reader.finish is not None:  # done, the engine just kept it open
                         self._ended = self._reader.final(self.prompt_tokens)
                         continue

@@ -104,7 +104,7 @@ async def pull(request: web.Request) -> web.StreamResponse:
         while True:
             try:
                 s = await asyncio.wait_for(updates.get(), HEARTBEAT_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 s = dm.get(status.id)  # a heartbeat keeps proxies and clients from timing out
             if s.state in ("completed", "failed", "cancelled"):
                 break

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tomllib
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 
 from app.core.desktop.connect import KEY_PLACEHOLDER, TOOLS
 from tests.conftest import Served, serving

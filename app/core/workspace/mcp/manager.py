@@ -358,7 +358,7 @@ class McpManager:
             try:
                 # the SDK bounds its own shutdown (stdin closed, then SIGTERM, then SIGKILL)
                 await asyncio.wait_for(asyncio.shield(srv.task), timeout=15.0)
-            except (asyncio.TimeoutError, Exception):
+            except (TimeoutError, Exception):
                 srv.task.cancel()
                 with contextlib.suppress(BaseException):
                     await srv.task

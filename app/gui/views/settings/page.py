@@ -357,7 +357,7 @@ class SettingsPage(QWidget):
             self.form.show(self.form.shown_from)
         self.reload()
 
-    def ask_leave(self, then: Callable[[], None]) -> bool:
+    def ask_leave(self, then: Callable[[], object]) -> bool:
         """Before the page (or the window) is left. Nothing unsaved: True (leave now). Else
         False, and Apply / Discard / Cancel is asked without blocking: ``then()`` runs after
         Apply or Discard; Cancel stays. Never modal-blocking, so nothing waits on the answer."""
