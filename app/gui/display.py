@@ -22,7 +22,8 @@ EXIT_NO_DISPLAY = 2
 XCB_PACKAGES = (
     "libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 "
     "libxcb-randr0 libxcb-shape0 libxcb-shm0 libxcb-sync1 libxcb-xfixes0 libxcb-xkb1 "
-    "libxcb-util1 libxkbcommon-x11-0 libx11-xcb1 libegl1 libgl1 libfontconfig1"
+    "libxcb-util1 libxkbcommon-x11-0 libx11-xcb1 libegl1 libgl1 libfontconfig1 libglib2.0-0 "
+    "libdbus-1-3"
 )
 _NOT_FOUND = re.compile(r"^\s*(\S+) => not found", re.M)
 _DLOPEN_MISSING = re.compile(r"(\S+\.so[.\d]*): cannot open shared object file")
