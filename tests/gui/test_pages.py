@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
 from app.gui.main_window import PAGES, MainWindow
@@ -67,3 +68,31 @@ def test_server_page_starts_stopped(window: MainWindow) -> None:
     assert not page.stop_button.isEnabled()
     assert page.url_edit.text() == ""
     assert window.server_status.text() == "Server: stopped"
+
+
+def test_every_control_on_every_page_is_reachable_with_the_keyboard(
+    window: MainWindow, qtbot: QtBot
+) -> None:
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import (
+        QAbstractButton,
+        QAbstractSpinBox,
+        QComboBox,
+        QLineEdit,
+        QPlainTextEdit,
+        QSlider,
+        QTextEdit,
+    )
+
+    kinds = (QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit, QPlainTextEdit,
+             QTextEdit, QSlider)  # fmt: skip
+    unreachable = []
+    for name in PAGES:
+        window.show_page(name)
+        page = window.pages[PAGES.index(name)]
+        for w in page.findChildren(QWidget):
+            if not isinstance(w, kinds) or not w.isVisibleTo(page) or not w.isEnabled():
+                continue
+            if not (w.focusPolicy() & Qt.FocusPolicy.TabFocus):
+                unreachable.append(f"{name}: {type(w).__name__} {w.objectName() or w.toolTip()!r}")
+    assert not unreachable, unreachable
