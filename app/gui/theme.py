@@ -99,8 +99,13 @@ def recolor_links(qapp: QApplication) -> None:
     """Re-set the text of every label showing a link: Qt colours a rich-text link from the
     palette when the text is set, so a theme change would leave the old theme's link colour
     (dark blue on near-black)."""
-    for w in qapp.allWidgets():
-        if isinstance(w, QLabel) and "<a " in w.text():
-            text = w.text()
-            w.setText("")  # setText ignores the same text: clear it first
-            w.setText(text)
+    # only the windows on screen (the theme is changed from one): walking every widget met one
+    # mid-destruction and crashed
+    for top in qapp.topLevelWidgets():
+        if not top.isVisible():
+            continue
+        for w in top.findChildren(QLabel):
+            if "<a " in w.text():
+                text = w.text()
+                w.setText("")  # setText ignores the same text: clear it first
+                w.setText(text)
