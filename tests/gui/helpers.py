@@ -54,3 +54,18 @@ def show_settings(window: Any, qtbot: Any) -> None:
     box = window.settings_page.runtime_box
     if box is not None:
         qtbot.waitUntil(lambda: not box.checking, timeout=60_000)
+
+
+def contrast(a: Any, b: Any) -> float:
+    """WCAG 2's contrast ratio of two QColors (AA asks 4.5 for text)."""
+
+    def luminance(c: Any) -> float:
+        def channel(v: float) -> float:
+            return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+        return (
+            0.2126 * channel(c.redF()) + 0.7152 * channel(c.greenF()) + 0.0722 * channel(c.blueF())
+        )
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)

@@ -13,18 +13,7 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.main_window import MainWindow
 from app.gui.theme import apply_theme
-
-
-def luminance(c: QColor) -> float:
-    def channel(v: float) -> float:
-        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
-
-    return 0.2126 * channel(c.redF()) + 0.7152 * channel(c.greenF()) + 0.0722 * channel(c.blueF())
-
-
-def contrast(a: QColor, b: QColor) -> float:
-    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
+from tests.gui.helpers import contrast
 
 
 def drawn_link_colour(label: QLabel) -> QColor:

@@ -21,7 +21,7 @@ from app.gui.main_window import PAGES, MainWindow
 from app.gui.theme import apply_theme
 from app.gui.window_state import restored_geometry
 from app.settings import Settings, UiSettings, WindowState
-from tests.gui.helpers import SLOW, show_settings
+from tests.gui.helpers import SLOW, contrast, show_settings
 
 
 def make_window(qtbot: QtBot, ctx: GuiContext, bridge: Bridge, *, tray: bool) -> MainWindow:
@@ -395,17 +395,6 @@ def dark() -> Iterator[None]:
         apply_theme("system")
 
 
-def _contrast(a: QColor, b: QColor) -> float:
-    def lum(c: QColor) -> float:
-        def ch(v: float) -> float:
-            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
-
-        return 0.2126 * ch(c.redF()) + 0.7152 * ch(c.greenF()) + 0.0722 * ch(c.blueF())
-
-    hi, lo = sorted((lum(a), lum(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
-
-
 def test_dark_theme_banners_memory_bar_and_you_label_follow_the_palette(
     window: MainWindow, qtbot: QtBot, dark: None
 ) -> None:
@@ -430,14 +419,14 @@ def test_dark_theme_banners_memory_bar_and_you_label_follow_the_palette(
 
     from app.gui.views.chat.page import role_color
 
-    assert _contrast(role_color("user"), base) >= 4.5  # the "You" header is readable
+    assert contrast(role_color("user"), base) >= 4.5  # the "You" header is readable
     window.show_page("Server")
     QApplication.processEvents()
     nav = window.nav.viewport()
     assert nav.grab().toImage().pixelColor(4, nav.height() - 4).lightness() < 100  # the sidebar
     apply_theme("light")  # while the banner is on screen
     light_base = QGuiApplication.palette().color(QPalette.ColorRole.Base)
-    assert _contrast(role_color("user"), light_base) >= 4.5
+    assert contrast(role_color("user"), light_base) >= 4.5
     QApplication.processEvents()
     img = banner.grab().toImage()
     assert img.pixelColor(img.width() // 2, 3).lightness() > 180  # re-tinted for light

@@ -26,6 +26,7 @@ from app.gui.views.connect import (
     export_lines,
 )
 from app.server.runner import base_url
+from tests.gui.helpers import contrast
 
 SLOW = 120_000  # loads and server starts on a busy machine
 
@@ -263,19 +264,6 @@ def test_the_url_follows_the_server_starting_and_stopping(
     window.server_page.stop_server()
     qtbot.waitUntil(lambda: page.state is not None and not page.state.running, timeout=SLOW)
     assert page.url_edit.text() == _settings_root(gui_ctx) + "/v1"
-
-
-def _luminance(c: Any) -> float:
-    def f(v: float) -> float:
-        return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
-
-    return 0.2126 * f(c.redF()) + 0.7152 * f(c.greenF()) + 0.0722 * f(c.blueF())
-
-
-def contrast(a: Any, b: Any) -> float:
-    """WCAG's contrast ratio of two colours (AA asks 4.5 for text)."""
-    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
 
 
 @pytest.mark.parametrize("theme", ["light", "dark"])

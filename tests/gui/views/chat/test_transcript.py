@@ -21,6 +21,7 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.views.chat.markdown_view import AutoHeightBrowser
 from app.gui.views.chat.transcript import MessageView, Transcript
+from tests.gui.helpers import contrast
 
 CODE = 'def greet(name):\n    # say hello\n    return f"Hello, {name}!"  # 42\n'
 ANSWER = (
@@ -401,17 +402,6 @@ def test_copy_says_copied_for_a_moment_on_the_message_and_on_a_code_block(
     qtbot.waitUntil(lambda: view.copy_button.text() == "Copy", timeout=10_000)
 
 
-def _contrast(a: QColor, b: QColor) -> float:
-    def lum(c: QColor) -> float:
-        def ch(v: float) -> float:
-            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
-
-        return 0.2126 * ch(c.redF()) + 0.7152 * ch(c.greenF()) + 0.0722 * ch(c.blueF())
-
-    hi, lo = sorted((lum(a), lum(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
-
-
 @pytest.mark.parametrize("theme", ["light", "dark"])
 def test_messages_read_as_a_conversation_with_avatars_tints_and_room(
     transcript: Transcript, qtbot: QtBot, theme: str
@@ -438,8 +428,8 @@ def test_messages_read_as_a_conversation_with_avatars_tints_and_room(
         # text on the tints keeps WCAG AA contrast (4.5:1)
         for role in ("user", "assistant"):
             bg = QColor(bubble_color(role))
-            assert _contrast(QColor(text_color()), bg) >= 4.5
-            assert _contrast(QColor(kind_color(role)), bg) >= 4.5
-            assert _contrast(QColor(kind_color("meta")), bg) >= 4.5
+            assert contrast(QColor(text_color()), bg) >= 4.5
+            assert contrast(QColor(kind_color(role)), bg) >= 4.5
+            assert contrast(QColor(kind_color("meta")), bg) >= 4.5
     finally:
         apply_theme("light")
