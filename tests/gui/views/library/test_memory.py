@@ -373,8 +373,12 @@ def test_reload_from_the_models_in_memory_page_changes_the_context(
     assert page.reload_button.isEnabled()
     window.resize(MINIMUM_SIZE)  # the header row, with its Reload… button, fits the narrowest
     qtbot.waitUntil(lambda: window.size() == MINIMUM_SIZE, timeout=10_000)
-    right = page.unload_button.mapTo(window, page.unload_button.rect().topRight()).x()
-    assert right < window.width()
+
+    def right() -> int:
+        return page.unload_button.mapTo(window, page.unload_button.rect().topRight()).x()
+
+    # the layouts settle after the resize (posted layout requests): wait for them, not a guess
+    qtbot.waitUntil(lambda: right() < window.width(), timeout=10_000)
     qtbot.mouseClick(page.reload_button, Qt.MouseButton.LeftButton)
     dialog = window.library_page.load_dialog
     assert dialog is not None and dialog.isVisible()
