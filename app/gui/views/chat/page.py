@@ -101,8 +101,10 @@ class ChatPage(QWidget):
         self._no_model_notice: str | None = None  # "import a model first", until one comes
 
         self.model_combo = QComboBox()
-        self.model_combo.setMinimumContentsLength(28)
-        self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.model_combo.setMinimumContentsLength(14)
+        self.model_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
         self._settings = settings
         # the conversation's settings, in a side panel the Settings button shows and hides
         self.options = ChatOptionsPanel(service, bridge)
@@ -113,7 +115,7 @@ class ChatPage(QWidget):
         self.options_button.setCheckable(True)
         self.options_button.setChecked(True)
         self.options_button.setToolTip("Show or hide this chat's settings")
-        self.clear_button = QPushButton("Clear conversation")
+        self.clear_button = QPushButton("Clear")  # short: the header must fit the narrowest window
         self.meter = ContextMeter()
 
         top = QHBoxLayout()
