@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from itertools import count
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import (
     QFont,
-    QGuiApplication,
     QPalette,
     QTextCursor,
 )
@@ -44,6 +43,7 @@ from PySide6.QtWidgets import (
 from app.gui.theme import pick, theme_signals
 from app.gui.views.chat.images import ImageStrip
 from app.gui.views.chat.markdown_view import MarkdownBody
+from app.gui.views.copied import copy_text, flash_copied
 
 if TYPE_CHECKING:
     from app.core.workspace.chat_images import ChatImage
@@ -65,7 +65,6 @@ _BUBBLE_COLORS = {
     "assistant": ("#f1f8f3", "#1d2a21"),
 }
 AVATAR_LETTERS = {"user": "Y", "assistant": "A"}  # You, Assistant
-COPIED_MS = 1500  # how long a Copy button says "Copied"
 
 
 def kind_color(kind: str) -> str:
@@ -163,10 +162,6 @@ class MessageView(QWidget):
         self.notice_label = self._muted_label()
 
         self.copy_button = _tool("Copy", "Copy this message's text (markdown)")
-        self._copied_timer = QTimer(self)
-        self._copied_timer.setSingleShot(True)
-        self._copied_timer.setInterval(COPIED_MS)
-        self._copied_timer.timeout.connect(self._on_copied_timer_timeout)
         self.regenerate_button = _tool("Regenerate", "Ask for this answer again")
         self.edit_button = _tool("Edit", "Edit this message and send it again")
         self.delete_button = _tool("Delete", "Delete this message")
@@ -400,20 +395,11 @@ class MessageView(QWidget):
             f"#message {{ background-color: {bg}; border-radius: 8px; }}" if bg else ""
         )
 
-    def _flash_copied(self, text: str) -> None:
-        """Say the copy worked, on the Copy button, for a moment."""
-        self.copy_button.setText(text)
-        self._copied_timer.start()
-
-    def _on_copied_timer_timeout(self) -> None:
-        self.copy_button.setText("Copy")
-
     def _on_body_code_copied(self) -> None:
-        self._flash_copied("Copied code")
+        flash_copied(self.copy_button, "Copied code")
 
     def _on_copy_button_clicked(self) -> None:
-        QGuiApplication.clipboard().setText(self.markdown())
-        self._flash_copied("Copied")
+        copy_text(self.markdown(), self.copy_button)
         self.copied.emit()
 
     def _on_edit_button_clicked(self) -> None:
