@@ -16,20 +16,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
-BUNDLE="${1:-${HEARTH_BUNDLE:-}}"
-if [ -z "$BUNDLE" ]; then
-    version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml" | head -1)"
-    BUNDLE="$ROOT/dist/hearth-$version-linux-x86_64/hearth"
-fi
-[ -x "$BUNDLE/hearth" ] || { echo "no bundle at $BUNDLE (run packaging/linux/build.sh)" >&2; exit 1; }
+# shellcheck source=args.sh
+. "$ROOT/packaging/linux/args.sh"
+BUNDLE="$(hearth_bundle_arg "${1:-}")"
+MODEL="$(hearth_model_arg "${2:-}")"
 QEMU="$(command -v qemu-x86_64 || true)"
 [ -n "$QEMU" ] || { echo "cpu_check.sh: qemu-x86_64 is missing (apt install qemu-user)" >&2; exit 1; }
-
-MODEL="${2:-${HEARTH_SMOKE_MODEL:-}}"
-if [ -z "$MODEL" ]; then  # the model smoke.sh would use
-    MODEL="$(find "$ROOT/build" "$ROOT/.venv" -name SmolLM2-135M-Instruct.Q4_1.gguf -print -quit 2>/dev/null || true)"
-fi
-[ -f "$MODEL" ] || { echo "cpu_check.sh: give a model: cpu_check.sh BUNDLE_DIR MODEL.gguf" >&2; exit 1; }
 
 LIB="$BUNDLE/_internal/llama_cpp/lib"
 CPUS="${HEARTH_QEMU_CPUS:-Haswell$([ -f "$LIB/libggml-cpu-x64.so" ] && echo " Nehalem")}"
