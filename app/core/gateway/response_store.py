@@ -2,8 +2,8 @@
 that a later request continues it by ``previous_response_id`` and ``GET``/``DELETE
 /v1/responses/{id}`` read or remove it.
 
-One SQLite file in the data folder (0600), in WAL mode so a restart of ``hearth serve`` finds
-what was kept. Each entry belongs to the caller's partition (the key's response-cache
+One SQLite file in the data folder (0600, its folder 0700), in WAL mode, so a restart of
+``hearth serve`` finds what was kept. Each entry belongs to the caller's partition (the key's response-cache
 partition, "" without a key): any other partition sees nothing, as if the id did not exist.
 Bounded by age (``responses.max_age_days``) and size (``responses.max_bytes``): past either,
 the oldest entries go first. The entries are the wire's JSON, opaque here: the Responses
@@ -86,8 +86,10 @@ class ResponseStore:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            # created 0600 before SQLite opens it: prompts and answers are the caller's
+            # created 0600 before SQLite opens it, in a 0700 folder (its -wal and -shm files
+            # too): prompts and answers are the caller's
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(self.path.parent, 0o700)
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
             os.chmod(self.path, 0o600)
             self._conn = open_wal(self.path, _SCHEMA, SCHEMA_VERSION)

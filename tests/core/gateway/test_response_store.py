@@ -45,6 +45,7 @@ def test_a_new_store_over_the_same_file_finds_it(tmp_path: Path) -> None:
     again = ResponseStore(path).get("", "resp_1")
     assert again is not None and again.input[0]["content"] == "remember me"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700  # the WAL beside it too
 
 
 def test_past_max_age_it_is_gone(tmp_path: Path) -> None:
