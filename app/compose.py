@@ -63,6 +63,7 @@ def build_service(paths: AppPaths, settings: Settings, *, cache_mode: str | None
         routing=lambda: store.load().routing_config(),
         providers=provider_pool(paths, lambda: events.publish(ProvidersChanged())),
         cache=lambda embed: response_cache(paths, store, embed, library, presets, cache_mode),
+        responses=response_store(paths, store),
     )
 
 
@@ -94,6 +95,13 @@ def response_cache(
         identity=local_identity(library, presets),
         mode=mode,
     )
+
+
+def response_store(paths: AppPaths, store: SettingsStore) -> Any:
+    """The Responses API's stored responses: their SQLite file, the live ``responses`` bounds."""
+    from app.core.gateway.response_store import ResponseStore
+
+    return ResponseStore(paths.responses_db, lambda: store.load().responses)
 
 
 def build_runtimes(paths: AppPaths, settings: Settings) -> dict[str, Any]:

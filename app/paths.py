@@ -74,6 +74,11 @@ class AppPaths:
         return self.data / "response_cache.sqlite"
 
     @property
+    def responses_db(self) -> Path:
+        """Stored Responses API responses (``store``): SQLite, WAL mode, 0600."""
+        return self.data / "responses" / "responses.sqlite"
+
+    @property
     def conversations_db(self) -> Path:
         """Saved chat conversations: SQLite, WAL mode."""
         return self.data / "conversations.sqlite"

@@ -18,6 +18,7 @@ from app.core.engine.load_options import SPECS
 from app.core.gateway import AutoRule, Routing, parse_rules
 from app.core.gateway.auto import rules_to_json
 from app.core.gateway.cache.store import CACHE_MODES, CACHE_SCOPES, CacheConfig
+from app.core.gateway.response_store import ResponseStoreConfig
 from app.core.inference.images import ImageLimits
 from app.core.util import filecache
 from app.core.util.filecache import FileCache
@@ -241,6 +242,8 @@ class Settings:
     mcp: McpSettings = field(default_factory=McpSettings)  # MCP tools in the chat
     chat: ChatSettings = field(default_factory=ChatSettings)  # the Chat page
     vision: VisionSettings = field(default_factory=VisionSettings)  # images
+    # stored Responses (``store``): how long and how many bytes
+    responses: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -343,7 +346,15 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         mcp=_mcp_from_dict(raw.get("mcp", {})),
         chat=_coerce(ChatSettings, raw.get("chat", {}), "chat"),
         vision=_vision_from_dict(raw.get("vision", {})),
+        responses=_responses_from_dict(raw.get("responses", {})),
     )
+
+
+def _responses_from_dict(raw: Any) -> ResponseStoreConfig:
+    responses = _coerce(ResponseStoreConfig, raw, "responses")
+    if responses.max_bytes < 1:
+        raise ConfigError("settings: responses.max_bytes must be at least 1")
+    return responses
 
 
 def _vision_from_dict(raw: Any) -> VisionSettings:

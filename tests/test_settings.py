@@ -425,3 +425,13 @@ def test_tls_files_round_trip_and_default_to_plain_http(store: SettingsStore) ->
     for bad in ({"tls_cert": 5}, {"tls_key": ["a"]}):
         with pytest.raises(ConfigError):
             settings_from_dict({"server": bad})
+
+
+def test_stored_responses_bounds_have_defaults_and_are_checked() -> None:
+    s = settings_from_dict({})
+    assert (s.responses.max_age_days, s.responses.max_bytes) == (30.0, 256 * 1024 * 1024)
+    s = settings_from_dict({"responses": {"max_age_days": 2, "max_bytes": 4096}})
+    assert (s.responses.max_age_days, s.responses.max_bytes) == (2.0, 4096)
+    for bad in ({"max_bytes": 0}, {"max_age_days": 0}, {"max_bytes": "big"}):
+        with pytest.raises(ConfigError, match="responses"):
+            settings_from_dict({"responses": bad})

@@ -26,6 +26,7 @@ from app.core.gateway.cache.replay import ResponseCache
 from app.core.gateway.dispatch import Dispatch
 from app.core.gateway.pipeline import Embed, Pipeline, routed_embed
 from app.core.gateway.providers.pool import ProviderPool
+from app.core.gateway.response_store import ResponseStore
 from app.core.gateway.routing import RoutingService
 from app.core.hub.downloads import DownloadManager
 from app.core.inference.generation import Choices
@@ -57,6 +58,7 @@ class Hearth:
         hub: DownloadManager | None = None,
         cache: ResponseCache | None = None,
         runtimes: Mapping[str, Runtime] | None = None,
+        responses: ResponseStore | None = None,
     ) -> None:
         self._pipeline = pipeline
         self.models = models
@@ -65,6 +67,8 @@ class Hearth:
         self.hub = hub  # Hub downloads (None where not wired); publishes on ``events``
         self.cache = cache or ResponseCache()
         self.runtimes = dict(runtimes or {})  # this machine's runtimes, by model format
+        # the Responses API's kept responses (``store``); None: nothing is kept
+        self.responses = responses
 
     # -- inference: the pipeline -----------------------------------------------------------------
     async def chat(self, req: ChatRequest) -> Choices:
@@ -100,6 +104,8 @@ class Hearth:
             await self.hub.close()  # partial downloads stay on disk, resumable
         await self.models.close()
         self.cache.close()
+        if self.responses is not None:
+            self.responses.close()
 
 
 def assemble(
@@ -120,10 +126,12 @@ def assemble(
     routing: Callable[[], Routing] = Routing,
     providers: ProviderPool | None = None,
     cache: Callable[[Embed], ResponseCache] | None = None,
+    responses: ResponseStore | None = None,
 ) -> Hearth:
     """The core wired once: the scheduler over ``runtimes``, the services, and the pipeline
     ``cache(gateway(dispatch(local | remote)))``. ``cache`` builds the response cache from the
-    pipeline's own embed path (semantic mode); without it the cache is off."""
+    pipeline's own embed path (semantic mode); without it the cache is off. ``responses``
+    keeps the Responses API's stored responses (None: nothing is kept)."""
     events = events or EventHub()
     policy = SchedulerPolicy(
         budget_bytes=budget_bytes,
@@ -152,4 +160,5 @@ def assemble(
         downloads,
         response_cache,
         runtimes,
+        responses,
     )

@@ -1,6 +1,10 @@
-"""OpenAI Responses (stateless), parsed: input items and instructions -> ChatRequest, plus what
-the response echoes back of the request (pure, no aiohttp). Errors have OpenAI's shape (the
-route belongs to the OpenAI protocol).
+"""OpenAI Responses, parsed: input items and instructions -> ChatRequest, plus what the
+response echoes back of the request and what a stored response keeps (pure, no aiohttp).
+Errors have OpenAI's shape (the route belongs to the OpenAI protocol).
+
+A continuation (``previous_response_id``) gets the stored conversation as ``history``: its
+items go before this request's ``input``; only this request's ``instructions`` apply, as
+OpenAI specifies. ``store`` (default true) says whether the response is kept.
 
 Logprobs, as OpenAI: ``include: ["message.output_text.logprobs"]`` turns them on and
 ``top_logprobs`` (0-20) says how many alternatives each token comes with (alone it changes
@@ -12,6 +16,8 @@ tests/server/protocols/test_image_parts.py.
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +58,8 @@ class Echo:
     # a call of it names the namespace again, as the client dispatches on both
     namespaces: dict[str, str] = field(default_factory=dict)
     top_logprobs: int | None = None
+    previous_response_id: str | None = None
+    store: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,7 @@ class Parsed:
     request: ChatRequest
     stream: bool
     echo: Echo
+    items: list[dict[str, Any]] = field(default_factory=list)  # ``input`` as items, with ids
 
 
 def _template_vars(b: Body) -> dict[str, Any]:
@@ -80,23 +89,48 @@ def _template_vars(b: Body) -> dict[str, Any]:
     return out
 
 
-def parse_input(b: Body) -> list[ChatMessage]:
-    msgs: list[ChatMessage] = []
-    instructions = b.text("instructions")
-    if instructions:
-        msgs.append(ChatMessage("system", neutralise_markers(instructions)))
+def previous_response_id(data: dict[str, Any]) -> str | None:
+    """The response a request continues (``previous_response_id``), or None."""
+    return Body(data).text("previous_response_id") or None
+
+
+_ITEM_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_"}
+
+
+def input_items(b: Body) -> list[dict[str, Any]]:
+    """``input`` as a list of items, each with an ``id`` (a string input is one user message),
+    as a stored response lists them."""
     raw = b.data.get("input")
     if isinstance(raw, str):
-        msgs.append(ChatMessage("user", neutralise_markers(raw)))
-        return msgs
+        raw = [
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": raw}]}
+        ]
     if not isinstance(raw, list) or not raw:
         raise InvalidRequest(
             "'input' must be a string or a non-empty array of items", param="input"
         )
+    items: list[dict[str, Any]] = []
     for i, item in enumerate(raw):
-        where = f"input[{i}]"
         if not isinstance(item, dict):
-            raise InvalidRequest("input items must be objects", param=where)
+            raise InvalidRequest("input items must be objects", param=f"input[{i}]")
+        if not isinstance(item.get("id"), str):
+            prefix = _ITEM_PREFIX.get(item.get("type", "message"), "item_")
+            item = {"id": prefix + uuid.uuid4().hex, **item}
+        items.append(item)
+    return items
+
+
+def parse_input(
+    b: Body, history: Sequence[dict[str, Any]] = (), items: Sequence[dict[str, Any]] | None = None
+) -> list[ChatMessage]:
+    """``instructions``, then the ``history`` items (a continued response's conversation),
+    then ``input`` (``items``: it as :func:`input_items` made it) -> the chat's messages."""
+    msgs: list[ChatMessage] = []
+    instructions = b.text("instructions")
+    if instructions:
+        msgs.append(ChatMessage("system", neutralise_markers(instructions)))
+    for i, item in enumerate([*history, *(input_items(b) if items is None else items)]):
+        where = f"input[{i - len(history)}]" if i >= len(history) else "previous_response_id"
         kind = item.get("type", "message")
         if kind == "function_call":
             if not isinstance(item.get("name"), str) or not isinstance(
@@ -236,17 +270,23 @@ def _function_tool(t: Any, where: str, params: list[str]) -> Tool:
     )
 
 
-def parse_request(data: dict[str, Any]) -> Parsed:
-    """A Responses body -> the internal chat request, and what the response echoes."""
+def parse_request(data: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> Parsed:
+    """A Responses body -> the internal chat request, what the response echoes and this
+    input's items; ``history``: the conversation of the response it continues."""
     b = Body(data)
     model = model_field(b)
-    if b.data.get("previous_response_id"):
+    if b.flag("background"):
         raise UnsupportedParameter(
-            "Hearth's Responses API is stateless: send the whole conversation",
-            param="previous_response_id",
+            "background responses are not supported: leave 'background' out", param="background"
+        )
+    if b.data.get("conversation") is not None:
+        raise UnsupportedParameter(
+            "conversations are not supported: continue with 'previous_response_id'",
+            param="conversation",
         )
     tools, choice, namespaces = parse_tools(b)
-    messages = parse_input(b)
+    items = input_items(b)
+    messages = parse_input(b, history, items)
     constraint, fmt = parse_text_format(b)
     max_tokens = b.integer("max_output_tokens", None, lo=1, hi=MAX_TOKENS_LIMIT)
     top_logprobs = parse_top_logprobs(b)
@@ -274,5 +314,7 @@ def parse_request(data: dict[str, Any]) -> Parsed:
         fmt,
         namespaces,
         top_logprobs,
+        previous_response_id(data),
+        b.flag("store", True),
     )
-    return Parsed(req, b.flag("stream"), echo)
+    return Parsed(req, b.flag("stream"), echo, items)

@@ -1,4 +1,4 @@
-"""OpenAI Responses (stateless), rendered: deltas -> response events carrying
+"""OpenAI Responses, rendered: deltas -> response events carrying
 ``sequence_number``, and the whole response object (pure, no aiohttp).
 
 Output items in order: a ``reasoning`` item for a reasoning model's think text (its
@@ -13,7 +13,7 @@ Tested by tests/server/protocols/responses/test_adapter.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +55,8 @@ def response_object(
         "instructions": echo.instructions,
         "max_output_tokens": echo.max_output_tokens,
         "parallel_tool_calls": True,
-        "previous_response_id": None,
-        "store": False,
+        "previous_response_id": echo.previous_response_id,
+        "store": echo.store,
         "temperature": echo.temperature,
         "top_p": echo.top_p,
         "top_logprobs": echo.top_logprobs,
@@ -135,11 +135,19 @@ class _Reasoning:
 class ResponseStream(StreamRenderer):
     """response.created / in_progress, then output items as they come (a reasoning item closes
     when the answer starts; the message and calls close at the end), response.completed (or
-    .incomplete at max_output_tokens). Every event carries the next ``sequence_number``."""
+    .incomplete at max_output_tokens). Every event carries the next ``sequence_number``.
+    ``on_done`` gets the finished response object before that last event is written (a
+    stored response is kept by then)."""
 
-    def __init__(self, echo: Echo, ctx: Context) -> None:
+    def __init__(
+        self,
+        echo: Echo,
+        ctx: Context,
+        on_done: Callable[[dict[str, Any]], object] | None = None,
+    ) -> None:
         self.echo = echo
         self.ctx = ctx
+        self.on_done = on_done
         self.seq = 0
         self.next_index = 0
         self.done: dict[int, dict[str, Any]] = {}  # output index -> its finished item
@@ -317,6 +325,8 @@ class ResponseStream(StreamRenderer):
     def close(self, finals: Sequence[Delta]) -> list[Frame]:
         output = [self.done[k] for k in sorted(self.done)]
         done = response_object(self.ctx, self.echo, "completed", output, finals[0])
+        if self.on_done is not None:
+            self.on_done(done)
         kind = "response.incomplete" if done["status"] == "incomplete" else "response.completed"
         return [self._event(kind, response=done)]
 
