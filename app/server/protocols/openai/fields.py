@@ -1,6 +1,7 @@
 """OpenAI's own request fields (chat messages, prompts, embedding inputs, stream options,
 logprobs, response_format, the features not implemented yet), on the shared validators.
-Tested by tests/server/protocols/openai/test_adapter.py."""
+Tested by tests/server/protocols/openai/test_adapter.py and
+tests/server/protocols/openai/test_scoring_fields.py."""
 
 from __future__ import annotations
 

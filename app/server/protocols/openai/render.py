@@ -3,7 +3,8 @@ wire (whole answers, SSE chunks, usage, logprobs), and OpenAI's error shape.
 
 Pure translation (no aiohttp): the routes in ``app/server/routes/openai.py`` write what comes
 back through the one streaming path.
-Tested by tests/server/protocols/openai/test_adapter.py.
+Tested by tests/server/protocols/openai/test_adapter.py and
+tests/server/protocols/openai/test_scoring_fields.py.
 """
 
 from __future__ import annotations
