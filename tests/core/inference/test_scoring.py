@@ -38,3 +38,10 @@ def test_a_prompt_scored_only_ends_at_length_with_no_completion_tokens() -> None
 def test_echo_text_is_the_prompt_as_sent_or_its_tokens_spelled() -> None:
     assert echo_text("Hello  world", SCORED) == "Hello  world"
     assert echo_text([5, 7], SCORED) == "Hello world"
+
+
+def test_a_scored_answer_comes_back_whole_from_the_response_cache_store() -> None:
+    from app.core.gateway.cache.store import CachedAnswer, decode, encode
+
+    answer = CachedAnswer("m", ((lead_delta(SCORED, "Hello world"), prompt_only(SCORED)),))
+    assert decode(encode(answer)) == answer
