@@ -95,6 +95,7 @@ class ChatRequest:
     n: int = 1
     request_id: str = ""
     context: RequestContext = _ctx_field()
+    prompt_logprobs: int | None = None  # None = off; N = each prompt token's and N most likely
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,8 @@ class CompletionRequest:
     n: int = 1
     request_id: str = ""
     context: RequestContext = _ctx_field()
+    echo: bool = False  # the prompt precedes the answer (with its logprobs when asked)
+    prompt_logprobs: int | None = None  # None = off; N = each prompt token's and N most likely
 
 
 @dataclass(frozen=True, slots=True)

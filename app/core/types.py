@@ -189,6 +189,44 @@ class TokenLogprob:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptToken:
+    """One prompt token as the model scored it (echo, prompt_logprobs).
+
+    Attributes:
+        logprob: its log-probability after the tokens before it; None for the first token.
+        rank: 1 for the most likely token at its place, and so on; None for the first.
+        top: the most likely tokens at its place, best first: (token id, log-probability).
+        text, top_text: their pieces as the vocabulary spells them (filled by the service).
+    """
+
+    id: int
+    logprob: float | None
+    rank: int | None
+    top: tuple[tuple[int, float], ...] = ()
+    text: str = ""
+    top_text: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredPrompt:
+    """A prompt's tokens scored, and how many of them the engine decoded to do it (the rest
+    came from its cache: a prefix shared with a prompt scored before)."""
+
+    tokens: tuple[PromptToken, ...]
+    decoded: int
+
+
+@runtime_checkable
+class PromptScorer(Protocol):
+    """A loaded model that gives every prompt token's log-probability (llama.cpp)."""
+
+    async def score_prompts(self, prompts: list[list[int]], top: int) -> list[ScoredPrompt]:
+        """Each prompt's tokens with their log-probabilities and the ``top`` most likely
+        tokens at each place (0-20)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -274,6 +312,8 @@ class Delta:
     error_code: str | None = None
     # decoding with fewer threads than the cores because other programs keep the CPU busy
     cpu_busy: bool = False
+    # on a first delta: the prompt's tokens scored (echo, prompt_logprobs)
+    prompt: tuple[PromptToken, ...] = ()
 
 
 class GenerationStream(Protocol):

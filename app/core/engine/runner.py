@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from app.core.engine.models import ModelService
 from app.core.engine.presets import PresetStore
 from app.core.engine.scheduler import ModelScheduler
-from app.core.inference import embed_input
+from app.core.inference import embed_input, scoring
 from app.core.inference import prompt as prompting
 from app.core.inference import rerank as ranking
 from app.core.inference.generation import Choices, Generation
@@ -31,7 +31,7 @@ from app.core.requests import (
     Reranking,
     RerankRequest,
 )
-from app.core.types import UNSET, GenerationRequest, LoadedModel, SamplingParams
+from app.core.types import UNSET, Delta, GenerationRequest, LoadedModel, SamplingParams
 from app.errors import InvalidRequest
 
 
@@ -81,10 +81,23 @@ class LocalRunner:
         """
         async with self.using(req.model, req.context, req.ttl) as lm:
             prepared = await self._plan_chat(lm, req)
+            lead: Delta | None = None
+            if req.prompt_logprobs is not None:
+                [scored] = await scoring.score(
+                    lm,
+                    req.model,
+                    [prepared.base.prompt_tokens],
+                    req.prompt_logprobs,
+                    "prompt_logprobs",
+                )
+                lead = scoring.lead_delta(scored)
             gens: list[Generation] = []
             try:
                 for i in range(req.n):
-                    gens.append(prepared.start(lm, prompting.choice_sampling(req.sampling, i)))
+                    gen = prepared.start(lm, prompting.choice_sampling(req.sampling, i))
+                    if lead is not None:
+                        gen.lead(lead)
+                    gens.append(gen)
             except BaseException:
                 for g in gens:
                     g.cancel()
@@ -118,6 +131,8 @@ class LocalRunner:
         is validated and started here (so its errors come before any output); each next one
         starts when :meth:`Choices.get` asks for it."""
         count = len(req.prompts) * req.n
+        if req.echo or req.prompt_logprobs is not None:
+            return await self._complete_scored(req)
 
         async def start(k: int) -> Generation:
             async with self.using(req.model, req.context, req.ttl) as lm:
@@ -130,6 +145,47 @@ class LocalRunner:
 
         return Choices([await start(0)], count, start)
 
+    async def _complete_scored(self, req: CompletionRequest) -> Choices:
+        """Echo or prompt_logprobs: every prompt scored first, in one job (a prefix they share
+        is read once), then each choice generated after its prompt's delta (or not at all:
+        ``max_tokens`` 0 scores the prompts only)."""
+        param = "echo" if req.echo else "prompt_logprobs"
+        top = max(req.logprobs or 0 if req.echo else 0, req.prompt_logprobs or 0)
+        async with self.using(req.model, req.context, req.ttl) as lm:
+            prompting.require(lm, "completion", req.model)
+            token_lists = [await self._prompt_tokens(lm, p) for p in req.prompts]
+            scored = await scoring.score(lm, req.model, token_lists, top, param)
+
+        async def start(k: int) -> Generation:
+            i = k // req.n
+            text = scoring.echo_text(req.prompts[i], scored[i]) if req.echo else ""
+            lead = scoring.lead_delta(scored[i], text)
+            if req.max_tokens == 0:
+                final = scoring.prompt_only(scored[i])
+                stream = scoring.LedStream(lead, None, final)
+                return Generation(req.model, len(token_lists[i]), stream)
+            async with self.using(req.model, req.context, req.ttl) as lm:
+                gen = await self._start_completion(
+                    lm, req, token_lists[i], prompting.choice_sampling(req.sampling, k % req.n)
+                )
+            gen.lead(lead)
+            return gen
+
+        return Choices([await start(0)], len(req.prompts) * req.n, start)
+
+    async def _prompt_tokens(self, lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
+        """A completion prompt's tokens (text tokenized, ids checked against the vocabulary),
+        checked to fit the context."""
+        if isinstance(prompt, str):
+            tokens = await prompting.tokenize(lm, prompt, "prompt", parse_special=False)
+        else:
+            tokens = list(prompt)
+            vocab = int(lm.special_tokens.get("n_vocab", "0") or 0)
+            if vocab and any(t < 0 or t >= vocab for t in tokens):
+                raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
+        prompting.check_fits(lm, len(tokens), "prompt")
+        return tokens
+
     async def _start_completion(
         self,
         lm: LoadedModel,
@@ -140,14 +196,7 @@ class LocalRunner:
         t0 = time.perf_counter()
         prompting.require(lm, "completion", req.model)
         prompting.check_bias(lm, sampling)
-        if isinstance(prompt, str):
-            tokens = await prompting.tokenize(lm, prompt, "prompt", parse_special=False)
-        else:
-            tokens = list(prompt)
-            vocab = int(lm.special_tokens.get("n_vocab", "0") or 0)
-            if vocab and any(t < 0 or t >= vocab for t in tokens):
-                raise InvalidRequest(f"prompt token ids must be in [0, {vocab})", param="prompt")
-        prompting.check_fits(lm, len(tokens), "prompt")
+        tokens = await self._prompt_tokens(lm, prompt)
         if req.constraint is not None:
             await lm.check_constraint(req.constraint)
         gr = GenerationRequest(

@@ -8,8 +8,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 
 from app.core.inference.reasoning import HarmonySplitter, ReasoningSplitter
+from app.core.inference.scoring import LedStream
 from app.core.inference.tools import ParseEvent, ToolCallParser
-from app.core.types import Delta, GenerationStream, TokenLogprob, ToolCall, ToolCallDelta, Usage
+from app.core.types import (
+    Delta,
+    GenerationStream,
+    PromptToken,
+    TokenLogprob,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +31,7 @@ class Completion:
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    prompt: tuple[PromptToken, ...] = ()  # the prompt's tokens scored (echo, prompt_logprobs)
     final: Delta = field(
         default_factory=lambda: Delta(finish_reason="error", error="no final delta")
     )
@@ -33,6 +43,8 @@ class Completion:
         if d.reasoning:
             self.reasoning += d.reasoning
         self.logprobs.extend(d.logprobs)
+        if d.prompt:
+            self.prompt = d.prompt
         for tc in d.tool_calls:
             while len(self.tool_calls) <= tc.index:
                 self.tool_calls.append(ToolCall("", "", ""))
@@ -62,6 +74,10 @@ class Generation:
         self._stream = stream
         self._reasoning = reasoning
         self._tools = tools
+
+    def lead(self, first: Delta) -> None:
+        """Send ``first`` (the prompt scored, the echoed text) ahead of the generated deltas."""
+        self._stream = LedStream(first, self._stream)
 
     def __aiter__(self) -> AsyncIterator[Delta]:
         if self._reasoning is None and self._tools is None:
@@ -123,7 +139,7 @@ class Generation:
                     d, text=a, reasoning=r, usage=usage, tool_calls=calls, finish_reason=reason
                 )
                 return
-            if r or a or d.logprobs or calls:
+            if r or a or d.logprobs or calls or d.prompt:
                 yield replace(d, text=a, reasoning=r, tool_calls=calls)
 
     def cancel(self) -> None:

@@ -27,6 +27,7 @@ from app.runtimes.llama.backend import (
 )
 from app.runtimes.llama.pooled import PooledOutputs
 from app.runtimes.llama.sampling import Sampling
+from app.runtimes.llama.scoring import PromptScoring
 from app.runtimes.llama.slots import CacheShape, CopyCosts, Slots, copy_costs, stream_copy_min
 from app.runtimes.llama.speculative import Speculation
 from app.runtimes.llama.vision import ImageBatch, open_images, projector_path
@@ -42,7 +43,7 @@ ABORT_MIN_TOKENS = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 
 
-class LlamaEngine(Admission, PooledOutputs, Sampling, Speculation):
+class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation):
     """The native state of one model and the decode loop the worker drives."""
 
     def __init__(self, model: LocalModel, options: LoadOptions, *, extra_bufts: bool) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.inference.images import ImageInput
-from app.core.types import Constraint, GenerationRequest, LoadOptions, LocalModel
+from app.core.types import Constraint, GenerationRequest, LoadOptions, LocalModel, ScoredPrompt
 from app.errors import InvalidRequest, ModelUnloaded, RuntimeUnavailable, UnsupportedParameter
 from app.runtimes.grammar.compile_pool import COMPILE_POOL
 from app.runtimes.llama.backend import L, build_info, ensure_backend
@@ -142,6 +142,20 @@ class LlamaCppModel:
                 if cancelled.is_set():
                     raise ModelUnloaded("the embedding request was stopped (model unloaded)")
                 out.append(self.engine.embed(t))
+            return out
+
+        return await self.worker.run(job)
+
+    async def score_prompts(self, prompts: list[list[int]], top: int) -> list[ScoredPrompt]:
+        """Every prompt token's log-probability, in one job for the whole list (a prefix the
+        prompts share is read once)."""
+
+        def job(cancelled: threading.Event) -> list[ScoredPrompt]:
+            out = []
+            for t in prompts:  # an unload or a gone client stops a long list between prompts
+                if cancelled.is_set():
+                    raise ModelUnloaded("the scoring request was stopped (model unloaded)")
+                out.append(self.engine.score_prompt(t, top))
             return out
 
         return await self.worker.run(job)

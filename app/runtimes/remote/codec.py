@@ -21,6 +21,7 @@ from app.core.types import (
     ToolCallDelta,
     Usage,
 )
+from app.errors import UnsupportedParameter
 
 # kinds whose servers take llama.cpp/vLLM sampling fields beyond OpenAI's (a cloud API refuses
 # unknown fields, so plain "openai" gets only OpenAI's own)
@@ -117,6 +118,7 @@ def json_object_dialect(fmt: Any) -> dict[str, Any]:
 
 
 def chat_body(kind: str, remote_id: str, req: ChatRequest) -> dict[str, Any]:
+    refuse_scoring(req)
     s = req.sampling
     body: dict[str, Any] = {
         "model": remote_id,
@@ -148,9 +150,24 @@ def chat_body(kind: str, remote_id: str, req: ChatRequest) -> dict[str, Any]:
     return body
 
 
+def refuse_scoring(req: ChatRequest | CompletionRequest) -> None:
+    """A remote model streams its answers here: a prompt's log-probabilities (which vLLM
+    does not stream) cannot come back through it, so asking for them is a 400, never a drop."""
+    param = "echo" if isinstance(req, CompletionRequest) and req.echo else None
+    if param is None and req.prompt_logprobs is not None:
+        param = "prompt_logprobs"
+    if param is not None:
+        raise UnsupportedParameter(
+            f"'{param}' is not available on a remote model (its answers are streamed, and "
+            "prompt log-probabilities are not); ask a local GGUF model",
+            param=param,
+        )
+
+
 def completion_body(
     kind: str, remote_id: str, req: CompletionRequest, prompt: str | tuple[int, ...]
 ) -> dict[str, Any]:
+    refuse_scoring(req)
     s = req.sampling
     body: dict[str, Any] = {
         "model": remote_id,

@@ -102,6 +102,10 @@ def request_fields(req: ChatRequest | CompletionRequest, targets: list[Any]) -> 
         out.update(
             kind="completion", prompts=[p if isinstance(p, str) else list(p) for p in req.prompts]
         )
+        if req.echo:  # only when asked: the keys of answers stored before stay valid
+            out["echo"] = True
+    if req.prompt_logprobs is not None:
+        out["prompt_logprobs"] = req.prompt_logprobs
     return out
 
 

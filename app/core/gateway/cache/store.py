@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.core.types import Delta, Timings, TokenLogprob, ToolCallDelta, Usage
+from app.core.types import Delta, PromptToken, Timings, TokenLogprob, ToolCallDelta, Usage
 from app.core.util.sqlite_wal import open_wal
 
 log = logging.getLogger(__name__)
@@ -81,12 +81,25 @@ def _delta(raw: dict[str, Any]) -> Delta:
         for lp in raw.get("logprobs", ())
     )
     calls = tuple(ToolCallDelta(**c) for c in raw.get("tool_calls", ()))
+    prompt = tuple(
+        PromptToken(
+            t["id"],
+            t["logprob"],
+            t["rank"],
+            tuple((a, lp) for a, lp in t["top"]),
+            t["text"],
+            tuple(t["top_text"]),
+        )
+        for t in raw.get("prompt", ())
+    )
+    nested = ("usage", "timings", "logprobs", "tool_calls", "prompt")
     return Delta(
-        **{k: v for k, v in raw.items() if k not in ("usage", "timings", "logprobs", "tool_calls")},
+        **{k: v for k, v in raw.items() if k not in nested},
         usage=usage,
         timings=timings,
         logprobs=logprobs,
         tool_calls=calls,
+        prompt=prompt,
     )
 
 

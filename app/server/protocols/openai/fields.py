@@ -1,6 +1,7 @@
 """OpenAI's own request fields (chat messages, prompts, embedding inputs, stream options,
 logprobs, response_format, the features not implemented yet), on the shared validators.
-Tested by tests/server/protocols/openai/test_adapter.py."""
+Tested by tests/server/protocols/openai/test_adapter.py and
+tests/server/protocols/openai/test_scoring_fields.py."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ from app.server.protocols.common import (
     Body,
     parse_content,
     parse_logprobs_flag,
+    parse_max_tokens,
     schema_constraint,
 )
+
+MAX_PROMPT_LOGPROBS = 20  # alternatives per prompt token (vLLM's default bound)
 
 
 def _unsupported(b: Body, key: str, why: str) -> None:
@@ -37,8 +41,6 @@ def reject_pending_features(b: Body, *, chat: bool) -> None:
         if mods is not None and mods != ["text"]:
             _unsupported(b, "modalities", "only text output is available")
     else:
-        if b.data.get("echo"):
-            _unsupported(b, "echo", "echo is not implemented")
         if b.data.get("suffix"):
             _unsupported(b, "suffix", "fill-in-the-middle is not implemented")
         best_of = b.integer("best_of", 1, lo=1, hi=128)
@@ -202,6 +204,30 @@ def parse_logprobs(b: Body, *, chat: bool) -> int | None:
     if chat:
         return parse_logprobs_flag(b)
     return b.integer("logprobs", None, lo=0, hi=5)
+
+
+def parse_prompt_logprobs(b: Body, stream: bool) -> int | None:
+    """vLLM's ``prompt_logprobs``: each prompt token's log-probability and the N (0-20) most
+    likely tokens at its place. Not streamed (as vLLM): the whole prompt comes at once."""
+    n = b.integer("prompt_logprobs", None, lo=0, hi=MAX_PROMPT_LOGPROBS)
+    if n is not None and stream:
+        raise UnsupportedParameter(
+            "'prompt_logprobs' is not available when streaming; ask without 'stream'",
+            param="prompt_logprobs",
+        )
+    return n
+
+
+def parse_completion_max_tokens(b: Body, echo: bool) -> int | None:
+    """``max_tokens`` of a legacy completion: 0 with ``echo`` scores the prompt only (as
+    OpenAI's legacy endpoint and vLLM take it); absent, OpenAI's default of 16."""
+    v = b.data.get("max_tokens")
+    if echo and not b.has("max_completion_tokens") and v == 0 and not isinstance(v, bool):
+        return 0
+    max_tokens = parse_max_tokens(b)
+    if max_tokens is None and not b.has("max_tokens"):
+        max_tokens = 16
+    return max_tokens
 
 
 def parse_response_format(b: Body) -> Constraint | None:

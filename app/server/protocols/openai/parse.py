@@ -25,10 +25,12 @@ from app.server.protocols.common import (
 )
 from app.server.protocols.openai.fields import (
     StreamOptions,
+    parse_completion_max_tokens,
     parse_embedding_input,
     parse_logprobs,
     parse_messages,
     parse_prompt,
+    parse_prompt_logprobs,
     parse_response_format,
     parse_stream,
     reject_pending_features,
@@ -72,6 +74,7 @@ def parse_chat(data: dict[str, Any]) -> Parsed:
         template_vars=parse_template_vars(b) or {},
         ttl=parse_ttl(b),
         n=b.integer("n", 1, lo=1, hi=MAX_N) or 1,
+        prompt_logprobs=parse_prompt_logprobs(b, so.stream),
     )
     return Parsed(req, so)
 
@@ -82,9 +85,8 @@ def parse_completion(data: dict[str, Any]) -> Parsed:
     prompts = parse_prompt(b)
     sampling = parse_sampling(b)
     stop = parse_stop(b)
-    max_tokens = parse_max_tokens(b)
-    if max_tokens is None and not b.has("max_tokens"):
-        max_tokens = 16  # OpenAI's documented default for legacy completions
+    echo = b.flag("echo")
+    max_tokens = parse_completion_max_tokens(b, echo)
     so = parse_stream(b)
     reject_pending_features(b, chat=False)
     req = CompletionRequest(
@@ -98,6 +100,8 @@ def parse_completion(data: dict[str, Any]) -> Parsed:
         logprobs=parse_logprobs(b, chat=False),
         ttl=parse_ttl(b),
         n=b.integer("n", 1, lo=1, hi=MAX_N) or 1,
+        echo=echo,
+        prompt_logprobs=parse_prompt_logprobs(b, so.stream),
     )
     return Parsed(req, so)
 

@@ -3,7 +3,8 @@ wire (whole answers, SSE chunks, usage, logprobs), and OpenAI's error shape.
 
 Pure translation (no aiohttp): the routes in ``app/server/routes/openai.py`` write what comes
 back through the one streaming path.
-Tested by tests/server/protocols/openai/test_adapter.py.
+Tested by tests/server/protocols/openai/test_adapter.py and
+tests/server/protocols/openai/test_scoring_fields.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from app import __version__
 from app.core.inference.generation import Completion
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Embeddings
-from app.core.types import Delta, TokenLogprob, ToolCallDelta
+from app.core.types import Delta, PromptToken, TokenLogprob, ToolCallDelta
 from app.errors import HearthError
 from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
 from app.server.protocols.common import token_logprobs
@@ -76,6 +77,62 @@ def completion_logprobs(lps: Sequence[TokenLogprob], offset: int = 0) -> dict[st
     }
 
 
+def echo_logprobs(tokens: Sequence[PromptToken]) -> dict[str, Any]:
+    """The echoed prompt's part of the legacy logprobs arrays: the first token has no
+    log-probability and no alternatives (null), as OpenAI's legacy endpoint answers."""
+    offsets, pos = [], 0
+    for t in tokens:
+        offsets.append(pos)
+        pos += len(t.text)
+    return {
+        "tokens": [t.text for t in tokens],
+        "token_logprobs": [t.logprob for t in tokens],
+        "top_logprobs": [
+            None
+            if t.logprob is None
+            else dict(zip(t.top_text, (lp for _, lp in t.top), strict=True))
+            for t in tokens
+        ],
+        "text_offset": offsets,
+    }
+
+
+def _joined(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    return {k: a[k] + b[k] for k in a}
+
+
+def prompt_logprobs(tokens: Sequence[PromptToken]) -> list[dict[str, dict[str, Any]] | None]:
+    """vLLM's ``prompt_logprobs``: null for the first token; then per place, keyed by token id,
+    the prompt's own token and the most likely ones: ``{"logprob", "rank", "decoded_token"}``."""
+    out: list[dict[str, dict[str, Any]] | None] = []
+    for t in tokens:
+        if t.logprob is None:
+            out.append(None)
+            continue
+        place = {str(t.id): {"logprob": t.logprob, "rank": t.rank, "decoded_token": t.text}}
+        for r, ((a, lp), text) in enumerate(zip(t.top, t.top_text, strict=True), start=1):
+            place.setdefault(str(a), {"logprob": lp, "rank": r, "decoded_token": text})
+        out.append(place)
+    return out
+
+
+def _echo_length(req: CompletionRequest, i: int, r: Completion) -> int:
+    """The echoed text's length in choice ``i``: where the generated tokens' offsets begin."""
+    prompt = req.prompts[i // req.n] if req.prompts else ""
+    return len(prompt) if isinstance(prompt, str) else sum(len(t.text) for t in r.prompt)
+
+
+def _completion_choice_logprobs(
+    req: CompletionRequest, i: int, r: Completion
+) -> dict[str, Any] | None:
+    if req.logprobs is None:
+        return None
+    if not req.echo:
+        return completion_logprobs(r.logprobs)
+    generated = completion_logprobs(r.logprobs, _echo_length(req, i, r))
+    return _joined(echo_logprobs(r.prompt), generated)
+
+
 def _reasoning_fields(ctx: Context, text: str) -> dict[str, str]:
     """reasoning_content (DeepSeek's name, read by most clients), and `reasoning` if asked."""
     if not text:
@@ -129,6 +186,11 @@ def chat_response(req: ChatRequest, results: Sequence[Completion], ctx: Context)
         ],
         "usage": usage(finals),
         "timings": _timings(finals),
+        **(
+            {"prompt_logprobs": prompt_logprobs(results[0].prompt) if results else None}
+            if req.prompt_logprobs is not None
+            else {}
+        ),
     }
 
 
@@ -237,8 +299,13 @@ def completion_response(
             {
                 "index": i,
                 "text": r.text,
-                "logprobs": completion_logprobs(r.logprobs) if req.logprobs is not None else None,
+                "logprobs": _completion_choice_logprobs(req, i, r),
                 "finish_reason": r.final.finish_reason,
+                **(
+                    {"prompt_logprobs": prompt_logprobs(r.prompt)}
+                    if req.prompt_logprobs is not None
+                    else {}
+                ),
             }
             for i, r in enumerate(results)
         ],
@@ -255,12 +322,18 @@ class CompletionStream(_ChunkStream):
     def __init__(self, req: CompletionRequest, so: StreamOptions, ctx: Context) -> None:
         super().__init__(so, ctx)
         self.logprobs = req.logprobs is not None
+        self.echo = req.echo
         self.offset: dict[int, int] = {}
 
     def _event(self, i: int, text: str, lp: Any, finish: str | None) -> Frame:
         return self._frame({"index": i, "text": text, "logprobs": lp, "finish_reason": finish})
 
     def delta(self, i: int, d: Delta) -> list[Frame]:
+        if d.prompt and self.echo:
+            # the echoed prompt and its logprobs come in the choice's first chunk (as OpenAI's)
+            self.offset[i] = len(d.text)
+            lp = echo_logprobs(d.prompt) if self.logprobs else None
+            return [self._event(i, d.text, lp, None)]
         if not (d.text or d.logprobs):
             return []
         offset = self.offset.get(i, 0)

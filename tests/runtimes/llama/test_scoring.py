@@ -1,0 +1,130 @@
+"""Prompt scoring on the real SmolLM2 model: every prompt token's log-probability equals the
+model's own log-softmax (llama-cpp-python's high-level Llama with every position's logits), and
+a prefix shared by several prompts is read once (counted by the tokens the engine decoded)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.core.library.index import ModelLibrary
+from app.core.service import Hearth, assemble
+from app.core.types import GenerationRequest, LoadOptions, SamplingParams
+from app.runtimes.llama.runtime import LlamaCppRuntime
+
+pytestmark = pytest.mark.model
+
+QUESTION = "Question: which planet is known as the red planet? Answer:"
+ANSWERS = [" Mars", " Venus", " Jupiter, the largest planet"]
+
+
+def hearth(tmp_path: Path, **options: Any) -> Hearth:
+    lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
+    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    opts = LoadOptions(context_length=1024, **options)
+    return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
+
+
+@pytest.fixture(scope="module")
+def reference(smollm2_path: Path) -> Any:
+    """Each prompt's per-token log-probabilities and full log-softmax rows, by llama-cpp-python."""
+    import llama_cpp
+
+    llm = llama_cpp.Llama(model_path=str(smollm2_path), logits_all=True, n_ctx=1024, verbose=False)
+
+    def score(tokens: list[int]) -> tuple[list[float], np.ndarray]:
+        llm.reset()
+        llm.eval(tokens)
+        s = np.array(llm.scores[: len(tokens)], dtype=np.float64)
+        lse = s.max(1) + np.log(np.exp(s - s.max(1)[:, None]).sum(1))
+        rows = s - lse[:, None]
+        return [float(rows[i, tokens[i + 1]]) for i in range(len(tokens) - 1)], rows
+
+    yield score, llm
+    llm.close()
+
+
+def _check(scored: Any, tokens: list[int], ref: Any, top: int) -> None:
+    expect, rows = ref(tokens)
+    got = scored.tokens
+    assert [t.id for t in got] == tokens
+    assert got[0].logprob is None and got[0].rank is None and got[0].top == ()
+    for i, t in enumerate(got[1:]):
+        assert t.logprob == pytest.approx(expect[i], abs=1e-3), f"token {i + 1}"
+        row = rows[i]
+        # its rank: the rank-th most likely token is as likely as it (ties may swap)
+        assert t.rank is not None
+        assert np.sort(row)[::-1][t.rank - 1] == pytest.approx(row[tokens[i + 1]], abs=1e-3)
+        assert len(t.top) == top
+        best = np.argsort(-row)[:top]
+        for (tid, lp), b in zip(t.top, best, strict=True):
+            assert lp == pytest.approx(row[b], abs=1e-3)
+            assert row[tid] == pytest.approx(row[b], abs=1e-3)
+
+
+async def test_scores_equal_the_models_log_softmax_and_a_shared_prefix_is_read_once(
+    tmp_path: Path, smollm2_path: Path, reference: Any
+) -> None:
+    ref, llm = reference
+    h = hearth(tmp_path)
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+        text = "The capital of France is Paris, and the capital of Italy is Rome."
+        tokens = lm.tokenize(text, add_special=True, parse_special=False)
+        [one] = await lm.score_prompts([tokens], 3)  # type: ignore[attr-defined]
+        _check(one, tokens, ref, 3)
+        assert one.decoded == len(tokens)
+
+        # token ids straight from the reference tokenizer, five alternatives each
+        ids = llm.tokenize(b"Once upon a time there was a small robot", add_bos=False)
+        [two] = await lm.score_prompts([ids], 5)  # type: ignore[attr-defined]
+        _check(two, ids, ref, 5)
+
+        q = lm.tokenize(QUESTION, add_special=True, parse_special=False)
+        prompts = [q + lm.tokenize(a, add_special=False, parse_special=False) for a in ANSWERS]
+        scored = await lm.score_prompts(prompts, 1)  # type: ignore[attr-defined]
+        for s, p in zip(scored, prompts, strict=True):
+            _check(s, p, ref, 1)
+        # the question is read with the first answer only; each later answer reads its own
+        # tokens and the question's last token again (the first new token's row)
+        assert scored[0].decoded == len(prompts[0])
+        for s, p in zip(scored[1:], prompts[1:], strict=True):
+            assert s.decoded == len(p) - len(q) + 1
+        # asked again, nothing is decoded
+        [again] = await lm.score_prompts([prompts[2]], 1)  # type: ignore[attr-defined]
+        assert again.decoded == 0 and again.tokens == scored[2].tokens
+    finally:
+        await h.close()
+
+
+async def test_scoring_beside_a_running_generation_and_with_no_prompt_cache(
+    tmp_path: Path, smollm2_path: Path, reference: Any
+) -> None:
+    ref, _ = reference
+    h = hearth(tmp_path, prompt_cache="off")
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+        stream = lm.submit(
+            GenerationRequest(
+                tuple(lm.tokenize("Tell me a story.", add_special=True, parse_special=False)),
+                40,
+                SamplingParams(temperature=0),
+            )
+        )
+        it = stream.__aiter__()
+        await it.__anext__()  # the generation runs
+        q = lm.tokenize(QUESTION, add_special=True, parse_special=False)
+        prompts = [q + lm.tokenize(a, add_special=False, parse_special=False) for a in ANSWERS]
+        scored = await lm.score_prompts(prompts, 2)  # type: ignore[attr-defined]
+        for s, p in zip(scored, prompts, strict=True):
+            _check(s, p, ref, 2)
+        async for d in it:
+            if d.finish_reason is not None:
+                assert d.finish_reason == "length"
+    finally:
+        await h.close()
