@@ -71,8 +71,9 @@ class Generation:
     async def _split(self) -> AsyncIterator[Delta]:
         """Moves ``<think>`` text to ``Delta.reasoning`` (counting its tokens) and tool-call
         blocks to ``Delta.tool_calls``. Text outside calls after the first call is dropped; once
-        the parser's last allowed call is closed, the runtime is stopped and the generation ends
-        there with finish_reason "tool_calls"."""
+        the parser's last allowed call is closed (or, for a forced call, a call repeats an
+        earlier one), the runtime is stopped and the generation ends there with finish_reason
+        "tool_calls"."""
         splitter, parser = self._reasoning, self._tools
         reasoning_tokens = completion_tokens = 0
         deltas = aiter(self._stream)  # one iterator: the tail is drained from it after a stop

@@ -113,7 +113,7 @@ class JsonCalls(Block):
                 if self.parser.exhausted:
                     break
                 self.parser.add_fragment(self.parser.start_call(name, ev), args, ev)
-                self.parser.end_call()
+                self.parser.end_call(ev)
             return True
         if self._call is not None:
             self._finish(self._call, ev)
@@ -213,7 +213,7 @@ class JsonCalls(Block):
     def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
         self._drain(ev)
         self.parser.add_fragment(call, self._args.closing(), ev)
-        self.parser.end_call()
+        self.parser.end_call(ev)
         self._new_object()
 
     def _end_object(self, ev: ParseEvent) -> int | None:
@@ -296,7 +296,7 @@ class HeaderCall(OneCall):
 
     def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
         self.parser.add_fragment(call, self._args.take() + self._args.closing(), ev)
-        self.parser.end_call()
+        self.parser.end_call(ev)
         self._done = True
 
 
@@ -336,7 +336,7 @@ class XmlCall(OneCall):
 
     def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
         self.parser.add_fragment(call, "}" if self._params else "{}", ev)
-        self.parser.end_call()
+        self.parser.end_call(ev)
         self._done = True
 
 

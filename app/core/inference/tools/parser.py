@@ -1,9 +1,12 @@
-"""The streaming tool-call parser: text in, text and tool-call deltas out, per family."""
+"""The streaming tool-call parser: text in, text and tool-call deltas out, per family.
+Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/tools/test_repeat.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
+from typing import Any
 
 from app.core.inference.tools.calls import ParseEvent, StartedCall
 from app.core.inference.tools.formats import FED, NOT_A_CALL, OVER, Block, open_block
@@ -49,22 +52,33 @@ class ToolCallParser:
     Text outside calls goes to ``ParseEvent.text`` until the first call starts and to
     ``ParseEvent.trailing`` after. With ``max_calls``, once that many calls are closed the parser
     is ``exhausted``: no further call starts and everything after is trailing.
+
+    With ``end_on_repeat`` (a forced call, where a small model's grammar-bound output tends to
+    loop), a call with the same name and the same arguments (as parsed JSON) as an earlier call
+    ends the calls: it is dropped, ``repeated`` is set and the parser is ``exhausted``. A call
+    whose name an earlier call has is held (nothing of it in the events) until it closes, so a
+    repeat is never announced; a call under a new name streams at once.
     """
 
-    def __init__(self, family: str, *, max_calls: int | None = None) -> None:
+    def __init__(
+        self, family: str, *, max_calls: int | None = None, end_on_repeat: bool = False
+    ) -> None:
         self.family = family if family in FAMILIES else "hermes"
         self.start, self.end = BLOCKS[self.family]
         self.max_calls = max_calls
+        self.end_on_repeat = end_on_repeat
         self._buf = ""
         self._block: Block | None = None
         self.calls: list[StartedCall] = []
         self.closed = 0  # calls whose arguments are complete
+        self.repeated = False  # a call repeated an earlier one: the calls ended there
+        self._held: ParseEvent | None = None  # the open call's events, until it is known new
         self._answer_started = False
 
     @property
     def exhausted(self) -> bool:
-        """The last allowed call is closed: nothing more can be a call."""
-        return self.max_calls is not None and self.closed >= self.max_calls
+        """The last allowed call is closed, or a call repeated: nothing more can be a call."""
+        return self.repeated or self.max_calls is not None and self.closed >= self.max_calls
 
     def feed(self, text: str) -> ParseEvent:
         ev = ParseEvent()
@@ -155,26 +169,54 @@ class ToolCallParser:
         self._answer_started = self._answer_started or bool(text.strip())
 
     def start_call(self, name: str, ev: ParseEvent) -> StartedCall:
-        """(for blocks) A new call named ``name``, announced in ``ev``."""
+        """(for blocks) A new call named ``name``, announced in ``ev`` (or held, see the class)."""
         call = StartedCall(len(self.calls), _new_id(), name)
+        if self.end_on_repeat and any(c.name == name for c in self.calls):
+            self._held = ev = ParseEvent()
         self.calls.append(call)
         ev.started.append(StartedCall(call.index, call.id, call.name))
         return call
 
-    def end_call(self) -> None:
+    def end_call(self, ev: ParseEvent) -> None:
         """(for blocks) The call last started has its complete arguments."""
+        held, self._held = self._held, None
+        if held is not None:
+            call = self.calls[-1]
+            if any(_same(call, c) for c in self.calls[:-1]):
+                log.info("tool call %s repeated an earlier call; the calls end here", call.name)
+                self.calls.pop()
+                self.repeated = True
+                return
+            ev.started += held.started
+            for i, frag in held.arguments:
+                self._merge(i, frag, ev)
         self.closed += 1
 
-    @staticmethod
-    def add_fragment(call: StartedCall, text: str, ev: ParseEvent) -> None:
+    def add_fragment(self, call: StartedCall, text: str, ev: ParseEvent) -> None:
         """(for blocks) Append ``text`` to the arguments of ``call``, merged in ``ev`` per call."""
         if not text:
             return
         call.arguments += text
-        if ev.arguments and ev.arguments[-1][0] == call.index:
-            ev.arguments[-1] = (call.index, ev.arguments[-1][1] + text)
+        self._merge(call.index, text, self._held if self._held is not None else ev)
+
+    @staticmethod
+    def _merge(index: int, text: str, ev: ParseEvent) -> None:
+        if ev.arguments and ev.arguments[-1][0] == index:
+            ev.arguments[-1] = (index, ev.arguments[-1][1] + text)
         else:
-            ev.arguments.append((call.index, text))
+            ev.arguments.append((index, text))
+
+
+def _same(a: StartedCall, b: StartedCall) -> bool:
+    """Same name and the same arguments, compared as parsed JSON (spacing and key order aside)."""
+    return a.name == b.name and _parsed(a.arguments) == _parsed(b.arguments)
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except ValueError:
+        return arguments
 
 
 def _partial(buf: str, marker: str) -> int:
