@@ -157,3 +157,41 @@ def test_openai_agents_sdk_runs_a_required_tool(served: Served, api: str) -> Non
 
     result = asyncio.run(run())
     assert str(result.final_output).startswith("Sunny in ")
+
+
+def test_a_call_cut_by_max_tokens_comes_back_as_text_with_the_reason(served: Served) -> None:
+    """The forced call's grammar guarantees a call is started; a few tokens cut it short."""
+    ask: dict[str, Any] = {
+        "model": served.model_id,
+        "messages": ASK,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "max_tokens": 18,
+        "temperature": 0,
+    }
+    raw = oai(served).chat.completions.with_raw_response.create(**ask)
+    assert raw.headers["x-hearth-tool-parse"] == "incomplete"
+    body = json.loads(raw.text)["choices"][0]
+    assert body["hearth_tool_parse"] == "incomplete" and body["finish_reason"] == "length"
+    assert "tool_calls" not in body["message"]
+    assert body["message"]["content"].startswith('<tool_call>\n{"name": "get_weather"')
+    chunks = list(oai(served).chat.completions.create(**ask, stream=True))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert text == body["message"]["content"]
+    last = chunks[-1].choices[0]
+    assert last.finish_reason == "length" and last.model_extra["hearth_tool_parse"] == "incomplete"
+    ollama = httpx.post(
+        served.root + "/api/chat",
+        json={
+            "model": served.model_id,
+            "messages": ASK,
+            "tools": [WEATHER],
+            "tool_choice": "required",
+            "options": {"temperature": 0, "num_predict": 18},
+            "stream": False,
+        },
+        timeout=120,
+    )
+    assert ollama.headers["x-hearth-tool-parse"] == "incomplete"
+    assert ollama.json()["message"]["content"].startswith('<tool_call>\n{"name": "get_weather"')
+    assert not ollama.json()["message"].get("tool_calls")

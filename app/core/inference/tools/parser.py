@@ -9,7 +9,14 @@ import uuid
 from typing import Any
 
 from app.core.inference.tools.calls import ParseEvent, StartedCall
-from app.core.inference.tools.formats import FED, NOT_A_CALL, OVER, Block, open_block
+from app.core.inference.tools.formats import (
+    FED,
+    INCOMPLETE,
+    NOT_A_CALL,
+    OVER,
+    Block,
+    open_block,
+)
 from app.core.inference.tools.spec import FAMILIES
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,12 @@ class ToolCallParser:
     ends the calls: it is dropped, ``repeated`` is set and the parser is ``exhausted``. A call
     whose name an earlier call has is held (nothing of it in the events) until it closes, so a
     repeat is never announced; a call under a new name streams at once.
+
+    A call that started but was not finished correctly (its block or the stream ended first:
+    ``incomplete``; its arguments stopped being JSON: ``malformed_arguments``) ends the calls
+    too: its block's raw text and all text after it go to ``ParseEvent.broken`` (content, not a
+    call), ``broken`` names the reason and ``broken_index`` the call if it was announced (its
+    deltas, closed into a valid object, went out before the break was known).
     """
 
     def __init__(
@@ -72,13 +85,17 @@ class ToolCallParser:
         self.calls: list[StartedCall] = []
         self.closed = 0  # calls whose arguments are complete
         self.repeated = False  # a call repeated an earlier one: the calls ended there
+        self.broken: str | None = None  # why a started call was not finished correctly
+        self.broken_index: int | None = None  # that call, if its start was announced
         self._held: ParseEvent | None = None  # the open call's events, until it is known new
         self._answer_started = False
 
     @property
     def exhausted(self) -> bool:
         """The last allowed call is closed, or a call repeated: nothing more can be a call."""
-        return self.repeated or self.max_calls is not None and self.closed >= self.max_calls
+        if self.repeated or self.broken is not None:
+            return True
+        return self.max_calls is not None and self.closed >= self.max_calls
 
     def feed(self, text: str) -> ParseEvent:
         ev = ParseEvent()
@@ -94,7 +111,10 @@ class ToolCallParser:
     def _run(self, ev: ParseEvent, *, final: bool) -> None:
         while True:
             if self.exhausted:
-                ev.trailing += self._buf
+                if self.broken is not None:
+                    ev.broken += self._buf
+                else:
+                    ev.trailing += self._buf
                 self._buf, self._block = "", None
                 return
             block = self._block
@@ -134,6 +154,11 @@ class ToolCallParser:
             hold = 0 if final else _partial(buf, self.end)
             chunk, rest = buf[: len(buf) - hold], buf[len(buf) - hold :]
         status, used = block.feed(chunk, ev) if chunk else (FED, 0)
+        if self.broken is not None:  # the block as written so far; the rest follows it
+            ev.broken += block.opener + block.raw
+            self._buf = chunk[used:] + marker + rest
+            self._block = None
+            return True
         if self.exhausted:  # the rest of the block, its end marker included, is past the limit
             self._buf = block.leftover + chunk[used:] + marker + rest
             return True
@@ -155,6 +180,10 @@ class ToolCallParser:
         self._buf = rest
         if not block.close(ev):
             self._say(block.opener + block.raw + marker, ev)
+            if final and not marker and block.opener:  # cut inside a call block: say so
+                self.broken = INCOMPLETE
+        elif self.broken is not None:
+            ev.broken += block.opener + block.raw + marker
         return True
 
     def _open(self, opener: str, rest: str) -> None:
@@ -177,9 +206,20 @@ class ToolCallParser:
         ev.started.append(StartedCall(call.index, call.id, call.name))
         return call
 
-    def end_call(self, ev: ParseEvent) -> None:
-        """(for blocks) The call last started has its complete arguments."""
+    def end_call(self, ev: ParseEvent, broken: str | None = None) -> None:
+        """(for blocks) The call last started has its complete arguments, or ``broken`` says
+        why it was not finished correctly."""
         held, self._held = self._held, None
+        if broken is not None:
+            log.info(
+                "%s tool call %s: %s; returned as text", self.family, self.calls[-1].name, broken
+            )
+            self.broken = broken
+            if held is None:
+                self.broken_index = self.calls[-1].index
+            else:  # never announced: no trace of it as a call
+                self.calls.pop()
+            return
         if held is not None:
             call = self.calls[-1]
             if any(_same(call, c) for c in self.calls[:-1]):
