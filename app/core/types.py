@@ -291,6 +291,17 @@ class ToolCallDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolParseIssue:
+    """A tool call the model started but did not finish correctly: its text is returned as
+    content instead. ``reason``: ``incomplete`` (its block or the output ended first) or
+    ``malformed_arguments``; ``index``: the call's index when its deltas were streamed already
+    (a whole answer leaves that call out)."""
+
+    reason: str
+    index: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
     """A piece of a generation as the runtime produces it.
 
@@ -314,6 +325,8 @@ class Delta:
     cpu_busy: bool = False
     # on a first delta: the prompt's tokens scored (echo, prompt_logprobs)
     prompt: tuple[PromptToken, ...] = ()
+    # on the final delta: a started tool call that was returned as text, and why
+    tool_parse: ToolParseIssue | None = None
 
 
 class GenerationStream(Protocol):

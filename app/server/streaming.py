@@ -219,6 +219,10 @@ async def respond(
                 _finish(request, model, r.final)
                 results.append(r)
             body = whole(results)
+            # a started tool call that came back as text: why, on every protocol's answer
+            issues = [r.final.tool_parse.reason for r in results if r.final.tool_parse]
+            if issues:
+                headers["x-hearth-tool-parse"] = ",".join(dict.fromkeys(issues))
             return web.json_response(body, headers=headers)
         r_ = renderer()
         writer = FrameWriter(request, r_.framing, headers)

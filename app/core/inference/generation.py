@@ -17,6 +17,7 @@ from app.core.types import (
     TokenLogprob,
     ToolCall,
     ToolCallDelta,
+    ToolParseIssue,
     Usage,
 )
 
@@ -56,6 +57,10 @@ class Completion:
             )
         if d.finish_reason is not None:
             self.final = d
+            issue = d.tool_parse
+            if issue is not None and issue.index is not None and issue.index < len(self.tool_calls):
+                # streamed as a call before it broke; whole, it is only the text it was
+                del self.tool_calls[issue.index]
 
 
 class Generation:
@@ -87,8 +92,10 @@ class Generation:
     async def _split(self) -> AsyncIterator[Delta]:
         """Moves ``<think>`` text to ``Delta.reasoning`` (counting its tokens) and tool-call
         blocks to ``Delta.tool_calls``. Text outside calls after the first call is dropped; once
-        the parser's last allowed call is closed, the runtime is stopped and the generation ends
-        there with finish_reason "tool_calls"."""
+        the parser's last allowed call is closed (or, for a forced call, a call repeats an
+        earlier one), the runtime is stopped and the generation ends there with finish_reason
+        "tool_calls". A call that broke (see :class:`ToolCallParser`) ends the calls the same
+        way; its text is content on the final delta, whose ``tool_parse`` says why."""
         splitter, parser = self._reasoning, self._tools
         reasoning_tokens = completion_tokens = 0
         deltas = aiter(self._stream)  # one iterator: the tail is drained from it after a stop
@@ -104,9 +111,10 @@ class Generation:
                 elif r or splitter.inside:
                     reasoning_tokens += d.token_count
             calls: tuple[ToolCallDelta, ...] = ()
+            broken = ""
             if parser is not None:
                 ev = _parse(parser, a, final)
-                a = ev.text
+                a, broken = ev.text, ev.broken
                 calls = tuple(ToolCallDelta(c.index, c.id, c.name) for c in ev.started) + tuple(
                     ToolCallDelta(i, arguments=frag) for i, frag in ev.arguments if frag
                 )
@@ -122,7 +130,7 @@ class Generation:
                         counted = replace(end.usage, completion_tokens=completion_tokens)
                     d = replace(
                         d,
-                        finish_reason="tool_calls",
+                        finish_reason="tool_calls" if _whole_calls(parser) else "stop",
                         usage=counted,
                         timings=end.timings if end is not None else None,
                     )
@@ -132,11 +140,22 @@ class Generation:
                 if usage is not None:
                     usage = replace(usage, reasoning_tokens=reasoning_tokens)
                 reason = d.finish_reason
-                if parser is not None and parser.calls:
-                    if reason == "stop" or parser.exhausted and reason == "length":
+                issue = None
+                if parser is not None and _whole_calls(parser):
+                    # a call cut by max_tokens stays "length": the answer is not whole
+                    cut = parser.broken == "incomplete"
+                    if reason == "stop" or parser.exhausted and reason == "length" and not cut:
                         reason = "tool_calls"
+                if parser is not None and parser.broken is not None:
+                    issue = ToolParseIssue(parser.broken, parser.broken_index)
                 yield replace(
-                    d, text=a, reasoning=r, usage=usage, tool_calls=calls, finish_reason=reason
+                    d,
+                    text=a + broken,
+                    reasoning=r,
+                    usage=usage,
+                    tool_calls=calls,
+                    finish_reason=reason,
+                    tool_parse=issue,
                 )
                 return
             if r or a or d.logprobs or calls or d.prompt:
@@ -167,9 +186,15 @@ def _parse(parser: ToolCallParser, text: str, final: bool) -> ParseEvent:
         ev.trailing += tail.trailing
         ev.started += tail.started
         ev.arguments += tail.arguments
+        ev.broken += tail.broken
     if ev.trailing:
         log.debug("dropped %d characters of text after tool calls", len(ev.trailing))
     return ev
+
+
+def _whole_calls(parser: ToolCallParser) -> bool:
+    """Whether the answer has a call that was finished correctly."""
+    return len(parser.calls) > (parser.broken_index is not None)
 
 
 async def _drain(deltas: AsyncIterator[Delta]) -> Delta | None:

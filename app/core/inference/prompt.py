@@ -163,7 +163,11 @@ class PreparedChat:
     def start(self, lm: LoadedModel, sampling: SamplingParams) -> Generation:
         splitter = reasoning_splitter(self.template_source, self.prompt)
         parser = (
-            ToolCallParser(self.call.family, max_calls=self.call.max_calls)
+            ToolCallParser(
+                self.call.family,
+                max_calls=self.call.max_calls,
+                end_on_repeat=self.call.end_on_repeat,
+            )
             if self.call.active
             else None
         )

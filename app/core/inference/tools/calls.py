@@ -29,6 +29,8 @@ class ParseEvent:
     trailing: str = ""  # text outside calls once a call started (all of it past the last allowed)
     started: list[StartedCall] = field(default_factory=list)  # new calls: id/name, no arguments yet
     arguments: list[tuple[int, str]] = field(default_factory=list)  # (index, fragment)
+    # the raw text of a call that broke (and what followed it): content, never a call
+    broken: str = ""
 
 
 class CallSink(Protocol):
@@ -45,4 +47,4 @@ class CallSink(Protocol):
 
     def add_fragment(self, call: StartedCall, text: str, ev: ParseEvent) -> None: ...
 
-    def end_call(self) -> None: ...
+    def end_call(self, ev: ParseEvent, broken: str | None = None) -> None: ...

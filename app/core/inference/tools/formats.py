@@ -33,6 +33,10 @@ OVER = 2  # malformed (or done, for formats without an end marker) after a call 
 _WHOLE = 3  # (inside JsonCalls) not JSON: parse the block whole when it ends
 _NOT_A_CALL_INCL = 4  # (inside JsonCalls) NOT_A_CALL, this character included
 
+# why a started call was not finished correctly (the parser returns its text instead)
+INCOMPLETE = "incomplete"  # its block or the stream ended before the call was whole
+MALFORMED = "malformed_arguments"  # its arguments stopped being valid JSON
+
 
 class Block(ABC):
     """One call block's text after its start marker, turned into calls as it arrives."""
@@ -113,10 +117,10 @@ class JsonCalls(Block):
                 if self.parser.exhausted:
                     break
                 self.parser.add_fragment(self.parser.start_call(name, ev), args, ev)
-                self.parser.end_call()
+                self.parser.end_call(ev)
             return True
         if self._call is not None:
-            self._finish(self._call, ev)
+            self._finish(self._call, ev, broken=INCOMPLETE)
         return self._calls > 0
 
     def _step(self, ch: str, ev: ParseEvent) -> int | None:
@@ -210,10 +214,10 @@ class JsonCalls(Block):
         elif text:
             self._early.append(text)
 
-    def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
+    def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
         self._drain(ev)
         self.parser.add_fragment(call, self._args.closing(), ev)
-        self.parser.end_call()
+        self.parser.end_call(ev, broken)
         self._new_object()
 
     def _end_object(self, ev: ParseEvent) -> int | None:
@@ -229,7 +233,7 @@ class JsonCalls(Block):
 
     def _bad(self, ev: ParseEvent) -> int:
         if self._call is not None:
-            self._finish(self._call, ev)
+            self._finish(self._call, ev, broken=MALFORMED)
         return OVER if self._calls else NOT_A_CALL
 
 
@@ -252,11 +256,11 @@ class OneCall(Block):
         if self._call is None:
             return False
         if not self._done:
-            self._finish(self._call, ev)
+            self._finish(self._call, ev, broken=INCOMPLETE)
         return True
 
     @abstractmethod
-    def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
+    def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
         """Send the call's last fragment (closing its arguments) and mark the block done."""
 
 
@@ -288,15 +292,15 @@ class HeaderCall(OneCall):
             r = self._args.push(ch)
             if r != MORE:
                 status = OVER if r == BAD else FED
-                self._finish(call, ev)
+                self._finish(call, ev, broken=MALFORMED if r == BAD else None)
                 break
         else:
             self.parser.add_fragment(call, self._args.take(), ev)
         return status, len(chunk)
 
-    def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
+    def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
         self.parser.add_fragment(call, self._args.take() + self._args.closing(), ev)
-        self.parser.end_call()
+        self.parser.end_call(ev, broken)
         self._done = True
 
 
@@ -334,9 +338,9 @@ class XmlCall(OneCall):
             self._finish(call, ev)
         return FED, len(chunk)
 
-    def _finish(self, call: StartedCall, ev: ParseEvent) -> None:
+    def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
         self.parser.add_fragment(call, "}" if self._params else "{}", ev)
-        self.parser.end_call()
+        self.parser.end_call(ev, broken)
         self._done = True
 
 

@@ -1,12 +1,22 @@
-"""The streaming tool-call parser: text in, text and tool-call deltas out, per family."""
+"""The streaming tool-call parser: text in, text and tool-call deltas out, per family.
+Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/tools/test_repeat.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
+from typing import Any
 
 from app.core.inference.tools.calls import ParseEvent, StartedCall
-from app.core.inference.tools.formats import FED, NOT_A_CALL, OVER, Block, open_block
+from app.core.inference.tools.formats import (
+    FED,
+    INCOMPLETE,
+    NOT_A_CALL,
+    OVER,
+    Block,
+    open_block,
+)
 from app.core.inference.tools.spec import FAMILIES
 
 log = logging.getLogger(__name__)
@@ -49,21 +59,42 @@ class ToolCallParser:
     Text outside calls goes to ``ParseEvent.text`` until the first call starts and to
     ``ParseEvent.trailing`` after. With ``max_calls``, once that many calls are closed the parser
     is ``exhausted``: no further call starts and everything after is trailing.
+
+    With ``end_on_repeat`` (a forced call, where a small model's grammar-bound output tends to
+    loop), a call with the same name and the same arguments (as parsed JSON) as an earlier call
+    ends the calls: it is dropped, ``repeated`` is set and the parser is ``exhausted``. A call
+    whose name an earlier call has is held (nothing of it in the events) until it closes, so a
+    repeat is never announced; a call under a new name streams at once.
+
+    A call that started but was not finished correctly (its block or the stream ended first:
+    ``incomplete``; its arguments stopped being JSON: ``malformed_arguments``) ends the calls
+    too: its block's raw text and all text after it go to ``ParseEvent.broken`` (content, not a
+    call), ``broken`` names the reason and ``broken_index`` the call if it was announced (its
+    deltas, closed into a valid object, went out before the break was known).
     """
 
-    def __init__(self, family: str, *, max_calls: int | None = None) -> None:
+    def __init__(
+        self, family: str, *, max_calls: int | None = None, end_on_repeat: bool = False
+    ) -> None:
         self.family = family if family in FAMILIES else "hermes"
         self.start, self.end = BLOCKS[self.family]
         self.max_calls = max_calls
+        self.end_on_repeat = end_on_repeat
         self._buf = ""
         self._block: Block | None = None
         self.calls: list[StartedCall] = []
         self.closed = 0  # calls whose arguments are complete
+        self.repeated = False  # a call repeated an earlier one: the calls ended there
+        self.broken: str | None = None  # why a started call was not finished correctly
+        self.broken_index: int | None = None  # that call, if its start was announced
+        self._held: ParseEvent | None = None  # the open call's events, until it is known new
         self._answer_started = False
 
     @property
     def exhausted(self) -> bool:
-        """The last allowed call is closed: nothing more can be a call."""
+        """The last allowed call is closed, or a call repeated: nothing more can be a call."""
+        if self.repeated or self.broken is not None:
+            return True
         return self.max_calls is not None and self.closed >= self.max_calls
 
     def feed(self, text: str) -> ParseEvent:
@@ -80,7 +111,10 @@ class ToolCallParser:
     def _run(self, ev: ParseEvent, *, final: bool) -> None:
         while True:
             if self.exhausted:
-                ev.trailing += self._buf
+                if self.broken is not None:
+                    ev.broken += self._buf
+                else:
+                    ev.trailing += self._buf
                 self._buf, self._block = "", None
                 return
             block = self._block
@@ -120,6 +154,11 @@ class ToolCallParser:
             hold = 0 if final else _partial(buf, self.end)
             chunk, rest = buf[: len(buf) - hold], buf[len(buf) - hold :]
         status, used = block.feed(chunk, ev) if chunk else (FED, 0)
+        if self.broken is not None:  # the block as written so far; the rest follows it
+            ev.broken += block.opener + block.raw
+            self._buf = chunk[used:] + marker + rest
+            self._block = None
+            return True
         if self.exhausted:  # the rest of the block, its end marker included, is past the limit
             self._buf = block.leftover + chunk[used:] + marker + rest
             return True
@@ -141,6 +180,10 @@ class ToolCallParser:
         self._buf = rest
         if not block.close(ev):
             self._say(block.opener + block.raw + marker, ev)
+            if final and not marker and block.opener:  # cut inside a call block: say so
+                self.broken = INCOMPLETE
+        elif self.broken is not None:
+            ev.broken += block.opener + block.raw + marker
         return True
 
     def _open(self, opener: str, rest: str) -> None:
@@ -155,26 +198,65 @@ class ToolCallParser:
         self._answer_started = self._answer_started or bool(text.strip())
 
     def start_call(self, name: str, ev: ParseEvent) -> StartedCall:
-        """(for blocks) A new call named ``name``, announced in ``ev``."""
+        """(for blocks) A new call named ``name``, announced in ``ev`` (or held, see the class)."""
         call = StartedCall(len(self.calls), _new_id(), name)
+        if self.end_on_repeat and any(c.name == name for c in self.calls):
+            self._held = ev = ParseEvent()
         self.calls.append(call)
         ev.started.append(StartedCall(call.index, call.id, call.name))
         return call
 
-    def end_call(self) -> None:
-        """(for blocks) The call last started has its complete arguments."""
+    def end_call(self, ev: ParseEvent, broken: str | None = None) -> None:
+        """(for blocks) The call last started has its complete arguments, or ``broken`` says
+        why it was not finished correctly."""
+        held, self._held = self._held, None
+        if broken is not None:
+            log.info(
+                "%s tool call %s: %s; returned as text", self.family, self.calls[-1].name, broken
+            )
+            self.broken = broken
+            if held is None:
+                self.broken_index = self.calls[-1].index
+            else:  # never announced: no trace of it as a call
+                self.calls.pop()
+            return
+        if held is not None:
+            call = self.calls[-1]
+            if any(_same(call, c) for c in self.calls[:-1]):
+                log.info("tool call %s repeated an earlier call; the calls end here", call.name)
+                self.calls.pop()
+                self.repeated = True
+                return
+            ev.started += held.started
+            for i, frag in held.arguments:
+                self._merge(i, frag, ev)
         self.closed += 1
 
-    @staticmethod
-    def add_fragment(call: StartedCall, text: str, ev: ParseEvent) -> None:
+    def add_fragment(self, call: StartedCall, text: str, ev: ParseEvent) -> None:
         """(for blocks) Append ``text`` to the arguments of ``call``, merged in ``ev`` per call."""
         if not text:
             return
         call.arguments += text
-        if ev.arguments and ev.arguments[-1][0] == call.index:
-            ev.arguments[-1] = (call.index, ev.arguments[-1][1] + text)
+        self._merge(call.index, text, self._held if self._held is not None else ev)
+
+    @staticmethod
+    def _merge(index: int, text: str, ev: ParseEvent) -> None:
+        if ev.arguments and ev.arguments[-1][0] == index:
+            ev.arguments[-1] = (index, ev.arguments[-1][1] + text)
         else:
-            ev.arguments.append((call.index, text))
+            ev.arguments.append((index, text))
+
+
+def _same(a: StartedCall, b: StartedCall) -> bool:
+    """Same name and the same arguments, compared as parsed JSON (spacing and key order aside)."""
+    return a.name == b.name and _parsed(a.arguments) == _parsed(b.arguments)
+
+
+def _parsed(arguments: str) -> Any:
+    try:
+        return json.loads(arguments or "{}")
+    except ValueError:
+        return arguments
 
 
 def _partial(buf: str, marker: str) -> int:

@@ -31,6 +31,8 @@ class ToolSetup:
     template_tools: list[dict[str, Any]] | None = None
     constraint: Constraint | None = None
     max_calls: int | None = None  # the generation ends once this many calls are out
+    # forced calls end at the first repeat: a grammar-bound small model tends to loop on a call
+    end_on_repeat: bool = False
 
     @classmethod
     def plan(
@@ -67,16 +69,17 @@ class ToolSetup:
             single = tool_choice != "required" or not parallel
             constraint = tool_call_constraint(list(tools), parallel=not single)
             max_calls = 1 if single else None
+        forced = tool_choice != "auto"
         if native:
             tools_json = [t.as_openai() for t in tools]
-            return cls(messages, family, True, tools_json, constraint, max_calls)
+            return cls(messages, family, True, tools_json, constraint, max_calls, forced)
         prompt = generic_tool_prompt(list(tools))
         history = _plain_history(messages)
         if history and history[0].role == "system":
             history = [ChatMessage("system", history[0].content + "\n\n" + prompt), *history[1:]]
         else:
             history = [ChatMessage("system", prompt), *history]
-        return cls(history, family, True, None, constraint, max_calls)
+        return cls(history, family, True, None, constraint, max_calls, forced)
 
 
 def _plain_history(messages: Sequence[ChatMessage]) -> list[ChatMessage]:

@@ -181,6 +181,7 @@ def chat_response(req: ChatRequest, results: Sequence[Completion], ctx: Context)
                 },
                 "logprobs": chat_logprobs(r.logprobs) if req.logprobs is not None else None,
                 "finish_reason": r.final.finish_reason,
+                **tool_parse_field(r.final),
             }
             for i, r in enumerate(results)
         ],
@@ -282,7 +283,14 @@ class ChatStream(_ChunkStream):
         return out
 
     def end_choice(self, i: int, final: Delta) -> list[Frame]:
-        return [*self._begin(i), self._chunk(i, {}, final.finish_reason)]
+        last = self._chunk(i, {}, final.finish_reason)
+        last.data["choices"][0].update(tool_parse_field(final))
+        return [*self._begin(i), last]
+
+
+def tool_parse_field(final: Delta) -> dict[str, str]:
+    """Hearth's extension on a choice whose started tool call came back as text: the reason."""
+    return {} if final.tool_parse is None else {"hearth_tool_parse": final.tool_parse.reason}
 
 
 def completion_response(
