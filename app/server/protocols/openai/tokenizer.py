@@ -21,7 +21,9 @@ from app.server.protocols.common import (
     parse_template_vars,
     parse_tools,
 )
+from app.server.protocols.fields_registry import DETOKENIZE, TOKENIZE, refuse_unhonoured
 from app.server.protocols.openai.fields import parse_messages
+from app.server.protocols.openai.parse import parse_continue_final
 
 # what one /tokenize asks for: llama.cpp's text, vLLM's text, or vLLM's conversation
 FORMS = ("content", "prompt", "messages")
@@ -52,6 +54,7 @@ def parse_tokenize(data: dict[str, Any]) -> TokenizeAsk:
     ``{"messages", "add_generation_prompt" (true), "continue_final_message", "tools",
     "chat_template_kwargs", "add_special_tokens" (false)}``: exactly one of the three."""
     b = Body(data)
+    refuse_unhonoured(data, TOKENIZE)
     model = model_field(b)
     given = [f for f in FORMS if b.has(f)]
     if len(given) != 1:
@@ -100,18 +103,7 @@ def _chat(b: Body, model: str) -> ChatRequest:
             "special tokens",
             param="add_special_tokens",
         )
-    if b.has("chat_template"):
-        raise InvalidRequest(
-            "'chat_template' cannot be replaced per request: the model's own template renders "
-            "the messages",
-            param="chat_template",
-        )
-    cont = b.flag("continue_final_message")
-    if cont and b.flag("add_generation_prompt"):
-        raise InvalidRequest(
-            "'continue_final_message' and 'add_generation_prompt' cannot both be true",
-            param="continue_final_message",
-        )
+    cont = parse_continue_final(b)
     tools, choice = parse_tools(b)
     return ChatRequest(
         model=model,
@@ -152,6 +144,7 @@ def tokenize_response(
 def parse_detokenize(data: dict[str, Any]) -> tuple[str, list[int]]:
     """``{"model"?, "tokens": [ids]}``, bounded as /tokenize's pieces are."""
     b = Body(data)
+    refuse_unhonoured(data, DETOKENIZE)
     tokens = b.data.get("tokens")
     if not isinstance(tokens, list) or not all(
         isinstance(t, int) and not isinstance(t, bool) for t in tokens
