@@ -233,3 +233,31 @@ def test_the_walk_refused_fields_are_400s_naming_them(served: Served, name: str)
                 # taken: whatever else the answer says, it does not refuse this field
                 named = said is not None and said.split(".")[0].split("[")[0] in (key, prefix + key)
                 assert not named, (name, key, r.text)
+
+
+def test_fields_once_dropped_now_reach_the_request() -> None:
+    emb = parse_embed({"model": "m", "input": "hi", "dimensions": 8}, ident)
+    assert emb.dimensions == 8
+    msgs = parse_request(
+        {
+            "model": "m",
+            "messages": MSGS,
+            "max_tokens": 1,
+            "thinking": {"type": "disabled"},
+            "output_config": {"effort": "low"},
+        }
+    ).request
+    assert msgs.template_vars == {"enable_thinking": False, "reasoning_effort": "low"}
+
+
+@pytest.mark.model
+def test_chat_closes_the_prompt_as_vllm_asks(served: Served) -> None:
+    def prompt_tokens(**extra: Any) -> int:
+        body = {"model": served.model_id, "messages": MSGS, "max_tokens": 1, **extra}
+        r = httpx.post(f"{served.base_url}/chat/completions", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        return int(r.json()["usage"]["prompt_tokens"])
+
+    opened = prompt_tokens()
+    assert prompt_tokens(add_generation_prompt=False) < opened
+    assert prompt_tokens(continue_final_message=True, add_generation_prompt=False) < opened
