@@ -96,6 +96,10 @@ class ChatRequest:
     request_id: str = ""
     context: RequestContext = _ctx_field()
     prompt_logprobs: int | None = None  # None = off; N = each prompt token's and N most likely
+    # how the template closes the prompt: the assistant's turn opened (the default), or the
+    # last message left open for the model to continue (vLLM's continue_final_message)
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from app.core.engine.autofit import DEFAULT_MAX_AUTO_CONTEXT
@@ -42,6 +43,7 @@ from app.core.requests import (
     RerankRequest,
 )
 from app.core.types import LoadedModel, LoadOptions, Runtime
+from app.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +91,50 @@ class Hearth:
     async def check_images(self, req: ChatRequest) -> None:
         await self._pipeline.check_images(req)
 
+    async def prompt_tokens(self, req: ChatRequest) -> list[int]:
+        """The chat prompt's tokens on a local model (``req.model`` "" as :meth:`using` takes
+        it): what :meth:`chat` would submit, shaped by ``add_generation_prompt`` and
+        ``continue_final_message``."""
+        model = req.model or self.implied_model(req.context.models)
+        return await self._pipeline.prompt_tokens(replace(req, model=model))
+
     def resolve_local(self, name: str, scope: tuple[str, ...] | None = None) -> str:
-        return self._pipeline.resolve_local(name, scope)
+        return self._pipeline.resolve_local(name or self.implied_model(scope), scope)
 
     def using(
         self, name: str, ctx: RequestContext | None = None
     ) -> contextlib.AbstractAsyncContextManager[LoadedModel]:
-        """The loaded model ``name`` stands for (JIT), held for the ``async with`` block."""
-        return self._pipeline.using(name, ctx)
+        """The loaded model ``name`` stands for (JIT), held for the ``async with`` block; no
+        name: see :meth:`implied_model`."""
+        ctx = ctx or RequestContext()
+        return self._pipeline.using(name or self.implied_model(ctx.models), ctx)
+
+    def implied_model(self, scope: tuple[str, ...] | None = None) -> str:
+        """The model a local-model route (tokenize, detokenize, tokenizer_info) means when the
+        request names none: "" where ``default_model`` is set (the gateway resolves it), else
+        the only loaded model, else the only chat model in the library.
+
+        Raises:
+            InvalidRequest: none of these picks one model.
+        """
+        if self._pipeline.default_model:
+            return ""
+        statuses = self.models.all(scope)
+        loaded = [s.model.id for s in statuses if s.state == "loaded"]
+        if len(loaded) == 1:
+            return loaded[0]
+        chat = [s.model.id for s in statuses if "chat" in s.model.capabilities]
+        if not loaded and len(chat) == 1:
+            return chat[0]
+        why = (
+            f"{len(loaded)} models are loaded"
+            if loaded
+            else f"the library has {len(chat)} chat models"
+        )
+        raise InvalidRequest(
+            f"'model' is required here: no default_model is set and {why}; name one",
+            param="model",
+        )
 
     async def close(self) -> None:
         await self.routing.close()

@@ -349,7 +349,8 @@ class LoadedModel(Protocol):
 
     @property
     def special_tokens(self) -> dict[str, Any]:
-        """bos, eos (text), bos_id, eos_id, n_vocab."""
+        """bos, eos (text), bos_id, eos_id, n_vocab; where the runtime knows them also pad,
+        unk (text) and pad_id, unk_id, add_bos, add_eos, tokenizer_model."""
         ...
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int]: ...

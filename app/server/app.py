@@ -52,6 +52,7 @@ def create_app(
         ollama,
         openai,
         responses,
+        tokenizer,
     )
 
     tele = telemetry if telemetry is not None else Telemetry.from_env()
@@ -73,6 +74,7 @@ def create_app(
     if guard is not None:
         app.on_cleanup.append(lambda _app: _flush(guard))
     app.router.add_routes(openai.routes)
+    app.router.add_routes(tokenizer.routes)  # /tokenize, /detokenize, /tokenizer_info
     app.router.add_routes(native.routes)
     app.router.add_routes(ollama.routes)
     app.router.add_routes(anthropic.routes)

@@ -106,9 +106,13 @@ class LocalRunner:
 
     async def count_tokens(self, req: ChatRequest) -> int:
         """The prompt tokens :meth:`chat` would submit (a prompt over the context counts)."""
+        return len(await self.prompt_tokens(req))
+
+    async def prompt_tokens(self, req: ChatRequest) -> list[int]:
+        """The prompt :meth:`chat` would submit, as token ids (one over the context too)."""
         async with self.using(req.model, req.context, req.ttl) as lm:
             prepared = await self._plan_chat(lm, req, check_fits=False)
-            return len(prepared.base.prompt_tokens)
+            return list(prepared.base.prompt_tokens)
 
     async def _plan_chat(
         self, lm: LoadedModel, req: ChatRequest, *, check_fits: bool = True

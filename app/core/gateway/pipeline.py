@@ -131,6 +131,17 @@ class Pipeline:
         )
         req.context.vision_checked = target
 
+    @property
+    def default_model(self) -> str:
+        """The routing setting a request naming no model goes to ("" when none is set)."""
+        return self._gateway.default_model
+
+    async def prompt_tokens(self, req: ChatRequest) -> list[int]:
+        """The prompt tokens :meth:`chat` would submit for ``req`` on the local model its name
+        stands for (see :meth:`resolve_local`; a remote model is NotSupported)."""
+        local = self.resolve_local(req.model, req.context.models)
+        return await self._dispatch.local.prompt_tokens(replace(req, model=local))
+
     def resolve_local(self, name: str, scope: tuple[str, ...] | None = None) -> str:
         """The local model id ``name`` stands for: itself, or an alias's (or ``auto``'s) first
         local target. Raises ModelNotFound, or NotSupported for a remote model."""

@@ -57,6 +57,11 @@ class Gateway:
             found = self.aliases.all(fresh=True)
         return found
 
+    @property
+    def default_model(self) -> str:
+        """The model a request that names none goes to ("" when none is set)."""
+        return self._routing().default_model
+
     def is_routable(self, name: str) -> bool:
         """A name the gateway answers for besides a model id: an alias or ``auto``."""
         return name == AUTO or name in self.alias_map(name)

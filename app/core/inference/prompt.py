@@ -60,6 +60,18 @@ async def tokenize_images(lm: LoadedModel, text: str, images: tuple[ImageInput, 
     return list(await fn(text, images))
 
 
+def open_final_message(prompt: str, final: str) -> str:
+    """The rendered prompt cut just after the last message's text, so the model continues that
+    message (the template's end-of-turn marker after it goes)."""
+    at = prompt.rfind(final.rstrip()) if final.strip() else -1
+    if at < 0:
+        raise InvalidRequest(
+            "'continue_final_message' needs a last message whose text the chat template keeps",
+            param="continue_final_message",
+        )
+    return prompt[: at + len(final.rstrip())]
+
+
 def check_fits(lm: LoadedModel, n_prompt: int, param: str) -> None:
     if n_prompt == 0:
         raise InvalidRequest("the prompt is empty", param=param)
@@ -103,7 +115,13 @@ async def prepare_chat(
             bos_token=special.get("bos", ""),
             eos_token=special.get("eos", ""),
         )
-        prompt = template.render(messages, add_generation_prompt=True, **extra)
+        prompt = template.render(
+            messages,
+            add_generation_prompt=req.add_generation_prompt and not req.continue_final_message,
+            **extra,
+        )
+        if req.continue_final_message:
+            prompt = open_final_message(prompt, messages[-1].content if messages else "")
         if images:
             return template, prompt, None
         # tokenized in the same thread: one hand-over each way instead of two (a tiny prompt's

@@ -39,15 +39,7 @@ class LlamaCppModel:
         self.cache_tokens = engine.cache_tokens  # the KV cache's cells, all sequences together
         self.parallel = engine.max_sequences
         self._template = model.chat_template or engine.meta("tokenizer.chat_template")
-        bos = L.llama_vocab_bos(engine.vocab)
-        eos = L.llama_vocab_eos(engine.vocab)
-        self._special: dict[str, Any] = {
-            "bos": engine.piece(bos, special=True).decode(errors="replace") if bos >= 0 else "",
-            "eos": engine.piece(eos, special=True).decode(errors="replace") if eos >= 0 else "",
-            "bos_id": bos if bos >= 0 else None,
-            "eos_id": eos if eos >= 0 else None,
-            "n_vocab": engine.n_vocab,
-        }
+        self._special = _special_tokens(engine)
         self.worker = Worker(engine, name=model.id, queue_size=queue_size)
         # constraint -> its grammar, checked and compiled; the most recently used last
         self._grammars: collections.OrderedDict[Constraint, str] = collections.OrderedDict()
@@ -237,3 +229,31 @@ class LlamaCppRuntime:
     def close(self) -> None:
         """Kill the probe children still running (their loads fail as abandoned)."""
         self.prober.close()
+
+
+def _special_tokens(engine: LlamaEngine) -> dict[str, Any]:
+    """The vocabulary's special tokens (text and id) and how it tokenizes, from the GGUF's
+    ``tokenizer.ggml.*`` keys as llama.cpp read them."""
+    v = engine.vocab
+
+    def text(tok: int) -> str:
+        return engine.piece(tok, special=True).decode(errors="replace") if tok >= 0 else ""
+
+    unk_meta = engine.meta("tokenizer.ggml.unknown_token_id")
+    unk = int(unk_meta) if unk_meta and unk_meta.isdigit() else -1
+    unk = unk if unk < engine.n_vocab else -1
+    out: dict[str, Any] = {
+        "tokenizer_model": engine.meta("tokenizer.ggml.model") or "",
+        "add_bos": bool(L.llama_vocab_get_add_bos(v)),
+        "add_eos": bool(L.llama_vocab_get_add_eos(v)),
+        "n_vocab": engine.n_vocab,
+    }
+    for name, tok in (
+        ("bos", L.llama_vocab_bos(v)),
+        ("eos", L.llama_vocab_eos(v)),
+        ("pad", L.llama_vocab_pad(v)),
+        ("unk", unk),
+    ):
+        out[name] = text(tok)
+        out[f"{name}_id"] = tok if tok >= 0 else None
+    return out

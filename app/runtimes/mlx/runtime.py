@@ -358,6 +358,13 @@ class MlxModel:
             "bos_id": getattr(tok, "bos_token_id", None),
             "eos_id": getattr(tok, "eos_token_id", None),
             "n_vocab": len(tok._tokenizer),
+            "pad": getattr(tok, "pad_token", None) or "",
+            "pad_id": getattr(tok, "pad_token_id", None),
+            "unk": getattr(tok, "unk_token", None) or "",
+            "unk_id": getattr(tok, "unk_token_id", None),
+            "tokenizer_model": type(tok._tokenizer).__name__,
+            "add_bos": bool(getattr(tok._tokenizer, "add_bos_token", False)),
+            "add_eos": bool(getattr(tok._tokenizer, "add_eos_token", False)),
         }
         self.worker = Worker(engine, name=model.id, queue_size=queue_size)
         self._good_constraints: set[tuple[str, str]] = set()

@@ -331,18 +331,6 @@ MAX_TOKENIZE_BYTES = 4 * 1024 * 1024  # a few seconds of tokenizer time, off the
 MAX_PIECES = 262_144  # tokens /tokenize spells out one by one (with_pieces)
 
 
-def parse_tokenize_content(b: Body) -> str:
-    """/tokenize's ``content``: a string of at most MAX_TOKENIZE_BYTES UTF-8 bytes."""
-    content = b.text("content", required=True) or ""
-    n = len(content.encode("utf-8", errors="surrogatepass"))
-    if n > MAX_TOKENIZE_BYTES:
-        raise InvalidRequest(
-            f"'content' is {n} bytes; /tokenize takes at most {MAX_TOKENIZE_BYTES}",
-            param="content",
-        )
-    return content
-
-
 def parse_ttl(b: Body) -> Any:
     """Hearth's `ttl` extension (seconds; -1 = never) or Ollama's `keep_alive` ("5m", 0, -1)."""
     for key in ("ttl", "keep_alive"):

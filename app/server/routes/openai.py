@@ -1,5 +1,5 @@
 """OpenAI-compatible routes: /v1/models, /v1/chat/completions, /v1/completions,
-/v1/embeddings, /v1/rerank, llama.cpp-style /tokenize and /detokenize, /health."""
+/v1/embeddings, /v1/rerank, /health (the tokenizer routes: tokenizer.py)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,17 @@ from aiohttp import web
 
 from app.core.gateway.providers.pool import RemoteListing
 from app.core.inference.generation import Choices, Completion
-from app.core.service import Hearth
 from app.core.types import ModelStatus
-from app.errors import InvalidRequest
 from app.server.edge.body import large_json_response, read_json_body
 from app.server.edge.vision import resolve_images
 from app.server.protocols import OPENAI
 from app.server.protocols.base import Context, StreamRenderer
-from app.server.protocols.common import MAX_PIECES, Body, parse_tokenize_content
 from app.server.protocols.openai import parse, render
 from app.server.protocols.openai import rerank as rerank_wire
 from app.server.protocols.openai.fields import StreamOptions
 from app.server.routes import ProtocolRoutes
 from app.server.routes.health import health_body, model_filter
-from app.server.state import REQUEST_LOG, SERVICE, STATE, context_of, scope_of, with_context
+from app.server.state import REQUEST_LOG, SERVICE, STATE, scope_of, with_context
 from app.server.streaming import respond
 
 routes = ProtocolRoutes(OPENAI)
@@ -168,51 +165,3 @@ async def rerank(request: web.Request) -> web.Response:
     result = await request.app[SERVICE].rerank(with_context(request, parsed.request))
     request[REQUEST_LOG]["prompt_tokens"] = result.prompt_tokens
     return web.json_response(rerank_wire.rerank_response(parsed, result))
-
-
-@routes.post("/tokenize")
-async def tokenize(request: web.Request) -> web.Response:
-    """llama.cpp-style: {"model", "content", "add_special": false, "with_pieces": false}."""
-    service: Hearth = request.app[SERVICE]
-    b = Body(await read_json_body(request))
-    model = parse.model_field(b)
-    content = parse_tokenize_content(b)
-    with_pieces = b.flag("with_pieces")
-    async with service.using(model, context_of(request)) as lm:
-        tokens = await asyncio.to_thread(
-            lm.tokenize,
-            content,
-            add_special=b.flag("add_special"),
-            parse_special=b.flag("parse_special", True),
-        )
-        if with_pieces:
-            if len(tokens) > MAX_PIECES:
-                raise InvalidRequest(
-                    f"'with_pieces' answers at most {MAX_PIECES} tokens; this text has "
-                    f"{len(tokens)} (ask without pieces, or split the text)",
-                    param="with_pieces",
-                )
-            pieces = await asyncio.to_thread(lm.token_pieces, tokens)
-            return web.json_response(
-                {"tokens": [{"id": t, "piece": p} for t, p in zip(tokens, pieces, strict=True)]}
-            )
-    return web.json_response({"tokens": tokens})
-
-
-@routes.post("/detokenize")
-async def detokenize(request: web.Request) -> web.Response:
-    """llama.cpp-style: {"model", "tokens": [ids]} -> {"content"}."""
-    service: Hearth = request.app[SERVICE]
-    b = Body(await read_json_body(request))
-    model = parse.model_field(b)
-    tokens = b.data.get("tokens")
-    if not isinstance(tokens, list) or not all(
-        isinstance(t, int) and not isinstance(t, bool) for t in tokens
-    ):
-        raise InvalidRequest("'tokens' must be an array of token ids", param="tokens")
-    async with service.using(model, context_of(request)) as lm:
-        vocab = int(lm.special_tokens.get("n_vocab") or 0)
-        if vocab and any(not 0 <= t < vocab for t in tokens):
-            raise InvalidRequest(f"token ids must be in [0, {vocab})", param="tokens")
-        content = await asyncio.to_thread(lm.detokenize, tokens)
-    return web.json_response({"content": content})

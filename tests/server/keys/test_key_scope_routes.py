@@ -103,6 +103,9 @@ def test_rerank_and_tokenize_outside_the_scope_answer_as_unknown(keyed: Keyed) -
     cases = [
         ("/v1/rerank", lambda m: {"model": m, "query": "cats", "documents": ["a cat", "a car"]}),
         ("/tokenize", lambda m: {"model": m, "content": "hi"}),
+        ("/tokenize", lambda m: {"model": m, "prompt": "hi"}),
+        ("/detokenize", lambda m: {"model": m, "tokens": [1]}),
+        ("/tokenizer_info", lambda m: {"model": m}),
         ("/api/v1/models/estimate", lambda m: {"model": m}),
     ]
     for path, body in cases:

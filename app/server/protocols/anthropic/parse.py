@@ -29,6 +29,11 @@ from app.server.protocols.common import (
     parse_ttl,
     tool_choice,
 )
+from app.server.protocols.fields_registry import (
+    ANTHROPIC_COUNT_TOKENS,
+    ANTHROPIC_MESSAGES,
+    refuse_unhonoured,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +203,7 @@ def parse_request(data: dict[str, Any], *, counting: bool = False) -> Parsed:
     """A Messages body -> the internal chat request. ``counting``: a count_tokens body, which
     has no ``max_tokens``."""
     b = Body(data)
+    refuse_unhonoured(data, ANTHROPIC_COUNT_TOKENS if counting else ANTHROPIC_MESSAGES)
     model = b.text("model") or ""  # none: default_model (the gateway), or a 400
     max_tokens = b.integer("max_tokens", None, lo=1, hi=MAX_TOKENS_LIMIT)
     if max_tokens is None and not counting:
@@ -219,5 +225,34 @@ def parse_request(data: dict[str, Any], *, counting: bool = False) -> Parsed:
         tools=tuple(tools),
         tool_choice=choice,
         ttl=parse_ttl(b),
+        template_vars=thinking_vars(b),
     )
     return Parsed(req, b.flag("stream"))
+
+
+def thinking_vars(b: Body) -> dict[str, Any]:
+    """``thinking`` ({"type": "enabled" | "disabled" | "adaptive"}) and ``output_config.effort``
+    as the chat template reads them: ``enable_thinking`` (Qwen3-style templates) and
+    ``reasoning_effort`` (gpt-oss); a model without such a switch thinks as it does."""
+    out: dict[str, Any] = {}
+    effort = b.data.get("output_config")
+    if effort is not None:
+        effort = effort.get("effort") if isinstance(effort, dict) else "?"
+        if effort is not None and effort not in ("low", "medium", "high"):
+            raise InvalidRequest(
+                "'output_config.effort' must be low, medium or high", param="output_config.effort"
+            )
+        if effort is not None:
+            out["reasoning_effort"] = effort  # gpt-oss templates read it
+    raw = b.data.get("thinking")
+    if raw is None:
+        return out
+    kind = raw.get("type") if isinstance(raw, dict) else None
+    if kind not in ("enabled", "disabled", "adaptive"):
+        raise InvalidRequest(
+            "'thinking' must be an object with type enabled, disabled or adaptive",
+            param="thinking.type",
+        )
+    if kind != "adaptive":
+        out["enable_thinking"] = kind == "enabled"
+    return out

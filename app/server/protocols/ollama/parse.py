@@ -58,6 +58,13 @@ from app.server.protocols.common import (
     parse_tools,
     schema_constraint,
 )
+from app.server.protocols.fields_registry import (
+    OLLAMA_CHAT,
+    OLLAMA_EMBED,
+    OLLAMA_GENERATE,
+    OLLAMA_OPTIONS,
+    refuse_unhonoured,
+)
 
 THINK_LEVELS = ("low", "medium", "high")
 Key = Literal["message", "response"]  # where the output goes: /api/chat, /api/generate
@@ -83,6 +90,7 @@ def parse_options(raw: Any) -> tuple[SamplingParams, int | None, tuple[str, ...]
     protocol)."""
     if not isinstance(raw, dict):
         raise InvalidRequest("'options' must be an object", param="options")
+    refuse_unhonoured(raw, OLLAMA_OPTIONS, prefix="options.")
     b = Body(raw)
     sampling = SamplingParams(
         temperature=b.number("temperature", 0.8, lo=0.0, hi=2.0),
@@ -148,15 +156,6 @@ def _images(raw: Any, where: str) -> tuple[ImageSource, ...]:
     return tuple(
         ImageSource(f"{where}[{k}]", data=b64_image(v, f"{where}[{k}]")) for k, v in enumerate(raw)
     )
-
-
-def _reject(b: Body) -> None:
-    if b.data.get("suffix"):
-        raise UnsupportedParameter("'suffix' (fill-in-the-middle) is not supported", param="suffix")
-    if b.data.get("context"):
-        raise UnsupportedParameter(
-            "'context' (deprecated token context) is not supported", param="context"
-        )
 
 
 def _model(b: Body, resolve: Resolve) -> str:
@@ -240,7 +239,7 @@ def parse_chat(data: dict[str, Any], resolve: Resolve) -> Parsed:
     """An /api/chat body (``resolve`` turns its model name into the library id)."""
     b = Body(data)
     model = _model(b, resolve)
-    _reject(b)
+    refuse_unhonoured(data, OLLAMA_CHAT)
     constraint, think = parse_format(b), parse_think(b)
     # tools: Ollama's shape is OpenAI's; `tool_choice` / `parallel_tool_calls` are Hearth's
     # extension here (Ollama's API has none: auto is the default), in OpenAI's spellings
@@ -273,9 +272,7 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
     request), or with ``raw`` the prompt as it is (a completion, never parsed for reasoning)."""
     b = Body(data)
     model = _model(b, resolve)
-    _reject(b)
-    if b.data.get("tools"):
-        raise UnsupportedParameter("'tools' need /api/chat", param="tools")
+    refuse_unhonoured(data, OLLAMA_GENERATE)
     constraint, think = parse_format(b), parse_think(b)
     logprobs = parse_logprobs_flag(b, zero_alone=True)
     ttl = parse_ttl(b)
@@ -283,10 +280,6 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
     prompt = b.text("prompt", default="") or ""
     if not prompt:
         return Parsed(model, None, "response", stream, think, ttl)
-    if b.data.get("template"):
-        raise UnsupportedParameter(
-            "a custom 'template' is not supported; use raw", param="template"
-        )
     raw = b.flag("raw")
     images = _images(b.data.get("images"), "images")
     if raw and images:
@@ -328,13 +321,19 @@ def parse_embed(data: dict[str, Any], resolve: Resolve) -> EmbeddingRequest:
     """/api/embed: ``input`` a non-empty string or list of them (at most MAX_EMBED_INPUTS)."""
     b = Body(data)
     model = _model(b, resolve)
+    refuse_unhonoured(data, OLLAMA_EMBED)
     raw = b.data.get("input")
     items = [raw] if isinstance(raw, str) else raw
     if not isinstance(items, list) or not items or not all(isinstance(x, str) and x for x in items):
         raise InvalidRequest("'input' must be a non-empty string or list of strings", param="input")
     if len(items) > MAX_EMBED_INPUTS:  # refused before the model loads
         raise InvalidRequest(f"at most {MAX_EMBED_INPUTS} inputs per request", param="input")
-    return EmbeddingRequest(model=model, inputs=tuple(items), ttl=parse_ttl(b))
+    return EmbeddingRequest(
+        model=model,
+        inputs=tuple(items),
+        ttl=parse_ttl(b),
+        dimensions=b.integer("dimensions", None, lo=1, hi=1 << 16),
+    )
 
 
 def parse_embeddings_legacy(data: dict[str, Any], resolve: Resolve) -> EmbeddingRequest:

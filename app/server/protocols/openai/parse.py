@@ -23,6 +23,12 @@ from app.server.protocols.common import (
     parse_tools,
     parse_ttl,
 )
+from app.server.protocols.fields_registry import (
+    OPENAI_CHAT,
+    OPENAI_COMPLETIONS,
+    OPENAI_EMBEDDINGS,
+    refuse_unhonoured,
+)
 from app.server.protocols.openai.fields import (
     StreamOptions,
     parse_completion_max_tokens,
@@ -53,6 +59,7 @@ class Parsed:
 
 def parse_chat(data: dict[str, Any]) -> Parsed:
     b = Body(data)
+    refuse_unhonoured(data, OPENAI_CHAT)
     model = model_field(b)
     messages = parse_messages(b)
     sampling = parse_sampling(b)
@@ -75,12 +82,27 @@ def parse_chat(data: dict[str, Any]) -> Parsed:
         ttl=parse_ttl(b),
         n=b.integer("n", 1, lo=1, hi=MAX_N) or 1,
         prompt_logprobs=parse_prompt_logprobs(b, so.stream),
+        add_generation_prompt=b.flag("add_generation_prompt", True),
+        continue_final_message=parse_continue_final(b),
     )
     return Parsed(req, so)
 
 
+def parse_continue_final(b: Body) -> bool:
+    """vLLM's ``continue_final_message``: the last message left open for the model to go on
+    with (it cannot come with an explicit ``add_generation_prompt: true``)."""
+    cont = b.flag("continue_final_message")
+    if cont and b.flag("add_generation_prompt"):
+        raise InvalidRequest(
+            "'continue_final_message' and 'add_generation_prompt' cannot both be true",
+            param="continue_final_message",
+        )
+    return cont
+
+
 def parse_completion(data: dict[str, Any]) -> Parsed:
     b = Body(data)
+    refuse_unhonoured(data, OPENAI_COMPLETIONS)
     model = model_field(b)
     prompts = parse_prompt(b)
     sampling = parse_sampling(b)
@@ -109,6 +131,7 @@ def parse_completion(data: dict[str, Any]) -> Parsed:
 def parse_embeddings(data: dict[str, Any]) -> tuple[EmbeddingRequest, str]:
     """The request and its ``encoding_format`` (float | base64)."""
     b = Body(data)
+    refuse_unhonoured(data, OPENAI_EMBEDDINGS)
     model = model_field(b)
     inputs = parse_embedding_input(b)
     fmt = b.text("encoding_format", default="float")
