@@ -210,10 +210,12 @@ class PromptToken:
 @dataclass(frozen=True, slots=True)
 class ScoredPrompt:
     """A prompt's tokens scored, and how many of them the engine decoded to do it (the rest
-    came from its cache: a prefix shared with a prompt scored before)."""
+    came from its cache: a prefix shared with a prompt scored before), in how many decodes
+    (one that read several prompts of a list together counts for each of them)."""
 
     tokens: tuple[PromptToken, ...]
     decoded: int
+    decodes: int = 0
 
 
 @runtime_checkable

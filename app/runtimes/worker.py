@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from app.core.inference.text import StopMatcher
@@ -317,6 +318,15 @@ class Engine(Protocol):
     def shutdown(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Again:
+    """What a job returns to go on after the running sequences' next step (a long job done in
+    bounded pieces, so it never holds their tokens back for long): ``fn`` is called then, with
+    the same ``cancelled``."""
+
+    fn: Callable[[threading.Event], Any]
+
+
 class Worker:
     """Owns an engine on one thread; a bounded FIFO queue in front of it."""
 
@@ -361,12 +371,13 @@ class Worker:
             self._cv.notify()
         return stream
 
-    def run(self, fn: Callable[[threading.Event], T]) -> asyncio.Future[T]:
+    def run(self, fn: Callable[[threading.Event], T | Again]) -> asyncio.Future[T]:
         """Run ``fn(cancelled)`` on the worker thread between decode steps (call on the loop).
 
         For work that needs the native context but is not a generation (embeddings). A long
         job checks ``cancelled`` between its pieces: it is set when the caller stops waiting
-        (the future is cancelled) or the model is closing. Raises QueueFull when the queue is full.
+        (the future is cancelled) or the model is closing. A job that returns :class:`Again`
+        goes on after the next step. Raises QueueFull when the queue is full.
         """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
@@ -384,7 +395,9 @@ class Worker:
         return fut
 
     def _run_jobs(self) -> None:
-        while True:
+        with self._cv:
+            queued = len(self._jobs)  # a job that goes on (Again) waits for the next step
+        for _ in range(queued):
             with self._cv:
                 if not self._jobs:
                     return
@@ -398,7 +411,11 @@ class Worker:
             except BaseException as e:  # noqa: BLE001 - sent back to the caller
                 _settle(loop, fut, exc=e)
             else:
-                _settle(loop, fut, result=result)
+                if isinstance(result, Again):
+                    with self._cv:
+                        self._jobs.append((result.fn, fut, cancel))
+                else:
+                    _settle(loop, fut, result=result)
             finally:
                 with self._cv:
                     self._job_cancel = None

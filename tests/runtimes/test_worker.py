@@ -12,7 +12,7 @@ import pytest
 
 from app.core.types import Delta, GenerationRequest
 from app.errors import ModelUnloaded, QueueFull
-from app.runtimes.worker import DeltaStream, Sequence, Worker
+from app.runtimes.worker import Again, DeltaStream, Sequence, Worker
 from tests.support.fakes import ScriptEngine
 
 
@@ -284,6 +284,26 @@ async def test_several_sequences_step_together() -> None:
         results = [await drain(s) for s in streams]
         assert all(text_of(r) == "xy" for r in results)
         assert engine.widest_step == 3
+    finally:
+        w.close(timeout=10)
+
+
+async def test_a_job_that_goes_on_runs_again_after_the_running_sequences_step() -> None:
+    engine = ScriptEngine(pieces=None)
+    w = Worker(engine, name="again", queue_size=4)
+    try:
+        stream = w.submit(req("g"))
+        it = stream.__aiter__()
+        await asyncio.wait_for(it.__anext__(), 5)  # the generation runs
+        seen: list[int] = []
+
+        def job(cancelled: threading.Event) -> str | Again:
+            seen.append(engine.steps)
+            return Again(job) if len(seen) < 3 else "done"
+
+        assert await asyncio.wait_for(w.run(job), 5) == "done"
+        assert seen[0] < seen[1] < seen[2]  # the generation stepped between the pieces
+        stream.cancel()
     finally:
         w.close(timeout=10)
 

@@ -22,7 +22,7 @@ from app.runtimes.llama.backend import L, build_info, ensure_backend
 from app.runtimes.llama.engine import LlamaEngine
 from app.runtimes.llama.grammar import grammar_for
 from app.runtimes.llama.vision import check_projector, projector_path
-from app.runtimes.worker import DeltaStream, Worker
+from app.runtimes.worker import Again, DeltaStream, Worker
 
 log = logging.getLogger(__name__)
 
@@ -139,16 +139,16 @@ class LlamaCppModel:
         return await self.worker.run(job)
 
     async def score_prompts(self, prompts: list[list[int]], top: int) -> list[ScoredPrompt]:
-        """Every prompt token's log-probability, in one job for the whole list (a prefix the
-        prompts share is read once)."""
+        """Every prompt token's log-probability: the list in waves of prompts read together
+        (a prefix they share is read once), a wave a job step, so running generations step
+        between waves."""
+        out: list[ScoredPrompt] = []
 
-        def job(cancelled: threading.Event) -> list[ScoredPrompt]:
-            out = []
-            for t in prompts:  # an unload or a gone client stops a long list between prompts
-                if cancelled.is_set():
-                    raise ModelUnloaded("the scoring request was stopped (model unloaded)")
-                out.append(self.engine.score_prompt(t, top))
-            return out
+        def job(cancelled: threading.Event) -> list[ScoredPrompt] | Again:
+            if cancelled.is_set():  # an unload or a gone client stops a long list between waves
+                raise ModelUnloaded("the scoring request was stopped (model unloaded)")
+            out.extend(self.engine.score_wave(prompts[len(out) :], top))
+            return Again(job) if len(out) < len(prompts) else out
 
         return await self.worker.run(job)
 

@@ -2,15 +2,20 @@
 after the tokens before it, its rank, and the most likely tokens at its place. Part of
 LlamaEngine; worker thread only, between decode steps (a job, never a generation).
 
-A prefix shared with a prompt scored shortly before (a question before several answers) is
-read once: its rows come from a small memo of recent scores, and the cache keeps its tokens up
-to the last shared one, which is read again for the first new token's row.
+A request's list is scored in waves: as many prompts as there are free slots, read together in
+shared decodes of up to ``n_batch`` tokens (each prompt on its own slot, logits where its rows
+are needed). Prompts of a wave that share a prefix (a question before several answers) form a
+group: the prefix is read once on one slot and the others start from a copy of its cells. A
+prefix shared with a prompt scored shortly before is read once too: its rows come from a small
+memo of recent scores, and the cache keeps its tokens up to the last shared one, which each
+prompt reads again for its first new token's row.
 Tested by tests/runtimes/llama/test_scoring.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from app.core.types import PromptToken, ScoredPrompt
@@ -19,6 +24,32 @@ from app.runtimes.worker import common_prefix
 
 MAX_TOP = 20  # the most alternatives a place lists (vLLM's bound); the memo keeps them all
 MEMO_PROMPTS = 16  # recent scored prompts whose rows a later prompt may share
+SHARE_MIN = 2  # prompts of a wave sharing at least this many tokens read them once
+
+
+@dataclass(slots=True)
+class _Prompt:
+    """A prompt of a wave: its rows so far, and the tokens and decodes its reading took."""
+
+    tokens: list[int]
+    rows: list[PromptToken]
+    decoded: int = 0
+    decodes: int = 0
+
+
+@dataclass(slots=True)
+class _Read:
+    """One slot's part of a wave: ``tokens[pos:end]`` to decode, each next token's row from
+    position ``first`` on appended to ``rows``."""
+
+    slot: int
+    tokens: list[int]
+    pos: int
+    end: int
+    first: int
+    rows: list[PromptToken]
+    kept: int = 0  # the tokens its slot's cache already held
+    decodes: int = 0
 
 
 class PromptScoring:
@@ -29,6 +60,8 @@ class PromptScoring:
     n_batch: int
     n_vocab: int
     prompt_cache: bool
+    unified: bool
+    peak_batch: int
 
     _put: Callable[..., None]  # LlamaEngine's: one token into its batch
     _decode: Callable[..., int]  # LlamaEngine's: decode the batch (idle caches make room)
@@ -38,62 +71,147 @@ class PromptScoring:
 
     def score_prompt(self, tokens: list[int], top: int) -> ScoredPrompt:
         """Score one prompt (worker thread only): its tokens with ``top`` alternatives each."""
-        n = len(tokens)
-        if n == 0:
-            raise ValueError("empty prompt")
-        if n > self.n_ctx:
-            raise ValueError("prompt does not fit the context")
+        [one] = self.score_wave([tokens], top)
+        return one
+
+    def score_wave(self, prompts: list[list[int]], top: int) -> list[ScoredPrompt]:
+        """Score the first prompts of ``prompts`` (worker thread only), at least one: as many
+        as the free slots read together, within a context's tokens in a shared cache. The
+        caller scores the rest in later waves, between the running generations' steps."""
         memo = self._scored if self._scored is not None else []
         self._scored = memo
-        shared, rows = 0, [PromptToken(tokens[0], None, None)]
-        for past, scored in memo:
-            p = common_prefix(past, tokens)
-            if p > shared:
-                shared, rows = p, scored[:p]
-        decoded = 0
-        if shared < n:
-            decoded = self._read_rows(tokens, max(shared, 1) - 1, rows)
-        memo[:] = [m for m in memo if m[0] != tokens][-(MEMO_PROMPTS - 1) :]
-        memo.append((list(tokens), rows))
-        return ScoredPrompt(tuple(_trim(r, top) for r in rows), decoded)
+        wave: list[_Prompt] = []
+        slots, room = len(self.slots.free), self.n_ctx
+        for tokens in prompts:
+            n = len(tokens)
+            if n == 0:
+                raise ValueError("empty prompt")
+            if n > self.n_ctx:
+                raise ValueError("prompt does not fit the context")
+            p = _Prompt(list(tokens), _known(memo, tokens))
+            if len(p.rows) < n:
+                if not slots:
+                    if not wave:
+                        raise RuntimeError("every sequence of the model is busy; retry shortly")
+                    break
+                # a shared cache holds the wave's new cells beside the others' (one prompt
+                # always goes: it fits alone, as before)
+                new = n - (common_prefix(wave[-1].tokens, tokens) if wave else 0)
+                if wave and self.unified and new > room:
+                    break
+                slots, room = slots - 1, room - new
+            wave.append(p)
+        need = [p for p in wave if len(p.rows) < len(p.tokens)]
+        if need:
+            self._read_wave(need)
+        for p in wave:
+            memo[:] = [m for m in memo if m[0] != p.tokens][-(MEMO_PROMPTS - 1) :]
+            memo.append((p.tokens, p.rows))
+        return [
+            ScoredPrompt(tuple(_trim(r, top) for r in p.rows), p.decoded, p.decodes) for p in wave
+        ]
 
-    def _read_rows(self, tokens: list[int], first: int, rows: list[PromptToken]) -> int:
-        """Decode ``tokens`` from what the cache keeps (at most ``first`` of them) with logits
-        from position ``first`` on, appending each next token's row. Returns tokens decoded."""
-        n = len(tokens)
-        if not self.slots.free:
-            raise RuntimeError("every sequence of the model is busy; retry shortly")
-        slot = self.slots.take(tokens)
+    def _read_wave(self, need: list[_Prompt]) -> None:
+        """Read the rows ``need`` lacks: each group's shared prefix once, then every prompt's
+        own tokens together; each takes a slot (released after, its cache kept)."""
+        taken: list[int] = []
         done = False
         try:
-            # keep at most ``first`` tokens: position ``first`` is read again for its logits
-            kept = self.slots.reuse(slot, tokens[: first + 1])
-            self.slots.prompt_len[slot] = n
-            pos = kept
-            while pos < n:
-                chunk = tokens[pos : pos + self.n_batch]
-                wanted = []
-                for i, t in enumerate(chunk):
-                    out = first <= pos + i <= n - 2
-                    self._put(i, t, pos + i, slot, logits=out)
-                    if out:
-                        wanted.append(i)
-                self.batch.n_tokens = len(chunk)
-                rc = self._decode()
-                if rc != 0:
-                    raise RuntimeError(
-                        f"llama_decode failed while scoring the prompt (code {rc}; "
-                        "1: no room in the cache beside the running requests)"
-                    )
-                self.slots.append(slot, chunk)
-                if wanted:
-                    rows.extend(self._rows(wanted, [tokens[pos + i + 1] for i in wanted]))
-                pos += len(chunk)
+            heads = [self._head(g, taken) for g in _groups(need)]
+            self._decode_reads([r for _, r in heads if r.pos < r.end])
+            reads: list[tuple[_Prompt, _Read]] = []
+            for group, head in heads:
+                shared = len(head.tokens)  # 0: a prompt read alone
+                for p in group:
+                    if len(p.rows) < shared:
+                        p.rows = list(head.rows[:shared])
+                    if group[0] is p:  # the prefix is read with the group's first prompt
+                        p.decoded += head.end - head.kept
+                        p.decodes += head.decodes
+                    if len(p.rows) < len(p.tokens):
+                        reads.append((p, self._own_read(p, head, taken, reads)))
+            self._decode_reads([r for _, r in reads])
+            for p, r in reads:
+                p.decodes += r.decodes
             done = True
-            return n - kept
         finally:
-            # a failed read leaves cells the slot's record may not match: dropped
-            self.slots.release(slot, keep=done and self.prompt_cache)
+            # a failed read leaves cells the slots' records may not match: dropped
+            for slot in taken:
+                self.slots.release(slot, keep=done and self.prompt_cache)
+
+    def _head(self, group: list[_Prompt], taken: list[int]) -> tuple[list[_Prompt], _Read]:
+        """The read of a group's shared prefix, up to (not with) its last token, which each
+        prompt reads again for its own first new row; an empty one (slot -1) for a lone prompt."""
+        if len(group) < 2:
+            return group, _Read(-1, [], 0, 0, 0, [])
+        n = len(group[0].tokens)
+        for p in group[1:]:
+            n = min(n, common_prefix(group[0].tokens, p.tokens))
+        prefix = group[0].tokens[:n]
+        rows = max((p.rows for p in group), key=len)[:n]
+        first = len(rows) - 1  # rows from here on are read; with all known, cells only
+        slot = self.slots.take(group[0].tokens)
+        taken.append(slot)
+        kept = self.slots.reuse(slot, prefix[: first + 1])
+        self.slots.prompt_len[slot] = n
+        return group, _Read(slot, prefix, kept, n - 1, first, list(rows), kept)
+
+    def _own_read(
+        self, p: _Prompt, head: _Read, taken: list[int], reads: list[tuple[_Prompt, _Read]]
+    ) -> _Read:
+        """A prompt's own tokens, on its group's prefix slot (the first to read) or on a slot
+        of its own that starts from a copy of the prefix's cells."""
+        n = len(p.tokens)
+        first = len(p.rows) - 1
+        on_head = head.slot >= 0 and not any(r.slot == head.slot for _, r in reads)
+        if on_head:
+            slot = head.slot
+        else:
+            slot = self.slots.take(p.tokens)
+            taken.append(slot)
+        kept = self.slots.reuse(slot, p.tokens[: first + 1])
+        if not on_head and head.slot >= 0 and kept < head.end:
+            kept = self.slots.share_prefix(head.slot, slot, head.end)
+        self.slots.prompt_len[slot] = n
+        p.decoded += n - kept
+        return _Read(slot, p.tokens, kept, n, first, p.rows)
+
+    def _decode_reads(self, reads: list[_Read]) -> None:
+        """Decode the reads' tokens in shared batches of up to ``n_batch`` tokens, the reads in
+        order, appending each read's rows as its logits come."""
+        active = [r for r in reads if r.pos < r.end]
+        while active:
+            n = 0
+            parts: list[tuple[_Read, list[int], int, list[int]]] = []
+            for r in active:
+                if n == self.n_batch:
+                    break
+                chunk = r.tokens[r.pos : min(r.end, r.pos + self.n_batch - n)]
+                wanted = []
+                for j, t in enumerate(chunk):
+                    pos = r.pos + j
+                    out = r.first <= pos < len(r.tokens) - 1
+                    self._put(n + j, t, pos, r.slot, logits=out)
+                    if out:
+                        wanted.append(n + j)
+                parts.append((r, chunk, n, wanted))
+                n += len(chunk)
+            self.batch.n_tokens = n
+            rc = self._decode()
+            if rc != 0:
+                raise RuntimeError(
+                    f"llama_decode failed while scoring the prompt (code {rc}; "
+                    "1: no room in the cache beside the running requests)"
+                )
+            self.peak_batch = max(self.peak_batch, len(parts))
+            for r, chunk, at, wanted in parts:
+                self.slots.append(r.slot, chunk)
+                r.decodes += 1
+                if wanted:
+                    nxt = [r.tokens[r.pos + i - at + 1] for i in wanted]
+                    r.rows.extend(self._rows(wanted, nxt))
+                r.pos += len(chunk)
+            active = [r for r in active if r.pos < r.end]
 
     def _rows(self, idx: list[int], next_ids: list[int]) -> list[PromptToken]:
         """Log-softmax of the batch's output rows ``idx``, read at each next token."""
@@ -122,6 +240,37 @@ class PromptScoring:
                 )
             )
         return out
+
+
+def _known(memo: list[tuple[list[int], list[PromptToken]]], tokens: list[int]) -> list[PromptToken]:
+    """The rows of ``tokens`` a recently scored prompt shares (at least the first token's)."""
+    shared, rows = 0, [PromptToken(tokens[0], None, None)]
+    for past, scored in memo:
+        p = common_prefix(past, tokens)
+        if p > shared:
+            shared, rows = p, scored[:p]
+    return list(rows)
+
+
+def _groups(need: list[_Prompt]) -> list[list[_Prompt]]:
+    """The wave's prompts by shared prefix, in order: a prompt joins the group whose first
+    prompt shares the most with it, at least SHARE_MIN tokens and at least half of what the
+    group shares so far (a question's answers that begin alike still join; another question
+    after the same instructions starts its own group)."""
+    groups: list[tuple[list[_Prompt], int]] = []
+    for p in need:
+        best, c = -1, 0
+        for i, (g, shared) in enumerate(groups):
+            k = common_prefix(g[0].tokens, p.tokens)
+            if k > c and k >= SHARE_MIN and (len(g) == 1 or 2 * k >= shared):
+                best, c = i, k
+        if best < 0:
+            groups.append(([p], len(p.tokens)))
+        else:
+            g, shared = groups[best]
+            g.append(p)
+            groups[best] = (g, min(shared, c))
+    return [g for g, _ in groups]
 
 
 def _trim(t: PromptToken, top: int) -> PromptToken:

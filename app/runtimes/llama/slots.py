@@ -261,6 +261,16 @@ class Slots:
         self.placed[dst] = None  # its cells are src's; its own come later
         self.prompt_len[dst] = 0
 
+    def share_prefix(self, src: int, dst: int, n: int) -> int:
+        """Slot ``dst`` starts over from the first ``n`` cached tokens of ``src`` (a scored
+        list's prompts read their shared prefix once), when a copy is worth it and the model's
+        sliding window allows it; returns the tokens ``dst`` holds then."""
+        if self._breaks_swa(src, n) or (not self.shared and n < self.copy_min):
+            return len(self.kv[dst])
+        self.forget(dst)
+        self._give_prefix(src, dst, n)
+        return len(self.kv[dst])
+
     def _breaks_swa(self, slot: int, keep: int) -> bool:
         """Sliding-window layers forget old positions: continuing at ``keep`` needs the last
         n_swa of them (llama-server's rule)."""

@@ -128,3 +128,86 @@ async def test_scoring_beside_a_running_generation_and_with_no_prompt_cache(
                 assert d.finish_reason == "length"
     finally:
         await h.close()
+
+
+CHOICES = [" Mars", " Venus", " Jupiter, the largest planet", " Saturn"]
+
+
+def _close(scored: Any, tokens: list[int], ref: Any) -> None:
+    """Its tokens in order, each near the model's log-softmax: a prompt continued on cached
+    cells reads in other batch shapes than one read whole, which on this Q4_1 model moves a
+    row by up to ~0.14 (the same values when each prompt is scored alone)."""
+    expect, _ = ref(tokens)
+    assert [t.id for t in scored.tokens] == tokens
+    for i, t in enumerate(scored.tokens[1:]):
+        assert t.logprob == pytest.approx(expect[i], abs=0.2), f"token {i + 1}"
+
+
+async def test_a_list_of_answers_to_one_question_is_read_in_one_shared_decode(
+    tmp_path: Path, smollm2_path: Path, reference: Any
+) -> None:
+    ref, _ = reference
+    h = hearth(tmp_path)
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+
+        def tok(text: str, special: bool = False) -> list[int]:
+            return lm.tokenize(text, add_special=special, parse_special=False)
+
+        q = tok(QUESTION, True)
+        [alone] = await lm.score_prompts([q], 1)  # type: ignore[attr-defined]
+        assert alone.decodes == 1 and engine.peak_batch == 1
+        prompts = [q + tok(c) for c in CHOICES]
+        scored = await lm.score_prompts(prompts, 1)  # type: ignore[attr-defined]
+        for s, p in zip(scored, prompts, strict=True):
+            _close(s, p, ref)
+        # each answer (and the question's last token again, for its first row) is read in
+        # one decode, and that decode read all four
+        assert [s.decoded for s in scored] == [len(p) - len(q) + 1 for p in prompts]
+        assert [s.decodes for s in scored] == [1] * len(prompts)
+        assert engine.peak_batch == len(prompts)
+
+        # two new questions, two answers each: each question is read once (in one decode
+        # with the other), then the four answers together from copies of its cells
+        q2 = tok("Question: what is the capital of France? Answer:", True)
+        q3 = tok("Tell me which ocean is the largest one on the Earth. It is the", True)
+        mixed = [q2 + tok(" Paris"), q2 + tok(" Lyon"), q3 + tok(" Pacific"), q3 + tok(" Arctic")]
+        scored = await lm.score_prompts(mixed, 2)  # type: ignore[attr-defined]
+        for s, p in zip(scored, mixed, strict=True):
+            _close(s, p, ref)
+        assert [s.decodes for s in scored] == [2, 1, 2, 1]
+        # (a question may begin as one asked before: those tokens come from the cache)
+        assert scored[0].decoded <= len(mixed[0]) and scored[2].decoded <= len(mixed[2])
+        assert scored[1].decoded == len(mixed[1]) - len(q2) + 1
+        assert scored[3].decoded == len(mixed[3]) - len(q3) + 1
+    finally:
+        await h.close()
+
+
+async def test_a_list_longer_than_the_free_slots_is_scored_in_waves_in_order(
+    tmp_path: Path, smollm2_path: Path, reference: Any
+) -> None:
+    ref, _ = reference
+    h = hearth(tmp_path, parallel=2)  # 8 sequence slots: 20 prompts take three waves
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+
+        def tok(text: str, special: bool = False) -> list[int]:
+            return lm.tokenize(text, add_special=special, parse_special=False)
+
+        topics = ["the sea", "a forest", "the moon", "a city", "the desert"]
+        prompts = [
+            tok(f"A short question about {t}: what comes to mind first? Answer:", True) + tok(a)
+            for t in topics
+            for a in (" water", " trees and birds", " light", " noise")
+        ]
+        scored = await lm.score_prompts(prompts, 1)  # type: ignore[attr-defined]
+        assert len(scored) == len(prompts)
+        for s, p in zip(scored, prompts, strict=True):
+            _close(s, p, ref)
+        assert lm.engine.peak_batch <= 8  # type: ignore[attr-defined]
+    finally:
+        await h.close()
