@@ -1,5 +1,6 @@
 """The streaming tool-call parser: text in, text and tool-call deltas out, per family.
-Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/tools/test_repeat.py."""
+Tested by tests/core/inference/tools/test_parser.py, tests/core/inference/tools/test_repeat.py and
+tests/core/inference/tools/test_transcripts.py."""
 
 from __future__ import annotations
 

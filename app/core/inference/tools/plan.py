@@ -1,6 +1,7 @@
 """How one chat request's tools reach the model (its template's tool support, or a generic
 prompt; a grammar for a forced call) and come back as calls.
-Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/test_reasoning.py."""
+Tested by tests/core/inference/tools/test_parser.py, tests/core/inference/tools/test_offered.py
+and tests/core/inference/test_reasoning.py."""
 
 from __future__ import annotations
 
