@@ -295,9 +295,10 @@ class ToolCallDelta:
 @dataclass(frozen=True, slots=True)
 class ToolParseIssue:
     """A tool call the model started but did not finish correctly: its text is returned as
-    content instead. ``reason``: ``incomplete`` (its block or the output ended first) or
-    ``malformed_arguments``; ``index``: the call's index when its deltas were streamed already
-    (a whole answer leaves that call out)."""
+    content instead. ``reason``: ``incomplete`` (its block or the output ended first),
+    ``malformed_arguments`` or ``unknown_tool`` (a tool the request did not offer); ``index``:
+    the call's index when its deltas were streamed already (a whole answer leaves that call out).
+    """
 
     reason: str
     index: int | None = None

@@ -185,6 +185,7 @@ class PreparedChat:
                 self.call.family,
                 max_calls=self.call.max_calls,
                 end_on_repeat=self.call.end_on_repeat,
+                names=self.call.names,
             )
             if self.call.active
             else None

@@ -22,7 +22,7 @@ from app.core.inference.constraints import (
 from app.core.inference.images import IMAGE_MARKER, ImageSource, InvalidImage, neutralise_markers
 from app.core.inference.tools import Tool
 from app.core.requests import UNSET, ToolChoice
-from app.core.types import Constraint, SamplingParams, TokenLogprob
+from app.core.types import Constraint, Delta, SamplingParams, TokenLogprob
 from app.errors import InvalidRequest, UnsupportedParameter
 
 MAX_TOKENS_LIMIT = 1 << 20
@@ -482,6 +482,14 @@ def parse_logprobs_flag(b: Body, *, zero_alone: bool = False) -> int | None:
     if top is not None and not on and (top or not zero_alone):
         raise InvalidRequest("'top_logprobs' needs 'logprobs': true", param="top_logprobs")
     return (top or 0) if on else None
+
+
+def tool_parse_field(final: Delta | None) -> dict[str, str]:
+    """Hearth's extension on an answer whose started tool call came back as text: the reason
+    (``incomplete``, ``malformed_arguments``, ``unknown_tool``), under ``hearth_tool_parse``."""
+    if final is None or final.tool_parse is None:
+        return {}
+    return {"hearth_tool_parse": final.tool_parse.reason}
 
 
 def token_logprobs(lps: Sequence[TokenLogprob]) -> list[dict[str, Any]]:

@@ -195,3 +195,59 @@ def test_a_call_cut_by_max_tokens_comes_back_as_text_with_the_reason(served: Ser
     assert ollama.headers["x-hearth-tool-parse"] == "incomplete"
     assert ollama.json()["message"]["content"].startswith('<tool_call>\n{"name": "get_weather"')
     assert not ollama.json()["message"].get("tool_calls")
+
+
+def test_the_reason_is_on_every_protocols_body(served: Served) -> None:
+    """Responses (the response object, in response.incomplete too), Anthropic (the message, its
+    message_delta) and Ollama (beside done_reason, whole and on the last streamed line)."""
+    cut = 18  # the forced call is started, then cut short
+    tool = {"type": "function", "name": "get_weather", "parameters": PARAMS}
+    ask: dict[str, Any] = {
+        "model": served.model_id,
+        "input": ASK[0]["content"],
+        "tools": [tool],
+        "tool_choice": "required",
+        "max_output_tokens": cut,
+        "temperature": 0,
+    }
+    url = served.root + "/v1/responses"
+    whole = httpx.post(url, json=ask, timeout=120)
+    assert whole.headers["x-hearth-tool-parse"] == "incomplete"
+    assert whole.json()["hearth_tool_parse"] == "incomplete"
+    assert not [o for o in whole.json()["output"] if o["type"] == "function_call"]
+    events = list(oai(served).responses.create(**ask, stream=True))
+    last = events[-1].response
+    assert events[-1].type == "response.incomplete" and last.model_extra["hearth_tool_parse"] == (
+        "incomplete"
+    )
+
+    c = anthropic.Anthropic(base_url=served.root, api_key="x", max_retries=0, timeout=120)
+    msg: dict[str, Any] = {
+        "model": served.model_id,
+        "messages": ASK,
+        "tools": [{"name": "get_weather", "input_schema": PARAMS}],
+        "tool_choice": {"type": "any"},
+        "max_tokens": cut,
+        "extra_body": {"temperature": 0},
+    }
+    r = c.messages.create(**msg)
+    assert r.stop_reason == "max_tokens" and r.model_extra["hearth_tool_parse"] == "incomplete"
+    assert not [b for b in r.content if b.type == "tool_use"]
+    with c.messages.stream(**msg) as s:
+        deltas = [e for e in s if e.type == "message_delta"]
+    assert [d.delta.model_extra.get("hearth_tool_parse") for d in deltas] == ["incomplete"]
+
+    body: dict[str, Any] = {
+        "model": served.model_id,
+        "messages": ASK,
+        "tools": [WEATHER],
+        "tool_choice": "required",
+        "options": {"temperature": 0, "num_predict": cut},
+    }
+    api = served.root + "/api/chat"
+    done = httpx.post(api, json={**body, "stream": False}, timeout=120).json()
+    assert done["done_reason"] == "length" and done["hearth_tool_parse"] == "incomplete"
+    with httpx.stream("POST", api, json=body, timeout=120) as resp:
+        lines = [json.loads(x) for x in resp.iter_lines() if x]
+    assert lines[-1]["done"] and lines[-1]["hearth_tool_parse"] == "incomplete"
+    assert not any("hearth_tool_parse" in x for x in lines[:-1])

@@ -1,5 +1,8 @@
 """The call blocks of each family's format, parsed as they stream: :class:`JsonCalls` for hermes,
-mistral and llama3, :class:`HeaderCall` for harmony and deepseek, :class:`XmlCall` for qwen3coder.
+mistral, llama3 and granite, :class:`HeaderCall` for harmony, deepseek, kimi and mistral's
+``NAME[ARGS]{...}`` form, :class:`XmlCall` for qwen3coder and :class:`KeyValueCall` for glm.
+Tested by tests/core/inference/tools/test_parser.py and
+tests/core/inference/tools/test_transcripts.py.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ _NOT_A_CALL_INCL = 4  # (inside JsonCalls) NOT_A_CALL, this character included
 # why a started call was not finished correctly (the parser returns its text instead)
 INCOMPLETE = "incomplete"  # its block or the stream ended before the call was whole
 MALFORMED = "malformed_arguments"  # its arguments stopped being valid JSON
+UNKNOWN = "unknown_tool"  # it names a tool the request did not offer
 
 
 class Block(ABC):
@@ -46,6 +50,7 @@ class Block(ABC):
         self.opener = opener  # the marker that opened the block ("" for a bare JSON call)
         self.raw = ""  # the block's text taken so far: given back as text when it is no call
         self.leftover = ""  # taken text that goes back to the stream when the block is OVER
+        self.marker_seen = False  # (set by the parser) the block ended at its end marker
 
     @abstractmethod
     def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
@@ -57,7 +62,7 @@ class Block(ABC):
 
 
 class JsonCalls(Block):
-    """hermes, mistral and llama3: call objects ``{"name": ..., "arguments" | "parameters": ...}``,
+    """hermes, mistral, llama3 and granite: call objects ``{"name": ..., "arguments" | "parameters": ...}``,
     one or several, bare, in a list, or separated by ``;`` and ``,``."""
 
     def __init__(self, parser: CallSink, opener: str, *, python_tag: bool) -> None:
@@ -237,10 +242,16 @@ class JsonCalls(Block):
         return OVER if self._calls else NOT_A_CALL
 
 
-# harmony and deepseek: the header that names the call, then the arguments as JSON
+# harmony, deepseek, kimi and mistral (tokenizer v11+): the header that names the call, then the
+# arguments as JSON; deepseek V3/R1 writes "function<sep>NAME" and a json fence, V3.1 "NAME<sep>"
 HEADERS = {
     "harmony": re.compile(r"\s*([\w.-]+)\s*(?:<\|constrain\|>\s*json)?\s*<\|message\|>"),
-    "deepseek": re.compile(r"\s*(?:function)?<｜tool▁sep｜>([^\n]+)\n```(?:json)?\n"),
+    "deepseek": re.compile(
+        r"\s*(?:function<｜tool▁sep｜>([^\n]+)\n```(?:json)?\n"
+        r"|(?!function<｜tool▁sep｜>)([^\s<｜]+)<｜tool▁sep｜>)"
+    ),
+    "kimi": re.compile(r"\s*(?:functions\.)?([^\s:<]+)(?::\d+)?\s*<\|tool_call_argument_begin\|>"),
+    "mistral": re.compile(r"\s*([\w.-]+)(?:\[CALL_ID\]\w+)?\[ARGS\]"),
 }
 
 
@@ -265,37 +276,48 @@ class OneCall(Block):
 
 
 class HeaderCall(OneCall):
-    """One call: a header with the name, then the arguments JSON; text after it is ignored."""
+    """One call: a header with the name, then the arguments JSON. Text after it is ignored up to
+    the block's end marker; in a format without one (``ends_at_value``) it is text again."""
 
-    def __init__(self, parser: CallSink, opener: str, header: re.Pattern[str]) -> None:
+    def __init__(
+        self, parser: CallSink, opener: str, header: re.Pattern[str], *, ends_at_value: bool = False
+    ) -> None:
         super().__init__(parser, opener)
         self._header = header
+        self._ends_at_value = ends_at_value
         self._args = ArgsValue()
         self._begun = False
 
     def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
-        self.raw += chunk
         if self._done:
+            self.raw += chunk
             return FED, len(chunk)
-        body = chunk
+        start = len(self.raw)  # where chunk begins in raw
+        self.raw += chunk
+        pos = start
         if self._call is None:
             m = self._header.match(self.raw)
             if m is None:
                 return FED, len(chunk)
-            self._call = self.parser.start_call(m.group(1).strip(), ev)
-            body = self.raw[m.end() :]
-        call, status = self._call, FED
-        for ch in body:
+            name = next(g for g in m.groups() if g)
+            self._call, pos = self.parser.start_call(name.strip(), ev), m.end()
+        call, status, end = self._call, FED, len(self.raw)
+        for j in range(pos, len(self.raw)):
+            ch = self.raw[j]
             if not self._begun and ch in WS:
                 continue
             self._begun = True
             r = self._args.push(ch)
             if r != MORE:
-                status = OVER if r == BAD else FED
+                status = OVER if r == BAD or self._ends_at_value else FED
+                end = j if r in (AFTER, BAD) else j + 1
                 self._finish(call, ev, broken=MALFORMED if r == BAD else None)
                 break
         else:
             self.parser.add_fragment(call, self._args.take(), ev)
+        if status == OVER:  # the rest of the chunk is not this block's
+            self.raw = self.raw[: max(end, start)]
+            return OVER, max(end, start) - start
         return status, len(chunk)
 
     def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
@@ -344,10 +366,87 @@ class XmlCall(OneCall):
         self._done = True
 
 
+class KeyValueCall(OneCall):
+    """glm: ``NAME`` on the block's first line, then ``<arg_key>K</arg_key><arg_value>V</arg_value>``
+    pairs, each adding ``"K": V`` (V as the JSON it spells, else a string); the block's end
+    marker ends the call."""
+
+    _NAME = re.compile(r"\s*([^\s<]+)(?=\s|<)")
+    _PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
+
+    def __init__(self, parser: CallSink, opener: str) -> None:
+        super().__init__(parser, opener)
+        self._pos = 0
+        self._params = 0
+
+    def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
+        self.raw += chunk
+        if self._call is None:
+            m = self._NAME.match(self.raw)
+            if m is None:
+                return FED, len(chunk)
+            self._call, self._pos = self.parser.start_call(m.group(1), ev), m.end()
+        call = self._call
+        while p := self._PAIR.search(self.raw, self._pos):
+            value = json.dumps(typed_value(p.group(2)), ensure_ascii=False)
+            sep = ", " if self._params else "{"
+            self.parser.add_fragment(call, f"{sep}{json.dumps(p.group(1).strip())}: {value}", ev)
+            self._params += 1
+            self._pos = p.end()
+        return FED, len(chunk)
+
+    def close(self, ev: ParseEvent) -> bool:
+        if self._call is None and self.marker_seen and self._NAME.match(self.raw + "\n"):
+            self.feed("\n", ev)  # a call without arguments: its name is the whole block
+            self.raw = self.raw[:-1]
+        if self._call is not None and self.marker_seen and not self.raw[self._pos :].strip():
+            self._finish(self._call, ev)
+        return super().close(ev)
+
+    def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
+        self.parser.add_fragment(call, "}" if self._params else "{}", ev)
+        self.parser.end_call(ev, broken)
+        self._done = True
+
+
+class _MistralBlock(Block):
+    """mistral: a JSON list of calls (``[TOOL_CALLS][{...}]``), or, from tokenizer v11 on, one
+    ``NAME[ARGS]{...}`` call per ``[TOOL_CALLS]``: the first character decides."""
+
+    def __init__(self, parser: CallSink, opener: str) -> None:
+        super().__init__(parser, opener)
+        self._inner: Block | None = None
+
+    def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
+        held = 0  # leading whitespace taken before the form was known, fed again with chunk
+        if self._inner is None:
+            lead = (self.raw + chunk).lstrip()
+            if not lead:
+                self.raw += chunk
+                return FED, len(chunk)
+            if lead[0] in "[{":
+                self._inner = JsonCalls(self.parser, self.opener, python_tag=False)
+            else:
+                self._inner = HeaderCall(
+                    self.parser, self.opener, HEADERS["mistral"], ends_at_value=True
+                )
+            held, chunk, self.raw = len(self.raw), self.raw + chunk, ""
+        status, used = self._inner.feed(chunk, ev)
+        self.raw, self.leftover = self._inner.raw, self._inner.leftover
+        return status, max(used - held, 0)
+
+    def close(self, ev: ParseEvent) -> bool:
+        return self._inner is not None and self._inner.close(ev)
+
+
 def open_block(parser: CallSink, opener: str) -> Block:
     """The block that parses what follows ``opener`` (a start marker, "" for a bare JSON call)."""
     if parser.family == "qwen3coder":
         return XmlCall(parser, opener)
-    if parser.family in ("harmony", "deepseek"):
+    if parser.family == "glm":
+        return KeyValueCall(parser, opener)
+    if parser.family == "mistral":
+        return _MistralBlock(parser, opener)
+    if parser.family in HEADERS:
         return HeaderCall(parser, opener, HEADERS[parser.family])
-    return JsonCalls(parser, opener, python_tag=opener == "<|python_tag|>")
+    return JsonCalls(parser, opener, python_tag=opener.endswith("<|python_tag|>"))

@@ -1,5 +1,6 @@
 """The streaming tool-call parser: text in, text and tool-call deltas out, per family.
-Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/tools/test_repeat.py."""
+Tested by tests/core/inference/tools/test_parser.py, tests/core/inference/tools/test_repeat.py and
+tests/core/inference/tools/test_transcripts.py."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.core.inference.tools.formats import (
     INCOMPLETE,
     NOT_A_CALL,
     OVER,
+    UNKNOWN,
     Block,
     open_block,
 )
@@ -34,6 +36,14 @@ BLOCKS = {
     "llama3": ("<|python_tag|>", None),
     "harmony": ("<|channel|>commentary to=functions.", "<|call|>"),
     "deepseek": ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"),
+    "glm": ("<tool_call>", "</tool_call>"),
+    "kimi": ("<|tool_call_begin|>", "<|tool_call_end|>"),
+    "granite": ("<|tool_call|>", None),
+}
+# the marker that opens a family's section of call blocks: part of the first block's opener
+SECTIONS = {
+    "deepseek": "<｜tool▁calls▁begin｜>",
+    "kimi": "<|tool_calls_section_begin|>",
 }
 
 
@@ -56,6 +66,9 @@ class ToolCallParser:
       containers closed; ``{}`` when nothing was sent) and the rest of the block is dropped. In
       formats without an end marker (mistral, llama3) the block ends there and the rest is text.
 
+    With ``names`` (the tools the request offers), a call of any other tool is never announced:
+    when its block ends it breaks the calls with ``unknown_tool`` (its text is content).
+
     Text outside calls goes to ``ParseEvent.text`` until the first call starts and to
     ``ParseEvent.trailing`` after. With ``max_calls``, once that many calls are closed the parser
     is ``exhausted``: no further call starts and everything after is trailing.
@@ -74,10 +87,18 @@ class ToolCallParser:
     """
 
     def __init__(
-        self, family: str, *, max_calls: int | None = None, end_on_repeat: bool = False
+        self,
+        family: str,
+        *,
+        max_calls: int | None = None,
+        end_on_repeat: bool = False,
+        names: frozenset[str] | None = None,
     ) -> None:
         self.family = family if family in FAMILIES else "hermes"
         self.start, self.end = BLOCKS[self.family]
+        # a section marker right before the first block is part of it, never content
+        self.section = SECTIONS.get(self.family, "")
+        self.names = names
         self.max_calls = max_calls
         self.end_on_repeat = end_on_repeat
         self._buf = ""
@@ -132,6 +153,8 @@ class ToolCallParser:
                 return True
         if i == -1:
             hold = 0 if final else _partial(buf, self.start)
+            if self.section and not final:
+                hold = max(hold, _partial(buf, self.section + self.start))
             out = buf[: len(buf) - hold]
             if self.family == "llama3" and not self._answer_started and not out.strip():
                 if not final:
@@ -139,8 +162,12 @@ class ToolCallParser:
             self._say(out, ev)
             self._buf = buf[len(buf) - hold :]
             return False
+        opener = self.start
+        if self.section and buf[:i].endswith(self.section):
+            i -= len(self.section)
+            opener = self.section + self.start
         self._say(buf[:i], ev)
-        self._open(self.start, buf[i + len(self.start) :])
+        self._open(opener, buf[i + len(opener) :])
         return True
 
     def _in_block(self, block: Block, ev: ParseEvent, final: bool) -> bool:
@@ -178,6 +205,7 @@ class ToolCallParser:
             return False
         self._block = None
         self._buf = rest
+        block.marker_seen = bool(marker)
         if not block.close(ev):
             self._say(block.opener + block.raw + marker, ev)
             if final and not marker and block.opener:  # cut inside a call block: say so
@@ -200,7 +228,8 @@ class ToolCallParser:
     def start_call(self, name: str, ev: ParseEvent) -> StartedCall:
         """(for blocks) A new call named ``name``, announced in ``ev`` (or held, see the class)."""
         call = StartedCall(len(self.calls), _new_id(), name)
-        if self.end_on_repeat and any(c.name == name for c in self.calls):
+        unknown = self.names is not None and name not in self.names
+        if unknown or self.end_on_repeat and any(c.name == name for c in self.calls):
             self._held = ev = ParseEvent()
         self.calls.append(call)
         ev.started.append(StartedCall(call.index, call.id, call.name))
@@ -210,6 +239,8 @@ class ToolCallParser:
         """(for blocks) The call last started has its complete arguments, or ``broken`` says
         why it was not finished correctly."""
         held, self._held = self._held, None
+        if self.names is not None and self.calls[-1].name not in self.names:
+            broken = UNKNOWN  # the client cannot run it: it is the text the model wrote
         if broken is not None:
             log.info(
                 "%s tool call %s: %s; returned as text", self.family, self.calls[-1].name, broken

@@ -1,6 +1,7 @@
 """How one chat request's tools reach the model (its template's tool support, or a generic
 prompt; a grammar for a forced call) and come back as calls.
-Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/test_reasoning.py."""
+Tested by tests/core/inference/tools/test_parser.py, tests/core/inference/tools/test_offered.py
+and tests/core/inference/test_reasoning.py."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ class ToolSetup:
     max_calls: int | None = None  # the generation ends once this many calls are out
     # forced calls end at the first repeat: a grammar-bound small model tends to loop on a call
     end_on_repeat: bool = False
+    # the offered tools' names: a call of any other tool comes back as text (unknown_tool)
+    names: frozenset[str] | None = None
 
     @classmethod
     def plan(
@@ -70,16 +73,17 @@ class ToolSetup:
             constraint = tool_call_constraint(list(tools), parallel=not single)
             max_calls = 1 if single else None
         forced = tool_choice != "auto"
+        names = frozenset(t.name for t in tools)
         if native:
             tools_json = [t.as_openai() for t in tools]
-            return cls(messages, family, True, tools_json, constraint, max_calls, forced)
+            return cls(messages, family, True, tools_json, constraint, max_calls, forced, names)
         prompt = generic_tool_prompt(list(tools))
         history = _plain_history(messages)
         if history and history[0].role == "system":
             history = [ChatMessage("system", history[0].content + "\n\n" + prompt), *history[1:]]
         else:
             history = [ChatMessage("system", prompt), *history]
-        return cls(history, family, True, None, constraint, max_calls, forced)
+        return cls(history, family, True, None, constraint, max_calls, forced, names)
 
 
 def _plain_history(messages: Sequence[ChatMessage]) -> list[ChatMessage]:

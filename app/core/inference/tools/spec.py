@@ -6,10 +6,15 @@ Families (detected from the chat template, overridable per model):
 - ``hermes``: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (Hermes, Qwen 2/2.5/3,
   and Hearth's generic prompt for templates without tools)
 - ``llama3``: a bare JSON object ``{"name": ..., "parameters": {...}}`` or ``<|python_tag|>...``
-- ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]``
+- ``mistral``: ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]``, or ``[TOOL_CALLS]NAME[ARGS]{...}``
+  (tokenizer v11+, Devstral)
 - ``qwen3coder``: ``<tool_call><function=NAME><parameter=K>V</parameter></function></tool_call>``
 - ``harmony`` (gpt-oss): ``<|channel|>commentary to=functions.NAME ... <|message|>{...}<|call|>``
 - ``deepseek``: ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```<｜tool▁call▁end｜>``
+  (V3/R1) or ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`` (V3.1)
+- ``glm`` (GLM 4.5/4.6): ``<tool_call>NAME\\n<arg_key>K</arg_key>\\n<arg_value>V</arg_value>\\n</tool_call>``
+- ``kimi`` (Kimi K2): ``<|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|>``
+- ``granite`` (Granite 3.x): ``<|tool_call|>[{"name": ..., "arguments": {...}}]``
 Tested by tests/core/inference/tools/test_parser.py and tests/core/inference/test_reasoning.py.
 """
 
@@ -20,7 +25,17 @@ from typing import Any
 
 from app.core.types import Constraint, Tool
 
-FAMILIES = ("hermes", "llama3", "mistral", "qwen3coder", "harmony", "deepseek")
+FAMILIES = (
+    "hermes",
+    "llama3",
+    "mistral",
+    "qwen3coder",
+    "harmony",
+    "deepseek",
+    "glm",
+    "kimi",
+    "granite",
+)
 
 GENERIC_TOOL_PROMPT = (
     "You can call functions. The available functions, as JSON schemas:\n{tools}\n\n"
@@ -35,8 +50,14 @@ def detect_family(template: str | None) -> str:
     t = template or ""
     if "<function=" in t and "<parameter=" in t:
         return "qwen3coder"
+    if "<arg_key>" in t:  # GLM's template has <tool_call> too
+        return "glm"
     if "<tool_call>" in t:
         return "hermes"
+    if "<|tool_call_begin|>" in t or "<|tool_calls_section_begin|>" in t:
+        return "kimi"
+    if "<|tool_call|>" in t:
+        return "granite"
     if "[TOOL_CALLS]" in t:
         return "mistral"
     if "<|python_tag|>" in t or ("ipython" in t and "<|eot_id|>" in t):

@@ -17,6 +17,7 @@ from app.core.types import Delta
 from app.core.util import jsonsafe
 from app.errors import HearthError
 from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
+from app.server.protocols.common import tool_parse_field
 
 ERROR_TYPES = {
     400: "invalid_request_error",
@@ -90,6 +91,7 @@ def message_response(
         "content": content,
         "stop_reason": reason,
         "stop_sequence": seq,
+        **tool_parse_field(r.final),
         "usage": {
             "input_tokens": u.prompt_tokens if u else 0,
             "output_tokens": u.completion_tokens if u else 0,
@@ -194,7 +196,7 @@ class MessageStream(StreamRenderer):
         out.append(
             _event(
                 "message_delta",
-                delta={"stop_reason": reason, "stop_sequence": seq},
+                delta={"stop_reason": reason, "stop_sequence": seq, **tool_parse_field(final)},
                 usage={"output_tokens": u.completion_tokens if u else 0},
             )
         )

@@ -20,7 +20,7 @@ from app.core.types import Delta, TokenLogprob
 from app.core.util import jsonsafe
 from app.errors import HearthError
 from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
-from app.server.protocols.common import token_logprobs
+from app.server.protocols.common import token_logprobs, tool_parse_field
 from app.server.protocols.ollama.parse import Key
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,7 @@ def final_fields(final: Delta, ctx: Context, now_ns: int) -> dict[str, Any]:
     t, u = final.timings, final.usage
     return {
         "done_reason": final.finish_reason if final.finish_reason in ("stop", "length") else "stop",
+        **tool_parse_field(final),
         "total_duration": now_ns - ctx.started_ns,
         "load_duration": ctx.load_ns,
         "prompt_eval_count": u.prompt_tokens if u else 0,

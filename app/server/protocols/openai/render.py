@@ -20,7 +20,7 @@ from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, 
 from app.core.types import Delta, PromptToken, TokenLogprob, ToolCallDelta
 from app.errors import HearthError
 from app.server.protocols.base import Context, Frame, Protocol, StreamRenderer
-from app.server.protocols.common import token_logprobs
+from app.server.protocols.common import token_logprobs, tool_parse_field
 from app.server.protocols.openai.fields import StreamOptions
 
 FINGERPRINT = f"hearth-{__version__}"
@@ -286,11 +286,6 @@ class ChatStream(_ChunkStream):
         last = self._chunk(i, {}, final.finish_reason)
         last.data["choices"][0].update(tool_parse_field(final))
         return [*self._begin(i), last]
-
-
-def tool_parse_field(final: Delta) -> dict[str, str]:
-    """Hearth's extension on a choice whose started tool call came back as text: the reason."""
-    return {} if final.tool_parse is None else {"hearth_tool_parse": final.tool_parse.reason}
 
 
 def completion_response(

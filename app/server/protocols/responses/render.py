@@ -21,7 +21,7 @@ from app.core.inference.generation import Completion
 from app.core.types import Delta, TokenLogprob
 from app.errors import HearthError
 from app.server.protocols.base import Context, Frame, StreamRenderer
-from app.server.protocols.common import token_logprobs
+from app.server.protocols.common import token_logprobs, tool_parse_field
 from app.server.protocols.responses.parse import Echo
 
 
@@ -66,6 +66,7 @@ def response_object(
         "truncation": "disabled",
         "metadata": {},
         "usage": _usage(final) if final is not None else None,
+        **tool_parse_field(final),
     }
 
 

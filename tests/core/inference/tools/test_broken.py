@@ -69,7 +69,7 @@ BROKEN = [
         "incomplete",
     ),
 ]
-OPENERS = ("<tool_call>", "<|channel|>", "<｜tool▁call▁begin｜>", "[TOOL_CALLS]", "{")
+OPENERS = ("<tool_call>", "<|channel|>", "<｜tool▁calls▁begin｜>", "[TOOL_CALLS]", "{")
 
 
 def run(family: str, pieces: list[str]) -> tuple[str, str, dict[int, str], ToolCallParser]:

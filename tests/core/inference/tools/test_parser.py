@@ -58,7 +58,7 @@ FIXTURES = [
         "deepseek",
         f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{W}\n```"
         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
-        "<｜tool▁calls▁begin｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁end｜>",  # trailing: after the call, never content
         [("get_weather", W)],
     ),
     (
@@ -128,6 +128,9 @@ def test_utf8_and_tag_cut_at_every_point() -> None:
         ("<function=x><parameter=y>", "qwen3coder"),
         ("<|channel|>", "harmony"),
         ("<｜tool▁call▁begin｜>", "deepseek"),
+        ("<tool_call>{{ name }}\n<arg_key>{{ k }}</arg_key><arg_value>", "glm"),
+        ("<|tool_calls_section_begin|><|tool_call_begin|>functions.", "kimi"),
+        ("<|start_of_role|>assistant<|end_of_role|><|tool_call|>", "granite"),
         (None, "hermes"),
     ],
 )
