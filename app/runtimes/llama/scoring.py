@@ -8,7 +8,11 @@ are needed). Prompts of a wave that share a prefix (a question before several an
 group: the prefix is read once on one slot and the others start from a copy of its cells. A
 prefix shared with a prompt scored shortly before is read once too: its rows come from a small
 memo of recent scores, and the cache keeps its tokens up to the last shared one, which each
-prompt reads again for its first new token's row.
+prompt reads again for its first new token's row. That is a cache per sequence (``kv_layout``
+``per-sequence``, or the ``exact`` prompt cache). In a shared cache llama.cpp's CPU attention
+moves rows read beside other sequences or after cells read before (up to ~0.9 in
+log-probability, tests/bench/attention_paths.py), so there each prompt is read whole and alone:
+idle caches leave the cache first, and its own cells are not kept.
 Tested by tests/runtimes/llama/test_scoring.py.
 """
 
@@ -89,6 +93,14 @@ class PromptScoring:
             if n > self.n_ctx:
                 raise ValueError("prompt does not fit the context")
             p = _Prompt(list(tokens), _known(memo, tokens))
+            if self.unified and len(p.rows) < n:
+                # llama.cpp's CPU attention in a shared cache gives rows off by up to ~0.9 for
+                # a sequence read beside others or continued on cells read before (measured,
+                # tests/bench/attention_paths.py); one prompt read whole, from its first token
+                # on, in its own decode gives the model's own values
+                p.rows = p.rows[:1]
+                if wave:
+                    break
             if len(p.rows) < n:
                 if not slots:
                     if not wave:
@@ -102,6 +114,10 @@ class PromptScoring:
                 slots, room = slots - 1, room - new
             wave.append(p)
         need = [p for p in wave if len(p.rows) < len(p.tokens)]
+        if need and self.unified:
+            # ... and alone in the cache: idle caches go to host memory (or are dropped) first
+            while self.slots.evict_idle():
+                pass
         if need:
             self._read_wave(need)
         for p in wave:
@@ -137,7 +153,7 @@ class PromptScoring:
         finally:
             # a failed read leaves cells the slots' records may not match: dropped
             for slot in taken:
-                self.slots.release(slot, keep=done and self.prompt_cache)
+                self.slots.release(slot, keep=done and self.prompt_cache and not self.unified)
 
     def _head(self, group: list[_Prompt], taken: list[int]) -> tuple[list[_Prompt], _Read]:
         """The read of a group's shared prefix, up to (not with) its last token, which each

@@ -69,7 +69,8 @@ async def test_scores_equal_the_models_log_softmax_and_a_shared_prefix_is_read_o
     tmp_path: Path, smollm2_path: Path, reference: Any
 ) -> None:
     ref, llm = reference
-    h = hearth(tmp_path)
+    # a cache per sequence: prompts continue on cells read before and share copies of them
+    h = hearth(tmp_path, kv_layout="per-sequence")
     model, _ = h.models.import_path(smollm2_path)
     try:
         lm = await h.models.load(model.id)
@@ -134,20 +135,19 @@ CHOICES = [" Mars", " Venus", " Jupiter, the largest planet", " Saturn"]
 
 
 def _close(scored: Any, tokens: list[int], ref: Any) -> None:
-    """Its tokens in order, each near the model's log-softmax: a prompt continued on cached
-    cells reads in other batch shapes than one read whole, which on this Q4_1 model moves a
-    row by up to ~0.14 (the same values when each prompt is scored alone)."""
+    """Its tokens in order, each the model's log-softmax (a prompt continued on cached cells or
+    read beside others gives the values of one read whole, alone)."""
     expect, _ = ref(tokens)
     assert [t.id for t in scored.tokens] == tokens
     for i, t in enumerate(scored.tokens[1:]):
-        assert t.logprob == pytest.approx(expect[i], abs=0.2), f"token {i + 1}"
+        assert t.logprob == pytest.approx(expect[i], abs=1e-3), f"token {i + 1}"
 
 
 async def test_a_list_of_answers_to_one_question_is_read_in_one_shared_decode(
     tmp_path: Path, smollm2_path: Path, reference: Any
 ) -> None:
     ref, _ = reference
-    h = hearth(tmp_path)
+    h = hearth(tmp_path, kv_layout="per-sequence")
     model, _ = h.models.import_path(smollm2_path)
     try:
         lm = await h.models.load(model.id)
@@ -209,5 +209,39 @@ async def test_a_list_longer_than_the_free_slots_is_scored_in_waves_in_order(
         for s, p in zip(scored, prompts, strict=True):
             _close(s, p, ref)
         assert lm.engine.peak_batch <= 8  # type: ignore[attr-defined]
+    finally:
+        await h.close()
+
+
+async def test_in_a_shared_cache_each_prompt_is_read_whole_and_alone(
+    tmp_path: Path, smollm2_path: Path, reference: Any
+) -> None:
+    """llama.cpp's CPU attention in a shared cache moves a row by up to ~0.9 for a sequence read
+    beside others or continued on cells read before (tests/bench/attention_paths.py): there
+    each prompt is read whole, with the idle caches out of the cache, and gives the model's own
+    values, after other conversations' caches and between answers to one question alike."""
+    ref, _ = reference
+    h = hearth(tmp_path)  # the default: a shared cache
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+
+        def tok(text: str, special: bool = False) -> list[int]:
+            return lm.tokenize(text, add_special=special, parse_special=False)
+
+        # other conversations leave their caches behind
+        for text in ("Tell me a story about a cat.", "What is two plus two?", "Name a colour."):
+            req = GenerationRequest(tuple(tok(text, True)), 6, SamplingParams(temperature=0.0))
+            async for _ in lm.submit(req):  # type: ignore[attr-defined]
+                pass
+        q = tok(QUESTION, True)
+        prompts = [q + tok(c) for c in CHOICES]
+        listed = await lm.score_prompts(prompts, 1)  # type: ignore[attr-defined]
+        one_by_one = [(await lm.score_prompts([p], 1))[0] for p in reversed(prompts)]  # type: ignore[attr-defined]
+        for s, p in zip(listed, prompts, strict=True):
+            _close(s, p, ref)
+            assert s.decoded == len(p)
+        for s, p in zip(one_by_one, reversed(prompts), strict=True):
+            _close(s, p, ref)
     finally:
         await h.close()
