@@ -15,7 +15,6 @@ from app.core.types import ChatMessage, Constraint, ToolCall
 from app.errors import InvalidRequest, UnsupportedParameter
 from app.server.protocols.common import (
     MAX_MESSAGES,
-    MAX_N,
     ROLES,
     Body,
     parse_content,
@@ -25,27 +24,6 @@ from app.server.protocols.common import (
 )
 
 MAX_PROMPT_LOGPROBS = 20  # alternatives per prompt token (vLLM's default bound)
-
-
-def _unsupported(b: Body, key: str, why: str) -> None:
-    raise UnsupportedParameter(f"'{key}' is not supported yet: {why}", param=key)
-
-
-def reject_pending_features(b: Body, *, chat: bool) -> None:
-    """Fields that would change the output but are not implemented yet: a 400, never ignored."""
-    b.integer("n", 1, lo=1, hi=MAX_N)
-    if chat:
-        if b.data.get("audio") is not None:
-            _unsupported(b, "audio", "audio output is not available")
-        mods = b.data.get("modalities")
-        if mods is not None and mods != ["text"]:
-            _unsupported(b, "modalities", "only text output is available")
-    else:
-        if b.data.get("suffix"):
-            _unsupported(b, "suffix", "fill-in-the-middle is not implemented")
-        best_of = b.integer("best_of", 1, lo=1, hi=128)
-        if best_of != 1:
-            _unsupported(b, "best_of", "only best_of=1")
 
 
 def parse_messages(b: Body) -> list[ChatMessage]:

@@ -39,7 +39,6 @@ from app.server.protocols.openai.fields import (
     parse_prompt_logprobs,
     parse_response_format,
     parse_stream,
-    reject_pending_features,
 )
 
 
@@ -66,7 +65,6 @@ def parse_chat(data: dict[str, Any]) -> Parsed:
     stop = parse_stop(b)
     max_tokens = parse_max_tokens(b)
     so = parse_stream(b)
-    reject_pending_features(b, chat=True)
     tools, choice = parse_tools(b)
     req = ChatRequest(
         model=model,
@@ -110,7 +108,6 @@ def parse_completion(data: dict[str, Any]) -> Parsed:
     echo = b.flag("echo")
     max_tokens = parse_completion_max_tokens(b, echo)
     so = parse_stream(b)
-    reject_pending_features(b, chat=False)
     req = CompletionRequest(
         model=model,
         prompts=tuple(p if isinstance(p, str) else tuple(p) for p in prompts),
