@@ -6,6 +6,7 @@ tests/e2e/cli/test_log_file.py."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import logging
@@ -40,6 +41,21 @@ class PrivateLogFile(RotatingFileHandler):
     def _open(self) -> io.TextIOWrapper:  # type: ignore[override]
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         return open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        # a full or vanished disk loses the record quietly: logging's own report is a traceback
+        # on stderr for every record, and warnings still reach stderr through its own handler
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handleError(record)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):  # lines a full disk cannot take are lost
+            super().flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            super().close()
 
 
 def setup_logging(verbose: int, logs: Path | None = None) -> Path | None:

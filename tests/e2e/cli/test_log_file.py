@@ -82,3 +82,23 @@ def test_hearth_serve_writes_the_log_file_in_its_logs_folder(tmp_path: Path) -> 
     finally:
         p.terminate()
         p.communicate(timeout=60)
+
+
+def test_a_full_disk_loses_records_quietly(
+    tmp_path: Path, root_logging: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Writing the log file on a full disk (ENOSPC, as /dev/full answers every write) drops the
+    record: no "--- Logging error ---" traceback on stderr, and flushing or closing the file
+    raises nothing."""
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / LOG_FILE).symlink_to("/dev/full")
+    assert setup_logging(0, logs) is not None
+    logging.getLogger("hearth.test").info("a record the full disk cannot take")
+    logging.getLogger("hearth.test").warning("and a warning")
+    for h in logging.getLogger().handlers:
+        h.flush()
+    err = capfd.readouterr().err
+    assert "Logging error" not in err and "Traceback" not in err, err

@@ -123,9 +123,13 @@ def test_sigstop_times_out_before_the_first_token_then_falls_back(
         {"model": sleepy.models[SMOL], "messages": HI, "max_tokens": 2},
     )
     assert local.status == 200, local.body
-    warm = call(
-        front, "POST", "/v1/chat/completions", {"model": model, "messages": HI, "max_tokens": 2}
-    )
+    # the warm-up is bound by the same 3 s: on a loaded machine a first try may run past it
+    for _ in range(5):
+        warm = call(
+            front, "POST", "/v1/chat/completions", {"model": model, "messages": HI, "max_tokens": 2}
+        )
+        if warm.status != 504:
+            break
     assert warm.status == 200, warm.body
     sleepy.stop()
     try:
