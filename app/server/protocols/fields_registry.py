@@ -193,6 +193,45 @@ OPENAI_EMBEDDINGS: Table = {
     ),
 }
 
+OPENAI_RESPONSES: Table = {
+    **_TRACKING,
+    **_CACHE,
+    **honoured(
+        "model",
+        "input",
+        "instructions",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "text",
+        "reasoning",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "include",
+        "top_logprobs",
+        "store",
+        "previous_response_id",
+        "stream",
+        "chat_template_kwargs",
+        "reasoning_effort",
+        "ttl",
+        "keep_alive",
+    ),
+    **accepted("it only shapes how the events are framed", "stream_options"),
+    **refused("background responses are not supported: leave 'background' out", "background"),
+    **refused(
+        "conversations are not supported: continue with 'previous_response_id'", "conversation"
+    ),
+    **refused("stored prompt templates are not available; send the input itself", "prompt"),
+    **refused("there is no cap on tool calls per response", "max_tool_calls"),
+    **refused(
+        "Hearth never drops input to fit; one over the context is a 400",
+        "truncation",
+        harmless=("disabled",),
+    ),
+}
+
 ANTHROPIC_MESSAGES: Table = {
     **honoured(
         "model",
@@ -318,6 +357,7 @@ TABLES: Mapping[str, Table] = {
     "openai.chat": OPENAI_CHAT,
     "openai.completions": OPENAI_COMPLETIONS,
     "openai.embeddings": OPENAI_EMBEDDINGS,
+    "openai.responses": OPENAI_RESPONSES,
     "anthropic.messages": ANTHROPIC_MESSAGES,
     "anthropic.count_tokens": ANTHROPIC_COUNT_TOKENS,
     "ollama.chat": OLLAMA_CHAT,

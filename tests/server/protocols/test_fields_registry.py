@@ -15,6 +15,7 @@ from app.server.protocols.ollama.parse import parse_chat as ollama_chat
 from app.server.protocols.ollama.parse import parse_embed, parse_generate, parse_options
 from app.server.protocols.openai import tokenizer
 from app.server.protocols.openai.parse import parse_chat, parse_completion, parse_embeddings
+from app.server.protocols.responses.parse import parse_request as parse_responses
 from tests.conftest import Served
 
 # the fields each protocol's own reference names (and vLLM's and Ollama's extras)
@@ -33,6 +34,10 @@ DOCUMENTED = {
     "user top_k min_p repetition_penalty guided_json min_tokens ignore_eos prompt_logprobs "
     "truncate_prompt_tokens allowed_token_ids bad_words include_stop_str_in_output",
     "openai.embeddings": "input model dimensions encoding_format user",
+    "openai.responses": "background conversation include input instructions max_output_tokens "
+    "max_tool_calls metadata model parallel_tool_calls previous_response_id prompt "
+    "prompt_cache_key reasoning safety_identifier service_tier store stream stream_options "
+    "temperature text tool_choice tools top_logprobs top_p truncation user",
     "anthropic.messages": "model messages max_tokens system stop_sequences stream temperature "
     "top_p top_k tools tool_choice thinking metadata container mcp_servers service_tier",
     "ollama.chat": "model messages tools format options stream keep_alive think",
@@ -92,6 +97,8 @@ def ident(name: str) -> str:
         ("openai.chat", parse_chat, {"model": "m", "messages": MSGS}),
         ("openai.completions", parse_completion, {"model": "m", "prompt": "hi"}),
         ("openai.embeddings", parse_embeddings, {"model": "m", "input": "hi"}),
+        ("openai.responses", parse_responses, {"model": "m", "input": "hi"}),
+        ("openai.responses", parse_responses, {"model": "m", "input": MSGS}),
         ("anthropic.messages", parse_request, {"model": "m", "messages": MSGS, "max_tokens": 1}),
         ("ollama.chat", lambda d: ollama_chat(d, ident), {"model": "m", "messages": MSGS}),
         ("ollama.generate", lambda d: parse_generate(d, ident), {"model": "m", "prompt": "hi"}),
@@ -159,9 +166,22 @@ SAMPLES: dict[str, dict[str, Any]] = {
     },
 }
 # where one protocol spells a field its own way
-OWN_SAMPLES = {("openai.completions", "logprobs"): {"logprobs": 2}}
+RESPONSES_TOOL = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+OWN_SAMPLES = {
+    ("openai.completions", "logprobs"): {"logprobs": 2},
+    ("openai.responses", "tools"): {"tools": [RESPONSES_TOOL]},
+    ("openai.responses", "tool_choice"): {"tools": [RESPONSES_TOOL], "tool_choice": "auto"},
+    ("openai.responses", "top_logprobs"): {"top_logprobs": 2},
+    ("openai.responses", "text"): {"text": {"format": {"type": "text"}}},
+    ("openai.responses", "reasoning"): {"reasoning": {"effort": "low"}},
+    ("openai.responses", "include"): {"include": []},
+    ("openai.responses", "instructions"): {"instructions": "Be brief."},
+    ("openai.responses", "store"): {"store": False},
+}
 # what the scoring path implements (prompt logprobs, echoing the prompt): walked there
 SCORING = {"echo", "prompt_logprobs"}
+# a stored response to continue: walked by tests/server/clients/test_stored_responses.py
+OWN_TESTS = SCORING | {"previous_response_id"}
 REFUSING = 7  # asks for something of any refused field
 
 
@@ -174,6 +194,10 @@ def _routes(model: str) -> dict[str, tuple[str, dict[str, Any]]]:
             {"model": model, "prompt": "hi", "max_tokens": 1},
         ),
         "openai.embeddings": ("/v1/embeddings", {"model": model, "input": "hi"}),
+        "openai.responses": (
+            "/v1/responses",
+            {"model": model, "input": "hi", "max_output_tokens": 1},
+        ),
         "anthropic.messages": ("/v1/messages", chat),
         "anthropic.count_tokens": ("/v1/messages/count_tokens", {"model": model, "messages": MSGS}),
         "ollama.chat": ("/api/chat", {**chat, "stream": False, "options": {"num_predict": 1}}),
@@ -211,7 +235,7 @@ def test_the_walk_refused_fields_are_400s_naming_them(served: Served, name: str)
     prefix = "options." if name == "ollama.options" else ""
     with httpx.Client(base_url=served.root, timeout=120) as c:
         for key, field in reg.TABLES[name].items():
-            if key in SCORING or key in base or (name == "tokenize" and key in tokenizer.FORMS):
+            if key in OWN_TESTS or key in base or (name == "tokenize" and key in tokenizer.FORMS):
                 continue  # the forms are one of three: each is walked by its own tests
             if field.how == "refused":
                 extra = {key: REFUSING}

@@ -39,6 +39,7 @@ from app.server.protocols.common import (
     schema_constraint,
     tool_choice,
 )
+from app.server.protocols.fields_registry import OPENAI_RESPONSES, refuse_unhonoured
 from app.server.protocols.openai.parse import model_field
 
 TOOL_CHOICES = ("none", "auto", "required")
@@ -273,17 +274,9 @@ def _function_tool(t: Any, where: str, params: list[str]) -> Tool:
 def parse_request(data: dict[str, Any], history: Sequence[dict[str, Any]] = ()) -> Parsed:
     """A Responses body -> the internal chat request, what the response echoes and this
     input's items; ``history``: the conversation of the response it continues."""
+    refuse_unhonoured(data, OPENAI_RESPONSES)
     b = Body(data)
     model = model_field(b)
-    if b.flag("background"):
-        raise UnsupportedParameter(
-            "background responses are not supported: leave 'background' out", param="background"
-        )
-    if b.data.get("conversation") is not None:
-        raise UnsupportedParameter(
-            "conversations are not supported: continue with 'previous_response_id'",
-            param="conversation",
-        )
     tools, choice, namespaces = parse_tools(b)
     items = input_items(b)
     messages = parse_input(b, history, items)
