@@ -326,17 +326,33 @@ class HeaderCall(OneCall):
         self._done = True
 
 
-class XmlCall(OneCall):
-    """qwen3coder: ``<function=NAME>`` starts the call; each complete ``<parameter=K>V</parameter>``
-    adds ``"K": V`` to the arguments object, which ``</function>`` closes."""
-
-    _FUNCTION = re.compile(r"<function=([^>\s]+)>")
-    _PARAMETER = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.S)
+class _PairsCall(OneCall):
+    """A call whose arguments come as key/value pairs, each adding ``"K": V`` (V as the JSON it
+    spells, else a string) to one object, closed when the call ends."""
 
     def __init__(self, parser: CallSink, opener: str) -> None:
         super().__init__(parser, opener)
         self._pos = 0
         self._params = 0
+
+    def _pair(self, call: StartedCall, key: str, raw: str, ev: ParseEvent) -> None:
+        value = json.dumps(typed_value(raw), ensure_ascii=False)
+        sep = ", " if self._params else "{"
+        self.parser.add_fragment(call, f"{sep}{json.dumps(key)}: {value}", ev)
+        self._params += 1
+
+    def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
+        self.parser.add_fragment(call, "}" if self._params else "{}", ev)
+        self.parser.end_call(ev, broken)
+        self._done = True
+
+
+class XmlCall(_PairsCall):
+    """qwen3coder: ``<function=NAME>`` starts the call; each complete ``<parameter=K>V</parameter>``
+    adds ``"K": V`` to the arguments object, which ``</function>`` closes."""
+
+    _FUNCTION = re.compile(r"<function=([^>\s]+)>")
+    _PARAMETER = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.S)
 
     def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
         self.raw += chunk
@@ -351,33 +367,20 @@ class XmlCall(OneCall):
         end = self.raw.find("</function>", self._pos)
         stop = len(self.raw) if end == -1 else end
         while p := self._PARAMETER.search(self.raw, self._pos, stop):
-            value = json.dumps(typed_value(p.group(2).strip("\n")), ensure_ascii=False)
-            sep = ", " if self._params else "{"
-            self.parser.add_fragment(call, f"{sep}{json.dumps(p.group(1))}: {value}", ev)
-            self._params += 1
+            self._pair(call, p.group(1), p.group(2).strip("\n"), ev)
             self._pos = p.end()
         if end != -1:
             self._finish(call, ev)
         return FED, len(chunk)
 
-    def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
-        self.parser.add_fragment(call, "}" if self._params else "{}", ev)
-        self.parser.end_call(ev, broken)
-        self._done = True
 
-
-class KeyValueCall(OneCall):
+class KeyValueCall(_PairsCall):
     """glm: ``NAME`` on the block's first line, then ``<arg_key>K</arg_key><arg_value>V</arg_value>``
     pairs, each adding ``"K": V`` (V as the JSON it spells, else a string); the block's end
     marker ends the call."""
 
     _NAME = re.compile(r"\s*([^\s<]+)(?=\s|<)")
     _PAIR = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)
-
-    def __init__(self, parser: CallSink, opener: str) -> None:
-        super().__init__(parser, opener)
-        self._pos = 0
-        self._params = 0
 
     def feed(self, chunk: str, ev: ParseEvent) -> tuple[int, int]:
         self.raw += chunk
@@ -388,10 +391,7 @@ class KeyValueCall(OneCall):
             self._call, self._pos = self.parser.start_call(m.group(1), ev), m.end()
         call = self._call
         while p := self._PAIR.search(self.raw, self._pos):
-            value = json.dumps(typed_value(p.group(2)), ensure_ascii=False)
-            sep = ", " if self._params else "{"
-            self.parser.add_fragment(call, f"{sep}{json.dumps(p.group(1).strip())}: {value}", ev)
-            self._params += 1
+            self._pair(call, p.group(1).strip(), p.group(2), ev)
             self._pos = p.end()
         return FED, len(chunk)
 
@@ -402,11 +402,6 @@ class KeyValueCall(OneCall):
         if self._call is not None and self.marker_seen and not self.raw[self._pos :].strip():
             self._finish(self._call, ev)
         return super().close(ev)
-
-    def _finish(self, call: StartedCall, ev: ParseEvent, broken: str | None = None) -> None:
-        self.parser.add_fragment(call, "}" if self._params else "{}", ev)
-        self.parser.end_call(ev, broken)
-        self._done = True
 
 
 class _MistralBlock(Block):

@@ -64,26 +64,26 @@ def chat_logprobs(lps: Sequence[TokenLogprob]) -> dict[str, Any]:
 
 def completion_logprobs(lps: Sequence[TokenLogprob], offset: int = 0) -> dict[str, Any]:
     """The legacy completions shape: parallel arrays and text offsets."""
-    offsets = []
-    pos = offset
-    for t in lps:
-        offsets.append(pos)
-        pos += len(t.token)
     return {
         "tokens": [t.token for t in lps],
         "token_logprobs": [t.logprob for t in lps],
         "top_logprobs": [{s: lp for s, lp, _ in t.top} for t in lps],
-        "text_offset": offsets,
+        "text_offset": text_offsets([t.token for t in lps], offset),
     }
+
+
+def text_offsets(texts: Sequence[str], start: int = 0) -> list[int]:
+    """Where each token's text begins in the answer's text (legacy ``text_offset``)."""
+    out, pos = [], start
+    for t in texts:
+        out.append(pos)
+        pos += len(t)
+    return out
 
 
 def echo_logprobs(tokens: Sequence[PromptToken]) -> dict[str, Any]:
     """The echoed prompt's part of the legacy logprobs arrays: the first token has no
     log-probability and no alternatives (null), as OpenAI's legacy endpoint answers."""
-    offsets, pos = [], 0
-    for t in tokens:
-        offsets.append(pos)
-        pos += len(t.text)
     return {
         "tokens": [t.text for t in tokens],
         "token_logprobs": [t.logprob for t in tokens],
@@ -93,7 +93,7 @@ def echo_logprobs(tokens: Sequence[PromptToken]) -> dict[str, Any]:
             else dict(zip(t.top_text, (lp for _, lp in t.top), strict=True))
             for t in tokens
         ],
-        "text_offset": offsets,
+        "text_offset": text_offsets([t.text for t in tokens]),
     }
 
 
