@@ -154,7 +154,8 @@ class LocalRunner:
         is read once), then each choice generated after its prompt's delta (or not at all:
         ``max_tokens`` 0 scores the prompts only)."""
         param = "echo" if req.echo else "prompt_logprobs"
-        top = max(req.logprobs or 0 if req.echo else 0, req.prompt_logprobs or 0)
+        echo_top = (req.logprobs or 0) if req.echo else 0  # echo's logprobs cover the prompt
+        top = max(echo_top, req.prompt_logprobs or 0)
         async with self.using(req.model, req.context, req.ttl) as lm:
             prompting.require(lm, "completion", req.model)
             token_lists = [await self._prompt_tokens(lm, p) for p in req.prompts]

@@ -5,6 +5,7 @@ Tested by tests/core/inference/test_scoring.py and tests/server/clients/test_sco
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Sequence
 
@@ -41,7 +42,8 @@ async def score(
         )
     scored = await lm.score_prompts([list(p) for p in prompts], top)
     ids = sorted({i for s in scored for t in s.tokens for i in (t.id, *(a for a, _ in t.top))})
-    text = dict(zip(ids, lm.token_pieces(ids), strict=True))
+    # thousands of pieces for a long list's alternatives: spelled off the event loop
+    text = dict(zip(ids, await asyncio.to_thread(lm.token_pieces, ids), strict=True))
     return [
         dataclasses.replace(
             s,
