@@ -229,3 +229,15 @@ async def listen_loopback(app: Any) -> tuple[Any, str]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[Any]:
+    """A real redis-server on a free loopback port (skipped where none is installed)."""
+    from tests.support.redis_server import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        yield server
+    finally:
+        server.close()
