@@ -16,9 +16,20 @@ from app.paths import AppPaths
 from app.settings import Settings, SettingsStore
 
 
-def build_service(paths: AppPaths, settings: Settings, *, cache_mode: str | None = None) -> Hearth:
+def build_service(
+    paths: AppPaths,
+    settings: Settings,
+    *,
+    cache_mode: str | None = None,
+    state_url: str | None = None,
+) -> Hearth:
     """Wire the core to the runtimes available on this machine (``cache_mode``: this run's
-    response-cache mode over the settings', ``hearth serve --cache``)."""
+    response-cache mode over the settings', ``hearth serve --cache``; ``state_url``: the
+    shared state's Redis URL over ``state.url``, ``hearth serve --state``).
+
+    Raises:
+        ValueError: the shared state's URL is not one Hearth can use.
+    """
     from app.core.engine.presets import PresetStore
     from app.core.library.fit import default_budget
 
@@ -47,7 +58,8 @@ def build_service(paths: AppPaths, settings: Settings, *, cache_mode: str | None
 
     events = EventHub()
     presets = PresetStore(paths.config / "presets.json")
-    return assemble(
+    shared = shared_state(state_url or settings.state.url)
+    service = assemble(
         library,
         runtimes,
         events=events,
@@ -65,6 +77,18 @@ def build_service(paths: AppPaths, settings: Settings, *, cache_mode: str | None
         cache=lambda embed: response_cache(paths, store, embed, library, presets, cache_mode),
         responses=response_store(paths, store),
     )
+    service.shared = shared
+    return service
+
+
+def shared_state(url: str) -> Any:
+    """The Redis every gateway of a team shares (None for "": every piece in process); the
+    server starts it and closes it. Raises ValueError for a URL Hearth cannot use."""
+    if not url:
+        return None
+    from app.redis_state.connection import SharedState
+
+    return SharedState(url)
 
 
 def mcp_manager(paths: AppPaths, store: SettingsStore) -> Any:

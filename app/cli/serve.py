@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import Any
 
-from app.cli.common import EXIT_OK, context, fail, log
+from app.cli.common import EXIT_OK, EXIT_USAGE, context, fail, log
 from app.cli.load_flags import add_load_flags, load_options_from_args
 from app.compose import build_service, mcp_manager
 from app.errors import HearthError
@@ -23,7 +23,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     paths, store = context()
     settings = store.load()
     api_key = args.api_key or os.environ.get("HEARTH_API_KEY") or None
-    service = build_service(paths, settings, cache_mode=args.cache)  # None: the settings' mode
+    try:  # None: the settings' cache mode and state.url
+        service = build_service(paths, settings, cache_mode=args.cache, state_url=args.state)
+    except ValueError as e:  # a --state URL Hearth cannot use
+        fail(f"--state: {e}")
+        return EXIT_USAGE
     controller = ServerController(service, store, paths)
     controller.set_api_key(api_key)
 
@@ -134,6 +138,14 @@ def add_parsers(sub: Any) -> None:
         choices=("off", "exact", "semantic"),
         default=None,
         help="the response cache for this run (default from settings: cache.mode, off)",
+    )
+    s.add_argument(
+        "--state",
+        default=None,
+        metavar="URL",
+        help="share rate limits and named keys with other gateways through this Redis "
+        "(redis://HOST:PORT/DB, rediss:// for TLS, redis://:PASSWORD@HOST; "
+        "default from settings: state.url, off)",
     )
     add_load_flags(s, title="load options (for the --model preloads)")
     s.set_defaults(func=cmd_serve)

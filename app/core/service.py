@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from app.core.engine.autofit import DEFAULT_MAX_AUTO_CONTEXT
 from app.core.engine.models import ModelService
@@ -71,6 +72,9 @@ class Hearth:
         self.runtimes = dict(runtimes or {})  # this machine's runtimes, by model format
         # the Responses API's kept responses (``store``); None: nothing is kept
         self.responses = responses
+        # the state shared with other gateways (app.redis_state's SharedState, set by
+        # app/compose.py); None: every piece in process. The server starts and closes it.
+        self.shared: Any = None
 
     # -- inference: the pipeline -----------------------------------------------------------------
     async def chat(self, req: ChatRequest) -> Choices:
