@@ -8,7 +8,8 @@ anywhere is honoured everywhere within a second or so; while Redis is unreachabl
 seen stay in force (and changes are refused with 503 ``state_unavailable``).
 
 The first gateway to use an empty shared state imports its local keys.json (once: the version
-then exists, so a team whose keys were all removed does not get them back).
+then exists, so a team whose keys were all removed does not get them back). A Redis that lost
+everything (restarted without persistence) gets the last keys its gateways saw put back.
 Tested by tests/redis_state/test_keys.py and tests/e2e/shared_state/test_shared_keys.py."""
 
 from __future__ import annotations
@@ -86,7 +87,10 @@ class SharedKeyStore(KeyStore):
             await asyncio.to_thread(self.load)  # the first read may import keys.json
             return
         version = await self.shared.aio.get(self._version_key)
-        if version is not None and _text(version) == self._version:
+        if version is None:  # Redis lost its data (restarted without persistence, or flushed)
+            await asyncio.to_thread(self._restore)
+            return
+        if _text(version) == self._version:
             return
         pipe = self.shared.aio.pipeline(transaction=True)
         pipe.get(self._version_key)
@@ -131,6 +135,23 @@ class SharedKeyStore(KeyStore):
                 self.shared.shown,
             )
         r.incr(self._version_key)  # first use done: never imported again
+
+    def _restore(self) -> None:
+        """Put the last keys seen back into a shared state that lost them (once: the first
+        gateway to do it recreates the version, the others then just read)."""
+        r, keys = self.shared.sync, self._keys or {}
+        if not r.exists(self._version_key):
+            pipe = r.pipeline(transaction=True)
+            for name, key in keys.items():
+                pipe.hsetnx(self._hash, name, json.dumps(key_to_json(key)))
+            pipe.incr(self._version_key)
+            pipe.execute()
+            log.warning(
+                "the shared state at %s had lost its keys; restored the %d this gateway last saw",
+                self.shared.shown,
+                len(keys),
+            )
+        self.load()
 
     # -- changes -------------------------------------------------------------------------------
     def add(
