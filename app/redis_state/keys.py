@@ -70,7 +70,7 @@ class SharedKeyStore(KeyStore):
     def load(self) -> dict[str, ApiKey]:
         """Read every key now (blocking: off the loop). Raises StateUnavailable."""
         try:
-            self._import_local()
+            self._first_use()
             pipe = self.shared.sync.pipeline(transaction=True)
             pipe.get(self._version_key)
             pipe.hgetall(self._hash)
@@ -88,7 +88,7 @@ class SharedKeyStore(KeyStore):
             return
         version = await self.shared.aio.get(self._version_key)
         if version is None:  # Redis lost its data (restarted without persistence, or flushed)
-            await asyncio.to_thread(self._restore)
+            await asyncio.to_thread(self.load)
             return
         if _text(version) == self._version:
             return
@@ -118,40 +118,35 @@ class SharedKeyStore(KeyStore):
         self._version = None if version is None else _text(version)
         return self._keys
 
-    def _import_local(self) -> None:
+    def _first_use(self) -> None:
+        """A shared state with no version yet was never used (this machine's keys.json goes
+        in) or lost its data (the last keys this gateway saw go back in). The new version
+        starts at Redis's clock in microseconds, so no gateway mistakes it for one it saw."""
         r = self.shared.sync
         if r.exists(self._version_key):
             return
-        local = {n: k for n, k in super().all().items() if n}  # "": a broken file's placeholder
-        if local and not r.hlen(self._hash):
-            pipe = r.pipeline(transaction=True)
-            for name, key in local.items():
-                pipe.hsetnx(self._hash, name, json.dumps(key_to_json(key)))
-            pipe.execute()
+        restoring = self._keys is not None
+        source = self._keys if self._keys is not None else super().all()
+        keys = {n: k for n, k in source.items() if n}  # "": a broken file's placeholder
+        pipe = r.pipeline(transaction=True)
+        for name, key in keys.items():
+            pipe.hsetnx(self._hash, name, json.dumps(key_to_json(key)))
+        sec, usec = r.time()
+        pipe.set(self._version_key, sec * 1_000_000 + usec, nx=True)
+        pipe.execute()
+        if restoring:
             log.warning(
-                "imported %d named keys from %s into the shared state at %s",
-                len(local),
-                self.path,
-                self.shared.shown,
-            )
-        r.incr(self._version_key)  # first use done: never imported again
-
-    def _restore(self) -> None:
-        """Put the last keys seen back into a shared state that lost them (once: the first
-        gateway to do it recreates the version, the others then just read)."""
-        r, keys = self.shared.sync, self._keys or {}
-        if not r.exists(self._version_key):
-            pipe = r.pipeline(transaction=True)
-            for name, key in keys.items():
-                pipe.hsetnx(self._hash, name, json.dumps(key_to_json(key)))
-            pipe.incr(self._version_key)
-            pipe.execute()
-            log.warning(
-                "the shared state at %s had lost its keys; restored the %d this gateway last saw",
+                "the shared state at %s had lost its keys; put back the %d this gateway last saw",
                 self.shared.shown,
                 len(keys),
             )
-        self.load()
+        elif keys:
+            log.warning(
+                "imported %d named keys from %s into the shared state at %s",
+                len(keys),
+                self.path,
+                self.shared.shown,
+            )
 
     # -- changes -------------------------------------------------------------------------------
     def add(
@@ -168,7 +163,7 @@ class SharedKeyStore(KeyStore):
         pats = check_limits(rpm, tpm, models)
         key = ApiKey(name, hash_secret(secret), rpm, tpm, pats, admin, time.time())
         try:
-            self._import_local()
+            self._first_use()
             added = self.shared.sync.hsetnx(self._hash, name, json.dumps(key_to_json(key)))
             if added:
                 self.shared.sync.incr(self._version_key)
@@ -181,7 +176,7 @@ class SharedKeyStore(KeyStore):
 
     def remove(self, name: str) -> bool:
         try:
-            self._import_local()
+            self._first_use()
             if not self.shared.sync.hdel(self._hash, name):
                 return False
             pipe = self.shared.sync.pipeline(transaction=True)
