@@ -237,6 +237,7 @@ class ServerController:
         from app.redis_state.limits import RedisBuckets
 
         await shared.start()
+        log.info("sharing limits and keys through %s (%s)", shared.shown, shared.status()["state"])
         self._shared_keys = store = SharedKeyStore(shared, self.paths.keys_file)
         await store.start()
         return KeyGuard(
