@@ -35,15 +35,16 @@ def listed(gw: ServeProc, name: str) -> bool:
 
 @pytest.fixture
 def team(redis_server: Any, tmp_path: Path) -> Iterator[Team]:
-    """``team(n, **settings)``: n gateways on the test's redis-server with these settings
-    sections (model-less: the keys API, /v1/models, /health and /metrics need no model)."""
+    """``team(n, models=(...), **settings)``: n gateways on the test's redis-server with these
+    settings sections (model-less by default: the keys API, /v1/models, /health and /metrics
+    need no model)."""
     started: list[ServeProc] = []
 
-    def start(n: int = 2, **settings: Any) -> list[ServeProc]:
+    def start(n: int = 2, models: tuple[Path, ...] = (), **settings: Any) -> list[ServeProc]:
         for _ in range(n):
             home = tmp_path / f"gw{len(started)}"
             args = ("--state", redis_server.url, "--api-key", ADMIN)
-            started.append(start_serve(home, settings=settings, args=args))
+            started.append(start_serve(home, *models, settings=settings, args=args))
         return started[-n:]
 
     try:
