@@ -27,7 +27,7 @@ from app.core.gateway.cache.replay import ResponseCache
 from app.core.gateway.dispatch import Dispatch
 from app.core.gateway.pipeline import Embed, Pipeline, routed_embed
 from app.core.gateway.providers.pool import ProviderPool
-from app.core.gateway.response_store import ResponseStore
+from app.core.gateway.response_store import ResponseStorage
 from app.core.gateway.routing import RoutingService
 from app.core.hub.downloads import DownloadManager
 from app.core.inference.generation import Choices
@@ -60,7 +60,7 @@ class Hearth:
         hub: DownloadManager | None = None,
         cache: ResponseCache | None = None,
         runtimes: Mapping[str, Runtime] | None = None,
-        responses: ResponseStore | None = None,
+        responses: ResponseStorage | None = None,
     ) -> None:
         self._pipeline = pipeline
         self.models = models
@@ -164,7 +164,7 @@ def assemble(
     routing: Callable[[], Routing] = Routing,
     providers: ProviderPool | None = None,
     cache: Callable[[Embed], ResponseCache] | None = None,
-    responses: ResponseStore | None = None,
+    responses: ResponseStorage | None = None,
 ) -> Hearth:
     """The core wired once: the scheduler over ``runtimes``, the services, and the pipeline
     ``cache(gateway(dispatch(local | remote)))``. ``cache`` builds the response cache from the
