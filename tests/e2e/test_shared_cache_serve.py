@@ -13,8 +13,6 @@ import pytest
 
 from tests.support.hearthproc import DEADLINE, Server, hearth, wait_until
 
-pytestmark = pytest.mark.model
-
 
 def chat(root: str, model: str) -> tuple[str | None, str]:
     body = {
@@ -40,6 +38,7 @@ def gateway(home: Path, url: str, model: Path) -> Server:
     return srv
 
 
+@pytest.mark.model
 def test_an_answer_through_one_gateway_is_a_hit_through_the_other(
     tmp_path: Path, smollm2_path: Path, redis_server: Any
 ) -> None:
@@ -65,3 +64,9 @@ def test_an_answer_through_one_gateway_is_a_hit_through_the_other(
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     assert (got["entries"], got["hits"], got["misses"]) == (1, 1, 1)
+
+
+def test_a_state_url_that_names_no_redis_is_refused(tmp_path: Path) -> None:
+    r = hearth(tmp_path / "h", None, "serve", "--port", "0", "--state", "http://127.0.0.1:6379")
+    assert r.returncode == 1
+    assert "is not a Redis URL" in r.stderr and "Traceback" not in r.stderr

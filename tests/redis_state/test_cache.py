@@ -2,7 +2,8 @@
 fake runtime over the real Worker, its own SQLite fallback, the real ResponseCache over a
 RedisCacheStore) share answers, exact and semantic; a key's answers stay the key's; Redis keeps
 the TTL; the entry bound and the semantic candidate bound hold; a clear removes only the cache's
-keys; a killed Redis is a miss, never an error, and the gateway goes on with its local file;
+keys; a killed Redis is a miss, never an error (a put to it is dropped with a log line), and
+the gateway goes on with its local file;
 ``hearth cache stats|clear`` read and clear the shared cache when ``state.url`` is set."""
 
 from __future__ import annotations
@@ -317,3 +318,20 @@ def test_vectors_are_packed_as_the_sqlite_store_packs_them(redis_server: Any) ->
     store.put("k", answer("x"), 1.0e9, max_entries=5, ttl_s=60, skey="s", vector=[0.5, 2.0])
     assert shared.sync.hget(store.prefix + "v:s", "k") == pack_vector([0.5, 2.0])
     shared.sync.close()
+
+
+async def test_a_put_to_a_killed_redis_is_dropped_with_a_log_line(
+    redis_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    shared = SharedState(redis_server.url)
+    await shared.start()
+    store = RedisCacheStore(shared)  # no local file: nothing to fall back to
+    try:
+        redis_server.kill()  # the state does not know yet: the put tries Redis
+        store.put("k", answer("hi"), time.time(), max_entries=10, ttl_s=60)
+        assert not shared.usable and shared.status()["state"] == "degraded"
+        assert any("not stored in the shared state" in r.getMessage() for r in caplog.records)
+        assert store.get("k", time.time(), 60) is None  # degraded, no fallback: a miss
+        store.count("misses")  # dropped, no error
+    finally:
+        await shared.close()
