@@ -16,9 +16,16 @@ from app.paths import AppPaths
 from app.settings import Settings, SettingsStore
 
 
-def build_service(paths: AppPaths, settings: Settings, *, cache_mode: str | None = None) -> Hearth:
+def build_service(
+    paths: AppPaths,
+    settings: Settings,
+    *,
+    cache_mode: str | None = None,
+    state_url: str | None = None,
+) -> Hearth:
     """Wire the core to the runtimes available on this machine (``cache_mode``: this run's
-    response-cache mode over the settings', ``hearth serve --cache``)."""
+    response-cache mode over the settings', ``hearth serve --cache``; ``state_url``: the Redis
+    several gateways share, ``hearth serve --state``)."""
     from app.core.engine.presets import PresetStore
     from app.core.library.fit import default_budget
 
@@ -47,7 +54,8 @@ def build_service(paths: AppPaths, settings: Settings, *, cache_mode: str | None
 
     events = EventHub()
     presets = PresetStore(paths.config / "presets.json")
-    return assemble(
+    shared = shared_state(state_url)
+    service = assemble(
         library,
         runtimes,
         events=events,
@@ -62,9 +70,22 @@ def build_service(paths: AppPaths, settings: Settings, *, cache_mode: str | None
         aliases=AliasStore(paths.aliases_file),
         routing=lambda: store.load().routing_config(),
         providers=provider_pool(paths, lambda: events.publish(ProvidersChanged())),
-        cache=lambda embed: response_cache(paths, store, embed, library, presets, cache_mode),
+        cache=lambda embed: response_cache(
+            paths, store, embed, library, presets, cache_mode, shared
+        ),
         responses=response_store(paths, store),
     )
+    service.shared = shared
+    return service
+
+
+def shared_state(url: str | None) -> Any:
+    """The shared state at ``url`` (None: none); the caller starts it on the serving loop."""
+    if not url:
+        return None
+    from app.redis_state.connection import SharedState
+
+    return SharedState(url)
 
 
 def mcp_manager(paths: AppPaths, store: SettingsStore) -> Any:
@@ -82,14 +103,21 @@ def response_cache(
     library: ModelLibrary,
     presets: Any,
     mode: str | None = None,
+    shared: Any = None,
 ) -> Any:
-    """The response cache: its SQLite file, the live ``cache`` settings, and the pipeline's
-    own embed path for semantic mode."""
+    """The response cache: its SQLite file (or, with ``shared``, the shared Redis over that
+    file while Redis cannot be reached), the live ``cache`` settings, and the pipeline's own
+    embed path for semantic mode."""
     from app.core.gateway.cache.replay import ResponseCache, local_identity
     from app.core.gateway.cache.store import CacheStore
 
+    answers: Any = CacheStore(paths.response_cache_db)
+    if shared is not None:
+        from app.redis_state.cache import RedisCacheStore
+
+        answers = RedisCacheStore(shared, local=answers)
     return ResponseCache(
-        CacheStore(paths.response_cache_db),
+        answers,
         lambda: store.load().cache,
         embed=embed,
         identity=local_identity(library, presets),

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from app.core.engine.autofit import DEFAULT_MAX_AUTO_CONTEXT
 from app.core.engine.models import ModelService
@@ -71,6 +72,9 @@ class Hearth:
         self.runtimes = dict(runtimes or {})  # this machine's runtimes, by model format
         # the Responses API's kept responses (``store``); None: nothing is kept
         self.responses = responses
+        # the Redis several gateways share (``hearth serve --state``; set by the composition
+        # root, started by whoever serves); None: every piece stays in process
+        self.shared: Any = None
 
     # -- inference: the pipeline -----------------------------------------------------------------
     async def chat(self, req: ChatRequest) -> Choices:
@@ -144,6 +148,8 @@ class Hearth:
         self.cache.close()
         if self.responses is not None:
             self.responses.close()
+        if self.shared is not None:
+            await self.shared.close()
 
 
 def assemble(
