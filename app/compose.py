@@ -73,7 +73,7 @@ def build_service(
         cache=lambda embed: response_cache(
             paths, store, embed, library, presets, cache_mode, shared
         ),
-        responses=response_store(paths, store),
+        responses=response_store(paths, store, shared),
     )
     service.shared = shared
     return service
@@ -125,11 +125,17 @@ def response_cache(
     )
 
 
-def response_store(paths: AppPaths, store: SettingsStore) -> Any:
-    """The Responses API's stored responses: their SQLite file, the live ``responses`` bounds."""
+def response_store(paths: AppPaths, store: SettingsStore, shared: Any = None) -> Any:
+    """The Responses API's stored responses: their SQLite file (or, with ``shared``, the shared
+    Redis over that file while Redis cannot be reached), the live ``responses`` bounds."""
     from app.core.gateway.response_store import ResponseStore
 
-    return ResponseStore(paths.responses_db, lambda: store.load().responses)
+    local = ResponseStore(paths.responses_db, lambda: store.load().responses)
+    if shared is None:
+        return local
+    from app.redis_state.responses import SharedResponseStore
+
+    return SharedResponseStore(shared, local, lambda: store.load().responses)
 
 
 def build_runtimes(paths: AppPaths, settings: Settings) -> dict[str, Any]:
