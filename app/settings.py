@@ -258,7 +258,7 @@ class Settings:
     vision: VisionSettings = field(default_factory=VisionSettings)  # images
     # stored Responses (``store``): how long and how many bytes
     responses: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
-    state: StateSettings = field(default_factory=StateSettings)  # shared with other gateways
+    state: StateSettings = field(default_factory=StateSettings)  # shared by several gateways
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)

@@ -23,9 +23,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     paths, store = context()
     settings = store.load()
     api_key = args.api_key or os.environ.get("HEARTH_API_KEY") or None
-    try:  # None: the settings' cache mode and state.url
-        service = build_service(paths, settings, cache_mode=args.cache, state_url=args.state)
-    except ValueError as e:  # a --state URL Hearth cannot use
+    try:  # None: the settings' cache mode and shared state
+        service = build_service(
+            paths, settings, cache_mode=args.cache, state_url=args.state or settings.state.url
+        )
+    except ValueError as e:  # a URL that names no Redis server: a usage error
         fail(f"--state: {e}")
         return EXIT_USAGE
     controller = ServerController(service, store, paths)
@@ -39,6 +41,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+        if service.shared is not None:  # before the first request; a Redis that is down now
+            await service.shared.start()  # is not fatal: serving starts degraded
         try:
             url = await controller.start(
                 args.host,
@@ -143,9 +147,9 @@ def add_parsers(sub: Any) -> None:
         "--state",
         default=None,
         metavar="URL",
-        help="share rate limits and named keys with other gateways through this Redis "
-        "(redis://HOST:PORT/DB, rediss:// for TLS, redis://:PASSWORD@HOST; "
-        "default from settings: state.url, off)",
+        help="share state (rate limits, named keys, the response cache, stored responses) "
+        "with other gateways in this Redis (redis://HOST:PORT/DB, rediss:// for TLS, "
+        "redis://:PASSWORD@HOST; default from settings: state.url, none)",
     )
     add_load_flags(s, title="load options (for the --model preloads)")
     s.set_defaults(func=cmd_serve)

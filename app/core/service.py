@@ -28,7 +28,7 @@ from app.core.gateway.cache.replay import ResponseCache
 from app.core.gateway.dispatch import Dispatch
 from app.core.gateway.pipeline import Embed, Pipeline, routed_embed
 from app.core.gateway.providers.pool import ProviderPool
-from app.core.gateway.response_store import ResponseStore
+from app.core.gateway.response_store import ResponseStorage
 from app.core.gateway.routing import RoutingService
 from app.core.hub.downloads import DownloadManager
 from app.core.inference.generation import Choices
@@ -61,7 +61,7 @@ class Hearth:
         hub: DownloadManager | None = None,
         cache: ResponseCache | None = None,
         runtimes: Mapping[str, Runtime] | None = None,
-        responses: ResponseStore | None = None,
+        responses: ResponseStorage | None = None,
     ) -> None:
         self._pipeline = pipeline
         self.models = models
@@ -72,8 +72,8 @@ class Hearth:
         self.runtimes = dict(runtimes or {})  # this machine's runtimes, by model format
         # the Responses API's kept responses (``store``); None: nothing is kept
         self.responses = responses
-        # the state shared with other gateways (app.redis_state's SharedState, set by
-        # app/compose.py); None: every piece in process. The server starts and closes it.
+        # the Redis several gateways share (``hearth serve --state``; set by the composition
+        # root, started by whoever serves); None: every piece stays in process
         self.shared: Any = None
 
     # -- inference: the pipeline -----------------------------------------------------------------
@@ -148,6 +148,8 @@ class Hearth:
         self.cache.close()
         if self.responses is not None:
             self.responses.close()
+        if self.shared is not None:
+            await self.shared.close()
 
 
 def assemble(
@@ -168,7 +170,7 @@ def assemble(
     routing: Callable[[], Routing] = Routing,
     providers: ProviderPool | None = None,
     cache: Callable[[Embed], ResponseCache] | None = None,
-    responses: ResponseStore | None = None,
+    responses: ResponseStorage | None = None,
 ) -> Hearth:
     """The core wired once: the scheduler over ``runtimes``, the services, and the pipeline
     ``cache(gateway(dispatch(local | remote)))``. ``cache`` builds the response cache from the
