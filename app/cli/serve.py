@@ -88,7 +88,12 @@ def cmd_gui(args: argparse.Namespace) -> int:
     from app.server.runner import ServerController
 
     paths, store = context()
-    service = build_service(paths, store.load())
+    settings = store.load()
+    try:  # the desktop app's server joins a team's shared state too when state.url is set
+        service = build_service(paths, settings, state_url=settings.state.url)
+    except ValueError as e:
+        log.warning("state.url: %s; serving on local state", e)
+        service = build_service(paths, settings)
     loop = LoopThread().start()
     server = ServerController(service, store, paths)
     server.set_api_key(os.environ.get("HEARTH_API_KEY") or None)
