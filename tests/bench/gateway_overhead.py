@@ -1,14 +1,15 @@
 """What the gateway costs: an engine that answers at once, asked directly, through `hearth serve`
 and (optionally) through LiteLLM's proxy (not collected by pytest).
 
-Run:  python tests/bench/gateway_overhead.py [--seconds 5] [--clients 1,64] [--rounds 1]
+Run:  python tests/bench/gateway_overhead.py [--seconds 5] [--clients 1,64] [--rounds 3]
       [--only direct,hearth] [--baseline DIR]
       HEARTH_BENCH_LITELLM=/path/to/venv/bin/litellm adds LiteLLM's proxy in front of the engine.
 
 The engine (tests/support/instant_engine.py: raw asyncio, a fixed 1-token answer, streamed or
 whole) and this load generator run on core 1 (`taskset -c 1`); each gateway runs alone on core 0.
 Load: N clients (each one keep-alive connection, raw asyncio HTTP/1.1) send 1-token chats back to
-back for --seconds; each cell reports requests/s and p50/p99 latency in ms. For a gateway it also
+back for --seconds; each cell reports requests/s and p50/p99 latency in ms, the median of
+--rounds rounds that interleave the subjects (a busy spell on the machine hits each alike). For a gateway it also
 reports the gateway process's CPU time per request (utime+stime from /proc/PID/stat, before and
 after the load): that figure barely moves with other load on the machine, so it is the one to
 optimise against when the machine is never quiet. Ratios: hearth/direct and hearth/litellm
@@ -22,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -225,6 +227,13 @@ def measure(
     return out
 
 
+def _median(rounds: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    return {
+        cell: {k: statistics.median(r[cell][k] for r in rounds) for k in rounds[0][cell]}
+        for cell in rounds[0]
+    }
+
+
 def table(results: dict[str, dict[str, dict[str, float]]]) -> None:
     names = list(results)
     keys = list(next(iter(results.values())))
@@ -254,6 +263,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64])
+    ap.add_argument("--rounds", type=int, default=1, help="each cell: the median of the rounds")
     ap.add_argument("--only", default="", help="comma-separated subset of direct,hearth,litellm")
     ap.add_argument("--baseline", type=Path, default=None, help="another checkout's `hearth serve`")
     a = ap.parse_args()
@@ -261,31 +271,35 @@ def main() -> int:
     only = set(filter(None, a.only.split(",")))
     engine, engine_url = start_engine()
     procs: list[subprocess.Popen[Any]] = [engine]
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    subjects: dict[str, tuple[str, str, int | None]] = {}  # name -> (base URL, model, pid)
     try:
         if not only or "direct" in only:
-            results["direct"] = measure("direct", engine_url, "instant", None, a)
-        subjects = [("hearth", REPO)] + ([("baseline", a.baseline)] if a.baseline else [])
-        for name, checkout in subjects:
-            if only and name not in only and name != "baseline":
-                continue
-            p, base, model = start_hearth(engine_url, checkout)
-            procs.append(p)
-            results[name] = measure(name, base, model, p.pid, a)
-            p.terminate()
-            p.wait(60)
+            subjects["direct"] = (engine_url, "instant", None)
+        checkouts = [("hearth", REPO)] + ([("baseline", a.baseline)] if a.baseline else [])
+        for name, checkout in checkouts:
+            if not only or name in only or name == "baseline":
+                p, base, model = start_hearth(engine_url, checkout)
+                procs.append(p)
+                subjects[name] = (base, model, p.pid)
         litellm = os.environ.get("HEARTH_BENCH_LITELLM")
         if litellm and (not only or "litellm" in only):
             p, base, model = start_litellm(litellm, engine_url)
             procs.append(p)
-            results["litellm"] = measure("litellm", base, model, p.pid, a)
-            p.terminate()
-            p.wait(60)
+            subjects["litellm"] = (base, model, p.pid)
+        rounds: dict[str, list[dict[str, dict[str, float]]]] = {n: [] for n in subjects}
+        for _ in range(a.rounds):  # interleaved: a busy spell hits every subject alike
+            for name, (base, model, pid) in subjects.items():
+                rounds[name].append(measure(name, base, model, pid, a))
+        results = {n: _median(r) for n, r in rounds.items()}
     finally:
         for p in procs:
             if p.poll() is None:
-                p.kill()
-                p.wait(10)
+                p.terminate()
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(10)
     table(results)
     return 0
 
