@@ -15,6 +15,7 @@ counts (with +Inf) of the duration and TTFT histograms (a counter child exposes 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -29,7 +30,7 @@ from app.core.events import RequestFinished
 from app.core.gateway.metrics import OTHER_MODEL, RequestMetrics
 from app.core.service import Hearth
 from app.core.util import access
-from app.errors import ModelNotFound
+from app.errors import HearthError, ModelNotFound
 from app.server.routes.health import health_state
 from app.server.state import SERVICE, STATE, scope_of
 
@@ -61,6 +62,11 @@ def known_model(service: Hearth) -> Callable[[str], bool]:
     rule for a model's label (here and in the OpenTelemetry spans and metrics)."""
 
     def known(model_id: str) -> bool:
+        # a remote model first, by its own provider's list: asked twice for every answer a
+        # gateway gives, and that costs neither every provider's listing nor an exception
+        with contextlib.suppress(HearthError):  # not ready, or not listed: the rule below
+            if service.routing.remote_listing(model_id) is not None:
+                return True
         try:
             service.models.get(model_id)
             return True
