@@ -153,9 +153,10 @@ class ServerMetrics:
         """An EventHub listener (RequestFinished only)."""
         if not isinstance(event, RequestFinished):
             return
-        self.requests.observe(event)
+        label = self.requests.model_label(event.model)
+        self.requests.add(event, label)
         route = event.route if event.route in self.routes else UNMATCHED_ROUTE
-        model = self.requests.model_label(event.model) or NO_MODEL
+        model = label or NO_MODEL
         self._requests.labels(route, status_class(event.status), model).inc()
         self._duration.labels(route).observe(event.seconds)
         if event.ttft_ms is not None:
