@@ -202,7 +202,9 @@ def start_litellm(exe: str, engine_url: str) -> tuple[subprocess.Popen[str], str
     ]
     p = subprocess.Popen(
         pinned(GATEWAY_CORE, argv), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env={**os.environ, "LITELLM_LOG": "ERROR"},
+        # no key, as Hearth runs here (loopback): its proxy starts keyless only when told to
+        env={**os.environ, "LITELLM_LOG": "ERROR",
+             "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"},
     )  # fmt: skip
     wait_http(f"http://127.0.0.1:{port}/health/liveliness")
     return p, f"http://127.0.0.1:{port}/v1", "instant"
