@@ -108,8 +108,10 @@ class RecordStore:
     def __init__(self, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> None:
         self.path = path
         self.max_rows = max(1, max_rows)
-        self._queue: queue.Queue[tuple[RequestRecord, concurrent.futures.Future[None]] | None]
-        self._queue = queue.Queue()
+        # SimpleQueue: its put is C without a Condition to notify (one put every answer)
+        self._queue: queue.SimpleQueue[
+            tuple[RequestRecord, concurrent.futures.Future[None]] | None
+        ] = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="hearth-records", daemon=True)
         self._thread.start()
