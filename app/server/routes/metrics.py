@@ -17,6 +17,7 @@ is 1 while it answers, 0 while degraded (3 series; none without shared state).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -32,7 +33,7 @@ from app.core.events import RequestFinished
 from app.core.gateway.metrics import OTHER_MODEL, RequestMetrics
 from app.core.service import Hearth
 from app.core.util import access
-from app.errors import ModelNotFound
+from app.errors import HearthError, ModelNotFound
 from app.server.routes.health import health_state
 from app.server.state import SERVICE, STATE, scope_of
 
@@ -65,6 +66,11 @@ def known_model(service: Hearth) -> Callable[[str], bool]:
     rule for a model's label (here and in the OpenTelemetry spans and metrics)."""
 
     def known(model_id: str) -> bool:
+        # a remote model first, by its own provider's list: asked twice for every answer a
+        # gateway gives, and that costs neither every provider's listing nor an exception
+        with contextlib.suppress(HearthError):  # not ready, or not listed: the rule below
+            if service.routing.remote_listing(model_id) is not None:
+                return True
         try:
             service.models.get(model_id)
             return True
@@ -174,9 +180,10 @@ class ServerMetrics:
         """An EventHub listener (RequestFinished only)."""
         if not isinstance(event, RequestFinished):
             return
-        self.requests.observe(event)
+        label = self.requests.model_label(event.model)
+        self.requests.add(event, label)
         route = event.route if event.route in self.routes else UNMATCHED_ROUTE
-        model = self.requests.model_label(event.model) or NO_MODEL
+        model = label or NO_MODEL
         self._requests.labels(route, status_class(event.status), model).inc()
         self._duration.labels(route).observe(event.seconds)
         if event.ttft_ms is not None:
