@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from app.cli import groups
 from app.cli.alias import _stores
 from app.cli.common import EXIT_OK, context, fail, log
 from app.compose import provider_store
@@ -129,7 +130,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    """providers add / ls / test / rm."""
+    """providers add / ls / test / rm (and group / ungroup / groups)."""
     p = sub.add_parser("providers", help="remote engines (vLLM, Ollama, another Hearth...)")
     psub = p.add_subparsers(dest="providers_command", metavar="ACTION", required=True)
     s = psub.add_parser("add", help="add (or replace) a remote engine")
@@ -162,3 +163,4 @@ def add_parsers(sub: Any) -> None:
     s = psub.add_parser("rm", help="remove a provider (and its key)")
     s.add_argument("name")
     s.set_defaults(func=cmd_rm)
+    groups.add_parsers(psub)

@@ -46,6 +46,7 @@ def create_app(
     from app.server.routes import (
         anthropic,
         downloads,
+        groups,
         manage,
         metrics,
         native,
@@ -80,6 +81,7 @@ def create_app(
     app.router.add_routes(anthropic.routes)
     app.router.add_routes(responses.routes)
     app.router.add_routes(downloads.routes)
+    app.router.add_routes(groups.routes)  # replica groups (before /api/v1/providers/{name})
     app.router.add_routes(manage.routes)  # keys, providers
     metrics.install(app)  # /metrics, /api/v1/metrics
     otel.install(app, tele, owned=telemetry is None)  # spans and metrics, when on
