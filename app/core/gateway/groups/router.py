@@ -91,12 +91,17 @@ class GroupRouter:
         others: list[str] = []
         for t in self.members(cfg):
             p = self._provider(t)
-            ok = p is None or self._pool.circuits.state(p) == READY
-            if p is not None and not ok and self._pool.circuits.available(p):
+            ok = p is None or (self._probed_up(p) and self._pool.circuits.state(p) == READY)
+            if p is not None and not ok and self._probed_up(p) and self._pool.circuits.available(p):
                 # half-open: this request is its one trial
                 ok = self._pool.circuits.admits(p) if commit else True
             (healthy if ok else others).append(t)
         return self._arrange(cfg, healthy or others, facts, session, commit)
+
+    def _probed_up(self, provider: str) -> bool:
+        """Whether this gateway's own probe of ``provider`` found it up (or is still under way)."""
+        e = self._pool.find(provider)
+        return e is not None and e.state in ("ready", "starting")
 
     def _arrange(
         self, cfg: GroupConfig, members: list[str], facts: RequestFacts, session: str, commit: bool
