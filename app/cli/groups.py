@@ -3,7 +3,7 @@ directly (under its lock), so they work with or without a server; a running one 
 up within a second. ``groups`` checks each member's engine now (one health check each, side by
 side): a member is ``ready`` or ``unreachable`` here (a server's circuits live in the server:
 ``GET /api/v1/providers/groups`` shows them, with its requests in flight).
-Tested by tests/cli/test_groups.py."""
+Tested by tests/e2e/cli/test_groups_cli.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 /api/v1/providers/groups/{name}``, admin keys only (under ``/api/v1/providers``, which
 app/server/keyguard.py keeps to admin keys). They edit ``groups.json`` through the same store
 as ``hearth providers group``, so a change takes effect at the next request.
-Tested by tests/server/gateway/test_group_routes.py."""
+Tested by tests/server/routes/test_groups.py."""
 
 from __future__ import annotations
 
