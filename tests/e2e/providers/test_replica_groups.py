@@ -1,6 +1,7 @@
 """Replica groups end to end: a gateway `hearth serve` in front of two real `hearth serve`
 engines (SmolLM2) grouped as one model id. ``session`` keeps a session on one replica,
-``prefix`` sends a conversation's next turn to the replica that served its first, a
+``prefix`` sends a conversation's next turn to the replica that served its first, the
+session and end user go on to the engine (``x-session-id``, ``x-user-id``, ``user``), a
 ``Retry-After`` answer cools its replica down (a scripted engine: a real one never asks), and
 a replica SIGKILLed mid-traffic costs no request that had not started streaming; the groups
 API and CLI show each member's state."""
@@ -152,15 +153,26 @@ def test_a_follow_up_turn_goes_to_the_replica_that_served_the_first(rig: Rig) ->
     assert served == rig.member(rig.two)  # the held stream took the first member
 
 
+def test_the_session_and_the_user_are_sent_on_to_the_engine(rig: Rig) -> None:
+    _group(rig, "fwd", f"busy/{MODEL}")
+    hi = [{"role": "user", "content": "Say hello."}]
+    r = _chat(rig, "fwd", hi, headers={"x-session-id": "s-42"}, user="u-7")
+    assert _route(r) == [f"busy/{MODEL}"]
+    headers, body = rig.script.seen[-1]
+    assert headers["x-session-id"] == "s-42" and headers["x-user-id"] == "u-7"
+    assert body["user"] == "u-7"
+    anthropic = {"model": "fwd", "max_tokens": 4, "messages": hi, "metadata": {"user_id": "u-8"}}
+    assert call(rig.front, "POST", "/v1/messages", anthropic).status == 200
+    assert rig.script.seen[-1][0]["x-user-id"] == "u-8"  # Anthropic's end user
+    assert "x-session-id" not in rig.script.seen[-1][0]  # no header: only the user is sent
+
+
 def test_retry_after_cools_the_replica_down(rig: Rig) -> None:
     rig.script.status, rig.script.headers = 429, {"Retry-After": "120"}
     _group(rig, "cool", f"busy/{MODEL}", rig.member(rig.one))
     hi = [{"role": "user", "content": "Say hello."}]
-    r = _chat(rig, "cool", hi, headers={"x-session-id": "s-42"}, user="u-7")
+    r = _chat(rig, "cool", hi)
     assert _route(r) == [f"busy/{MODEL}", rig.member(rig.one)]  # tried, then the other
-    headers, body = rig.script.seen[-1]
-    assert headers["x-session-id"] == "s-42" and headers["x-user-id"] == "u-7"  # sent on
-    assert body["user"] == "u-7"
     asked = len(rig.script.seen)
     for _ in range(2):
         assert _route(_chat(rig, "cool", hi)) == [rig.member(rig.one)]

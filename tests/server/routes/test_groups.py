@@ -1,5 +1,6 @@
 """The replica groups routes on the real server: an admin key creates (201), replaces (200),
-lists and removes (200, then 404) a group, which /v1/models lists as owned by "group"; a bad
+lists and removes (200, then 404) a group, which /v1/models lists as owned by "group" (and
+/api/tags as it lists an alias); a bad
 setting is a 400 naming its field; other keys get 403 and no key 401."""
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def test_an_admin_key_creates_replaces_lists_and_removes_a_group(server: Served)
     entry = next(m for m in models if m["id"] == "qwen")
     assert entry["owned_by"] == "group" and entry["targets"] == ["gpu1/qwen", "gpu2/qwen"]
     assert _call(server, "GET", "/v1/models/qwen").json()["owned_by"] == "group"
+    tags = [m["name"] for m in _call(server, "GET", "/api/tags").json()["models"]]
+    assert any(t.split(":")[0] == "qwen" for t in tags), tags  # Ollama's listing, as an alias
     r = _call(server, "DELETE", "/api/v1/providers/groups/qwen")
     assert r.status_code == 200 and r.json() == {"name": "qwen", "removed": True}
     assert _call(server, "DELETE", "/api/v1/providers/groups/qwen").status_code == 404
