@@ -21,11 +21,11 @@ def build_service(
     settings: Settings,
     *,
     cache_mode: str | None = None,
-    shared: Any = None,
+    state_url: str | None = None,
 ) -> Hearth:
     """Wire the core to the runtimes available on this machine (``cache_mode``: this run's
-    response-cache mode over the settings', ``hearth serve --cache``; ``shared``: the
-    SharedState several gateways share, or None)."""
+    response-cache mode over the settings', ``hearth serve --cache``; ``state_url``: the Redis
+    several gateways share, ``hearth serve --state``)."""
     from app.core.engine.presets import PresetStore
     from app.core.library.fit import default_budget
 
@@ -54,7 +54,8 @@ def build_service(
 
     events = EventHub()
     presets = PresetStore(paths.config / "presets.json")
-    return assemble(
+    shared = shared_state(state_url)
+    service = assemble(
         library,
         runtimes,
         events=events,
@@ -70,9 +71,22 @@ def build_service(
         routing=lambda: store.load().routing_config(),
         providers=provider_pool(paths, lambda: events.publish(ProvidersChanged()), shared=shared),
         groups=group_store(paths),
-        cache=lambda embed: response_cache(paths, store, embed, library, presets, cache_mode),
-        responses=response_store(paths, store),
+        cache=lambda embed: response_cache(
+            paths, store, embed, library, presets, cache_mode, shared
+        ),
+        responses=response_store(paths, store, shared),
     )
+    service.shared = shared
+    return service
+
+
+def shared_state(url: str | None) -> Any:
+    """The shared state at ``url`` (None: none); the caller starts it on the serving loop."""
+    if not url:
+        return None
+    from app.redis_state.connection import SharedState
+
+    return SharedState(url)
 
 
 def mcp_manager(paths: AppPaths, store: SettingsStore) -> Any:
@@ -90,14 +104,21 @@ def response_cache(
     library: ModelLibrary,
     presets: Any,
     mode: str | None = None,
+    shared: Any = None,
 ) -> Any:
-    """The response cache: its SQLite file, the live ``cache`` settings, and the pipeline's
-    own embed path for semantic mode."""
+    """The response cache: its SQLite file (or, with ``shared``, the shared Redis over that
+    file while Redis cannot be reached), the live ``cache`` settings, and the pipeline's own
+    embed path for semantic mode."""
     from app.core.gateway.cache.replay import ResponseCache, local_identity
     from app.core.gateway.cache.store import CacheStore
 
+    answers: Any = CacheStore(paths.response_cache_db)
+    if shared is not None:
+        from app.redis_state.cache import RedisCacheStore
+
+        answers = RedisCacheStore(shared, local=answers)
     return ResponseCache(
-        CacheStore(paths.response_cache_db),
+        answers,
         lambda: store.load().cache,
         embed=embed,
         identity=local_identity(library, presets),
@@ -105,11 +126,17 @@ def response_cache(
     )
 
 
-def response_store(paths: AppPaths, store: SettingsStore) -> Any:
-    """The Responses API's stored responses: their SQLite file, the live ``responses`` bounds."""
+def response_store(paths: AppPaths, store: SettingsStore, shared: Any = None) -> Any:
+    """The Responses API's stored responses: their SQLite file (or, with ``shared``, the shared
+    Redis over that file while Redis cannot be reached), the live ``responses`` bounds."""
     from app.core.gateway.response_store import ResponseStore
 
-    return ResponseStore(paths.responses_db, lambda: store.load().responses)
+    local = ResponseStore(paths.responses_db, lambda: store.load().responses)
+    if shared is None:
+        return local
+    from app.redis_state.responses import SharedResponseStore
+
+    return SharedResponseStore(shared, local, lambda: store.load().responses)
 
 
 def build_runtimes(paths: AppPaths, settings: Settings) -> dict[str, Any]:

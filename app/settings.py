@@ -178,6 +178,14 @@ class LimitsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class StateSettings:
+    """``state`` in settings.json: the Redis (or Valkey) URL several gateways share ("" = none:
+    every piece stays in this process); ``hearth serve --state URL`` overrides it."""
+
+    url: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class McpSettings:
     """``mcp`` in settings.json: the chat's MCP tool calls (servers: mcp.json)."""
 
@@ -244,6 +252,7 @@ class Settings:
     vision: VisionSettings = field(default_factory=VisionSettings)  # images
     # stored Responses (``store``): how long and how many bytes
     responses: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
+    state: StateSettings = field(default_factory=StateSettings)  # shared by several gateways
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -347,6 +356,7 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         chat=_coerce(ChatSettings, raw.get("chat", {}), "chat"),
         vision=_vision_from_dict(raw.get("vision", {})),
         responses=_responses_from_dict(raw.get("responses", {})),
+        state=_coerce(StateSettings, raw.get("state", {}), "state"),
     )
 
 

@@ -23,7 +23,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     paths, store = context()
     settings = store.load()
     api_key = args.api_key or os.environ.get("HEARTH_API_KEY") or None
-    service = build_service(paths, settings, cache_mode=args.cache)  # None: the settings' mode
+    try:  # None: the settings' cache mode and shared state
+        service = build_service(
+            paths, settings, cache_mode=args.cache, state_url=args.state or settings.state.url
+        )
+    except ValueError as e:  # a URL that names no Redis server
+        return fail(str(e))
     controller = ServerController(service, store, paths)
     controller.set_api_key(api_key)
 
@@ -35,6 +40,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, stop.set)
             except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
                 signal.signal(sig, lambda *_: loop.call_soon_threadsafe(stop.set))
+        if service.shared is not None:  # before the first request; a Redis that is down now
+            await service.shared.start()  # is not fatal: serving starts degraded
         try:
             url = await controller.start(
                 args.host,
@@ -134,6 +141,13 @@ def add_parsers(sub: Any) -> None:
         choices=("off", "exact", "semantic"),
         default=None,
         help="the response cache for this run (default from settings: cache.mode, off)",
+    )
+    s.add_argument(
+        "--state",
+        default=None,
+        metavar="URL",
+        help="share state with other gateways in this Redis (redis://HOST:PORT/DB; "
+        "default from settings: state.url, none)",
     )
     add_load_flags(s, title="load options (for the --model preloads)")
     s.set_defaults(func=cmd_serve)

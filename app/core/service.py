@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from app.core.engine.autofit import DEFAULT_MAX_AUTO_CONTEXT
 from app.core.engine.models import ModelService
@@ -29,7 +30,7 @@ from app.core.gateway.groups.router import GroupRouter
 from app.core.gateway.groups.store import GroupStore
 from app.core.gateway.pipeline import Embed, Pipeline, routed_embed
 from app.core.gateway.providers.pool import ProviderPool
-from app.core.gateway.response_store import ResponseStore
+from app.core.gateway.response_store import ResponseStorage
 from app.core.gateway.routing import RoutingService
 from app.core.hub.downloads import DownloadManager
 from app.core.inference.generation import Choices
@@ -62,7 +63,7 @@ class Hearth:
         hub: DownloadManager | None = None,
         cache: ResponseCache | None = None,
         runtimes: Mapping[str, Runtime] | None = None,
-        responses: ResponseStore | None = None,
+        responses: ResponseStorage | None = None,
     ) -> None:
         self._pipeline = pipeline
         self.models = models
@@ -73,6 +74,9 @@ class Hearth:
         self.runtimes = dict(runtimes or {})  # this machine's runtimes, by model format
         # the Responses API's kept responses (``store``); None: nothing is kept
         self.responses = responses
+        # the Redis several gateways share (``hearth serve --state``; set by the composition
+        # root, started by whoever serves); None: every piece stays in process
+        self.shared: Any = None
 
     # -- inference: the pipeline -----------------------------------------------------------------
     async def chat(self, req: ChatRequest) -> Choices:
@@ -146,6 +150,8 @@ class Hearth:
         self.cache.close()
         if self.responses is not None:
             self.responses.close()
+        if self.shared is not None:
+            await self.shared.close()
 
 
 def assemble(
@@ -167,7 +173,7 @@ def assemble(
     providers: ProviderPool | None = None,
     groups: GroupStore | None = None,
     cache: Callable[[Embed], ResponseCache] | None = None,
-    responses: ResponseStore | None = None,
+    responses: ResponseStorage | None = None,
 ) -> Hearth:
     """The core wired once: the scheduler over ``runtimes``, the services, and the pipeline
     ``cache(gateway(dispatch(local | remote)))``. ``cache`` builds the response cache from the

@@ -160,6 +160,16 @@ class SharedState:
         self.succeeded()
         return True
 
+    def check(self) -> bool:
+        """:meth:`ping` for callers off the event loop (the CLI, tests): the sync client."""
+        try:
+            self.sync.ping()
+        except (redis.RedisError, OSError) as e:
+            self.failed(e)
+            return False
+        self.succeeded()
+        return True
+
     async def start(self) -> None:
         """Ping once (a Redis that is down now is not fatal: serving starts degraded), then
         watch: while degraded, ping every ``RETRY_S`` until it answers."""

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.util.sqlite_wal import open_wal
 
@@ -65,6 +65,19 @@ class StoredResponse:
     def conversation(self) -> list[dict[str, Any]]:
         """Every item through this response's output: what a continuation of it prepends."""
         return [*self.input, *self.response.get("output", [])]
+
+
+class ResponseStorage(Protocol):
+    """Where kept responses live: this SQLite store, or the shared Redis one
+    (app/redis_state/responses.py) that several gateways read."""
+
+    def put(self, partition: str, entry: StoredResponse) -> None: ...
+
+    def get(self, partition: str, response_id: str) -> StoredResponse | None: ...
+
+    def delete(self, partition: str, response_id: str) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class ResponseStore:

@@ -28,9 +28,9 @@ from app.core.gateway import Gateway, RequestFacts
 from app.core.gateway.cache.store import (
     CACHE_MODES,
     CACHE_SCOPES,
+    AnswerStore,
     CacheConfig,
     CachedAnswer,
-    CacheStore,
 )
 from app.core.inference.generation import Choices, Generation
 from app.core.library.index import ModelLibrary
@@ -249,7 +249,8 @@ class ResponseCache:
     """Looks requests up before the gateway runs them, and stores what they answered.
 
     Args:
-        store: the SQLite store (None: the cache is off whatever the settings say).
+        store: where answers are kept: the SQLite store, or one several gateways share
+            (None: the cache is off whatever the settings say).
         config: the ``cache`` settings as of now (read per request; the file is cached).
         embed: the service's embed path, for semantic mode.
         clock: wall-clock seconds (a seam: tests move time for the TTL).
@@ -259,7 +260,7 @@ class ResponseCache:
 
     def __init__(
         self,
-        store: CacheStore | None = None,
+        store: AnswerStore | None = None,
         config: Callable[[], CacheConfig] = CacheConfig,
         *,
         embed: Embed | None = None,

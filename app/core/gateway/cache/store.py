@@ -18,7 +18,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.types import Delta, PromptToken, Timings, TokenLogprob, ToolCallDelta, Usage
 from app.core.util.sqlite_wal import open_wal
@@ -126,6 +126,38 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 # -- the store ---------------------------------------------------------------------------------
+class AnswerStore(Protocol):
+    """What the replay layer needs of a store: this machine's SQLite file
+    (:class:`CacheStore`) or one several gateways share. Every method blocks: call it off the
+    loop. ``get`` and ``nearest`` count their own hits; ``count`` counts the rest."""
+
+    def get(self, key: str, now: float, ttl_s: float) -> CachedAnswer | None: ...
+
+    def nearest(
+        self, skey: str, vector: Sequence[float], threshold: float, now: float, ttl_s: float
+    ) -> tuple[CachedAnswer, float] | None: ...
+
+    def put(
+        self,
+        key: str,
+        answer: CachedAnswer,
+        now: float,
+        *,
+        max_entries: int,
+        ttl_s: float,
+        skey: str | None = None,
+        vector: Sequence[float] | None = None,
+    ) -> None: ...
+
+    def count(self, counter: str) -> None: ...
+
+    def clear(self) -> int: ...
+
+    def stats(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
 def connect(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
     """A WAL connection with the schema in place (the server and the CLI both)."""
     return open_wal(path, _SCHEMA, SCHEMA_VERSION, timeout)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.core.gateway.response_store import ResponseStore, StoredResponse
+from app.core.gateway.response_store import ResponseStorage, StoredResponse
 from app.errors import InvalidRequest, NotFound
 from app.server.protocols.common import Body
 from app.server.protocols.responses.parse import previous_response_id
@@ -39,7 +39,7 @@ def not_found(response_id: str) -> ResponseNotFound:
     return ResponseNotFound(f"Response with id '{response_id}' not found.")
 
 
-def find(store: ResponseStore | None, partition: str, response_id: str) -> StoredResponse:
+def find(store: ResponseStorage | None, partition: str, response_id: str) -> StoredResponse:
     """The response ``partition`` kept as ``response_id``.
 
     Raises:
@@ -51,7 +51,7 @@ def find(store: ResponseStore | None, partition: str, response_id: str) -> Store
     return found
 
 
-def history(store: ResponseStore | None, partition: str, body: dict[str, Any]) -> list[Any]:
+def history(store: ResponseStorage | None, partition: str, body: dict[str, Any]) -> list[Any]:
     """The conversation a request continues (``previous_response_id``): the kept response's
     input and output items; ``[]`` when it continues none.
 
