@@ -215,7 +215,7 @@ class Gateway:
                     telemetry.fell_back(ctx.trace, target)
                 continue
             if self.groups is not None:
-                self.groups.served(model, facts, target)
+                self.groups.served(facts, target)
             return result, route
         if last is None:  # pragma: no cover - targets() never returns an empty list
             raise ModelNotFound(f"model '{model}' has no targets")

@@ -24,6 +24,9 @@ READY, OPEN, HALF_OPEN, COOLING, UNREACHABLE = (
     "unreachable",
 )
 DEFAULT_COOLDOWN_S = 15.0
+# two failures in a row open a circuit: one stray timeout or 5xx (a restart's first request)
+# does not eject a replica, while a dead one is out after its second failed request
+DEFAULT_FAILURES_TO_OPEN = 2
 RECENT_ERRORS_S = 60.0  # how long a failure counts among a member's "recent errors"
 
 
@@ -78,7 +81,9 @@ class Circuits:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.board: HealthBoard = board if board is not None else LocalBoard()
-        self.settings: Settings = settings or (lambda _p: (2, DEFAULT_COOLDOWN_S))
+        self.settings: Settings = settings or (
+            lambda _p: (DEFAULT_FAILURES_TO_OPEN, DEFAULT_COOLDOWN_S)
+        )
         self._clock = clock
         self._failures: dict[str, int] = {}  # in a row, this gateway's count
         self._recent: dict[str, list[float]] = {}  # when each recent failure happened

@@ -15,8 +15,20 @@ from typing import Any
 
 from app.core.gateway.auto import RequestFacts
 from app.core.gateway.groups import strategies
-from app.core.gateway.groups.health import COOLING, HALF_OPEN, OPEN, READY, UNREACHABLE
-from app.core.gateway.groups.store import GroupConfig, GroupStore, member_targets
+from app.core.gateway.groups.health import (
+    COOLING,
+    DEFAULT_COOLDOWN_S,
+    HALF_OPEN,
+    OPEN,
+    READY,
+    UNREACHABLE,
+)
+from app.core.gateway.groups.store import (
+    DEFAULT_FAILURES_TO_OPEN,
+    GroupConfig,
+    GroupStore,
+    member_targets,
+)
 from app.core.gateway.providers.pool import ProviderPool
 from app.core.util import access
 from app.core.util.access import Patterns
@@ -126,13 +138,14 @@ class GroupRouter:
                 return [seen, *(m for m in busy if m != seen)]
         return busy
 
-    def served(self, name: str, facts: RequestFacts, target: str) -> None:
-        """``target`` answered a request for group ``name``: a ``prefix`` group remembers it as
-        the replica holding that conversation's prefix."""
-        cfg = self.store.all().get(name)
-        if cfg is not None and cfg.strategy == "prefix":
-            hashes = strategies.prefix_hashes(facts.text, cfg.prefix_tokens)
-            self._memory(name).remember(hashes, target)
+    def served(self, facts: RequestFacts, target: str) -> None:
+        """``target`` answered a request (named as the group, through an alias, or directly):
+        each ``prefix`` group it is a member of remembers it as the replica holding that
+        conversation's prefix."""
+        for cfg in self.store.all().values():
+            if cfg.strategy == "prefix" and target in self.members(cfg):
+                hashes = strategies.prefix_hashes(facts.text, cfg.prefix_tokens)
+                self._memory(cfg.name).remember(hashes, target)
 
     def _memory(self, name: str) -> strategies.PrefixMemory:
         return self._prefixes.setdefault(name, strategies.PrefixMemory())
@@ -201,9 +214,9 @@ class GroupRouter:
         return None
 
     def _circuit_settings(self, provider: str) -> tuple[int, float]:
-        cfg = self._group_of(provider)
+        cfg = self._group_of(provider)  # a provider in several groups: the first one's
         if cfg is None:
-            return GroupConfig("", ("",)).failures_to_open, GroupConfig("", ("",)).cooldown_s
+            return DEFAULT_FAILURES_TO_OPEN, DEFAULT_COOLDOWN_S
         return cfg.failures_to_open, cfg.cooldown_s
 
     def _ensure_checks(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.gateway.aliases import check_name
+from app.core.gateway.groups.health import DEFAULT_COOLDOWN_S, DEFAULT_FAILURES_TO_OPEN
 from app.core.util import filecache
 from app.core.util.filecache import FileCache
 from app.core.util.fsutil import atomic_write_json, file_lock, read_json
@@ -23,9 +24,6 @@ log = logging.getLogger(__name__)
 
 STRATEGIES = ("least-busy", "session", "prefix", "round-robin")
 MAX_MEMBERS = 32
-# two failures in a row open a circuit: one stray timeout or 5xx (a restart's first request)
-# does not eject a replica, while a dead one is out after its second failed request
-DEFAULT_FAILURES_TO_OPEN = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +37,7 @@ class GroupConfig:
     health_interval_s: float = 5.0
     health_timeout_s: float = 2.0
     health_path: str = ""
-    cooldown_s: float = 15.0
+    cooldown_s: float = DEFAULT_COOLDOWN_S
     failures_to_open: int = DEFAULT_FAILURES_TO_OPEN
 
     def as_json(self) -> dict[str, Any]:

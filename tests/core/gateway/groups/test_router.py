@@ -150,6 +150,11 @@ async def test_prefix_sends_a_follow_up_turn_to_the_replica_that_served_the_firs
     assert again == served
     other, _ = await gateway.run("g", RequestFacts(text="x" * 400), RequestContext(), start)
     assert other != served  # an unseen prefix goes least-busy
+    # a conversation first answered by a member named directly: the group remembers it too
+    direct = "y" * 400
+    await gateway.run("p1/m", RequestFacts(text=direct), RequestContext(), start)
+    again, _ = await gateway.run("g", RequestFacts(text=direct + "more"), RequestContext(), start)
+    assert again == "p1/m"  # though p1 is busier
     await pool.close()
 
 
