@@ -1,8 +1,9 @@
 """Replica groups: ``hearth providers group|ungroup|groups``. They edit ``groups.json``
 directly (under its lock), so they work with or without a server; a running one picks a change
-up within a second. ``groups`` checks each member's engine now (one health check each, side by
-side): a member is ``ready`` or ``unreachable`` here (a server's circuits live in the server:
-``GET /api/v1/providers/groups`` shows them, with its requests in flight).
+up within a second. ``groups`` asks the server running here for its view (each member's
+circuit state and requests in flight, ``GET /api/v1/providers/groups``); with none running,
+it checks each member's engine now (one health check each, side by side): ready or
+unreachable.
 Tested by tests/e2e/cli/test_groups_cli.py."""
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import json
 from typing import Any
 
 from app.cli.alias import _stores
-from app.cli.common import EXIT_OK, context, fail
+from app.cli.common import EXIT_OK, api, api_key, context, fail, find_server
 from app.compose import group_store, provider_store
 from app.core.gateway.groups.router import default_health_path
 from app.core.gateway.groups.store import STRATEGIES, GroupConfig, GroupStore, member_targets
 from app.core.gateway.providers.store import ProviderStore
-from app.errors import InvalidRequest
+from app.errors import HearthError, InvalidRequest
 from app.runtimes.remote.client import RemoteEngine
 
 
@@ -105,6 +106,20 @@ async def _listing(groups: GroupStore, providers: ProviderStore) -> list[dict[st
     return out
 
 
+def _from_server(paths: Any, args: argparse.Namespace) -> list[dict[str, Any]] | None:
+    """The running server's view (its circuits and requests in flight), or None when no
+    server runs here or it does not answer (then each engine is checked from here)."""
+    root = find_server(paths, None)
+    if root is None:
+        return None
+    try:
+        got = api(root, "GET", "/api/v1/providers/groups", None, api_key(args))
+    except (HearthError, OSError):
+        return None
+    groups = got.get("groups") if isinstance(got, dict) else None
+    return groups if isinstance(groups, list) else None
+
+
 def _owner(target: str, configs: dict[str, Any]) -> str | None:
     for p in configs.values():
         if target.startswith(p.prefix) and len(target) > len(p.prefix):
@@ -114,7 +129,9 @@ def _owner(target: str, configs: dict[str, Any]) -> str | None:
 
 def cmd_groups(args: argparse.Namespace) -> int:
     paths, _ = context()
-    listing = asyncio.run(_listing(group_store(paths), provider_store(paths)))
+    listing = _from_server(paths, args)
+    if listing is None:
+        listing = asyncio.run(_listing(group_store(paths), provider_store(paths)))
     if args.json:
         print(json.dumps(listing))
         return EXIT_OK
@@ -146,6 +163,10 @@ def add_parsers(psub: Any) -> None:
     s = psub.add_parser("ungroup", help="remove a replica group")
     s.add_argument("name")
     s.set_defaults(func=cmd_ungroup)
-    s = psub.add_parser("groups", help="list groups and each member's state (checked now)")
+    s = psub.add_parser(
+        "groups",
+        help="list groups and each member's state (the running server's, else checked now)",
+    )
     s.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    s.add_argument("--api-key", help="the running server's admin key (default $HEARTH_API_KEY)")
     s.set_defaults(func=cmd_groups)

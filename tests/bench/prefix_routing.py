@@ -6,7 +6,7 @@ whole conversation. The median time to the first streamed token of the follow-up
 printed for each strategy: with ``prefix`` a turn lands where its conversation's earlier turns
 were read, so the engine's prompt cache can reuse them; round-robin alternates replicas.
 
-Run:  python tests/bench/prefix_routing.py [--model PATH] [--conversations 4] [--turns 4]
+Run:  python tests/bench/prefix_routing.py [--model PATH] [--conversations 3] [--turns 4]
 """
 
 from __future__ import annotations
@@ -87,7 +87,9 @@ def run(root: str, model: str, conversations: int, turns: int, tokens: int) -> l
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, default=None)
-    ap.add_argument("--conversations", type=int, default=4)
+    # odd: with an even count, round-robin over two replicas would keep each conversation on
+    # one replica by accident (turn after turn, the same parity)
+    ap.add_argument("--conversations", type=int, default=3)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2, help="each strategy this often, alternated")
