@@ -17,7 +17,13 @@ from app.cli.alias import _stores
 from app.cli.common import EXIT_OK, api, api_key, context, fail, find_server
 from app.compose import group_store, provider_store
 from app.core.gateway.groups.router import default_health_path
-from app.core.gateway.groups.store import STRATEGIES, GroupConfig, GroupStore, member_targets
+from app.core.gateway.groups.store import (
+    STRATEGIES,
+    GroupConfig,
+    GroupStore,
+    member_targets,
+    owner,
+)
 from app.core.gateway.providers.store import ProviderStore
 from app.errors import HearthError, InvalidRequest
 from app.runtimes.remote.client import RemoteEngine
@@ -38,18 +44,8 @@ def cmd_group(args: argparse.Namespace) -> int:
         health_path=args.health_path or "",
         cooldown_s=_or(args.cooldown, base.cooldown_s),
     )
-    configs = providers.all()
-    for m in cfg.members:
-        prefix_known = any(
-            m.startswith(p.prefix) and len(m) > len(p.prefix) for p in configs.values()
-        )
-        if not (m in configs if "/" not in m else prefix_known):
-            return fail(f"'{m}' is neither a provider's name nor a provider's PREFIX/model")
 
     def taken(name: str) -> str | None:
-        for p in configs.values():
-            if name.startswith(p.prefix) or name == p.prefix.rstrip("/"):
-                return f"the prefix '{p.prefix}' of provider '{p.name}'"
         if library.has(name):
             return f"the library model '{name}'"
         if name in aliases.all(fresh=True):
@@ -57,7 +53,7 @@ def cmd_group(args: argparse.Namespace) -> int:
         return None
 
     try:
-        saved = group_store(paths).set(cfg, taken)
+        saved = group_store(paths).set(cfg, providers.all(fresh=True), taken)
     except InvalidRequest as e:
         return fail(e.message)
     print(f"{saved.name}\t{saved.strategy}\t{' '.join(saved.members)}")
@@ -95,7 +91,7 @@ async def _listing(groups: GroupStore, providers: ProviderStore) -> list[dict[st
     out = []
     for cfg in groups.all().values():
         targets = member_targets(cfg, lambda n: configs[n].prefix if n in configs else None)
-        owners = [_owner(t, configs) for t in targets]
+        owners = [owner(t, configs) for t in targets]
         found = await asyncio.gather(*(state(o or "", cfg) for o in owners))
         item = cfg.as_json()
         item["members"] = [
@@ -118,13 +114,6 @@ def _from_server(paths: Any, args: argparse.Namespace) -> list[dict[str, Any]] |
         return None
     groups = got.get("groups") if isinstance(got, dict) else None
     return groups if isinstance(groups, list) else None
-
-
-def _owner(target: str, configs: dict[str, Any]) -> str | None:
-    for p in configs.values():
-        if target.startswith(p.prefix) and len(target) > len(p.prefix):
-            return str(p.name)
-    return None
 
 
 def cmd_groups(args: argparse.Namespace) -> int:

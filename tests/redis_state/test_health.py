@@ -73,7 +73,7 @@ def _pool(
         store.add(ProviderConfig(name, url + "/v1", kind="vllm"), None, lambda p: None)
     pool = ProviderPool(store, RemoteEngine, board=RedisHealthBoard(shared, clock=clock))
     groups = GroupStore(tmp / "groups.json")
-    groups.set(GroupConfig("g", ("dead", "live")), lambda n: None)
+    groups.set(GroupConfig("g", ("dead", "live")), store.all())
     router = GroupRouter(groups, pool)
     return pool, Gateway(None, Routing, pool.is_target, lambda m: False, router)
 

@@ -32,7 +32,6 @@ from app.core.gateway.groups.store import (
 from app.core.gateway.providers.pool import ProviderPool
 from app.core.util import access
 from app.core.util.access import Patterns
-from app.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -154,21 +153,7 @@ class GroupRouter:
     def set(self, cfg: GroupConfig) -> GroupConfig:
         """Create or replace a group (InvalidRequest: a bad setting, an unknown member, a name
         that clashes with a library id, an alias, ``auto`` or a provider prefix)."""
-        providers = self._pool.store.all()
-        for m in cfg.members:
-            known = m in providers if "/" not in m else self._provider(m) is not None
-            if not known:
-                raise InvalidRequest(
-                    f"'{m}' is neither a provider's name nor a provider's PREFIX/model",
-                    param="members",
-                )
-        return self.store.set(cfg, self._clash)
-
-    def _clash(self, name: str) -> str | None:
-        for p in self._pool.store.all().values():
-            if name.startswith(p.prefix) or name == p.prefix.rstrip("/"):
-                return f"the prefix '{p.prefix}' of provider '{p.name}'"
-        return self._taken(name)
+        return self.store.set(cfg, self._pool.store.all(fresh=True), self._taken)
 
     def remove(self, name: str) -> bool:
         self._prefixes.pop(name, None)

@@ -8,13 +8,14 @@ Tested by tests/core/gateway/groups/test_store.py."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from app.core.gateway.aliases import check_name
 from app.core.gateway.groups.health import DEFAULT_COOLDOWN_S, DEFAULT_FAILURES_TO_OPEN
+from app.core.gateway.providers.store import ProviderConfig
 from app.core.util import filecache
 from app.core.util.filecache import FileCache
 from app.core.util.fsutil import atomic_write_json, file_lock, read_json
@@ -143,15 +144,26 @@ class GroupStore:
                 log.error("the group '%s' in the groups file is invalid and ignored: %s", name, e)
         return out
 
-    def set(self, cfg: GroupConfig, taken: Callable[[str], str | None]) -> GroupConfig:
-        """Create or replace a group. ``taken(name)`` names what the name would clash with (a
-        library id, an alias, a provider prefix), or None.
+    def set(
+        self,
+        cfg: GroupConfig,
+        providers: Mapping[str, ProviderConfig],
+        taken: Callable[[str], str | None] = lambda _n: None,
+    ) -> GroupConfig:
+        """Create or replace a group over ``providers`` (by name). ``taken(name)`` names what
+        the name would clash with besides a provider prefix (a library id, an alias), or None.
 
         Raises:
-            InvalidRequest: a bad config, or a name that clashes.
+            InvalidRequest: a bad config, a member naming no provider, or a name that clashes.
         """
         cfg = check(cfg)
-        clash = taken(cfg.name)
+        for m in cfg.members:
+            if not (m in providers if "/" not in m else owner(m, providers)):
+                raise InvalidRequest(
+                    f"'{m}' is neither a provider's name nor a provider's PREFIX/model",
+                    param="members",
+                )
+        clash = prefix_clash(cfg.name, providers) or taken(cfg.name)
         if clash:
             raise InvalidRequest(f"the group name '{cfg.name}' clashes with {clash}", param="name")
         with file_lock(self.path):
@@ -186,6 +198,18 @@ def member_targets(cfg: GroupConfig, prefixes: Callable[[str], str | None]) -> l
     return out
 
 
-def members_unknown(members: Sequence[str], is_provider: Callable[[str], bool]) -> list[str]:
-    """The members that are neither a provider's target nor a provider's name."""
-    return [m for m in members if not is_provider(m)]
+def owner(target: str, providers: Mapping[str, ProviderConfig]) -> str | None:
+    """The provider whose prefix ``target`` starts with (the id after it not empty), or None."""
+    for p in providers.values():
+        if target.startswith(p.prefix) and len(target) > len(p.prefix):
+            return p.name
+    return None
+
+
+def prefix_clash(name: str, providers: Mapping[str, ProviderConfig]) -> str | None:
+    """The provider prefix a group name would shadow (it starts with one, or is one without
+    its ``/``), or None."""
+    for p in providers.values():
+        if name.startswith(p.prefix) or name == p.prefix.rstrip("/"):
+            return f"the prefix '{p.prefix}' of provider '{p.name}'"
+    return None

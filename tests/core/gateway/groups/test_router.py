@@ -61,13 +61,13 @@ def parts(tmp_path: Path) -> Any:
     return pool, groups, router, gateway
 
 
-def _group(groups: GroupStore, **kw: Any) -> None:
-    groups.set(GroupConfig("g", ("p1/m", "p2/m", "p3/m"), **kw), lambda n: None)
+def _group(router: GroupRouter, **kw: Any) -> None:
+    router.set(GroupConfig("g", ("p1/m", "p2/m", "p3/m"), **kw))
 
 
 async def test_open_members_are_skipped_while_a_healthy_one_exists(parts: Any) -> None:
     pool, groups, router, gateway = parts
-    _group(groups, failures_to_open=1)
+    _group(router, failures_to_open=1)
     assert gateway.targets("g", RequestFacts()) == ["p1/m", "p2/m", "p3/m"]
     pool.record("p1/m", ProviderError("boom", provider="p1", status=502))
     pool.record("p2/m", ProviderTimeout("slow", provider="p2"))
@@ -82,7 +82,7 @@ async def test_open_members_are_skipped_while_a_healthy_one_exists(parts: Any) -
 
 async def test_a_half_open_member_gets_one_request_then_its_success_closes_it(parts: Any) -> None:
     pool, groups, router, gateway = parts
-    _group(groups, failures_to_open=1, cooldown_s=0.5)
+    _group(router, failures_to_open=1, cooldown_s=0.5)
     pool.record("p1/m", ProviderError("boom", provider="p1", status=500))
     clock = pool.circuits._clock
     pool.circuits._clock = lambda: clock() + 1.0  # the cool-down has passed
@@ -96,8 +96,8 @@ async def test_a_half_open_member_gets_one_request_then_its_success_closes_it(pa
 
 
 async def test_least_busy_prefers_fewer_requests_in_flight(parts: Any) -> None:
-    pool, groups, _, gateway = parts
-    _group(groups)
+    pool, _, router, gateway = parts
+    _group(router)
     pool.in_flight.add("p1/m")
     pool.in_flight.add("p2/m")
     pool.in_flight.add("p2/m")
@@ -106,8 +106,8 @@ async def test_least_busy_prefers_fewer_requests_in_flight(parts: Any) -> None:
 
 
 async def test_round_robin_turns_are_taken_by_requests_not_by_looking(parts: Any) -> None:
-    pool, groups, _, gateway = parts
-    _group(groups, strategy="round-robin")
+    pool, _, router, gateway = parts
+    _group(router, strategy="round-robin")
     assert gateway.targets("g", RequestFacts())[0] == "p1/m"
     assert gateway.targets("g", RequestFacts())[0] == "p1/m"  # a look takes no turn
     firsts = [gateway.targets("g", RequestFacts(), commit=True)[0] for _ in range(4)]
@@ -116,8 +116,8 @@ async def test_round_robin_turns_are_taken_by_requests_not_by_looking(parts: Any
 
 
 async def test_a_session_stays_on_its_replica_until_that_one_opens(parts: Any) -> None:
-    pool, groups, _, gateway = parts
-    _group(groups, strategy="session", failures_to_open=1)
+    pool, _, router, gateway = parts
+    _group(router, strategy="session", failures_to_open=1)
     homes = {s: gateway.targets("g", RequestFacts(), None, s)[0] for s in ("a", "b", "c", "d")}
     again = {s: gateway.targets("g", RequestFacts(), None, s)[0] for s in homes}
     assert again == homes
@@ -132,8 +132,8 @@ async def test_a_session_stays_on_its_replica_until_that_one_opens(parts: Any) -
 async def test_prefix_sends_a_follow_up_turn_to_the_replica_that_served_the_first(
     parts: Any,
 ) -> None:
-    pool, groups, _, gateway = parts
-    _group(groups, strategy="prefix")
+    pool, _, router, gateway = parts
+    _group(router, strategy="prefix")
     first = "system: " + "be brief and exact. " * 30 + "\nuser: what is 2+2?"
     answered: list[str] = []
 
@@ -160,7 +160,7 @@ async def test_prefix_sends_a_follow_up_turn_to_the_replica_that_served_the_firs
 
 async def test_retry_after_cools_the_member_down_without_opening_it(parts: Any) -> None:
     pool, groups, router, gateway = parts
-    _group(groups, failures_to_open=1)
+    _group(router, failures_to_open=1)
     err = ProviderError("busy", provider="p1", status=429, upstream_retry_after=30)
     pool.record("p1/m", err)
     assert gateway.targets("g", RequestFacts()) == ["p2/m", "p3/m"]
@@ -173,7 +173,7 @@ async def test_active_checks_open_a_failing_member_and_close_a_recovered_one(
     parts: Any,
 ) -> None:
     pool, groups, router, gateway = parts
-    _group(groups, failures_to_open=2, health_interval_s=0.5)
+    _group(router, failures_to_open=2, health_interval_s=0.5)
     gateway.targets("g", RequestFacts())  # starts the checks
     engine = pool.find("p2").client
     engine.health = 503

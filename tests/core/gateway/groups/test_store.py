@@ -14,30 +14,42 @@ from app.core.gateway.groups.store import (
     from_json,
     member_targets,
 )
+from app.core.gateway.providers.store import ProviderConfig
 from app.errors import InvalidRequest
+
+PROVIDERS = {
+    "gpu1": ProviderConfig("gpu1", "http://gpu1:8000/v1"),
+    "gpu2": ProviderConfig("gpu2", "http://gpu2:8000/v1"),
+}
 
 
 def test_set_get_replace_remove_and_a_second_reader_sees_it(tmp_path: Path) -> None:
     store = GroupStore(tmp_path / "groups.json")
-    store.set(
-        GroupConfig("qwen", ("gpu1", "gpu2/Qwen/Qwen3-8B"), strategy="session"), lambda n: None
-    )
+    store.set(GroupConfig("qwen", ("gpu1", "gpu2/Qwen/Qwen3-8B"), strategy="session"), PROVIDERS)
     other = GroupStore(tmp_path / "groups.json")  # as another process reads it
     got = other.get("qwen")
     assert got is not None and got.members == ("gpu1", "gpu2/Qwen/Qwen3-8B")
     assert got.strategy == "session" and got.failures_to_open == 2 and got.cooldown_s == 15.0
-    store.set(GroupConfig("qwen", ("gpu1",)), lambda n: None)
+    store.set(GroupConfig("qwen", ("gpu1",)), PROVIDERS, lambda n: None)
     assert store.all(fresh=True)["qwen"].strategy == "least-busy"
     assert store.remove("qwen") and not store.remove("qwen")
     assert store.get("qwen") is None
 
 
-def test_a_name_that_clashes_is_refused(tmp_path: Path) -> None:
+def test_a_name_that_clashes_or_a_member_naming_no_provider_is_refused(tmp_path: Path) -> None:
     store = GroupStore(tmp_path / "groups.json")
+    with pytest.raises(InvalidRequest, match="clashes with the prefix 'gpu1/'") as e:
+        store.set(GroupConfig("gpu1/x", ("gpu2",)), PROVIDERS)
+    assert e.value.param == "name"
+    with pytest.raises(InvalidRequest, match="'gpu3' is neither") as e:
+        store.set(GroupConfig("g", ("gpu1", "gpu3")), PROVIDERS)
+    assert e.value.param == "members"
+    with pytest.raises(InvalidRequest, match="'gpu1/' is neither"):
+        store.set(GroupConfig("g", ("gpu1/",)), PROVIDERS)  # a prefix with no model after it
     with pytest.raises(InvalidRequest, match="clashes with the alias 'fast'"):
-        store.set(GroupConfig("fast", ("gpu1",)), lambda n: "the alias 'fast'")
+        store.set(GroupConfig("fast", ("gpu1",)), PROVIDERS, lambda n: "the alias 'fast'")
     with pytest.raises(InvalidRequest, match="reserved"):
-        store.set(GroupConfig("auto", ("gpu1",)), lambda n: None)
+        store.set(GroupConfig("auto", ("gpu1",)), PROVIDERS, lambda n: None)
 
 
 @pytest.mark.parametrize(
