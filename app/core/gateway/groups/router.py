@@ -162,7 +162,9 @@ class GroupRouter:
     # -- health --------------------------------------------------------------------------------
     def statuses(self) -> list[dict[str, Any]]:
         """Each group, its settings and each member's state (ready / open / half-open /
-        cooling / unreachable / unknown) and requests in flight from this gateway."""
+        cooling / unreachable / unknown) and requests in flight from this gateway. Asking
+        starts the active checks of a member not checked yet (as the server starts, too)."""
+        self._ensure_checks()
         out = []
         for cfg in self.store.all().values():
             item = cfg.as_json()

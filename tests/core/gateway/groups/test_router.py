@@ -202,6 +202,20 @@ async def test_members_must_name_providers_and_names_may_not_shadow_a_prefix(par
     await pool.close()
 
 
+async def test_listing_the_groups_starts_the_active_checks(parts: Any) -> None:
+    pool, _, router, _ = parts
+    _group(router, health_interval_s=0.5)
+    router.statuses()  # as the server does when it starts: no request needed
+    engine = pool.find("p3").client
+    for _ in range(2000):
+        if engine.checks:
+            break
+        await asyncio.sleep(0.005)
+    assert engine.checks >= 1
+    await router.close()
+    await pool.close()
+
+
 def test_the_health_path_by_kind() -> None:
     assert default_health_path("vllm") == "/health"
     assert default_health_path("ollama") == "/v1/models"
