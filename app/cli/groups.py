@@ -64,6 +64,15 @@ def _or(value: float | None, default: float) -> float:
     return default if value is None else value
 
 
+def naming(paths: Any, provider: Any) -> list[str]:
+    """The groups with a member on ``provider`` (its name, or a target under its prefix)."""
+    return [
+        g.name
+        for g in group_store(paths).all(fresh=True).values()
+        if any(m == provider.name or m.startswith(provider.prefix) for m in g.members)
+    ]
+
+
 def cmd_ungroup(args: argparse.Namespace) -> int:
     paths, _ = context()
     if not group_store(paths).remove(args.name):

@@ -126,6 +126,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
     users = sorted({a for a, ts in aliases.all().items() for t in ts if t.startswith(cfg.prefix)})
     if users:
         log.warning("aliases still naming %s models: %s", cfg.prefix, ", ".join(users))
+    members = groups.naming(paths, cfg)
+    if members:
+        log.warning("groups still naming %s: %s", cfg.name, ", ".join(members))
     return EXIT_OK
 
 

@@ -1,7 +1,8 @@
 """``hearth providers group|ungroup|groups`` without a server: create and replace a group in
 groups.json, refuse unknown members and names that shadow a provider prefix (exit 1), list
 each member's state as a health check of its engine finds it now (a live scripted engine is
-ready, a closed port unreachable), and remove it."""
+ready, a closed port unreachable), warn when a provider a group names is removed, and remove
+it."""
 
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ def test_group_lifecycle_and_member_states(tmp_path: Path, live: str) -> None:
     r = cli(home, "providers", "group", "g", "up", "--strategy", "random")
     assert r.returncode == 2  # a usage error, as argparse answers one
 
+    r = cli(home, "providers", "rm", "down")  # the group keeps the member: say so
+    assert r.returncode == 0 and "groups still naming down: tiny" in r.stderr, r.stderr
     assert cli(home, "providers", "ungroup", "tiny").returncode == 0
     r = cli(home, "providers", "ungroup", "tiny")
     assert r.returncode == 1 and "no group 'tiny'" in r.stderr
