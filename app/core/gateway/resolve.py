@@ -81,11 +81,14 @@ class Gateway:
         session: str = "",
         *,
         commit: bool = False,
+        stable: bool = False,
     ) -> list[str]:
         """The model ids to try, in order, those in the caller's ``scope`` (a key's patterns).
         A group's members come in the order its strategy picks for this request (``session``:
         its affinity key); ``commit`` takes the turn (round-robin, a half-open trial) as
-        :meth:`run` does, where a mere look leaves it.
+        :meth:`run` does, where a mere look leaves it. ``stable``: a group's members as
+        configured instead (what the response cache keys an answer by: any member's answer is
+        the group's, whatever the order of the moment).
 
         Raises:
             InvalidRequest: no model named and no default_model; ``auto`` matching no rule.
@@ -101,7 +104,7 @@ class Gateway:
         if model == AUTO:
             model = pick(routing.auto, facts, lambda name: self._loaded_target(name, scope))
         out: list[str] = []
-        self._expand(model, self.alias_map(model), out, (facts, session, commit))
+        self._expand(model, self.alias_map(model), out, (facts, session, commit, stable))
         out = [t for t in out if access.in_scope(t, scope)]  # a key's --models patterns
         if not out:  # the answer an unknown name gets: the key cannot learn the model exists
             raise ModelNotFound(
@@ -135,7 +138,7 @@ class Gateway:
         name: str,
         aliases: dict[str, tuple[str, ...]],
         out: list[str],
-        how: tuple[RequestFacts, str, bool] = (RequestFacts(), "", False),
+        how: tuple[RequestFacts, str, bool, bool] = (RequestFacts(), "", False, False),
     ) -> None:
         if self._is_model(name):  # a local id first: an alias never shadows a model
             if name not in out:
@@ -143,10 +146,13 @@ class Gateway:
             return
         targets = aliases.get(name)
         if targets is None and self.groups is not None and self.groups.is_group(name):
-            facts, session, commit = how
-            out += [
-                t for t in self.groups.order(name, facts, session, commit=commit) if t not in out
-            ]
+            facts, session, commit, stable = how
+            members = (
+                self.groups.configured(name)
+                if stable
+                else self.groups.order(name, facts, session, commit=commit)
+            )
+            out += [t for t in members if t not in out]
             return
         if targets is None:
             raise ModelNotFound(

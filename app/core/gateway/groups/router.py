@@ -77,6 +77,11 @@ class GroupRouter:
                 out[cfg.name] = targets
         return out
 
+    def configured(self, name: str) -> list[str]:
+        """Group ``name``'s members as configured (no health, no strategy); [] for no group."""
+        cfg = self.store.get(name)
+        return self.members(cfg) if cfg is not None else []
+
     def _provider(self, target: str) -> str | None:
         e = self._pool.owner(target)
         return e.cfg.name if e is not None else None

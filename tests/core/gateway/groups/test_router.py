@@ -13,13 +13,18 @@ from typing import Any
 import pytest
 
 from app.core.gateway.auto import RequestFacts
+from app.core.gateway.cache.replay import ResponseCache
+from app.core.gateway.cache.store import CacheConfig, CacheStore
+from app.core.gateway.facts import chat_facts
 from app.core.gateway.groups.router import GroupRouter, default_health_path
 from app.core.gateway.groups.store import GroupConfig, GroupStore
 from app.core.gateway.providers.base import Answer, Probe, RemoteModel
 from app.core.gateway.providers.pool import ProviderPool
 from app.core.gateway.providers.store import ProviderConfig, ProviderStore
 from app.core.gateway.resolve import Gateway, Routing
-from app.core.requests import RequestContext
+from app.core.inference.generation import Choices, Generation
+from app.core.requests import ChatRequest, RequestContext
+from app.core.types import ChatMessage, Delta, SamplingParams, Usage
 from app.errors import InvalidRequest, ProviderError, ProviderTimeout, ProviderUnavailable
 
 
@@ -219,3 +224,41 @@ async def test_listing_the_groups_starts_the_active_checks(parts: Any) -> None:
 def test_the_health_path_by_kind() -> None:
     assert default_health_path("vllm") == "/health"
     assert default_health_path("ollama") == "/v1/models"
+
+
+class _Answer:
+    """A started generation that says "Four." and ends."""
+
+    prompt_tokens = 3
+
+    def __aiter__(self) -> Any:
+        return self._deltas()
+
+    async def _deltas(self) -> Any:
+        yield Delta("Four.", 2)
+        yield Delta(finish_reason="stop", usage=Usage(3, 2))
+
+    def cancel(self) -> None:
+        pass
+
+
+async def test_the_response_cache_keys_a_group_by_its_members_not_by_this_moments_order(
+    parts: Any, tmp_path: Path
+) -> None:
+    pool, _, router, gateway = parts
+    _group(router)
+    cache = ResponseCache(CacheStore(tmp_path / "cache.db"), lambda: CacheConfig(mode="exact"))
+    req = ChatRequest("g", (ChatMessage("user", "2+2?"),), SamplingParams(temperature=0.0))
+    started: list[str] = []
+
+    async def start(r: ChatRequest) -> Choices:
+        started.append(r.model)
+        return Choices([Generation(r.model, 3, _Answer())])
+
+    first = await cache.serve(req, chat_facts(req), gateway, start)
+    async for _ in first.first:
+        pass
+    pool.in_flight.add("p1/m")  # least-busy now orders the members otherwise
+    second = await cache.serve(req, chat_facts(req), gateway, start)
+    assert second.cache == "hit" and started == ["p1/m"]
+    await pool.close()
