@@ -225,6 +225,19 @@ class InsufficientMemory(HearthError):
         self.available = available
 
 
+class StateUnavailable(HearthError):
+    """The shared state (Redis) cannot be reached and what was asked needs it: a change to the
+    shared keys, or a limited key's admission with ``state.limits_on_failure: closed``."""
+
+    status = 503
+    code = "state_unavailable"
+    type = "server_error"
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 # -- remote engines (providers) ---------------------------------------------------------
 class ProviderUnavailable(HearthError):
     """A remote engine that is not there: connection refused or reset, DNS failure, no answer

@@ -177,12 +177,18 @@ class LimitsSettings:
     tpm: int = 0
 
 
+LIMITS_ON_FAILURE = ("open", "closed")
+
+
 @dataclass(frozen=True, slots=True)
 class StateSettings:
-    """``state`` in settings.json: the Redis (or Valkey) URL several gateways share ("" = none:
-    every piece stays in this process); ``hearth serve --state URL`` overrides it."""
+    """``state`` in settings.json: state several gateways share. ``url``: a Redis (or Valkey)
+    URL, "" = every piece in process (``hearth serve --state`` wins). ``limits_on_failure``:
+    while it is unreachable, rate-limited callers are admitted on this gateway's own buckets
+    (open) or refused with 503 (closed)."""
 
     url: str = ""
+    limits_on_failure: str = "open"
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,8 +362,22 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         chat=_coerce(ChatSettings, raw.get("chat", {}), "chat"),
         vision=_vision_from_dict(raw.get("vision", {})),
         responses=_responses_from_dict(raw.get("responses", {})),
-        state=_coerce(StateSettings, raw.get("state", {}), "state"),
+        state=_state_from_dict(raw.get("state", {})),
     )
+
+
+def _state_from_dict(raw: Any) -> StateSettings:
+    state = _coerce(StateSettings, raw, "state")
+    if state.limits_on_failure not in LIMITS_ON_FAILURE:
+        raise ConfigError("settings: state.limits_on_failure must be one of open, closed")
+    if state.url:
+        from app.redis_state.connection import check_url  # redis is imported only when used
+
+        try:
+            check_url(state.url)
+        except ValueError as e:
+            raise ConfigError(f"settings: state.url: {e}") from None
+    return state
 
 
 def _responses_from_dict(raw: Any) -> ResponseStoreConfig:

@@ -435,3 +435,22 @@ def test_stored_responses_bounds_have_defaults_and_are_checked() -> None:
     for bad in ({"max_bytes": 0}, {"max_age_days": 0}, {"max_bytes": "big"}):
         with pytest.raises(ConfigError, match="responses"):
             settings_from_dict({"responses": bad})
+
+
+def test_shared_state_settings_round_trip_and_are_checked(store: SettingsStore) -> None:
+    from app.settings import StateSettings
+
+    assert Settings().state == StateSettings("", "open")  # off: every piece in process
+    s = dataclasses.replace(
+        Settings(), state=StateSettings("rediss://:pw@cache.lan:6380/2", "closed")
+    )
+    store.save(s)
+    assert SettingsStore(store.path).load() == s
+    for bad, why in (
+        ({"url": "http://cache.lan"}, "state.url"),
+        ({"url": "redis://h/x"}, "state.url"),
+        ({"limits_on_failure": "maybe"}, "limits_on_failure"),
+        ({"url": 5}, "state.url"),
+    ):
+        with pytest.raises(ConfigError, match=why):
+            settings_from_dict({"state": bad})

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import ssl
+import stat
 import sys
 import urllib.error
 import urllib.request
@@ -41,6 +42,32 @@ class PrivateLogFile(RotatingFileHandler):
     def _open(self) -> io.TextIOWrapper:  # type: ignore[override]
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         return open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """logging's rotating emit with each record formatted once, and the size and kind of
+        the file asked of the open file (one fstat) rather than of its path (two stats, a seek):
+        the server logs every request, so this runs once an answer."""
+        try:
+            msg = self.format(record) + self.terminator
+            if self.stream is None:
+                self.stream = self._open()
+            st = os.fstat(self.stream.fileno())
+            # a pipe or /dev/null is never rolled over (logging's own rule); another process's
+            # lines count too: the size is the file's, not what this one wrote
+            if (
+                self.maxBytes > 0
+                and stat.S_ISREG(st.st_mode)
+                and st.st_size + len(msg) >= self.maxBytes
+            ):
+                self.doRollover()
+                if self.stream is None:
+                    self.stream = self._open()
+            self.stream.write(msg)
+            self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
         # a full or vanished disk loses the record quietly: logging's own report is a traceback

@@ -1,5 +1,7 @@
 """Named API keys: ``hearth keys add|ls|rm``. They edit keys.json directly (under its lock), so
-they work with or without a server; a running one sees a change at its next request."""
+they work with or without a server; a running one sees a change at its next request. With
+shared state (``state.url`` in the settings, or ``--state URL``) they edit the keys in Redis
+instead, which every gateway of the team sees within a second or so."""
 
 from __future__ import annotations
 
@@ -10,17 +12,29 @@ from typing import Any
 
 from app.cli.common import EXIT_OK, context, fail
 from app.core.gateway.keys import KeyStore
+from app.errors import InvalidRequest
 from app.settings import generate_key
 
 
-def _store() -> KeyStore:
-    paths, _ = context()
-    return KeyStore(paths.keys_file)
+def _store(args: argparse.Namespace) -> KeyStore:
+    paths, settings = context()
+    url = getattr(args, "state", None) or settings.load().state.url
+    if not url:
+        return KeyStore(paths.keys_file)
+    from app.redis_state.connection import SharedState
+    from app.redis_state.keys import SharedKeyStore
+
+    try:
+        store = SharedKeyStore(SharedState(url), paths.keys_file)
+    except ValueError as e:
+        raise InvalidRequest(f"--state: {e}", param="state") from None
+    store.load()  # StateUnavailable (a clear error) when Redis does not answer
+    return store
 
 
 def cmd_add(args: argparse.Namespace) -> int:
     secret = generate_key()
-    _store().add(
+    _store(args).add(
         args.name, secret, rpm=args.rpm, tpm=args.tpm, models=args.models or (), admin=args.admin
     )
     print(secret)  # alone on stdout, this once: only its hash is kept
@@ -32,7 +46,7 @@ def _when(ts: float | None) -> str:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    keys = list(_store().all().values())
+    keys = list(_store(args).all().values())
     if args.json:
         print(json.dumps([k.public() for k in keys]))
         return EXIT_OK
@@ -47,7 +61,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    if not _store().remove(args.name):
+    if not _store(args).remove(args.name):
         return fail(f"no key '{args.name}'")
     return EXIT_OK
 
@@ -62,6 +76,15 @@ def _count(text: str) -> int:
     return n
 
 
+def _state_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state",
+        default=None,
+        metavar="URL",
+        help="the keys shared in this Redis (default from settings: state.url; off: keys.json)",
+    )
+
+
 def add_parsers(sub: Any) -> None:
     """keys add / ls / rm."""
     p = sub.add_parser("keys", help="named API keys for the server (limits, models, roles)")
@@ -74,10 +97,13 @@ def add_parsers(sub: Any) -> None:
         "--models", nargs="+", metavar="PATTERN", help="only models matching these (fnmatch)"
     )
     s.add_argument("--admin", action="store_true", help="may use the management routes")
+    _state_flag(s)
     s.set_defaults(func=cmd_add)
     s = ksub.add_parser("ls", help="list keys (never their secrets)")
     s.add_argument("--json", action="store_true", help="one JSON array on stdout")
+    _state_flag(s)
     s.set_defaults(func=cmd_ls)
     s = ksub.add_parser("rm", help="remove a key (a running server refuses it at once)")
     s.add_argument("name")
+    _state_flag(s)
     s.set_defaults(func=cmd_rm)

@@ -11,7 +11,7 @@ import signal
 import sys
 from typing import Any
 
-from app.cli.common import EXIT_OK, context, fail, log
+from app.cli.common import EXIT_OK, EXIT_USAGE, context, fail, log
 from app.cli.load_flags import add_load_flags, load_options_from_args
 from app.compose import build_service, mcp_manager
 from app.errors import HearthError
@@ -27,8 +27,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         service = build_service(
             paths, settings, cache_mode=args.cache, state_url=args.state or settings.state.url
         )
-    except ValueError as e:  # a URL that names no Redis server
-        return fail(str(e))
+    except ValueError as e:  # a URL that names no Redis server: a usage error
+        fail(f"--state: {e}")
+        return EXIT_USAGE
     controller = ServerController(service, store, paths)
     controller.set_api_key(api_key)
 
@@ -87,7 +88,12 @@ def cmd_gui(args: argparse.Namespace) -> int:
     from app.server.runner import ServerController
 
     paths, store = context()
-    service = build_service(paths, store.load())
+    settings = store.load()
+    try:  # the desktop app's server joins a team's shared state too when state.url is set
+        service = build_service(paths, settings, state_url=settings.state.url)
+    except ValueError as e:
+        log.warning("state.url: %s; serving on local state", e)
+        service = build_service(paths, settings)
     loop = LoopThread().start()
     server = ServerController(service, store, paths)
     server.set_api_key(os.environ.get("HEARTH_API_KEY") or None)
@@ -146,8 +152,9 @@ def add_parsers(sub: Any) -> None:
         "--state",
         default=None,
         metavar="URL",
-        help="share state with other gateways in this Redis (redis://HOST:PORT/DB; "
-        "default from settings: state.url, none)",
+        help="share state (rate limits, named keys, the response cache, stored responses) "
+        "with other gateways in this Redis (redis://HOST:PORT/DB, rediss:// for TLS, "
+        "redis://:PASSWORD@HOST; default from settings: state.url, none)",
     )
     add_load_flags(s, title="load options (for the --model preloads)")
     s.set_defaults(func=cmd_serve)

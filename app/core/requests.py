@@ -10,7 +10,7 @@ Tested by tests/core/gateway/test_gateway.py and tests/core/gateway/cache/test_r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,7 +50,7 @@ class RequestContext:
     models: tuple[str, ...] | None = None
     partition: str = ""
     cache: str | None = None
-    charge: Callable[[Any], None] | None = None
+    charge: Callable[[Any], Awaitable[None] | None] | None = None  # awaited when it returns one
     trace: Any = None
     load_ms: float | None = None
     load_started_ns: int | None = None

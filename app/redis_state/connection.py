@@ -172,7 +172,10 @@ class SharedState:
 
     async def start(self) -> None:
         """Ping once (a Redis that is down now is not fatal: serving starts degraded), then
-        watch: while degraded, ping every ``RETRY_S`` until it answers."""
+        watch: while degraded, ping every ``RETRY_S`` until it answers. Again after
+        :meth:`close` (the desktop app's server stopped and started): the clients reconnect."""
+        if self._closed:
+            self._closed, self._watch = False, None
         await self.ping()
         if self._watch is None:
             self._watch = asyncio.ensure_future(self._watch_loop())

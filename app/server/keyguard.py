@@ -1,9 +1,17 @@
 """Named keys at the edge: who is calling, whether their role allows the route, and
-their token buckets (plus the server-wide one). The middleware calls :meth:`KeyGuard.enter`
+their token buckets (plus the server-wide one). The middleware awaits :meth:`KeyGuard.enter`
 before the body is read (one request; a key in token debt waits here), the core charges the
-tokens a parsed request can cost through :meth:`KeyGuard.charger`, and the middleware calls
+tokens a parsed request can cost through :meth:`KeyGuard.charger`, and the middleware awaits
 :meth:`KeyGuard.settle` with the real usage when the handler is done.
-Tested by tests/server/keys/test_named_keys_api.py and tests/server/test_security.py."""
+
+The buckets are the in-process ones (app/core/gateway/ratelimit.py), or, with shared state,
+a ``SharedBuckets`` (app/redis_state/limits.py) while it answers: the guard only chooses
+between them (the bucket math lives in each). While the shared state is unreachable,
+``state.limits_on_failure`` says what happens: ``open`` admits on the in-process buckets,
+``closed`` refuses a limited caller with 503 ``state_unavailable``. A caller with no limits
+costs no round trip at all.
+Tested by tests/server/keys/test_named_keys_api.py, tests/server/test_security.py and
+tests/e2e/shared_state/test_shared_limits.py."""
 
 from __future__ import annotations
 
@@ -12,14 +20,29 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from app.core.gateway.keys import DEFAULT_NAME, ApiKey, KeyStore, cache_partition, hash_secret
-from app.core.gateway.ratelimit import UNCAPPED_TOKENS, Clock, Cost, Limits, admit
-from app.errors import PermissionDenied, RateLimited, RequestOverRateLimit, Unauthorized
+from app.core.gateway.ratelimit import (
+    UNCAPPED_TOKENS,
+    Clock,
+    Cost,
+    Limits,
+    SharedBuckets,
+    Tier,
+    Verdict,
+    admit,
+)
+from app.errors import (
+    PermissionDenied,
+    RateLimited,
+    RequestOverRateLimit,
+    StateUnavailable,
+    Unauthorized,
+)
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +81,8 @@ class Caller:
 @dataclass(slots=True)
 class Admission:
     caller: Caller
-    tiers: list[Limits]
+    tiers: list[Tier]
+    shared: bool = False  # charged in the shared buckets (its settle goes there too)
     charged: float = 0.0  # tokens charged so far: what the parsed request can cost
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -98,11 +122,15 @@ class KeyGuard:
         global_limits: Callable[[], tuple[int, int]] = lambda: (0, 0),
         *,
         clock: Clock = time.monotonic,
+        shared: SharedBuckets | None = None,
+        on_failure: Callable[[], str] = lambda: "open",
     ) -> None:
         self.store = store
         self.default_hashes = default_hashes
         self._global_limits = global_limits
         self.clock = clock
+        self.shared = shared  # None: the in-process buckets only
+        self._on_failure = on_failure  # state.limits_on_failure: "open" or "closed"
         self._buckets: dict[str, Limits] = {}  # key name (or "" for global) -> its buckets
         self._flushed_at = time.monotonic()
         self._flushing = False
@@ -113,11 +141,41 @@ class KeyGuard:
     def required(self) -> bool:
         return bool(self.default_hashes or self.keys())
 
-    def _limits(self, name: str, rpm: int, tpm: int) -> Limits:
-        cur = self._buckets.get(name)
-        if cur is None or (cur.rpm, cur.tpm) != (rpm, tpm):  # new, or its limits changed
-            cur = self._buckets[name] = Limits(rpm, tpm, self.clock)
+    def _limits(self, tier: Tier) -> Limits:
+        cur = self._buckets.get(tier.name)
+        if cur is None or (cur.rpm, cur.tpm) != (tier.rpm, tier.tpm):  # new, or changed
+            cur = self._buckets[tier.name] = Limits(tier.rpm, tier.tpm, self.clock)
         return cur
+
+    def _tiers(self, caller: Caller) -> list[Tier]:
+        """The caller's limited tiers: its key's, then the server-wide one."""
+        tiers: list[Tier] = []
+        key = self.keys().get(caller.name or "") if caller.name != DEFAULT_NAME else None
+        if key is not None and (key.rpm or key.tpm):
+            tiers.append(Tier("key:" + key.name, key.rpm, key.tpm))
+        g_rpm, g_tpm = self._global_limits()
+        if g_rpm or g_tpm:
+            tiers.append(Tier("", g_rpm, g_tpm))
+        return tiers
+
+    async def _admit(self, admission: Admission, tokens: float, requests: float) -> Verdict:
+        """The shared buckets while they answer, else (``open``) the in-process ones."""
+        if not admission.tiers:
+            return Verdict(0.0, {})
+        if self.shared is not None:
+            verdict = None
+            if self.shared.usable:
+                verdict = await self.shared.admit(admission.tiers, tokens, requests)
+            if verdict is not None:
+                admission.shared = True
+                return verdict
+            if self._on_failure() == "closed":
+                raise StateUnavailable(
+                    "the shared rate limits cannot be checked now (the shared state is "
+                    "unreachable); retry shortly"
+                )
+        admission.shared = False
+        return admit([self._limits(t) for t in admission.tiers], tokens, requests)
 
     def identify(self, token: str) -> Caller:
         """Raises Unauthorized: keys exist and ``token`` is none of them."""
@@ -137,11 +195,12 @@ class KeyGuard:
             )
         return Caller(named.name, named.admin, named.models, cache_partition(named.hash))
 
-    def enter(self, request: web.Request) -> Admission:
+    async def enter(self, request: web.Request) -> Admission:
         """Who is calling, whether they may use this route, and their buckets' admission.
 
         Raises:
-            Unauthorized (401), PermissionDenied (403), RateLimited (429, with the headers).
+            Unauthorized (401), PermissionDenied (403), RateLimited (429, with the headers),
+            StateUnavailable (503: shared limits unreachable and ``limits_on_failure: closed``).
         """
         caller = self.identify(token_from(request))
         request[KEY_NAME] = caller.name or ""
@@ -149,18 +208,12 @@ class KeyGuard:
             raise PermissionDenied(
                 f"the key '{caller.name}' may not use management routes (it is not an admin key)"
             )
-        tiers: list[Limits] = []
-        key = self.keys().get(caller.name or "") if caller.name != DEFAULT_NAME else None
-        if key is not None and (key.rpm or key.tpm):
-            tiers.append(self._limits("key:" + key.name, key.rpm, key.tpm))
-        g_rpm, g_tpm = self._global_limits()
-        if g_rpm or g_tpm:
-            tiers.append(self._limits("", g_rpm, g_tpm))
+        admission = Admission(caller, self._tiers(caller))
         # one request, no tokens yet (the body is not read): a key in token debt waits here
-        verdict = admit(tiers, 0.0)
+        verdict = await self._admit(admission, 0.0, 1.0)
         if verdict.wait > 0:
             raise _refusal(verdict.wait, verdict.limit, verdict.headers)
-        admission = Admission(caller, tiers, headers=verdict.headers)
+        admission.headers = verdict.headers
         if verdict.headers:
             request[RATE_HEADERS] = admission.headers
         if caller.name not in (None, DEFAULT_NAME) and self.store is not None:
@@ -168,17 +221,17 @@ class KeyGuard:
             self._maybe_flush()
         return admission
 
-    def charger(self, admission: Admission) -> Callable[[Cost], None] | None:
-        """What the core calls with a parsed request's cost (None: no token limit applies)."""
-        if not any(t.tokens is not None for t in admission.tiers):
+    def charger(self, admission: Admission) -> Callable[[Cost], Awaitable[None]] | None:
+        """What the core awaits with a parsed request's cost (None: no token limit applies)."""
+        if not any(t.tpm for t in admission.tiers):
             return None
 
-        def charge(c: Cost) -> None:
+        async def charge(c: Cost) -> None:
             for t in admission.tiers:
-                if t.tokens is not None and c.total > t.tpm:
-                    whose = "this key" if t is not self._buckets.get("") else "this server"
+                if t.tpm and c.total > t.tpm:
+                    whose = "this key" if t.name else "this server"
                     raise _over_limit(c, t.tpm, whose)
-            verdict = admit(admission.tiers, float(c.total), requests=0.0)
+            verdict = await self._admit(admission, float(c.total), 0.0)
             if verdict.wait > 0:
                 raise _refusal(verdict.wait, verdict.limit, verdict.headers)
             admission.charged += c.total
@@ -186,13 +239,18 @@ class KeyGuard:
 
         return charge
 
-    def settle(self, admission: Admission, used_tokens: int | None) -> None:
+    async def settle(self, admission: Admission, used_tokens: int | None) -> None:
         """Charge the request's real tokens (prompt + completion) instead of what admission
-        charged; None: the real usage is unknown (a stream cut short), the charge stands."""
-        if used_tokens is None:
+        charged, where it was charged; None: the real usage is unknown (a stream cut short),
+        the charge stands."""
+        if used_tokens is None or not any(t.tpm for t in admission.tiers):
+            return
+        delta = used_tokens - admission.charged
+        if admission.shared and self.shared is not None:
+            await self.shared.settle(admission.tiers, delta)  # Redis gone: the charge stands
             return
         for t in admission.tiers:
-            t.settle(used_tokens - admission.charged)
+            self._limits(t).settle(delta)
 
     def _maybe_flush(self) -> None:
         now = time.monotonic()

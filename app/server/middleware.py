@@ -212,7 +212,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
         admission: Admission | None = None
         partition = ""  # the caller's response-cache partition: "" without a key
         if state.guard is not None and request.path not in PUBLIC_PATHS:
-            admission = state.guard.enter(request)  # named keys, roles, rate limits
+            admission = await state.guard.enter(request)  # named keys, roles, rate limits
         elif state.guard is None and state.api_key_hashes and request.path not in PUBLIC_PATHS:
             auth = request.headers.get("Authorization", "")
             token = (
@@ -246,7 +246,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
             if admission is not None and guard is not None:
                 info = request[REQUEST_LOG]
                 used = info["prompt_tokens"] + info["completion_tokens"]
-                guard.settle(admission, None if cut else used)
+                await guard.settle(admission, None if cut else used)
     except HearthError as e:
         if request[REQUEST_LOG].get("key") is None and request.get(KEY_NAME):
             request[REQUEST_LOG]["key"] = request[KEY_NAME]  # refused (403, 429): still named

@@ -99,6 +99,7 @@ class ServerController:
         self.extra_key_hashes: tuple[str, ...] = ()
         self.tls: TlsConfig | None = None  # while serving HTTPS
         self.clock: Clock = time.monotonic  # the rate limits' clock (a seam: tests freeze it)
+        self._shared_keys: Any = None  # the shared keys' poll, while serving with shared state
 
     @property
     def running(self) -> bool:
@@ -137,6 +138,21 @@ class ServerController:
             ServerError: the port is busy, the address is invalid, an address other than
                 loopback lacks an API key, or the TLS files cannot be used.
         """
+        try:
+            return await self._start(host, port, tls_cert, tls_key, starting)
+        except BaseException:
+            if not self.running:
+                await self._close_shared()  # never served: nothing else will close it
+            raise
+
+    async def _start(
+        self,
+        host: str | None,
+        port: int | None,
+        tls_cert: str | None,
+        tls_key: str | None,
+        starting: bool,
+    ) -> str:
         if self.running:
             return self.base_url or ""
         settings = self.settings_store.load().server
@@ -149,7 +165,7 @@ class ServerController:
             g = store.load().limits
             return g.rpm, g.tpm
 
-        guard = KeyGuard(KeyStore(self.paths.keys_file), keys, limits, clock=self.clock)
+        guard = await self._guard(keys, limits)
         pair = tls_pair(tls_cert or settings.tls_cert, tls_key or settings.tls_key)
         tls = load_tls(*pair) if pair else None  # before binding: a bad pair never listens
         try:
@@ -209,6 +225,37 @@ class ServerController:
         self.service.events.publish(ServerStarted(self.host, self.port, url))
         return url
 
+    async def _guard(
+        self, keys: tuple[str, ...], limits: Callable[[], tuple[int, int]]
+    ) -> KeyGuard:
+        """The named keys and buckets: in process, or in the shared state when it is on
+        (started here: a Redis that is down now only starts the server degraded)."""
+        shared = self.service.shared
+        if shared is None:
+            return KeyGuard(KeyStore(self.paths.keys_file), keys, limits, clock=self.clock)
+        from app.redis_state.keys import SharedKeyStore
+        from app.redis_state.limits import RedisBuckets
+
+        await shared.start()
+        log.info("sharing limits and keys through %s (%s)", shared.shown, shared.status()["state"])
+        self._shared_keys = store = SharedKeyStore(shared, self.paths.keys_file)
+        await store.start()
+        return KeyGuard(
+            store,
+            keys,
+            limits,
+            clock=self.clock,
+            shared=RedisBuckets(shared),
+            on_failure=lambda: self.settings_store.load().state.limits_on_failure,
+        )
+
+    async def _close_shared(self) -> None:
+        if self._shared_keys is not None:
+            await self._shared_keys.close()
+            self._shared_keys = None
+        if self.service.shared is not None:
+            await self.service.shared.close()
+
     def startup_done(self, error: str | None = None) -> None:
         """The startup steps are over: /health says ``ready``, or ``error`` (503) with the
         message of the step that failed."""
@@ -243,6 +290,7 @@ class ServerController:
             await asyncio.sleep(0.02)
         await runner.cleanup()
         await asyncio.to_thread(app[RECORDER].store.close)  # what is queued is written first
+        await self._close_shared()  # after the cleanup's last flush of the keys' last use
         with contextlib.suppress(OSError, ValueError):
             info = read_json(self.paths.server_file, {})
             if isinstance(info, dict) and info.get("pid") == os.getpid():

@@ -104,5 +104,5 @@ def test_a_paraphrase_through_the_other_gateway_is_a_semantic_hit_on_minilm(
 
 def test_a_state_url_that_names_no_redis_is_refused(tmp_path: Path) -> None:
     r = hearth(tmp_path / "h", None, "serve", "--port", "0", "--state", "http://127.0.0.1:6379")
-    assert r.returncode == 1
+    assert r.returncode == 2  # a usage error, as any bad flag
     assert "is not a Redis URL" in r.stderr and "Traceback" not in r.stderr

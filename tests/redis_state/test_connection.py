@@ -73,3 +73,20 @@ def test_password_in_the_url(tmp_path) -> None:  # type: ignore[no-untyped-def]
         asyncio.run(run())
     finally:
         server.close()
+
+
+def test_started_again_after_close(redis_server) -> None:  # type: ignore[no-untyped-def]
+    async def run() -> None:
+        state = SharedState(redis_server.url)
+        await state.start()
+        await state.close()
+        assert not state.usable
+        await state.start()  # a server stopped and started again in the desktop app
+        try:
+            assert state.usable
+            await state.aio.set(state.key("again"), "1")
+            assert state.sync.get(state.key("again")) == b"1"
+        finally:
+            await state.close()
+
+    asyncio.run(run())

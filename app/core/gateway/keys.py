@@ -90,7 +90,8 @@ def check_limits(rpm: int, tpm: int, models: Iterable[str]) -> tuple[str, ...]:
     return out
 
 
-def _from_json(raw: Any) -> ApiKey:
+def key_from_json(raw: Any) -> ApiKey:
+    """One keys.json entry (also a shared-state entry) as an ApiKey; ConfigError when broken."""
     if not isinstance(raw, dict):
         raise ConfigError("keys: each key must be an object")
     name, digest = raw.get("name"), raw.get("hash")
@@ -116,6 +117,11 @@ def _from_json(raw: Any) -> ApiKey:
     )
 
 
+def key_to_json(key: ApiKey) -> dict[str, Any]:
+    """A keys.json entry: the hash, never the secret."""
+    return asdict(key) | {"models": list(key.models)}
+
+
 class KeyStore:
     """The named keys of one ``keys.json``. Thread-safe; every store of one file in this
     process shares its parsed value."""
@@ -137,7 +143,7 @@ class KeyStore:
             items = raw.get("keys", []) if isinstance(raw, dict) else None
             if not isinstance(items, list):
                 raise ConfigError('keys: the file must be {"keys": [...]}')
-            keys = [_from_json(k) for k in items]
+            keys = [key_from_json(k) for k in items]
         except (ValueError, ConfigError) as e:
             # a broken file must not open the server to everyone: refuse every key instead
             log.error("keys file %s is invalid (%s); no named key is accepted", self.path, e)
@@ -145,7 +151,7 @@ class KeyStore:
         return {k.name: k for k in keys}
 
     def _write(self, keys: dict[str, ApiKey]) -> None:
-        data = {"keys": [asdict(k) | {"models": list(k.models)} for k in keys.values()]}
+        data = {"keys": [key_to_json(k) for k in keys.values()]}
         atomic_write_json(self.path, data, mode=0o600)
         self._cache.put(self._read())
 

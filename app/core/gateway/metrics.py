@@ -93,10 +93,15 @@ class RequestMetrics:
         return model if self._known(model) else OTHER_MODEL
 
     def observe(self, event: object) -> None:
-        if not isinstance(event, RequestFinished) or event.route in MONITORING_ROUTES:
+        if isinstance(event, RequestFinished):
+            self.add(event, self.model_label(event.model))
+
+    def add(self, event: RequestFinished, label: str | None) -> None:
+        """Count ``event`` under ``label`` (its :meth:`model_label`, which the caller already
+        has: the label is a lookup, asked once an answer)."""
+        if event.route in MONITORING_ROUTES:
             return
         self.all.add(event)
-        label = self.model_label(event.model)
         if label is not None:
             self.models.setdefault(label, Tally()).add(event)
 

@@ -68,19 +68,19 @@ class Pipeline:
     async def chat(self, req: ChatRequest) -> Choices:
         """Start a chat request on the first target its model resolves to that starts. The
         Choices say which model answered and the ids tried (``model``, ``route``)."""
-        ratelimit.charge(req)  # what it can cost, before any work (the edge settles it after)
+        await ratelimit.charge(req)  # what it can cost, before any work (the edge settles it after)
         return await self._cache.serve(req, chat_facts(req), self._gateway, self._dispatch.chat)
 
     async def complete(self, req: CompletionRequest) -> Choices:
         """Start a completion request on the first target that starts (see :meth:`chat`)."""
-        ratelimit.charge(req)
+        await ratelimit.charge(req)
         return await self._cache.serve(
             req, completion_facts(req), self._gateway, self._dispatch.complete
         )
 
     async def embed(self, req: EmbeddingRequest) -> Embeddings:
         """Embed each input on the first target that starts."""
-        ratelimit.charge(req)
+        await ratelimit.charge(req)
         return await self._embed(req)
 
     async def rerank(self, req: RerankRequest) -> Reranking:
@@ -92,7 +92,7 @@ class Pipeline:
                 context; NotSupported: a remote engine with neither rerank nor embeddings.
         """
         ranking.check(req)
-        ratelimit.charge(req)
+        await ratelimit.charge(req)
         result, _ = await self._gateway.run(
             req.model,
             RequestFacts(),

@@ -8,14 +8,21 @@ too. At 6 rpm that is one request every 10 s, never six at once. The clock is in
 
 Tokens are charged what a request can cost once it is parsed (:func:`cost`: its prompt, about
 4 characters a token, plus its token cap), through the charger the server puts on the
-request's context (:func:`charge`); the edge settles the charge with the real usage after."""
+request's context (:func:`charge`); the edge settles the charge with the real usage after.
+
+Several gateways sharing their limits keep the same buckets in Redis instead: a
+:class:`SharedBuckets` (app/redis_state/limits.py runs the same math in one server-side script
+per admission); the edge picks it while the shared state answers and these in-process buckets
+otherwise."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
 
@@ -26,7 +33,8 @@ BURST_S = 10.0  # the burst: this many seconds' worth of the per-minute allowanc
 UNCAPPED_TOKENS = 4096
 CHARS_PER_TOKEN = 4
 
-Charger = Callable[["Cost"], None]
+# a charger may answer at once (in-process buckets) or after a round trip (shared ones)
+Charger = Callable[["Cost"], Awaitable[None] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +77,7 @@ def cost(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest
     return Cost(_estimate(len(req.query) * len(req.documents) + sum(map(len, req.documents))))
 
 
-def charge(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> None:
+async def charge(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> None:
     """Charge the request's key (its context's charger) the most ``req`` can cost, before any
     work; nothing is limited without a charger (in process, or a server without limits).
 
@@ -77,7 +85,9 @@ def charge(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankReque
         RateLimited: the limits cannot admit it (now, or ever as sent).
     """
     if req.context.charge is not None:
-        req.context.charge(cost(req))
+        pending = req.context.charge(cost(req))
+        if inspect.isawaitable(pending):
+            await pending
 
 
 def duration(seconds: float) -> str:
@@ -174,12 +184,19 @@ class Limits:
     def headers(self) -> dict[str, str]:
         h: dict[str, str] = {}
         for kind, b in (("requests", self.requests), ("tokens", self.tokens)):
-            if b is None:
-                continue
-            h[f"x-ratelimit-limit-{kind}"] = str(b.per_minute)
-            h[f"x-ratelimit-remaining-{kind}"] = str(max(0, math.floor(b.level())))
-            h[f"x-ratelimit-reset-{kind}"] = duration(b.reset_in())
+            if b is not None:
+                h.update(bucket_headers(kind, b.per_minute, b.level()))
         return h
+
+
+def bucket_headers(kind: str, per_minute: int, level: float) -> dict[str, str]:
+    """One bucket's ``x-ratelimit-*`` headers (``kind``: requests or tokens) at ``level``."""
+    capacity = max(1.0, per_minute * BURST_S / 60.0)
+    return {
+        f"x-ratelimit-limit-{kind}": str(per_minute),
+        f"x-ratelimit-remaining-{kind}": str(max(0, math.floor(level))),
+        f"x-ratelimit-reset-{kind}": duration((capacity - level) / (per_minute / 60.0)),
+    }
 
 
 def admit(tiers: list[Limits], tokens: float, requests: float = 1.0) -> Verdict:
@@ -193,3 +210,28 @@ def admit(tiers: list[Limits], tokens: float, requests: float = 1.0) -> Verdict:
             t.take(tokens, requests)
     headers = active[0].headers() if active else {}
     return Verdict(worst[0], headers, worst[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """One tier's limits as admission sees them: ``name`` is the key's (``key:NAME``) or ""
+    for the server-wide one; 0 = no limit."""
+
+    name: str
+    rpm: int
+    tpm: int
+
+
+class SharedBuckets(Protocol):
+    """Buckets several gateways share, with :func:`admit`'s semantics (every tier charged or
+    none, debts allowed, headers of the first tier). Both calls answer None when the shared
+    state cannot be reached: the caller falls back to its in-process buckets."""
+
+    @property
+    def usable(self) -> bool: ...
+
+    async def admit(
+        self, tiers: Sequence[Tier], tokens: float, requests: float = 1.0
+    ) -> Verdict | None: ...
+
+    async def settle(self, tiers: Sequence[Tier], delta: float) -> bool: ...

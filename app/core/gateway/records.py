@@ -10,10 +10,11 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import logging
+import operator
 import queue
 import sqlite3
 import threading
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,8 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS requests_model ON requests (model)",
     "CREATE INDEX IF NOT EXISTS requests_status ON requests (status)",
 )
+# a record's values in column order; every field is a scalar, so no deep copy (astuple's)
+_ROW = operator.attrgetter(*_FIELDS)
 _INSERT = f"INSERT INTO requests ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})"
 
 
@@ -105,8 +108,10 @@ class RecordStore:
     def __init__(self, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> None:
         self.path = path
         self.max_rows = max(1, max_rows)
-        self._queue: queue.Queue[tuple[RequestRecord, concurrent.futures.Future[None]] | None]
-        self._queue = queue.Queue()
+        # SimpleQueue: its put is C without a Condition to notify (one put every answer)
+        self._queue: queue.SimpleQueue[
+            tuple[RequestRecord, concurrent.futures.Future[None]] | None
+        ] = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="hearth-records", daemon=True)
         self._thread.start()
@@ -161,7 +166,7 @@ class RecordStore:
         try:
             with conn:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(_INSERT, [astuple(r) for r in records])
+                conn.executemany(_INSERT, [_ROW(r) for r in records])
                 # ids only grow (AUTOINCREMENT), so the newest max_rows are the last ids
                 conn.execute(
                     "DELETE FROM requests WHERE id <= (SELECT max(id) FROM requests) - ?",

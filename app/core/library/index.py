@@ -155,24 +155,27 @@ class ModelLibrary:
 
     def get(self, model_id: str) -> LocalModel:
         """Raises ModelNotFound."""
+        d = self._find(model_id)
+        if d is None:
+            raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
+        return self._to_model(d)
+
+    def has(self, model_id: str) -> bool:
+        """Whether ``model_id`` is in the index (looked up as :meth:`get` does)."""
+        # asked of every remote id on every request: a miss must not cost an exception
+        return self._find(model_id) is not None
+
+    def _find(self, model_id: str) -> dict[str, Any] | None:
         for d in self._entries():
             if d["id"] == model_id:
-                return self._to_model(d)
+                return d
         # a miss checks the file now (another process may have just added it); a file dropped
         # into the models folder is found by the scan this starts (at once on the first one)
         self._scan_models_folder()
         for d in self._entries(fresh=True):
             if d["id"] == model_id:
-                return self._to_model(d)
-        raise ModelNotFound(f"The model '{model_id}' does not exist", param="model")
-
-    def has(self, model_id: str) -> bool:
-        """Whether ``model_id`` is in the index (looked up as :meth:`get` does)."""
-        try:
-            self.get(model_id)
-        except ModelNotFound:
-            return False
-        return True
+                return d
+        return None
 
     def poll(self) -> filecache.Signature:
         """The index file's signature now, with this process's copy brought up to date; also

@@ -51,6 +51,11 @@ class FileCache(Generic[T]):
 
         ``fresh`` checks the file now, however recently it was checked (a cheap stat).
         """
+        # the common case without the lock (asked dozens of times a request): a value and
+        # its check time read together may be a moment old, as a read just before a put is
+        value, checked_at = self._value, self._checked_at
+        if value is not None and not fresh and time.monotonic() - checked_at < self.interval:
+            return value
         with self._lock:
             now = time.monotonic()
             recent = now - self._checked_at < self.interval and not fresh

@@ -164,7 +164,8 @@ class RemoteEngine:
 
     async def _guard(self, aw: Awaitable[T], timeout: float) -> T:
         try:
-            return await asyncio.wait_for(aw, timeout)
+            async with asyncio.timeout(timeout):  # on this task: no task per request
+                return await aw
         except aiohttp.ConnectionTimeoutError as e:  # before TimeoutError: it is one too
             raise ProviderTimeout(
                 f"provider '{self.cfg.name}' could not be connected to within "

@@ -21,6 +21,7 @@ from app.core.types import (
     ToolCallDelta,
     Usage,
 )
+from app.core.util import jsonsafe
 from app.errors import UnsupportedParameter
 
 # kinds whose servers take llama.cpp/vLLM sampling fields beyond OpenAI's (a cloud API refuses
@@ -44,7 +45,7 @@ def decode(text: str | bytes) -> Any:
             line of 200,000 ``[`` raises RecursionError inside ``json.loads``).
     """
     try:
-        return json.loads(text)
+        return jsonsafe.fast_loads(text)
     except RecursionError as e:
         raise ValueError("JSON nested too deep") from e
 

@@ -131,13 +131,20 @@ class RemoteStream:
             return
         self._pending.append(d)
 
+    def _buffered_line(self) -> bytes | None:
+        """The next line if the body read so far holds one whole (no wait, no timer)."""
+        cut = self._buf.find(b"\n")
+        if cut < 0:
+            return None
+        line = bytes(self._buf[: cut + 1])
+        del self._buf[: cut + 1]
+        return line
+
     async def _line(self) -> bytes:
         """The next line of the body (b"" at its end, or once cancelled), at most MAX_LINE."""
         while True:
-            cut = self._buf.find(b"\n")
-            if cut >= 0:
-                line = bytes(self._buf[: cut + 1])
-                del self._buf[: cut + 1]
+            line = self._buffered_line()
+            if line is not None:
                 return line
             if len(self._buf) > MAX_LINE:
                 raise _LineTooLong(f"a stream line over {MAX_LINE // 2**20} MiB")
@@ -155,7 +162,13 @@ class RemoteStream:
     async def _event(self, timeout: float | None) -> Any:
         """The next ``data:`` object; None at ``[DONE]`` or the end of the body."""
         while True:
-            line = await (asyncio.wait_for(self._line(), timeout) if timeout else self._line())
+            # an engine's chunk often holds several lines: only a wait for the network is timed
+            line = self._buffered_line()
+            if line is None and timeout:
+                async with asyncio.timeout(timeout):  # a timer, not a task per line
+                    line = await self._line()
+            elif line is None:
+                line = await self._line()
             if not line:
                 return None
             text = line.decode(errors="replace").strip()

@@ -23,6 +23,7 @@ from app.core.inference.images import IMAGE_MARKER, ImageSource, InvalidImage, n
 from app.core.inference.tools import Tool
 from app.core.requests import UNSET, ToolChoice
 from app.core.types import Constraint, Delta, SamplingParams, TokenLogprob
+from app.core.util import jsonsafe
 from app.errors import InvalidRequest, UnsupportedParameter
 
 MAX_TOKENS_LIMIT = 1 << 20
@@ -45,7 +46,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         raise InvalidRequest("the request body is empty; expected a JSON object")
     try:
-        data = json.loads(raw, parse_constant=_reject_constant)
+        data = jsonsafe.fast_loads(raw, parse_constant=_reject_constant)
     except InvalidRequest:
         raise
     except RecursionError as e:

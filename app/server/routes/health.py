@@ -6,7 +6,13 @@
 - ``starting``: startup steps after listening are still running (the ``--model`` preloads);
 - ``busy``: every loaded model's queue is full (a new request would get 429 at once);
 - ``ready``: otherwise.
-"""
+
+With shared state (``hearth serve --state``), ``shared_state`` says how it is (``backend``,
+``url`` without its password, ``state`` ok or degraded, ``since``, ``errors``, and ``error``
+while degraded), and ``status`` is ``degraded`` while Redis is unreachable: still HTTP 200,
+since this gateway keeps serving on its local state and a load balancer must not drop every
+gateway of a team because their Redis is down.
+Tested by tests/server/routes/test_health.py and tests/e2e/shared_state/test_degraded.py."""
 
 from __future__ import annotations
 
@@ -78,4 +84,8 @@ def health_body(
     }
     if state.startup_error is not None:
         body["error"] = state.startup_error
+    if service.shared is not None:
+        body["shared_state"] = service.shared.status()
+        if body["status"] == "ok" and not service.shared.healthy:
+            body["status"] = "degraded"
     return body, 503 if current in UNAVAILABLE else 200

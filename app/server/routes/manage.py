@@ -3,9 +3,13 @@
 before the body is read).
 
 They edit the same files as ``hearth keys`` and ``hearth providers`` (through the same stores),
-so a change takes effect at the next request. Nothing here ever answers a secret but a new
-key's, once; a provider's API key goes into its 0600 file and never into a listing, a log line
-or the request records (its body is not kept even with ``records.log_content``)."""
+so a change takes effect at the next request; with shared state the keys live in Redis instead
+(app/redis_state/keys.py), and every gateway of the team honours a change within 2 s (a change
+while Redis is unreachable is refused with 503 ``state_unavailable``).
+
+Nothing here ever answers a secret but a new key's, once; a provider's API key goes into its
+0600 file and never into a listing, a log line or the request records (its body is not kept
+even with ``records.log_content``)."""
 
 from __future__ import annotations
 

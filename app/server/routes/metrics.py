@@ -6,18 +6,22 @@ Prometheus labels are bounded and never free text: ``route`` is a registered rou
 library or provider model id or an alias (``other`` for any other name, ``none`` when the request named no
 model). The series are at most (see ``series_bound``)::
 
-    2*R*S*M + (D+3)*R + (T+3)*M + 4*M + 7
+    2*R*S*M + (D+3)*R + (T+3)*M + 4*M + 7   (+ 3 with shared state)
 
 with R = route patterns + 1, S = 5 status classes, M = known models (and aliases) + 2, D and T the bucket
 counts (with +Inf) of the duration and TTFT histograms (a counter child exposes ``_total`` and
-``_created``; a histogram child its buckets, ``_count``, ``_sum`` and ``_created``).
+``_created``; a histogram child its buckets, ``_count``, ``_sum`` and ``_created``). With
+shared state, ``hearth_state_errors_total`` counts failed calls to Redis and ``hearth_state_up``
+is 1 while it answers, 0 while degraded (3 series; none without shared state).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -29,7 +33,7 @@ from app.core.events import RequestFinished
 from app.core.gateway.metrics import OTHER_MODEL, RequestMetrics
 from app.core.service import Hearth
 from app.core.util import access
-from app.errors import ModelNotFound
+from app.errors import HearthError, ModelNotFound
 from app.server.routes.health import health_state
 from app.server.state import SERVICE, STATE, scope_of
 
@@ -45,11 +49,12 @@ TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 routes = web.RouteTableDef()
 
 
-def series_bound(route_patterns: int, known_models: int) -> int:
+def series_bound(route_patterns: int, known_models: int, shared: bool = False) -> int:
     """The most series ``/metrics`` can expose (the module docstring's formula)."""
     r, s, m = route_patterns + 1, len(STATUS_CLASSES), known_models + 2
     d, t = len(DURATION_BUCKETS) + 1, len(TTFT_BUCKETS) + 1
-    return 2 * r * s * m + (d + 3) * r + (t + 3) * m + 4 * m + 2 + len(HEALTH_STATES)
+    state = 3 if shared else 0  # the shared state's error counter (_total, _created), up gauge
+    return 2 * r * s * m + (d + 3) * r + (t + 3) * m + 4 * m + 2 + len(HEALTH_STATES) + state
 
 
 def status_class(status: int) -> str:
@@ -61,6 +66,11 @@ def known_model(service: Hearth) -> Callable[[str], bool]:
     rule for a model's label (here and in the OpenTelemetry spans and metrics)."""
 
     def known(model_id: str) -> bool:
+        # a remote model first, by its own provider's list: asked twice for every answer a
+        # gateway gives, and that costs neither every provider's listing nor an exception
+        with contextlib.suppress(HearthError):  # not ready, or not listed: the rule below
+            if service.routing.remote_listing(model_id) is not None:
+                return True
         try:
             service.models.get(model_id)
             return True
@@ -107,7 +117,12 @@ class _Visible(Collector):
 class ServerMetrics:
     """One server's metrics: the JSON tallies and a Prometheus registry of its own."""
 
-    def __init__(self, known: Callable[[str], bool], route_patterns: Iterable[str]) -> None:
+    def __init__(
+        self,
+        known: Callable[[str], bool],
+        route_patterns: Iterable[str],
+        shared: Any = None,
+    ) -> None:
         self.requests = RequestMetrics(known)
         self.routes = frozenset(route_patterns)
         self.registry = r = CollectorRegistry()
@@ -142,14 +157,33 @@ class ServerMetrics:
         self.state = Gauge(
             "hearth_health_state", "1 for /health's current state", ["state"], registry=r
         )
+        self.shared = shared  # the shared state (app.redis_state's SharedState), or None
+        if shared is not None:
+            self._state_errors = Counter(
+                "hearth_state_errors", "Failed calls to the shared state (Redis)", registry=r
+            )
+            self._state_up = Gauge(
+                "hearth_state_up", "1 while the shared state answers, 0 while not", registry=r
+            )
+            self._errors_seen = 0
+
+    def observe_shared(self) -> None:
+        """Bring the shared state's series up to date (at each scrape)."""
+        if self.shared is None:
+            return
+        errors = self.shared.errors
+        self._state_errors.inc(max(0, errors - self._errors_seen))
+        self._errors_seen = max(errors, self._errors_seen)
+        self._state_up.set(1 if self.shared.healthy else 0)
 
     def observe(self, event: object) -> None:
         """An EventHub listener (RequestFinished only)."""
         if not isinstance(event, RequestFinished):
             return
-        self.requests.observe(event)
+        label = self.requests.model_label(event.model)
+        self.requests.add(event, label)
         route = event.route if event.route in self.routes else UNMATCHED_ROUTE
-        model = self.requests.model_label(event.model) or NO_MODEL
+        model = label or NO_MODEL
         self._requests.labels(route, status_class(event.status), model).inc()
         self._duration.labels(route).observe(event.seconds)
         if event.ttft_ms is not None:
@@ -172,7 +206,7 @@ def install(app: web.Application) -> None:
 async def _subscribed(app: web.Application) -> AsyncIterator[None]:
     # the router is frozen by now: its patterns are the route label's whole set
     patterns = [res.canonical for res in app.router.resources()]
-    metrics = ServerMetrics(known_model(app[SERVICE]), patterns)
+    metrics = ServerMetrics(known_model(app[SERVICE]), patterns, app[SERVICE].shared)
     app[METRICS] = metrics
     unsubscribe = app[SERVICE].events.subscribe(metrics.observe)
     try:
@@ -197,6 +231,7 @@ async def metrics_text(request: web.Request) -> web.Response:
     current = health_state(request.app[STATE], request.app[SERVICE])
     for s in HEALTH_STATES:
         m.state.labels(s).set(1 if s == current else 0)
+    m.observe_shared()
     visible = CollectorRegistry()  # this scrape's view: the caller's models' series only
     visible.register(_Visible(m.registry, shown_to_caller(request.app[SERVICE], scope_of(request))))
     body = generate_latest(visible)

@@ -113,7 +113,10 @@ class ProviderStore:
 
     def signature(self) -> tuple[Any, ...]:
         """What changes when either file changes (the pool rebuilds its clients then)."""
-        return (tuple(self.all().values()), tuple(sorted(self._keys.get(self._read_keys).items())))
+        # the cached parses themselves: while neither file changed they are the same objects,
+        # and the pool asks this several times a request (equal contents compare equal too)
+        configs = self.all()
+        return (configs, tuple(configs), self._keys.get(self._read_keys))
 
     def _read(self) -> dict[str, ProviderConfig]:
         try:
