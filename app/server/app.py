@@ -97,5 +97,5 @@ async def _start_providers(app: web.Application) -> None:
     """Probe every provider as the server starts (not at the first request that needs one)."""
     service = app[SERVICE]
     service.routing.provider_statuses()  # starts probing the providers
-    if service.routing.has_providers:
+    if service.routing.groups is not None:
         service.routing.groups.statuses()  # and the active checks of the groups' members

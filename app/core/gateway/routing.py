@@ -129,10 +129,8 @@ class RoutingService:
 
     # -- groups ------------------------------------------------------------------------------------
     @property
-    def groups(self) -> GroupRouter:
-        """The replica groups (InvalidRequest where remote engines are off)."""
-        if self._gateway.groups is None:
-            raise InvalidRequest("replica groups are not available here")
+    def groups(self) -> GroupRouter | None:
+        """The replica groups (None where they are off: no providers, or no groups file)."""
         return self._gateway.groups
 
     # -- aliases -----------------------------------------------------------------------------------

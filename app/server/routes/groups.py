@@ -11,7 +11,7 @@ import logging
 from aiohttp import web
 
 from app.core.gateway.groups.store import from_json
-from app.errors import NotFound
+from app.errors import InvalidRequest, NotFound
 from app.server.edge.body import read_body
 from app.server.protocols.common import parse_json
 from app.server.state import SERVICE, STATE
@@ -24,10 +24,8 @@ routes = web.RouteTableDef()
 @routes.get("/api/v1/providers/groups")
 async def list_groups(request: web.Request) -> web.Response:
     """``{"groups": [...]}``: each group, its settings, each member's state and in flight."""
-    service = request.app[SERVICE]
-    if not service.routing.has_providers:
-        return web.json_response({"groups": []})
-    return web.json_response({"groups": service.routing.groups.statuses()})
+    groups = request.app[SERVICE].routing.groups
+    return web.json_response({"groups": groups.statuses() if groups is not None else []})
 
 
 @routes.put("/api/v1/providers/groups/{name}")
@@ -38,7 +36,9 @@ async def put_group(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     raw = await read_body(request, request.app[STATE].settings.max_body_bytes)
     cfg = from_json(name, parse_json(raw))
-    groups = service.routing.groups  # InvalidRequest where remote engines are off
+    groups = service.routing.groups
+    if groups is None:
+        raise InvalidRequest("replica groups are not available on this server")
     existed = name in groups.store.all(fresh=True)
     saved = groups.set(cfg)
     log.info("group %s %s over HTTP", name, "replaced" if existed else "added")
@@ -50,7 +50,8 @@ async def remove_group(request: web.Request) -> web.Response:
     """200 ``{"name", "removed": true}``; 404 for no such group."""
     service = request.app[SERVICE]
     name = request.match_info["name"]
-    if not service.routing.has_providers or not service.routing.groups.remove(name):
+    groups = service.routing.groups
+    if groups is None or not groups.remove(name):
         raise NotFound(f"no group '{name}'", param="name")
     log.info("group %s removed over HTTP", name)
     return web.json_response({"name": name, "removed": True})

@@ -78,8 +78,8 @@ async def version(request: web.Request) -> web.Response:
 async def tags(request: web.Request) -> web.Response:
     service, scope = request.app[SERVICE], scope_of(request)
     names: dict[str, Any] = dict(service.routing.aliases(scope))
-    if service.routing.has_providers:  # a replica group is listed as an alias is
-        names.update(service.routing.groups.visible(scope))
+    if (groups := service.routing.groups) is not None:  # listed as an alias is
+        names.update(groups.visible(scope))
     return web.json_response(
         listing.tags(service.models.all(scope), names, service.routing.remote_models(scope))
     )

@@ -60,9 +60,9 @@ async def list_models(request: web.Request) -> web.Response:
     data = [model_object(s) for s in service.models.all(scope)]
     data += [remote_object(r) for r in service.routing.remote_models(scope)]
     data += [alias_object(a, ts) for a, ts in service.routing.aliases(scope).items()]
-    if service.routing.has_providers:
-        groups = service.routing.groups.visible(scope)
-        data += [alias_object(g, ts, owner="group") for g, ts in groups.items()]
+    if (groups := service.routing.groups) is not None:
+        visible = groups.visible(scope)
+        data += [alias_object(g, ts, owner="group") for g, ts in visible.items()]
     return web.json_response({"object": "list", "data": data})
 
 
@@ -101,9 +101,8 @@ async def get_model(request: web.Request) -> web.Response:
     targets = service.routing.alias(model_id, scope)
     if targets is not None:
         return web.json_response(alias_object(model_id, targets))
-    if service.routing.has_providers and (
-        members := service.routing.groups.visible(scope).get(model_id)
-    ):
+    groups = service.routing.groups
+    if groups is not None and (members := groups.visible(scope).get(model_id)):
         return web.json_response(alias_object(model_id, members, owner="group"))
     return web.json_response(model_object(service.models.status(model_id, scope)))
 

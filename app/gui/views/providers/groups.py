@@ -28,14 +28,23 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.gateway.groups.router import GroupRouter
 from app.core.gateway.groups.store import STRATEGIES, GroupConfig
 from app.core.service import Hearth
+from app.errors import InvalidRequest
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import MessageBanner
 
 log = logging.getLogger(__name__)
 
 GROUP_COLUMNS = ("Group", "Strategy", "Members")
+
+
+def groups_of(service: Hearth) -> GroupRouter:
+    """The service's groups (InvalidRequest where they are off)."""
+    if service.routing.groups is None:
+        raise InvalidRequest("replica groups are not available here")
+    return service.routing.groups
 
 
 def member_text(m: dict[str, Any]) -> str:
@@ -100,7 +109,7 @@ class GroupDialog(QDialog):
         self.save_button.setEnabled(False)
         cfg = self.config()
         self._bridge.call(
-            lambda: self._service.routing.groups.set(cfg),
+            lambda: groups_of(self._service).set(cfg),
             on_done=lambda saved: self._on_saved(saved.name),
             on_error=self._on_save_failed,
         )
@@ -195,7 +204,7 @@ class GroupsBox(QGroupBox):
 
     def remove_group(self, name: str) -> None:
         self._bridge.call(
-            lambda: self._service.routing.groups.remove(name),
+            lambda: groups_of(self._service).remove(name),
             on_done=lambda _: self.changed.emit(),
             on_error=lambda exc: self.failed.emit(log_failure(log, "removing a group", exc)),
         )

@@ -204,7 +204,7 @@ class ProvidersPage(QWidget):
             s.routing.aliases(),
             tuple(m.model.id for m in s.models.all()),
             tuple(r.id for r in s.routing.remote_models()),
-            tuple(s.routing.groups.statuses()) if s.routing.has_providers else (),
+            tuple(s.routing.groups.statuses()) if s.routing.groups is not None else (),
         )
 
     def provider_names(self) -> list[str]:

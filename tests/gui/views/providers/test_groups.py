@@ -78,7 +78,8 @@ def test_a_group_is_made_listed_with_member_states_and_removed(
         dialog.save_button.click()
     assert "ghost" in dialog.banner.text() and dialog.isVisible()
     dialog.reject()
-    assert "other" not in gui_ctx.service.routing.groups.names()
+    groups = gui_ctx.service.routing.groups
+    assert groups is not None and "other" not in groups.names()
 
     monkeypatch.setattr(QMessageBox, "question", lambda *a, **k: QMessageBox.StandardButton.Yes)
     box.select_group("tiny")
