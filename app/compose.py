@@ -69,7 +69,8 @@ def build_service(
         calibration_file=paths.cache / "memory-calibration.json",
         aliases=AliasStore(paths.aliases_file),
         routing=lambda: store.load().routing_config(),
-        providers=provider_pool(paths, lambda: events.publish(ProvidersChanged())),
+        providers=provider_pool(paths, lambda: events.publish(ProvidersChanged()), shared=shared),
+        groups=group_store(paths),
         cache=lambda embed: response_cache(
             paths, store, embed, library, presets, cache_mode, shared
         ),
@@ -156,13 +157,26 @@ def provider_store(paths: AppPaths) -> Any:
     return ProviderStore(paths.providers_file, paths.provider_keys_file)
 
 
-def provider_pool(paths: AppPaths, on_change: Any = None) -> Any:
+def provider_pool(paths: AppPaths, on_change: Any = None, *, shared: Any = None) -> Any:
     """Remote engines: a client per provider in the providers file (``on_change``: a
-    provider's state or models changed)."""
+    provider's state or models changed). With ``shared`` (a SharedState) each provider's
+    health is kept in Redis, where every gateway reads it."""
     from app.core.gateway.providers.pool import ProviderPool
     from app.runtimes.remote.client import RemoteEngine
 
-    return ProviderPool(provider_store(paths), RemoteEngine, on_change=on_change)
+    board = None
+    if shared is not None:
+        from app.redis_state.health import RedisHealthBoard
+
+        board = RedisHealthBoard(shared)
+    return ProviderPool(provider_store(paths), RemoteEngine, on_change=on_change, board=board)
+
+
+def group_store(paths: AppPaths) -> Any:
+    """The replica groups file (groups.json in the config folder)."""
+    from app.core.gateway.groups.store import GroupStore
+
+    return GroupStore(paths.config / "groups.json")
 
 
 def hub_parts(

@@ -271,11 +271,19 @@ class ProviderError(HearthError):
     type = "server_error"
 
     def __init__(
-        self, message: str, *, provider: str, status: int, param: str | None = None
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int,
+        param: str | None = None,
+        upstream_retry_after: float | None = None,
     ) -> None:
         super().__init__(message, param=param)
         self.provider = provider
         self.upstream_status = status
+        # the engine's own Retry-After (seconds) on a 429 or 503: its replica cools down that long
+        self.upstream_retry_after = upstream_retry_after
         self.retryable = status == 429 or status >= 500 or status == 0
         self.status = status if 400 <= status < 500 else 502
         if status == 429:

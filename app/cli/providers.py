@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from app.cli import groups
 from app.cli.alias import _stores
 from app.cli.common import EXIT_OK, context, fail, log
 from app.compose import provider_store
@@ -125,11 +126,14 @@ def cmd_rm(args: argparse.Namespace) -> int:
     users = sorted({a for a, ts in aliases.all().items() for t in ts if t.startswith(cfg.prefix)})
     if users:
         log.warning("aliases still naming %s models: %s", cfg.prefix, ", ".join(users))
+    members = groups.naming(paths, cfg)
+    if members:
+        log.warning("groups still naming %s: %s", cfg.name, ", ".join(members))
     return EXIT_OK
 
 
 def add_parsers(sub: Any) -> None:
-    """providers add / ls / test / rm."""
+    """providers add / ls / test / rm (and group / ungroup / groups)."""
     p = sub.add_parser("providers", help="remote engines (vLLM, Ollama, another Hearth...)")
     psub = p.add_subparsers(dest="providers_command", metavar="ACTION", required=True)
     s = psub.add_parser("add", help="add (or replace) a remote engine")
@@ -162,3 +166,4 @@ def add_parsers(sub: Any) -> None:
     s = psub.add_parser("rm", help="remove a provider (and its key)")
     s.add_argument("name")
     s.set_defaults(func=cmd_rm)
+    groups.add_parsers(psub)

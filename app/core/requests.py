@@ -40,6 +40,11 @@ class RequestContext:
         load_started_ns: when that wait began (``time.time_ns()``), for a span's start.
         vision_checked: the target whose vision was checked before its images were decoded
             (the gateway's first); the dispatcher checks any other target it tries.
+        session: the affinity key a replica group keeps on one replica (the ``x-session-id``
+            header, else the body's user); "" when none.
+        user: the body's end-user id (OpenAI ``user``, Anthropic ``metadata.user_id``), sent
+            on to remote engines with ``x-user-id``; "" when none.
+        session_header: the ``x-session-id`` (or ``x-hearth-session``) the client sent, sent on.
     """
 
     models: tuple[str, ...] | None = None
@@ -50,6 +55,9 @@ class RequestContext:
     load_ms: float | None = None
     load_started_ns: int | None = None
     vision_checked: str | None = None
+    session: str = ""
+    user: str = ""
+    session_header: str = ""
 
 
 def _context() -> RequestContext:

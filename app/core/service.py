@@ -26,6 +26,8 @@ from app.core.events import EventHub
 from app.core.gateway import AliasStore, Gateway, Routing
 from app.core.gateway.cache.replay import ResponseCache
 from app.core.gateway.dispatch import Dispatch
+from app.core.gateway.groups.router import GroupRouter
+from app.core.gateway.groups.store import GroupStore
 from app.core.gateway.pipeline import Embed, Pipeline, routed_embed
 from app.core.gateway.providers.pool import ProviderPool
 from app.core.gateway.response_store import ResponseStorage
@@ -169,6 +171,7 @@ def assemble(
     aliases: AliasStore | None = None,
     routing: Callable[[], Routing] = Routing,
     providers: ProviderPool | None = None,
+    groups: GroupStore | None = None,
     cache: Callable[[Embed], ResponseCache] | None = None,
     responses: ResponseStorage | None = None,
 ) -> Hearth:
@@ -192,7 +195,10 @@ def assemble(
     # the provider prefix first: an id neither local nor remote costs one library lookup, not two
     remote_or_local = lambda m: dispatch.is_remote(m) or library.has(m)  # noqa: E731
     is_loaded = lambda m: scheduler.state(m) == "loaded"  # noqa: E731
-    gateway = Gateway(aliases, routing, remote_or_local, is_loaded)
+    router = None
+    if providers is not None and groups is not None:
+        router = GroupRouter(groups, providers, lambda name: _group_clash(name, library, gateway))
+    gateway = Gateway(aliases, routing, remote_or_local, is_loaded, router)
     embed = routed_embed(gateway, dispatch)
     response_cache = cache(embed) if cache is not None else ResponseCache()
     pipeline = Pipeline(gateway, dispatch, response_cache, embed)
@@ -206,3 +212,12 @@ def assemble(
         runtimes,
         responses,
     )
+
+
+def _group_clash(name: str, library: ModelLibrary, gateway: Gateway) -> str | None:
+    """What a group named ``name`` would shadow: a library model or an alias."""
+    if library.has(name):
+        return f"the library model '{name}'"
+    if name in gateway.alias_map(name):
+        return f"the alias '{name}'"
+    return None

@@ -46,6 +46,7 @@ def create_app(
     from app.server.routes import (
         anthropic,
         downloads,
+        groups,
         manage,
         metrics,
         native,
@@ -80,6 +81,7 @@ def create_app(
     app.router.add_routes(anthropic.routes)
     app.router.add_routes(responses.routes)
     app.router.add_routes(downloads.routes)
+    app.router.add_routes(groups.routes)  # replica groups (before /api/v1/providers/{name})
     app.router.add_routes(manage.routes)  # keys, providers
     metrics.install(app)  # /metrics, /api/v1/metrics
     otel.install(app, tele, owned=telemetry is None)  # spans and metrics, when on
@@ -95,3 +97,5 @@ async def _start_providers(app: web.Application) -> None:
     """Probe every provider as the server starts (not at the first request that needs one)."""
     service = app[SERVICE]
     service.routing.provider_statuses()  # starts probing the providers
+    if service.routing.groups is not None:
+        service.routing.groups.statuses()  # and the active checks of the groups' members

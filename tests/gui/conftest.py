@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from app.compose import provider_pool
+from app.compose import group_store, provider_pool
 from app.core.engine.presets import PresetStore
 from app.core.events import EventHub, ProvidersChanged
 from app.core.gateway import AliasStore
@@ -72,6 +72,7 @@ def gui_ctx(hearth_home: Path, gui_runtimes: dict[str, Runtime]) -> Iterator[Gui
         default_ttl=jit_ttl,
         aliases=AliasStore(paths.aliases_file),
         providers=provider_pool(paths, lambda: events.publish(ProvidersChanged())),
+        groups=group_store(paths),
     )
     loop = LoopThread("test-service").start()
     server = ServerController(service, store, paths)

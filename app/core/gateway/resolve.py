@@ -1,8 +1,8 @@
 """Resolution: a request's ``model`` -> the ordered targets to try, and trying them.
 
-Order: a local id -> an alias (its targets, aliases expanded depth first) -> ``auto`` (the rule
-picked, then resolved) -> ``default_model`` when the request names none -> 404. Never a silent
-substitute. Remote ``PREFIX/id`` targets join through ``is_model`` (any id it accepts is a
+Order: a local id -> an alias (its targets, aliases expanded depth first) -> a replica group
+(all its members, in the order its strategy picks) -> ``auto`` (the rule picked, then
+resolved) -> ``default_model`` when the request names none -> 404. Never a silent substitute. Remote ``PREFIX/id`` targets join through ``is_model`` (any id it accepts is a
 target as it is).
 Tested by tests/core/gateway/test_gateway.py and tests/server/gateway/test_gateway.py."""
 
@@ -16,6 +16,7 @@ from typing import TypeVar
 from app.core.gateway import telemetry
 from app.core.gateway.aliases import AliasStore, find_cycle
 from app.core.gateway.auto import AUTO, AutoRule, RequestFacts, pick
+from app.core.gateway.groups.router import GroupRouter
 from app.core.gateway.retry import is_retryable
 from app.core.requests import RequestContext
 from app.core.util import access
@@ -40,8 +41,10 @@ class Gateway:
         routing: Callable[[], Routing],
         is_model: Callable[[str], bool],
         is_loaded: Callable[[str], bool],
+        groups: GroupRouter | None = None,
     ) -> None:
         self.aliases = aliases
+        self.groups = groups
         self._routing = routing
         self._is_model = is_model
         self._is_loaded = is_loaded
@@ -63,11 +66,29 @@ class Gateway:
         return self._routing().default_model
 
     def is_routable(self, name: str) -> bool:
-        """A name the gateway answers for besides a model id: an alias or ``auto``."""
-        return name == AUTO or name in self.alias_map(name)
+        """A name the gateway answers for besides a model id: an alias, a group or ``auto``."""
+        return (
+            name == AUTO
+            or name in self.alias_map(name)
+            or (self.groups is not None and self.groups.is_group(name))
+        )
 
-    def targets(self, model: str, facts: RequestFacts, scope: Patterns = None) -> list[str]:
+    def targets(
+        self,
+        model: str,
+        facts: RequestFacts,
+        scope: Patterns = None,
+        session: str = "",
+        *,
+        commit: bool = False,
+        stable: bool = False,
+    ) -> list[str]:
         """The model ids to try, in order, those in the caller's ``scope`` (a key's patterns).
+        A group's members come in the order its strategy picks for this request (``session``:
+        its affinity key); ``commit`` takes the turn (round-robin, a half-open trial) as
+        :meth:`run` does, where a mere look leaves it. ``stable``: a group's members as
+        configured instead (what the response cache keys an answer by: any member's answer is
+        the group's, whatever the order of the moment).
 
         Raises:
             InvalidRequest: no model named and no default_model; ``auto`` matching no rule.
@@ -83,7 +104,7 @@ class Gateway:
         if model == AUTO:
             model = pick(routing.auto, facts, lambda name: self._loaded_target(name, scope))
         out: list[str] = []
-        self._expand(model, self.alias_map(model), out)
+        self._expand(model, self.alias_map(model), out, (facts, session, commit, stable))
         out = [t for t in out if access.in_scope(t, scope)]  # a key's --models patterns
         if not out:  # the answer an unknown name gets: the key cannot learn the model exists
             raise ModelNotFound(
@@ -112,12 +133,27 @@ class Gateway:
             if reaches(alias)
         }
 
-    def _expand(self, name: str, aliases: dict[str, tuple[str, ...]], out: list[str]) -> None:
+    def _expand(
+        self,
+        name: str,
+        aliases: dict[str, tuple[str, ...]],
+        out: list[str],
+        how: tuple[RequestFacts, str, bool, bool] = (RequestFacts(), "", False, False),
+    ) -> None:
         if self._is_model(name):  # a local id first: an alias never shadows a model
             if name not in out:
                 out.append(name)
             return
         targets = aliases.get(name)
+        if targets is None and self.groups is not None and self.groups.is_group(name):
+            facts, session, commit, stable = how
+            members = (
+                self.groups.configured(name)
+                if stable
+                else self.groups.order(name, facts, session, commit=commit)
+            )
+            out += [t for t in members if t not in out]
+            return
         if targets is None:
             raise ModelNotFound(
                 f"model '{name}' not found (not a model id or an alias)", param="model"
@@ -126,7 +162,7 @@ class Gateway:
         if cycle:
             raise InvalidRequest(f"alias cycle: {' -> '.join(cycle)}", param="model")
         for t in targets:
-            self._expand(t, aliases, out)
+            self._expand(t, aliases, out, how)
 
     def _loaded_target(self, name: str, scope: Patterns) -> bool:
         try:
@@ -146,7 +182,7 @@ class Gateway:
         the first that passes ends it (and is returned); a retryable failure moves on (as :meth:`run` would), any
         other is raised, and the last retryable one when none passes."""
         last: HearthError | None = None
-        for target in self.targets(model, facts, ctx.models):
+        for target in self.targets(model, facts, ctx.models, ctx.session):
             try:
                 await check(target)
                 return target
@@ -170,7 +206,7 @@ class Gateway:
         answered and the ids tried: ``(result, route)``, the last of ``route`` answered."""
         route: list[str] = []
         last: HearthError | None = None
-        targets = self.targets(model, facts, ctx.models)
+        targets = self.targets(model, facts, ctx.models, ctx.session, commit=True)
         for i, target in enumerate(targets):
             route.append(target)
             try:
@@ -184,6 +220,8 @@ class Gateway:
                 if i + 1 < len(targets):
                     telemetry.fell_back(ctx.trace, target)
                 continue
+            if self.groups is not None:
+                self.groups.served(facts, target)
             return result, route
         if last is None:  # pragma: no cover - targets() never returns an empty list
             raise ModelNotFound(f"model '{model}' has no targets")

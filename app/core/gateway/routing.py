@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.gateway.auto import RequestFacts
+from app.core.gateway.groups.router import GroupRouter
 from app.core.gateway.providers import manage
 from app.core.gateway.providers.pool import ProviderPool, ProviderStatus, RemoteListing
 from app.core.gateway.providers.store import ProviderConfig
@@ -126,6 +127,12 @@ class RoutingService:
             raise InvalidRequest("remote providers are not available here")
         return self._providers
 
+    # -- groups ------------------------------------------------------------------------------------
+    @property
+    def groups(self) -> GroupRouter | None:
+        """The replica groups (None where they are off: no providers, or no groups file)."""
+        return self._gateway.groups
+
     # -- aliases -----------------------------------------------------------------------------------
     def set_alias(self, name: str, targets: Sequence[str]) -> tuple[str, ...]:
         if self._gateway.aliases is None:
@@ -145,5 +152,7 @@ class RoutingService:
         return self._gateway.visible_aliases(name, scope).get(name)
 
     async def close(self) -> None:
+        if self._gateway.groups is not None:
+            await self._gateway.groups.close()
         if self._providers is not None:
             await self._providers.close()

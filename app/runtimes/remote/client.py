@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -124,6 +125,7 @@ class RemoteEngine:
             f"provider '{self.cfg.name}' answered {resp.status}: {msg}",
             provider=self.cfg.name,
             status=resp.status,
+            upstream_retry_after=retry_after(resp.headers.get("Retry-After")),
         )
 
     def _url(self, path: str) -> str:
@@ -179,9 +181,14 @@ class RemoteEngine:
             raise self._unavailable(e) from e
 
     # -- probing --------------------------------------------------------------------------------
-    async def _get(self, path: str, method: str = "GET", body: Any = None) -> Answer:
+    async def _get(
+        self, path: str, method: str = "GET", body: Any = None, timeout: float | None = None
+    ) -> Answer:
+        limit = (
+            timeout if timeout is not None else min(PROBE_TIMEOUT_S, self.cfg.connect_timeout + 5)
+        )
         try:
-            async with asyncio.timeout(min(PROBE_TIMEOUT_S, self.cfg.connect_timeout + 5)):
+            async with asyncio.timeout(limit):
                 async with self._http().request(
                     method, self._url(path), json=body, allow_redirects=self._follow
                 ) as resp:
@@ -213,9 +220,16 @@ class RemoteEngine:
             answers,
         )
 
+    async def check(self, path: str, timeout: float) -> Answer:
+        """One health check: GET ``path`` (under the URL's host) within ``timeout``; never
+        raises (status 0: no answer, the body says why)."""
+        return await self._get(path, timeout=timeout)
+
     # -- generation -----------------------------------------------------------------------------
     async def chat(self, remote_id: str, req: ChatRequest) -> RemoteStream:
         body = codec.chat_body(self.kind, remote_id, req)
+        if req.context.user:  # the end user, as the client named it (engines' own routers)
+            body["user"] = req.context.user
         return await self._stream_schema("chat/completions", body, chat=True, headers=_trace(req))
 
     async def _stream_schema(
@@ -387,6 +401,31 @@ class RemoteEngine:
 MakeClient = Callable[[ProviderConfig, str | None], RemoteEngine]
 
 
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header's seconds (delay-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value.strip()))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
 def _trace(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> Headers:
-    """The headers that continue ``req``'s trace upstream (None when it is not traced)."""
-    return telemetry.trace_headers(req.context.trace)
+    """The headers that continue ``req``'s trace upstream, and its affinity (``x-session-id``,
+    ``x-user-id``) so a router behind the engine keeps it too (None when there are none)."""
+    headers = telemetry.trace_headers(req.context.trace)
+    ctx = req.context
+    if not (ctx.session_header or ctx.user):
+        return headers
+    out = dict(headers or {})
+    if ctx.session_header:
+        out["x-session-id"] = ctx.session_header
+    if ctx.user:
+        out["x-user-id"] = ctx.user
+    return out

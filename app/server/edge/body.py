@@ -17,7 +17,7 @@ from aiohttp import web
 from app.errors import HearthError, InvalidRequest
 from app.server import records
 from app.server.protocols.common import parse_json
-from app.server.state import STATE
+from app.server.state import STATE, context_of
 
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
 OFF_LOOP_BYTES = 1 << 20  # bodies larger than this are parsed on a thread (~10 ms of work)
@@ -127,4 +127,23 @@ async def read_json_body(request: web.Request) -> dict[str, Any]:
     else:
         body = parse_json(raw)
     records.note_model(request, body)  # asked for, even if the request fails before naming it
+    note_session(request, body)
     return body
+
+
+def note_session(request: web.Request, body: Any) -> None:
+    """The request's affinity key on its context: the ``x-session-id`` (or
+    ``x-hearth-session``) header, else the body's end user (OpenAI ``user``, Anthropic
+    ``metadata.user_id``). Both are sent on to remote engines, so routers behind them keep
+    affinity too."""
+    ctx = context_of(request)
+    header = request.headers.get("x-session-id") or request.headers.get("x-hearth-session") or ""
+    user: Any = None
+    if isinstance(body, dict):
+        user = body.get("user")
+        meta = body.get("metadata")
+        if not isinstance(user, str) and isinstance(meta, dict):
+            user = meta.get("user_id")
+    ctx.session_header = header.strip()[:256]
+    ctx.user = user.strip()[:256] if isinstance(user, str) else ""
+    ctx.session = ctx.session_header or ctx.user

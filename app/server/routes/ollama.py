@@ -77,12 +77,11 @@ async def version(request: web.Request) -> web.Response:
 @routes.get("/api/tags")
 async def tags(request: web.Request) -> web.Response:
     service, scope = request.app[SERVICE], scope_of(request)
+    names: dict[str, Any] = dict(service.routing.aliases(scope))
+    if (groups := service.routing.groups) is not None:  # listed as an alias is
+        names.update(groups.visible(scope))
     return web.json_response(
-        listing.tags(
-            service.models.all(scope),
-            service.routing.aliases(scope),
-            service.routing.remote_models(scope),
-        )
+        listing.tags(service.models.all(scope), names, service.routing.remote_models(scope))
     )
 
 

@@ -60,6 +60,9 @@ async def list_models(request: web.Request) -> web.Response:
     data = [model_object(s) for s in service.models.all(scope)]
     data += [remote_object(r) for r in service.routing.remote_models(scope)]
     data += [alias_object(a, ts) for a, ts in service.routing.aliases(scope).items()]
+    if (groups := service.routing.groups) is not None:
+        visible = groups.visible(scope)
+        data += [alias_object(g, ts, owner="group") for g, ts in visible.items()]
     return web.json_response({"object": "list", "data": data})
 
 
@@ -76,13 +79,14 @@ def remote_object(r: RemoteListing) -> dict[str, object]:
     }
 
 
-def alias_object(alias: str, targets: Sequence[str]) -> dict[str, object]:
-    """An alias in /v1/models: a name standing for its targets (a fallback chain, in order)."""
+def alias_object(alias: str, targets: Sequence[str], owner: str = "alias") -> dict[str, object]:
+    """An alias in /v1/models: a name standing for its targets (a fallback chain, in order);
+    a replica group (``owner`` "group") stands for its members the same way."""
     return {
         "id": alias,
         "object": "model",
         "created": 0,
-        "owned_by": "alias",
+        "owned_by": owner,
         "targets": list(targets),
     }
 
@@ -97,6 +101,9 @@ async def get_model(request: web.Request) -> web.Response:
     targets = service.routing.alias(model_id, scope)
     if targets is not None:
         return web.json_response(alias_object(model_id, targets))
+    groups = service.routing.groups
+    if groups is not None and (members := groups.visible(scope).get(model_id)):
+        return web.json_response(alias_object(model_id, members, owner="group"))
     return web.json_response(model_object(service.models.status(model_id, scope)))
 
 

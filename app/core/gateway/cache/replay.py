@@ -311,7 +311,8 @@ class ResponseCache:
             choices = await fresh()
             choices.cache = "bypass"
             return choices
-        targets = [self.identity(t) for t in gateway.targets(req.model, facts, req.context.models)]
+        resolved = gateway.targets(req.model, facts, req.context.models, stable=True)
+        targets = [self.identity(t) for t in resolved]
         partition = req.context.partition if cfg.scope != "shared" else None
         key, skey, text = request_keys(req, targets, partition)
         now = self.clock()

@@ -68,6 +68,11 @@ class RemoteClient(Protocol):
         never raises: a failure is the probe's state."""
         ...
 
+    async def check(self, path: str, timeout: float) -> Answer:
+        """One health check: GET ``path`` under the URL's host within ``timeout`` seconds;
+        never raises (status 0: no answer, the body says why)."""
+        ...
+
     async def chat(self, remote_id: str, req: ChatRequest) -> RemoteStream:
         """Start one generation of ``req`` (its ``n`` is the caller's: one call per choice)."""
         ...

@@ -1,7 +1,12 @@
 """The providers in use: a client per provider in the providers file, its state from probing
 (at start, then every ``REFRESH_S`` while ready, with backoff while not), and the remote models
 it lists. Lives on the service loop; the file is re-read (one stat, at most every second) on
-each use, so ``hearth providers add``/``rm`` take effect at once in a running server."""
+each use, so ``hearth providers add``/``rm`` take effect at once in a running server.
+
+Each provider's health as groups route by it (circuits, cool-downs, the "unreachable" mark a
+failed request leaves) is kept on ``circuits``, over the board given (shared by several
+gateways, or in process), and the requests in flight on each target on ``in_flight``.
+Tested by tests/core/gateway/providers/test_pool.py and tests/core/gateway/groups/test_router.py."""
 
 from __future__ import annotations
 
@@ -13,10 +18,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.gateway.groups.health import Circuits, HealthBoard, InFlight
 from app.core.gateway.providers import manage
 from app.core.gateway.providers.base import Probe, RemoteClient, RemoteModel
 from app.core.gateway.providers.store import ProviderConfig, ProviderStore
-from app.errors import ModelNotFound, ProviderError, ProviderUnavailable
+from app.errors import (
+    HearthError,
+    ModelNotFound,
+    ProviderError,
+    ProviderTimeout,
+    ProviderUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +114,11 @@ class ProviderPool:
         *,
         clock: Callable[[], float] = time.monotonic,
         on_change: Callable[[], None] | None = None,
+        board: HealthBoard | None = None,
     ) -> None:
         self.store = store
+        self.circuits = Circuits(board)
+        self.in_flight = InFlight()
         self._make = make_client
         self._clock = clock
         self._on_change = on_change  # a provider's state or models changed (the GUI re-lists)
@@ -165,6 +180,7 @@ class ProviderPool:
                 self._on_change()
             e.probed.set()
             if p.state == "ready":
+                self.circuits.reachable(e.cfg.name)
                 e.failures = 0
                 wait = REFRESH_S
             else:
@@ -200,6 +216,10 @@ class ProviderPool:
             if model_id.startswith(e.cfg.prefix) and len(model_id) > len(e.cfg.prefix):
                 return e
         return None
+
+    def find(self, name: str) -> _Entry | None:
+        """The provider ``name``, or None."""
+        return self._sync().get(name)
 
     def entry(self, name: str) -> _Entry:
         """The provider ``name`` (ModelNotFound when there is none)."""
@@ -250,17 +270,42 @@ class ProviderPool:
             )
         return e.client, remote_id, found
 
-    def failed(self, model_id: str) -> None:
-        """A request found the provider unreachable: probe it now (and mark it meanwhile),
-        so later requests fail fast and its models leave the lists until it answers again."""
+    def failed(self, model_id: str, *, mark: bool = True) -> None:
+        """A request found the provider unreachable: probe it now (and mark it meanwhile,
+        on its circuit too unless ``mark`` is off), so later requests fail fast and its models
+        leave the lists until it answers again."""
         e = self.owner(model_id)
         if e is None:
             return
+        if mark:
+            self.circuits.unreachable(e.cfg.name, "a request could not reach it")
         if e.probe is not None and e.probe.state == "ready":
             e.probe = Probe("unreachable", error="a request could not reach it; probing")
             if self._on_change is not None:
                 self._on_change()
         e.wake.set()
+
+    def record(self, model_id: str, err: HearthError | None) -> None:
+        """What one upstream call found, before its first byte, for the provider's circuit:
+        a start closes it; a connection error marks it unreachable; a timeout or a 5xx counts
+        a failure; a 429 or 503 with ``Retry-After`` cools it down that long (no count)."""
+        e = self.owner(model_id)
+        if e is None:
+            return
+        name = e.cfg.name
+        if err is None:
+            self.circuits.success(name)
+        elif isinstance(err, ProviderTimeout):
+            self.circuits.failure(name, err.message)
+            self.failed(model_id, mark=False)
+        elif isinstance(err, ProviderUnavailable):
+            self.failed(model_id)
+        elif isinstance(err, ProviderError):
+            status, wait = err.upstream_status, err.upstream_retry_after
+            if status in (429, 503) and wait is not None:
+                self.circuits.cool(name, wait, err.message)
+            elif status >= 500 or status == 0:
+                self.circuits.failure(name, err.message)
 
     def poke(self, name: str) -> None:
         """Probe ``name`` now (after a change, or when asked)."""

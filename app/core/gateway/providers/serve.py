@@ -7,11 +7,11 @@ tests/e2e/providers/test_remote_providers.py."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from app.core.gateway.providers.base import RemoteModel
+from app.core.gateway.providers.base import RemoteModel, RemoteStream
 from app.core.gateway.providers.pool import ProviderPool
 from app.core.inference import images
 from app.core.inference import prompt as prompting
@@ -27,11 +27,12 @@ from app.core.requests import (
     Reranking,
     RerankRequest,
 )
+from app.core.types import Delta
 from app.errors import (
+    HearthError,
     InvalidRequest,
     NotSupported,
     ProviderError,
-    ProviderUnavailable,
     UnsupportedParameter,
 )
 
@@ -39,11 +40,63 @@ T = TypeVar("T")
 
 
 async def _call(pool: ProviderPool, model_id: str, fn: Callable[[], Awaitable[T]]) -> T:
+    """``fn()``, counted in flight on ``model_id`` while it runs, its outcome recorded on the
+    provider's circuit (an unreachable one is probed now; its models leave the lists)."""
+    pool.in_flight.add(model_id)
     try:
-        return await fn()
-    except ProviderUnavailable:
-        pool.failed(model_id)  # probe it now; its models leave the lists until it answers
+        result = await fn()
+    except HearthError as e:
+        pool.record(model_id, e)
         raise
+    else:
+        pool.record(model_id, None)
+        return result
+    finally:
+        pool.in_flight.done(model_id)
+
+
+async def _start(
+    pool: ProviderPool, model_id: str, fn: Callable[[], Awaitable[RemoteStream]]
+) -> RemoteStream:
+    """A stream started by ``fn()``: in flight on ``model_id`` until it ends or is cancelled."""
+    stream = await _call(pool, model_id, fn)
+    pool.in_flight.add(model_id)
+    return _Counted(stream, lambda: pool.in_flight.done(model_id))
+
+
+class _Counted:
+    """A started remote stream that calls ``done`` once, when it ends, fails or is cancelled."""
+
+    def __init__(self, stream: RemoteStream, done: Callable[[], None]) -> None:
+        self._stream = stream
+        self._done: Callable[[], None] | None = done
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self._stream.prompt_tokens
+
+    @prompt_tokens.setter
+    def prompt_tokens(self, value: int) -> None:
+        self._stream.prompt_tokens = value
+
+    def _end(self) -> None:
+        done, self._done = self._done, None
+        if done is not None:
+            done()
+
+    def __aiter__(self) -> AsyncIterator[Delta]:
+        return self._deltas()
+
+    async def _deltas(self) -> AsyncIterator[Delta]:
+        try:
+            async for d in self._stream:
+                yield d
+        finally:
+            self._end()
+
+    def cancel(self) -> None:
+        self._stream.cancel()
+        self._end()
 
 
 def check_images(req: ChatRequest, found: RemoteModel | None) -> None:
@@ -74,7 +127,7 @@ async def chat(pool: ProviderPool, req: ChatRequest) -> Choices:
     try:
         for i in range(req.n):
             one = replace(req, sampling=prompting.choice_sampling(req.sampling, i), n=1)
-            stream = await _call(pool, req.model, functools.partial(client.chat, remote_id, one))
+            stream = await _start(pool, req.model, functools.partial(client.chat, remote_id, one))
             gens.append(Generation(req.model, stream.prompt_tokens, stream))
     except BaseException:
         for g in gens:
@@ -91,7 +144,7 @@ async def complete(pool: ProviderPool, req: CompletionRequest) -> Choices:
     async def start(k: int) -> Generation:
         one = replace(req, sampling=prompting.choice_sampling(req.sampling, k % req.n), n=1)
         prompt = req.prompts[k // req.n]
-        stream = await _call(pool, req.model, lambda: client.complete(remote_id, one, prompt))
+        stream = await _start(pool, req.model, lambda: client.complete(remote_id, one, prompt))
         return Generation(req.model, stream.prompt_tokens, stream)
 
     return Choices([await start(0)], count, start)

@@ -1,10 +1,12 @@
 """The Providers page: remote engines Hearth routes to (their state, latency and models, from
-the pool's background probes), and the aliases whose ordered targets are fallback chains."""
+the pool's background probes), the aliases whose ordered targets are fallback chains, and the
+replica groups (app/gui/views/providers/groups.py)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QHideEvent, QIcon, QPainter, QPixmap, QShowEvent
@@ -28,6 +30,7 @@ from app.core.service import Hearth
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.common import PAGE_MARGINS, MessageBanner, page_title
 from app.gui.views.providers.dialogs import AddProviderDialog, AliasDialog
+from app.gui.views.providers.groups import GroupsBox
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,7 @@ class Snapshot:
     aliases: dict[str, tuple[str, ...]]
     local_ids: tuple[str, ...]
     remote_ids: tuple[str, ...]
+    groups: tuple[dict[str, Any], ...] = ()
 
 
 def state_icon(state: str) -> QIcon:
@@ -162,6 +166,8 @@ class ProvidersPage(QWidget):
         layout.addWidget(self.table, 2)
         layout.addWidget(self.test_label)
         layout.addWidget(alias_box, 1)
+        self.groups_box = GroupsBox(service, bridge)
+        layout.addWidget(self.groups_box, 1)
 
         self.refresh_timer = QTimer(self)
         self.refresh_timer.setInterval(refresh_ms)
@@ -176,6 +182,8 @@ class ProvidersPage(QWidget):
         self.alias_table.itemSelectionChanged.connect(self._update_buttons)
         self.alias_table.itemDoubleClicked.connect(self._on_alias_table_item_double_clicked)
         bridge.library_changed.connect(self._on_bridge_library_changed)
+        self.groups_box.changed.connect(self._on_changed)
+        self.groups_box.failed.connect(self._show_error)
         self._update_buttons()
         self.refresh()
 
@@ -196,6 +204,7 @@ class ProvidersPage(QWidget):
             s.routing.aliases(),
             tuple(m.model.id for m in s.models.all()),
             tuple(r.id for r in s.routing.remote_models()),
+            tuple(s.routing.groups.statuses()) if s.routing.groups is not None else (),
         )
 
     def provider_names(self) -> list[str]:
@@ -364,6 +373,7 @@ class ProvidersPage(QWidget):
         self.snapshot = snap
         self._fill_providers(snap.providers)
         self._fill_aliases(snap.aliases)
+        self.groups_box.fill(snap.groups)
         self._update_buttons()
         if old is None or old.remote_ids != snap.remote_ids:
             self.remote_models_changed.emit()
