@@ -138,7 +138,12 @@ class GroupRouter:
         if cfg.strategy == "prefix":
             hashes = strategies.prefix_hashes(facts.text, cfg.prefix_tokens)
             seen = self._memory(cfg.name).lookup(hashes)
-            if seen is not None and seen in members:
+            flight = self._pool.in_flight.get
+            if (
+                seen is not None
+                and seen in members
+                and not strategies.overloaded(flight(seen), flight(busy[0]) if busy else 0)
+            ):
                 return [seen, *(m for m in busy if m != seen)]
         return busy
 

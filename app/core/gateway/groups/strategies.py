@@ -5,7 +5,8 @@ member order. ``round-robin``: each request starts one member further. ``session
 consistent-hash ring with virtual nodes over the healthy members, so a session stays on its
 replica while that one is healthy and a member leaving moves only its own sessions.
 ``prefix``: the conversation's leading text hashed in blocks; the member that served the
-longest known prefix first (its prompt cache holds it), an unseen prefix least-busy.
+longest known prefix first (its prompt cache holds it), an unseen prefix least-busy, and so
+does a known one while its replica is far busier than the least busy member (``overloaded``).
 Tested by tests/core/gateway/groups/test_strategies.py."""
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ VNODES = 64  # points per member on the ring: an even share without a large ring
 CHARS_PER_TOKEN = 4  # the prompt's tokens before a tokenizer is chosen (as ``auto`` counts)
 BLOCK_TOKENS = 16  # a prefix is remembered in blocks of this many tokens
 PREFIX_MEMORY = 4096  # prefixes remembered per group (least recently used dropped)
+# a prefix's replica is passed over while it is this much busier than the least busy member
+# (both bounds must hold): conversations sharing one long system prompt would otherwise all
+# pile onto the replica that served it first
+SPILL_ABS = 8  # requests in flight more than the least busy
+SPILL_REL = 2.0  # and more than this many times its count
 
 
 def _h(text: str) -> int:
@@ -30,6 +36,12 @@ def least_busy(
 ) -> list[str]:
     """``members`` by requests in flight, then recent errors, then their order."""
     return sorted(members, key=lambda m: (in_flight(m), errors(m), members.index(m)))
+
+
+def overloaded(preferred: int, least: int) -> bool:
+    """Whether a prefix's replica with ``preferred`` requests in flight is too busy to keep
+    its conversations, beside a member with ``least`` (see SPILL_ABS, SPILL_REL)."""
+    return preferred - least > SPILL_ABS and preferred > SPILL_REL * least
 
 
 def rotated(members: Sequence[str], turn: int) -> list[str]:

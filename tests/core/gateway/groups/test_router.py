@@ -163,6 +163,27 @@ async def test_prefix_sends_a_follow_up_turn_to_the_replica_that_served_the_firs
     await pool.close()
 
 
+async def test_prefix_spills_to_the_least_busy_while_its_replica_is_far_busier(
+    parts: Any,
+) -> None:
+    pool, _, router, gateway = parts
+    _group(router, strategy="prefix")
+    system = "system: " + "you are a careful assistant. " * 40
+
+    async def start(target: str) -> str:
+        return target
+
+    served, _ = await gateway.run("g", RequestFacts(text=system + "q1"), RequestContext(), start)
+    for _ in range(8):  # busier, but within the spill bounds: the prefix still wins
+        pool.in_flight.add(served)
+    again, _ = await gateway.run("g", RequestFacts(text=system + "q2"), RequestContext(), start)
+    assert again == served
+    pool.in_flight.add(served)  # 9 more than an idle member: its conversations spill over
+    spilled, _ = await gateway.run("g", RequestFacts(text=system + "q3"), RequestContext(), start)
+    assert spilled != served
+    await pool.close()
+
+
 async def test_retry_after_cools_the_member_down_without_opening_it(parts: Any) -> None:
     pool, groups, router, gateway = parts
     _group(router, failures_to_open=1)

@@ -60,3 +60,10 @@ def test_round_robin_starts_one_member_further_each_turn() -> None:
     firsts = [strategies.rotated(members, t)[0] for t in range(6)]
     assert firsts == ["a/m", "b/m", "c/m", "a/m", "b/m", "c/m"]
     assert strategies.rotated(members, 1) == ["b/m", "c/m", "a/m"]
+
+
+def test_a_prefix_replica_is_overloaded_only_far_above_the_least_busy() -> None:
+    assert not strategies.overloaded(8, 0)  # within the absolute bound
+    assert strategies.overloaded(9, 0)
+    assert not strategies.overloaded(30, 20)  # far in count, not in ratio
+    assert strategies.overloaded(41, 20)
