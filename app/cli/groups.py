@@ -43,6 +43,9 @@ def cmd_group(args: argparse.Namespace) -> int:
         health_timeout_s=_or(args.health_timeout, base.health_timeout_s),
         health_path=args.health_path or "",
         cooldown_s=_or(args.cooldown, base.cooldown_s),
+        failures_to_open=(
+            args.failures_to_open if args.failures_to_open is not None else base.failures_to_open
+        ),
     )
 
     def taken(name: str) -> str | None:
@@ -157,6 +160,12 @@ def add_parsers(psub: Any) -> None:
     s.add_argument("--health-timeout", type=float, metavar="S", help="default 2")
     s.add_argument("--health-path", metavar="P", help="default /health (or /v1/models)")
     s.add_argument("--cooldown", type=float, metavar="S", help="an open circuit's (default 15)")
+    s.add_argument(
+        "--failures-to-open",
+        type=int,
+        metavar="N",
+        help="failures in a row that open a member's circuit (default 2)",
+    )
     s.set_defaults(func=cmd_group)
     s = psub.add_parser("ungroup", help="remove a replica group")
     s.add_argument("name")

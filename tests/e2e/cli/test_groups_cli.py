@@ -37,11 +37,13 @@ def test_group_lifecycle_and_member_states(tmp_path: Path, live: str) -> None:
     assert cli(home, "providers", "add", "down", down, "--kind", "vllm").returncode == 0
 
     r = cli(home, "providers", "group", "tiny", "up", "down/tiny", "--strategy", "session",
-            "--cooldown", "30", "--health-path", "/health")  # fmt: skip
+            "--cooldown", "30", "--health-path", "/health",
+            "--failures-to-open", "3")  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\t")[:2] == ["tiny", "session"]
     saved = json.loads((home / "config" / "groups.json").read_text())["groups"]["tiny"]
     assert saved["members"] == ["up", "down/tiny"] and saved["cooldown_s"] == 30.0
+    assert saved["failures_to_open"] == 3
 
     r = cli(home, "providers", "groups", "--json")
     assert r.returncode == 0, r.stderr
