@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import redis
 
@@ -81,7 +81,7 @@ class RedisHealthBoard:
             self._shared.succeeded()
 
 
-def _parse(raw: dict[bytes, bytes] | dict[str, str]) -> Health | None:
+def _parse(raw: Mapping[bytes | str, bytes | str]) -> Health | None:
     if not raw:
         return None
     fields = {
