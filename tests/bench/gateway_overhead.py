@@ -1,5 +1,6 @@
 """What the gateway costs: an engine that answers at once, asked directly, through `hearth serve`
-and (optionally) through LiteLLM's proxy (not collected by pytest).
+through a bare aiohttp pass-through proxy (``floor``: tests/bench/passthrough_proxy.py, what
+any aiohttp gateway pays) and (optionally) through LiteLLM's proxy (not collected by pytest).
 
 Run:  python tests/bench/gateway_overhead.py [--seconds 5] [--clients 1,64] [--rounds 3]
       [--only direct,hearth] [--baseline DIR]
@@ -182,6 +183,17 @@ def start_hearth(engine_url: str, checkout: Path) -> tuple[subprocess.Popen[str]
     sys.exit("hearth never listed the engine's model")
 
 
+def start_floor(engine_url: str) -> tuple[subprocess.Popen[str], str, str]:
+    """The bare aiohttp pass-through proxy (tests/bench/passthrough_proxy.py) on the gateway's
+    core: what any aiohttp gateway pays before doing anything."""
+    argv = [sys.executable, str(REPO / "tests" / "bench" / "passthrough_proxy.py"), engine_url]
+    p = subprocess.Popen(pinned(GATEWAY_CORE, argv), stdout=subprocess.PIPE, text=True, cwd=REPO)
+    url = (p.stdout.readline() if p.stdout else "").strip()
+    if not url.startswith("http://"):
+        sys.exit(f"the pass-through proxy did not start: {url!r}")
+    return p, url, "instant"
+
+
 def start_litellm(exe: str, engine_url: str) -> tuple[subprocess.Popen[str], str, str]:
     cfg = Path(tempfile.mkdtemp(prefix="litellm-bench-")) / "config.yaml"
     cfg.write_text(
@@ -255,6 +267,11 @@ def table(results: dict[str, dict[str, dict[str, float]]]) -> None:
             ratio = results[n][k]["rps"] / direct[k]["rps"]
             added = results[n][k]["p50"] - direct[k]["p50"]
             print(f"{n}/direct {k:12} req/s x{ratio:.2f}  p50 +{added:.2f} ms")
+    if "hearth" in results and "floor" in results:
+        for k in keys:
+            h, f = results["hearth"][k], results["floor"][k]
+            extra = f" cpu/req +{h['cpu_ms'] - f['cpu_ms']:.2f} ms" if "cpu_ms" in h else ""
+            print(f"hearth/floor {k:12} req/s x{h['rps'] / f['rps']:.2f}{extra}")
     if "hearth" in results and "litellm" in results:
         for k in keys:
             ratio = results["hearth"][k]["rps"] / results["litellm"][k]["rps"]
@@ -266,7 +283,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--clients", type=lambda s: [int(x) for x in s.split(",")], default=[1, 64])
     ap.add_argument("--rounds", type=int, default=1, help="each cell: the median of the rounds")
-    ap.add_argument("--only", default="", help="comma-separated subset of direct,hearth,litellm")
+    ap.add_argument(
+        "--only", default="", help="comma-separated subset of direct,hearth,floor,litellm"
+    )
     ap.add_argument("--baseline", type=Path, default=None, help="another checkout's `hearth serve`")
     a = ap.parse_args()
     os.sched_setaffinity(0, {LOAD_CORE})
@@ -283,6 +302,10 @@ def main() -> int:
                 p, base, model = start_hearth(engine_url, checkout)
                 procs.append(p)
                 subjects[name] = (base, model, p.pid)
+        if not only or "floor" in only:
+            p, base, model = start_floor(engine_url)
+            procs.append(p)
+            subjects["floor"] = (base, model, p.pid)
         litellm = os.environ.get("HEARTH_BENCH_LITELLM")
         if litellm and (not only or "litellm" in only):
             p, base, model = start_litellm(litellm, engine_url)
