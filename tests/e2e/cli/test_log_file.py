@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,6 +147,13 @@ def test_hearth_serve_writes_the_log_file_in_its_logs_folder(tmp_path: Path) -> 
         text = log_file.read_text()
         assert "INFO app.server.runner: serving on" in text
         assert url.removesuffix("/v1") in text
+        # a request's line (flushed within a moment, not at once) reaches the file too
+        with urllib.request.urlopen(url + "/models", timeout=60) as r:
+            assert r.status == 200
+        while time.monotonic() < deadline + 60 and "GET /v1/models 200" not in text:
+            time.sleep(0.1)
+            text = log_file.read_text()
+        assert "INFO app.server.middleware: GET /v1/models 200" in text
     finally:
         p.terminate()
         p.communicate(timeout=60)
