@@ -125,7 +125,9 @@ class RecordStore:
             queue.SimpleQueue()
         )
         self._closed = False
-        # this loop tick's batch (append): its records and the futures waiting on its commit
+        # this loop tick's batch (append): its records and the futures waiting on its commit;
+        # the lock: close() may run on another thread
+        self._lock = threading.Lock()
         self._pending: list[RequestRecord] = []
         self._waiters: list[asyncio.Future[None]] = []
         self._thread = threading.Thread(target=self._run, name="hearth-records", daemon=True)
@@ -145,30 +147,35 @@ class RecordStore:
         COMMIT_WAIT_S; cancelling it leaves the batch alone."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        if self._closed:
-            done.set_result(None)
-            return done
-        if not self._pending:
+        with self._lock:
+            if self._closed:
+                done.set_result(None)
+                return done
+            first = not self._waiters
+            self._pending.append(record)
+            self._waiters.append(done)
+        if first:
             loop.call_soon(self._hand_over, loop)
-        self._pending.append(record)
-        self._waiters.append(done)
         return done
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued, then stop the writer."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._pending:  # a tick's batch not handed over yet (the loop stops): written too
-            self._queue.put((self._pending, lambda: None))
-            self._pending = []
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            # a tick's batch not handed over yet is written too (its waiters are let go then)
+            records, self._pending = self._pending, []
+        if records:
+            self._queue.put((records, lambda: None))
         self._queue.put(None)
         self._thread.join(timeout)
 
     # -- the event loop's side -------------------------------------------------------------------
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
-        records, waiters = self._pending, self._waiters
-        self._pending, self._waiters = [], []
+        with self._lock:
+            records, waiters = self._pending, self._waiters
+            self._pending, self._waiters = [], []
         if not records:  # closed meanwhile: close() queued them
             _release(waiters)
             return
