@@ -14,6 +14,7 @@ import os
 import ssl
 import stat
 import sys
+import threading
 import urllib.error
 import urllib.request
 from logging.handlers import RotatingFileHandler
@@ -34,40 +35,74 @@ LOG_FILE = "hearth.log"  # in AppPaths.logs; the Server page tails it
 LOG_MAX_BYTES = 2 * 1024 * 1024  # then it rolls over to hearth.log.1 ...
 LOG_BACKUPS = 3  # ... up to hearth.log.3: at most 8 MiB of logs in all
 _FILE_HANDLER = "hearth-log-file"
+# a record logged with ``extra={FLUSH_LATER: True}`` (the server's line per request) is flushed
+# with the next one, or within PrivateLogFile.flush_later_s
+FLUSH_LATER = "flush_later"
 
 
 class PrivateLogFile(RotatingFileHandler):
-    """A rotating log file only its owner can read (it names models, folders and clients)."""
+    """A rotating log file only its owner can read (it names models, folders and clients).
+
+    Every record is flushed as it is written, except those logged with ``extra={FLUSH_LATER:
+    True}`` (the server's line per request): they wait in the file's buffer for the next record
+    without it (a warning, say), for ``flush_later_s`` at most (a timer thread) or for close. A
+    process killed hard loses at most that last fraction of a second of them; a busy server
+    writes its request lines in one system call per buffer rather than one per request.
+    """
+
+    flush_later_s = 0.2
+    _timer: threading.Timer | None = None
+    _buffered = 0  # characters written since the last flush
+    _file: tuple[bool, int] | None = None  # (a regular file, its size with what is buffered)
 
     def _open(self) -> io.TextIOWrapper:  # type: ignore[override]
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._file, self._buffered = None, 0
         return open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115
 
     def emit(self, record: logging.LogRecord) -> None:
         """logging's rotating emit with each record formatted once, and the size and kind of
-        the file asked of the open file (one fstat) rather than of its path (two stats, a seek):
-        the server logs every request, so this runs once an answer."""
+        the file asked of the open file (one fstat) rather than of its path (two stats, a seek);
+        a line flushed later reuses the size known from the last one."""
         try:
             msg = self.format(record) + self.terminator
+            later = bool(getattr(record, FLUSH_LATER, False))
             if self.stream is None:
                 self.stream = self._open()
-            st = os.fstat(self.stream.fileno())
+            if self._file is None or not later:
+                self._file = self._stat()
+            regular, size = self._file
             # a pipe or /dev/null is never rolled over (logging's own rule); another process's
             # lines count too: the size is the file's, not what this one wrote
-            if (
-                self.maxBytes > 0
-                and stat.S_ISREG(st.st_mode)
-                and st.st_size + len(msg) >= self.maxBytes
-            ):
-                self.doRollover()
+            if self.maxBytes > 0 and regular and size + len(msg) >= self.maxBytes:
+                self.doRollover()  # closing the old file writes what was buffered
                 if self.stream is None:
                     self.stream = self._open()
+                regular, size = self._stat()
             self.stream.write(msg)
-            self.flush()
+            self._file = (regular, size + len(msg))
+            if not later:
+                self.flush()
+                return
+            self._buffered += len(msg)
+            if self._timer is None:
+                self._timer = threading.Timer(self.flush_later_s, self._flush_buffered)
+                self._timer.daemon = True
+                self._timer.start()
         except RecursionError:
             raise
         except Exception:
             self.handleError(record)
+
+    def _stat(self) -> tuple[bool, int]:
+        assert self.stream is not None
+        st = os.fstat(self.stream.fileno())
+        return stat.S_ISREG(st.st_mode), st.st_size + self._buffered
+
+    def _flush_buffered(self) -> None:
+        with self.lock:  # type: ignore[union-attr]  # logging's RLock, made in __init__
+            self._timer = None
+            self.flush()
 
     def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
         # a full or vanished disk loses the record quietly: logging's own report is a traceback
@@ -79,10 +114,14 @@ class PrivateLogFile(RotatingFileHandler):
     def flush(self) -> None:
         with contextlib.suppress(OSError):  # lines a full disk cannot take are lost
             super().flush()
+        self._buffered = 0
 
     def close(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
         with contextlib.suppress(OSError):
-            super().close()
+            super().close()  # writes what is buffered
 
 
 def setup_logging(verbose: int, logs: Path | None = None) -> Path | None:
@@ -103,7 +142,8 @@ def setup_logging(verbose: int, logs: Path | None = None) -> Path | None:
 
 def install_log_file(folder: Path, level: int = logging.INFO) -> Path | None:
     """(Re)place the root logger's log file with ``folder``/hearth.log. Each record is
-    flushed as it is written, so a tail of the file is never behind."""
+    flushed as it is written (the server's request lines within a fraction of a second: see
+    PrivateLogFile), so a tail of the file is never far behind."""
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == _FILE_HANDLER]:
         root.removeHandler(old)

@@ -36,6 +36,9 @@ from app.settings import key_matches
 
 log = logging.getLogger(__name__)
 
+# the line per request may wait a fraction of a second in the log file's buffer (the log file,
+# app/cli/common.py's PrivateLogFile, flushes it with the next other line or within 0.2 s)
+_FLUSH_LATER = {"flush_later": True}
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 PUBLIC_PATHS = frozenset({"/health"})
 
@@ -354,5 +357,13 @@ def _log_request(request: web.Request, resp: web.StreamResponse, started: float)
         arrived_at=info.get("wall", 0.0),  # pairs the event with its record (the GUI's log)
     )
     note = " (slower: the CPU is busy with other programs)" if info["cpu_busy"] else ""
-    log.info("%s %s %d %.3fs%s", request.method, request.path, resp.status, secs, note)
+    log.info(
+        "%s %s %d %.3fs%s",
+        request.method,
+        request.path,
+        resp.status,
+        secs,
+        note,
+        extra=_FLUSH_LATER,
+    )
     request.app[SERVICE].events.publish(ev)

@@ -9,7 +9,6 @@ token, the answer's text and each generation's end here. Other parts fill in the
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from dataclasses import dataclass
@@ -27,10 +26,6 @@ from app.server.state import REQUEST_LOG, SERVICE, context_of
 
 log = logging.getLogger(__name__)
 
-# how long an answer waits for its record's commit before going out anyway: a request the
-# client saw answered is on disk (kill -9 loses only those in flight), and a stuck disk costs
-# at most this much (the loop itself never waits: the writer is a thread)
-COMMIT_WAIT_S = 1.0
 MAX_ROUTE_CHARS = 200
 
 
@@ -195,22 +190,22 @@ def record_of(request: web.Request, status: int, started: float) -> RequestRecor
     )
 
 
-def submit(
-    request: web.Request, status: int, started: float
-) -> concurrent.futures.Future[None] | None:
-    """Queue the request's record (no wait): the future is done once it is committed."""
+def submit(request: web.Request, status: int, started: float) -> asyncio.Future[None] | None:
+    """Queue the request's record (no wait) with the others of this loop tick: the future is
+    done once they are committed (at most the store's COMMIT_WAIT_S)."""
     rec = request.app.get(RECORDER)
     if rec is None or "wall" not in request[REQUEST_LOG]:
         return None
     try:
-        return rec.store.add(record_of(request, status, started))
+        return rec.store.append(record_of(request, status, started))
     except Exception:  # a record must never cost the answer
         log.exception("could not record %s %s", request.method, request.path)
         return None
 
 
 async def finish(request: web.Request, status: int, started: float) -> None:
-    """Record the request and wait until it is committed (at most COMMIT_WAIT_S)."""
+    """Record the request and wait until it is committed: a request the client saw answered is
+    on disk (the wait is bounded by the store's COMMIT_WAIT_S)."""
     done = submit(request, status, started)
     if done is not None:
-        await asyncio.wait([asyncio.wrap_future(done)], timeout=COMMIT_WAIT_S)
+        await done

@@ -1,12 +1,15 @@
 """Request records: one row per HTTP request in a SQLite file in the data folder.
 
-Written by one thread that owns the connection (requests only put a record on a queue); WAL
+Written by one thread that owns the connection (requests only put records on a queue); WAL
 mode, so readers (``hearth requests``, the GUI) never wait for the writer and a process killed
 mid-write leaves the previous commits readable. Bounded: past ``max_rows`` the oldest go.
+From the event loop, the records of the requests that end in one loop tick reach the writer as
+one batch (:meth:`RecordStore.append`). Tested by tests/core/gateway/test_records.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import logging
@@ -14,6 +17,7 @@ import operator
 import queue
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +29,11 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_ROWS = 100_000
-BATCH = 512  # records one transaction writes at most
+BATCH = 512  # records one transaction writes at most (a bigger batch is written whole)
+# how long an appended record's future waits for the commit before it is done anyway: an answer
+# waiting on it is on disk when it goes out (kill -9 loses only those in flight), and a stuck
+# disk costs it at most this much (the loop itself never waits: the writer is a thread)
+COMMIT_WAIT_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,20 +107,29 @@ def connect(path: Path, timeout: float = 5.0) -> sqlite3.Connection:
 
 
 class RecordStore:
-    """Appends records from any thread without waiting; one writer thread commits them.
+    """Appends records without waiting for the disk; one writer thread commits them.
 
-    ``add`` returns a future that is done once the record is committed (or could not be): a
-    caller may wait for it with a bound, or ignore it.
+    ``add`` (any thread) returns a future done once the record is committed (or could not be);
+    ``append`` (the event loop) gathers a loop tick's records into one batch: one wake of the
+    writer, one transaction and one wake of the loop for all of them, rather than a thread
+    round trip per record. ``commits`` counts the transactions written.
     """
 
     def __init__(self, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> None:
         self.path = path
         self.max_rows = max(1, max_rows)
-        # SimpleQueue: its put is C without a Condition to notify (one put every answer)
-        self._queue: queue.SimpleQueue[
-            tuple[RequestRecord, concurrent.futures.Future[None]] | None
-        ] = queue.SimpleQueue()
+        self.commits = 0
+        # SimpleQueue: its put is C without a Condition to notify; each item is a batch and
+        # what to call once it is committed
+        self._queue: queue.SimpleQueue[tuple[list[RequestRecord], Callable[[], None]] | None] = (
+            queue.SimpleQueue()
+        )
         self._closed = False
+        # this loop tick's batch (append): its records and the futures waiting on its commit;
+        # the lock: close() may run on another thread
+        self._lock = threading.Lock()
+        self._pending: list[RequestRecord] = []
+        self._waiters: list[asyncio.Future[None]] = []
         self._thread = threading.Thread(target=self._run, name="hearth-records", daemon=True)
         self._thread.start()
 
@@ -121,16 +138,54 @@ class RecordStore:
         if self._closed:
             done.set_result(None)
             return done
-        self._queue.put((record, done))
+        self._queue.put(([record], lambda: done.set_result(None)))
+        return done
+
+    def append(self, record: RequestRecord) -> asyncio.Future[None]:
+        """From the event loop: queue ``record`` with the others appended in this loop tick.
+        The future is done once their batch is committed (or could not be), or after
+        COMMIT_WAIT_S; cancelling it leaves the batch alone."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._closed:
+                done.set_result(None)
+                return done
+            first = not self._waiters
+            self._pending.append(record)
+            self._waiters.append(done)
+        if first:
+            loop.call_soon(self._hand_over, loop)
         return done
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued, then stop the writer."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            # a tick's batch not handed over yet is written too (its waiters are let go then)
+            records, self._pending = self._pending, []
+        if records:
+            self._queue.put((records, lambda: None))
         self._queue.put(None)
         self._thread.join(timeout)
+
+    # -- the event loop's side -------------------------------------------------------------------
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            records, waiters = self._pending, self._waiters
+            self._pending, self._waiters = [], []
+        if not records:  # closed meanwhile: close() queued them
+            _release(waiters)
+            return
+        timer = loop.call_later(COMMIT_WAIT_S, _release, waiters)
+
+        def committed() -> None:  # on the writer thread: one wake of the loop for the batch
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_committed, timer, waiters)
+
+        self._queue.put((records, committed))
 
     # -- the writer thread -------------------------------------------------------------------
     def _run(self) -> None:
@@ -143,21 +198,23 @@ class RecordStore:
             )
         stop = False
         while not stop:
-            batch: list[tuple[RequestRecord, concurrent.futures.Future[None]]] = []
+            batches: list[tuple[list[RequestRecord], Callable[[], None]]] = []
+            count = 0
             item = self._queue.get()
             while item is not None:
-                batch.append(item)
-                if len(batch) >= BATCH:
+                batches.append(item)
+                count += len(item[0])
+                if count >= BATCH:
                     break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
             stop = item is None
-            if batch and conn is not None:
-                self._write(conn, [r for r, _ in batch])
-            for _, done in batch:
-                done.set_result(None)
+            if batches and conn is not None:
+                self._write(conn, [r for records, _ in batches for r in records])
+            for _, done in batches:
+                done()
         if conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
@@ -172,10 +229,22 @@ class RecordStore:
                     "DELETE FROM requests WHERE id <= (SELECT max(id) FROM requests) - ?",
                     (self.max_rows,),
                 )
+            self.commits += 1
         except sqlite3.OperationalError as e:  # a full disk, I/O: the machine's state, not a bug
             log.warning("could not write %d request records to %s: %s", len(records), self.path, e)
         except sqlite3.Error:
             log.exception("could not write %d request records to %s", len(records), self.path)
+
+
+def _committed(timer: asyncio.TimerHandle, waiters: list[asyncio.Future[None]]) -> None:
+    timer.cancel()
+    _release(waiters)
+
+
+def _release(waiters: list[asyncio.Future[None]]) -> None:
+    for w in waiters:
+        if not w.done():  # cancelled (its request went away), or released by the timer
+            w.set_result(None)
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """The request records store on real SQLite files: written by its own thread (a
-request never waits for the disk), bounded, read newest first with filters."""
+request never waits for the disk), the records of one loop tick in one commit, bounded, read
+newest first with filters."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
@@ -109,6 +111,44 @@ def test_adding_never_waits_for_the_disk(tmp_path: Path) -> None:
     store.close()
 
 
+async def test_records_appended_in_one_loop_tick_are_committed_together(tmp_path: Path) -> None:
+    """Requests that end in the same loop tick: their records reach the writer as one batch,
+    one transaction for all of them, and each waiter is done once it is on disk."""
+    path = tmp_path / "r.sqlite"
+    store = RecordStore(path)
+    try:
+        waiters = [store.append(rec(i)) for i in range(20)]
+        assert not any(w.done() for w in waiters)
+        await asyncio.gather(*waiters)
+        assert store.commits == 1
+        assert len(read_records(path, limit=None)) == 20
+        await asyncio.gather(*(store.append(rec(i)) for i in range(20, 25)))  # the next tick's
+        assert store.commits == 2
+        assert [r.total_ms for r in read_records(path, limit=2)] == [24, 23]
+    finally:
+        await asyncio.to_thread(store.close)
+
+
+async def test_an_appended_record_is_written_even_if_its_waiter_goes_away(tmp_path: Path) -> None:
+    """A request cancelled while it waits for its record's commit: the record is still written
+    and the others of its batch are not disturbed."""
+    path = tmp_path / "r.sqlite"
+    store = RecordStore(path)
+    await store.append(rec(0))  # the schema exists
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # the write lock: the batch cannot commit yet
+    try:
+        gone, kept = store.append(rec(1)), store.append(rec(2))
+        gone.cancel()
+        assert not kept.done()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    await kept
+    assert [r.total_ms for r in read_records(path, limit=None)] == [2, 1, 0]
+    await asyncio.to_thread(store.close)
+
+
 def test_the_database_is_in_wal_mode(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite"
     store = RecordStore(path)
@@ -157,3 +197,12 @@ def test_a_database_that_cannot_be_opened_costs_no_request(tmp_path: Path) -> No
     store.add(rec(0)).result(DEADLINE)
     store.close()
     assert store.add(rec(1)).done()  # closed: nothing queued, nothing waits
+
+
+async def test_appending_to_a_closed_store_waits_for_nothing(tmp_path: Path) -> None:
+    store = RecordStore(tmp_path / "r.sqlite")
+    waiter = store.append(rec(0))
+    store.close()  # before the tick's batch was handed over: it is written all the same
+    await waiter
+    assert store.append(rec(1)).done()
+    assert [r.total_ms for r in read_records(tmp_path / "r.sqlite", limit=None)] == [0]
