@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from logging.handlers import RotatingFileHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from app.errors import HearthError
 from app.paths import AppPaths
@@ -70,7 +70,7 @@ class PrivateLogFile(RotatingFileHandler):
             if self.stream is None:
                 self.stream = self._open()
             if self._file is None or not later:
-                self._file = self._stat()
+                self._file = self._stat(self.stream)
             regular, size = self._file
             # a pipe or /dev/null is never rolled over (logging's own rule); another process's
             # lines count too: the size is the file's, not what this one wrote
@@ -78,7 +78,7 @@ class PrivateLogFile(RotatingFileHandler):
                 self.doRollover()  # closing the old file writes what was buffered
                 if self.stream is None:
                     self.stream = self._open()
-                regular, size = self._stat()
+                regular, size = self._stat(self.stream)
             self.stream.write(msg)
             self._file = (regular, size + len(msg))
             if not later:
@@ -94,9 +94,8 @@ class PrivateLogFile(RotatingFileHandler):
         except Exception:
             self.handleError(record)
 
-    def _stat(self) -> tuple[bool, int]:
-        assert self.stream is not None
-        st = os.fstat(self.stream.fileno())
+    def _stat(self, stream: TextIO) -> tuple[bool, int]:
+        st = os.fstat(stream.fileno())
         return stat.S_ISREG(st.st_mode), st.st_size + self._buffered
 
     def _flush_buffered(self) -> None:
