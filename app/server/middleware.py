@@ -273,7 +273,7 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if cors and not resp.prepared:
         resp.headers.update(cors)
     _log_request(request, resp, started)
-    await records.finish(request, resp.status, started)
+    records.submit(request, resp.status, started)
     return resp
 
 

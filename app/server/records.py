@@ -191,8 +191,8 @@ def record_of(request: web.Request, status: int, started: float) -> RequestRecor
 
 
 def submit(request: web.Request, status: int, started: float) -> asyncio.Future[None] | None:
-    """Queue the request's record (no wait) with the others of this loop tick: the future is
-    done once they are committed (at most the store's COMMIT_WAIT_S)."""
+    """Queue the request's record (no wait) with the others of its batch: the future is done
+    once they are committed (the store's HAND_OVER_S, then at most its COMMIT_WAIT_S)."""
     rec = request.app.get(RECORDER)
     if rec is None or "wall" not in request[REQUEST_LOG]:
         return None
@@ -201,11 +201,3 @@ def submit(request: web.Request, status: int, started: float) -> asyncio.Future[
     except Exception:  # a record must never cost the answer
         log.exception("could not record %s %s", request.method, request.path)
         return None
-
-
-async def finish(request: web.Request, status: int, started: float) -> None:
-    """Record the request and wait until it is committed: a request the client saw answered is
-    on disk (the wait is bounded by the store's COMMIT_WAIT_S)."""
-    done = submit(request, status, started)
-    if done is not None:
-        await done

@@ -111,20 +111,48 @@ def test_adding_never_waits_for_the_disk(tmp_path: Path) -> None:
     store.close()
 
 
-async def test_records_appended_in_one_loop_tick_are_committed_together(tmp_path: Path) -> None:
-    """Requests that end in the same loop tick: their records reach the writer as one batch,
-    one transaction for all of them, and each waiter is done once it is on disk."""
+async def test_records_appended_within_the_hand_over_window_are_committed_together(
+    tmp_path: Path,
+) -> None:
+    """Requests that end within HAND_OVER_S of each other, over many loop ticks: their records
+    reach the writer as one batch, one transaction for all of them, and each waiter is done
+    once it is on disk. The window is held open here by the store's own timer: nothing of the
+    batch is written before it is handed over."""
     path = tmp_path / "r.sqlite"
     store = RecordStore(path)
     try:
-        waiters = [store.append(rec(i)) for i in range(20)]
+        waiters = []
+        for i in range(20):
+            waiters.append(store.append(rec(i)))
+            await asyncio.sleep(0)  # another loop tick
         assert not any(w.done() for w in waiters)
         await asyncio.gather(*waiters)
         assert store.commits == 1
         assert len(read_records(path, limit=None)) == 20
-        await asyncio.gather(*(store.append(rec(i)) for i in range(20, 25)))  # the next tick's
+        await asyncio.gather(*(store.append(rec(i)) for i in range(20, 25)))  # the next batch
         assert store.commits == 2
         assert [r.total_ms for r in read_records(path, limit=2)] == [24, 23]
+    finally:
+        await asyncio.to_thread(store.close)
+
+
+async def test_flush_hands_the_batch_over_at_once(tmp_path: Path) -> None:
+    """``flush`` does not wait for the window (an hour here): its future is the last waiter's,
+    done once everything appended so far is committed; the next record starts a new batch."""
+    path = tmp_path / "r.sqlite"
+    store = RecordStore(path, hand_over_s=3600)
+    try:
+        assert store.flush() is None  # nothing waits
+        first, last = store.append(rec(0)), store.append(rec(1))
+        flushed = store.flush()
+        assert flushed is last
+        await asyncio.wait_for(flushed, DEADLINE)
+        assert first.done() and store.commits == 1
+        assert [r.total_ms for r in read_records(path, limit=None)] == [1, 0]
+        later = store.append(rec(2))
+        assert store.flush() is later
+        await asyncio.wait_for(later, DEADLINE)
+        assert store.commits == 2
     finally:
         await asyncio.to_thread(store.close)
 

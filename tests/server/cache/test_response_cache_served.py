@@ -17,9 +17,9 @@ import pytest
 
 from app.cli import main
 from app.core.gateway.cache.store import CacheConfig
-from app.core.gateway.records import read_records
 from app.settings import SettingsStore
 from tests.conftest import Served, serving
+from tests.support.records import records_since
 
 pytestmark = pytest.mark.model
 
@@ -75,15 +75,11 @@ def scrub(frames: list[Any]) -> list[Any]:
     return out
 
 
-def cache_rows(s: Served, n: int) -> list[str | None]:
-    """The ``cache`` of the newest ``n`` records, oldest first (their commit is waited for)."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        rows = read_records(s.home / "data" / "requests.sqlite", limit=n)
-        if len(rows) == n and all(r.cache is not None for r in rows):
-            return [r.cache for r in reversed(rows)]
-        assert time.monotonic() < deadline, rows
-        time.sleep(0.05)
+def cache_rows(s: Served, since: float, n: int) -> list[str | None]:
+    """The ``cache`` of the ``n`` records of requests since ``since``, oldest first."""
+    rows = records_since(s.home / "data" / "requests.sqlite", since, n)
+    assert len(rows) == n, rows
+    return [r.cache for r in reversed(rows)]
 
 
 def stats(capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
@@ -96,6 +92,7 @@ def test_an_exact_repeat_is_replayed_with_the_model_unloaded(
     srv: Served, capsys: pytest.CaptureFixture[str]
 ) -> None:
     set_cache(srv, mode="exact")
+    t0 = time.time()
     opts = {"stream": True, "stream_options": {"include_usage": True}}
     first = chat(srv, ASK, **opts)
     assert first[0] == "miss"
@@ -112,7 +109,7 @@ def test_an_exact_repeat_is_replayed_with_the_model_unloaded(
     assert text.strip()
     usage = f2[-2]["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] > 0
-    assert cache_rows(srv, 2) == ["miss", "hit"]  # the request records' cache field
+    assert cache_rows(srv, t0, 2) == ["miss", "hit"]  # the request records' cache field
     got = stats(capsys)
     assert set(got) == {
         "mode", "entries", "max_entries", "ttl_s", "hits", "semantic_hits", "misses",
@@ -138,9 +135,10 @@ def test_the_running_server_misses_after_a_cli_clear(
 
 def test_a_sampled_request_is_bypassed(srv: Served) -> None:
     set_cache(srv, mode="exact")
+    t0 = time.time()
     for _ in range(2):
         assert chat(srv, ASK, temperature=0.9)[0] == "bypass"
-    assert cache_rows(srv, 1) == ["bypass"]
+    assert cache_rows(srv, t0, 2) == ["bypass", "bypass"]
 
 
 def test_semantic_mode_hits_a_paraphrase_on_minilm(
@@ -149,6 +147,7 @@ def test_semantic_mode_hits_a_paraphrase_on_minilm(
     embedder = "all-minilm-l6-v2-q8_0"
     srv.service.models.get(embedder)  # type: ignore[attr-defined]  # imported by the fixture
     set_cache(srv, mode="semantic", embedding_model=embedder)
+    t0 = time.time()
     first = chat(srv, ASK)
     assert first[0] == "miss"
     # MiniLM puts these at cosine 0.99: over the default threshold of 0.9
@@ -163,5 +162,5 @@ def test_semantic_mode_hits_a_paraphrase_on_minilm(
         chat(srv, [{"role": "user", "content": "What's the capital of France?"}], top_k=3)[0]
         == "miss"
     )
-    assert cache_rows(srv, 5) == ["miss", "semantic", "miss", "miss", "miss"]
+    assert cache_rows(srv, t0, 5) == ["miss", "semantic", "miss", "miss", "miss"]
     assert stats(capsys)["semantic_hits"] == 1

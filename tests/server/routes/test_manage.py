@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from app.core.gateway.keys import KeyStore
-from app.core.gateway.records import read_records
 from app.settings import RecordSettings, SettingsStore
 from tests.conftest import Served, serving
+from tests.support.records import records_with
 
 pytestmark = pytest.mark.model
 
@@ -220,7 +220,10 @@ def test_an_admin_key_adds_tests_and_removes_a_provider(managed: Managed) -> Non
         assert r.status_code == 404 and error(r)["code"] == "not_found", path
 
     # the records kept the routes' requests but not their bodies (one held the provider's key)
-    recs = read_records(managed.s.home / "data" / "requests.sqlite", limit=None)
+    recs = records_with(
+        managed.s.home / "data" / "requests.sqlite",
+        lambda x: x.route == "/api/v1/providers/{name}/test",  # the last one's record
+    )
     posts = [x for x in recs if x.route == "/api/v1/providers" and x.method == "POST"]
     assert posts and all(x.request_text is None for x in posts)
     assert all(DEFAULT not in (x.request_text or "") for x in recs)

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from app.core.gateway.keys import KeyStore
-from app.core.gateway.records import RequestRecord, read_records, status_range
+from app.core.gateway.records import read_records, status_range
 from app.settings import RecordSettings
 from tests.conftest import Served, start_served, stop_served
+from tests.support.records import records_once, records_since
 
 pytestmark = pytest.mark.model
 
@@ -51,17 +52,6 @@ def post(
     return r.status, r.read()
 
 
-def wait_rows(s: Served, n: int) -> list[RequestRecord]:
-    """All records once there are ``n`` (a stream's is written after its last byte: wait)."""
-    deadline = time.monotonic() + DEADLINE
-    while True:
-        rows = read_records(db(s), limit=None)
-        if len(rows) >= n:
-            return rows
-        assert time.monotonic() < deadline, f"only {len(rows)} records, not {n}"
-        time.sleep(0.02)
-
-
 def chat(s: Served, content: str, max_tokens: int, stream: bool) -> dict[str, object]:
     return {
         "model": s.model_id,
@@ -74,24 +64,24 @@ def chat(s: Served, content: str, max_tokens: int, stream: bool) -> dict[str, ob
 
 def test_a_streamed_generation_records_ttft_within_what_the_client_saw(srv: Served) -> None:
     # the first request loads the model: its record says how long it waited for that
+    t0 = time.time()
     status, _ = post(srv, "/v1/chat/completions", chat(srv, "Hello", 4, False))
     assert status == 200
-    loaded = read_records(db(srv), limit=1)[0]  # written before the answer went out
+    loaded = records_since(db(srv), t0, 1)[0]
     assert loaded.load_ms is not None and loaded.load_ms > 0
     assert loaded.stream is False and loaded.ttft_ms is not None
 
-    count = len(read_records(db(srv), limit=None))
     conn = http.client.HTTPConnection("127.0.0.1", port(srv), timeout=DEADLINE)
-    t0 = time.monotonic()
+    sent = time.monotonic()
     conn.request("POST", "/v1/chat/completions", json.dumps(chat(srv, "Count", 16, True)), AUTH)
     r = conn.getresponse()
     assert r.status == 200
     first = r.read(1)  # the body's first byte: it comes with the first token
-    client_ttft_ms = (time.monotonic() - t0) * 1000
+    client_ttft_ms = (time.monotonic() - sent) * 1000
     rest = r.read()
     assert first == b"d" and b"[DONE]" in rest
 
-    rec = wait_rows(srv, count + 1)[0]
+    rec = records_since(db(srv), t0, 2)[0]
     assert rec.stream is True
     assert rec.ttft_ms is not None and 0 < rec.ttft_ms <= client_ttft_ms
     assert rec.total_ms >= rec.ttft_ms
@@ -116,10 +106,11 @@ def test_a_streamed_generation_records_ttft_within_what_the_client_saw(srv: Serv
 
 
 def test_requests_refused_at_the_edge_are_recorded(srv: Served) -> None:
-    # each answer goes out after its record is committed: no waiting here
+    # a record is committed shortly after its answer: each is waited for
+    t0 = time.time()
     no_key = {"Content-Type": "application/json"}
     assert post(srv, "/v1/chat/completions", chat(srv, "x", 1, False), no_key)[0] == 401
-    r = read_records(db(srv), limit=1)[0]
+    r = records_since(db(srv), t0, 1)[0]
     assert (r.status, r.error_code, r.key, r.route) == (
         401,
         "invalid_api_key",
@@ -128,16 +119,16 @@ def test_requests_refused_at_the_edge_are_recorded(srv: Served) -> None:
     )
 
     assert post(srv, "/v1/chat/completions", {}, {**AUTH, "Host": "evil.example"})[0] == 403
-    r = read_records(db(srv), limit=1)[0]
+    r = records_since(db(srv), t0, 2)[0]
     assert (r.status, r.error_code) == (403, "forbidden")
 
     big = chat(srv, "x" * 8000, 1, False)
     assert post(srv, "/v1/chat/completions", big)[0] == 413
-    r = read_records(db(srv), limit=1)[0]
+    r = records_since(db(srv), t0, 3)[0]
     assert (r.status, r.error_code, r.key) == (413, "request_too_large", "default")
 
     assert post(srv, "/api/chat", {"model": "no-such-model", "messages": []})[0] == 404
-    r = read_records(db(srv), limit=1)[0]
+    r = records_since(db(srv), t0, 4)[0]
     assert (r.status, r.error_code, r.protocol, r.model, r.answered_by, r.provider) == (
         404,
         "model_not_found",
@@ -158,6 +149,7 @@ def test_a_request_refused_by_the_rate_limiter_is_recorded(srv: Served) -> None:
     keys.add("slow", "k-slow-0123456789", rpm=1)
     slow = {"Authorization": "Bearer k-slow-0123456789"}
     try:
+        t0 = time.time()
         conn = http.client.HTTPConnection("127.0.0.1", port(srv), timeout=DEADLINE)
         conn.request("GET", "/v1/models", headers=slow)
         first = conn.getresponse()
@@ -167,8 +159,7 @@ def test_a_request_refused_by_the_rate_limiter_is_recorded(srv: Served) -> None:
         second = conn.getresponse()
         second.read()
         assert second.status == 429 and second.getheader("Retry-After")
-        # the answer went out after its record was committed: no waiting here
-        r = read_records(db(srv), limit=1)[0]
+        r, admitted = records_since(db(srv), t0, 2)[:2]
         assert (r.status, r.error_code, r.key, r.route, r.method) == (
             429,
             "rate_limit_exceeded",
@@ -176,18 +167,18 @@ def test_a_request_refused_by_the_rate_limiter_is_recorded(srv: Served) -> None:
             "/v1/models",
             "GET",
         )
-        assert read_records(db(srv), limit=2)[1].key == "slow"  # the admitted one, named too
+        assert admitted.key == "slow"  # the admitted one, named too
         assert read_records(db(srv), limit=1, status=status_range("429")) == [r]
     finally:
         keys.remove("slow")
 
 
 def test_records_survive_a_restart_and_content_is_kept_only_when_turned_on(srv: Served) -> None:
-    before = read_records(db(srv), limit=None)
-    assert before, "the earlier tests left records"
     ctl = srv.controller
     store = ctl.settings_store  # type: ignore[attr-defined]
     srv.call(ctl.stop("restart"), 30)  # type: ignore[attr-defined]
+    before = read_records(db(srv), limit=None)  # stopping wrote every record
+    assert before, "the earlier tests left records"
     store.update(records=replace(RecordSettings(), log_content=True, content_max_chars=40))
     try:
         srv.call(ctl.start("127.0.0.1", 0), 30)  # type: ignore[attr-defined]
@@ -195,7 +186,7 @@ def test_records_survive_a_restart_and_content_is_kept_only_when_turned_on(srv: 
             srv, "/v1/chat/completions", chat(srv, "Tell me a story " * 20, 8, False)
         )
         assert status == 200
-        after = read_records(db(srv), limit=None)
+        after = records_once(db(srv), len(before) + 1)
         assert after[1:] == before, "every record from before the restart is still there"
         rec = after[0]
         assert rec.request_text is not None and len(rec.request_text) == 40
@@ -208,7 +199,7 @@ def test_records_survive_a_restart_and_content_is_kept_only_when_turned_on(srv: 
 
 
 def test_a_client_that_goes_away_mid_stream_is_recorded_as_cancelled(srv: Served) -> None:
-    count = len(read_records(db(srv), limit=None))
+    t0 = time.time()
     # greedy SmolLM2 repeats "cat," far past the moment the client leaves, on any machine
     body = chat(srv, "The list: cat, cat, cat, cat, cat,", 1000, True)
     conn = http.client.HTTPConnection("127.0.0.1", port(srv), timeout=DEADLINE)
@@ -217,7 +208,7 @@ def test_a_client_that_goes_away_mid_stream_is_recorded_as_cancelled(srv: Served
     assert r.status == 200 and r.read(1) == b"d"
     conn.sock.close()  # type: ignore[union-attr]
     conn.close()
-    rec = wait_rows(srv, count + 1)[0]
+    rec = records_since(db(srv), t0, 1)[0]
     assert (rec.status, rec.error_code, rec.stream) == (499, "cancelled", True)
     assert rec.ttft_ms is not None and rec.ttft_ms > 0
     assert (rec.model, rec.answered_by) == (srv.model_id, srv.model_id)
