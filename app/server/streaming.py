@@ -211,7 +211,11 @@ async def respond(
     records.note_start(request, model, stream)
     try:
         if not stream:
-            results = list(await asyncio.gather(*(collect(request, g) for g in choices.started)))
+            started = choices.started
+            if len(started) == 1:  # no task to gather one answer
+                results = [await collect(request, started[0])]
+            else:
+                results = list(await asyncio.gather(*(collect(request, g) for g in started)))
             for r in results:
                 _finish(request, model, r.final)
             for i in range(len(results), choices.count):
