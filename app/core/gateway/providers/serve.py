@@ -26,6 +26,8 @@ from app.core.requests import (
     Ranked,
     Reranking,
     RerankRequest,
+    Transcription,
+    TranscriptionRequest,
 )
 from app.core.types import Delta
 from app.errors import (
@@ -190,3 +192,13 @@ async def count_tokens(pool: ProviderPool, req: ChatRequest) -> int:
     endpoint for it)."""
     client, remote_id, _ = await pool.client_for(req.model)
     return await _call(pool, req.model, lambda: client.count_tokens(remote_id, req))
+
+
+async def transcribe(pool: ProviderPool, req: TranscriptionRequest) -> Transcription:
+    """Speech to text on a provider: not forwarded yet (the engines' multipart route)."""
+    await pool.client_for(req.model)  # an unknown provider or model says so first
+    raise NotSupported(
+        f"'{req.model}' is served by a remote engine; transcription is served by local "
+        "Whisper models only for now",
+        param="model",
+    )
