@@ -7,20 +7,18 @@ field of the two forms is classified as the registry says."""
 
 from __future__ import annotations
 
-import io
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
 from app.server.protocols import fields_registry as reg
 from app.settings import AudioSettings
 from tests.conftest import Served, serving
-from tests.support.speech import silence_wav, speak, wav_header, whisper_or_skip
+from tests.support.speech import flac_silence, silence_wav, speak, wav_header, whisper_or_skip
 
 pytestmark = pytest.mark.model
 
@@ -60,29 +58,6 @@ def _refused(r: httpx.Response, *words: str) -> None:
     assert err["param"] == "file", err
     for w in words:
         assert w in err["message"], err
-
-
-def _flac_silence(seconds: int, *, hide_length: bool) -> bytes:
-    """``seconds`` of 8 kHz silence as FLAC (a few kilobytes a minute); ``hide_length``:
-    STREAMINFO's total sample count zeroed, so only decoding finds out how long it is."""
-    import av
-
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="flac") as out:
-        stream = out.add_stream("flac", rate=8000, layout="mono")
-        zeros = np.zeros((1, 8000), dtype=np.int16)
-        for _ in range(seconds):
-            frame = av.AudioFrame.from_ndarray(zeros, format="s16", layout="mono")
-            frame.sample_rate = 8000
-            for p in stream.encode(frame):
-                out.mux(p)
-        for p in stream.encode(None):
-            out.mux(p)
-    data = bytearray(buf.getvalue())
-    if hide_length:  # "fLaC", a block header, then STREAMINFO: samples at bytes 13-17 of it
-        data[21] &= 0xF0
-        data[22:26] = b"\0\0\0\0"
-    return bytes(data)
 
 
 def test_the_clip_itself_is_taken(hostile: tuple[Served, str, bytes]) -> None:
@@ -137,9 +112,9 @@ def test_compressed_hours_of_silence_stop_at_max_seconds(
     hostile: tuple[Served, str, bytes],
 ) -> None:
     s, wid, _ = hostile
-    declared = _flac_silence(600, hide_length=False)
+    declared = flac_silence(600, hide_length=False)
     _refused(_post(s, wid, declared, "silence.flac"), "240 seconds", "says it lasts 600 s")
-    hidden = _flac_silence(600, hide_length=True)
+    hidden = flac_silence(600, hide_length=True)
     assert len(hidden) < 200_000  # ten minutes in a few kilobytes
     _refused(_post(s, wid, hidden, "silence.flac"), "240 seconds", "decoded")
 
