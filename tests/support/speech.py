@@ -4,6 +4,7 @@ whisper folder) and spoken clips made offline by espeak-ng."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import shutil
 import struct
 import subprocess
@@ -63,3 +64,27 @@ def wav_header(rate: int, frames: int, *, channels: int = 1, bits: int = 16) -> 
 def silence_wav(seconds: float, rate: int = 16_000) -> bytes:
     frames = int(seconds * rate)
     return wav_header(rate, frames) + b"\0\0" * frames
+
+
+def flac_silence(seconds: int, *, hide_length: bool) -> bytes:
+    """``seconds`` of 8 kHz silence as FLAC (a few kilobytes a minute); ``hide_length``:
+    STREAMINFO's total sample count zeroed, so only decoding finds out how long it is."""
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="flac") as out:
+        stream = out.add_stream("flac", rate=8000, layout="mono")
+        zeros = np.zeros((1, 8000), dtype=np.int16)
+        for _ in range(seconds):
+            frame = av.AudioFrame.from_ndarray(zeros, format="s16", layout="mono")
+            frame.sample_rate = 8000
+            for p in stream.encode(frame):
+                out.mux(p)
+        for p in stream.encode(None):
+            out.mux(p)
+    data = bytearray(buf.getvalue())
+    if hide_length:  # "fLaC", a block header, then STREAMINFO: samples at bytes 13-17 of it
+        data[21] &= 0xF0
+        data[22:26] = b"\0\0\0\0"
+    return bytes(data)
