@@ -157,7 +157,7 @@ def test_health_answers_while_a_long_upload_is_decoded_and_transcribed(
     hostile: tuple[Served, str, bytes],
 ) -> None:
     s, wid, _ = hostile
-    long = silence_wav(200)  # 6.4 MB, three and a half minutes
+    long = silence_wav(90)  # 2.9 MB, a minute and a half
     result: dict[str, httpx.Response] = {}
     worker = threading.Thread(target=lambda: result.setdefault("r", _post(s, wid, long)))
     worker.start()
