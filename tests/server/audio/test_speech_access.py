@@ -117,3 +117,31 @@ def test_the_time_limit_ends_a_long_transcription(tmp_path: Path, smollm2_path: 
             while c.get("/api/v1/ps").json()["models"][0]["pending_requests"]:
                 assert time.monotonic() < deadline, "the cut transcriptions never stopped"
                 time.sleep(0.05)
+
+
+def test_without_faster_whisper_the_server_says_to_install_the_speech_extra(
+    tmp_path: Path,
+) -> None:
+    from tests.e2e.serveproc import start_serve
+
+    whisper = whisper_or_skip()
+    blocker = tmp_path / "site"
+    blocker.mkdir()
+    # the third-party packages absent for the server process (their import fails)
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['faster_whisper'] = None\nsys.modules['av'] = None\n"
+    )
+    s = start_serve(tmp_path / "h", whisper, env_extra={"PYTHONPATH": str(blocker)})
+    try:
+        wid = next(iter(s.models.values()))
+        with httpx.Client(base_url=s.root, timeout=120) as c:
+            r = c.post(
+                "/v1/audio/transcriptions",
+                data={"model": wid},
+                files={"file": ("a.wav", b"RIFF", "audio/wav")},
+            )
+        assert r.status_code == 503, r.text
+        assert "install the speech extra" in r.json()["error"]["message"]
+        assert s.alive()
+    finally:
+        s.stop()
