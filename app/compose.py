@@ -143,11 +143,14 @@ def build_runtimes(paths: AppPaths, settings: Settings) -> dict[str, Any]:
     """The in-process runtimes, by model format."""
     from app.runtimes.llama.runtime import LlamaCppRuntime
     from app.runtimes.mlx.runtime import MlxRuntime
+    from app.runtimes.speech.runtime import SpeechRuntime
 
     return {
         "gguf": LlamaCppRuntime(probe_file=paths.probe_file, queue_size=settings.server.queue_size),
         # MLX models are listed everywhere; loading one where mlx is missing is a clear 501
         "mlx": MlxRuntime(queue_size=settings.server.queue_size),
+        # Whisper folders: faster-whisper; without it a load says to install the speech extra
+        "whisper": SpeechRuntime(queue_size=settings.server.queue_size),
     }
 
 

@@ -237,6 +237,17 @@ class VisionSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AudioSettings:
+    """``audio`` in settings.json: speech-to-text uploads. ``max_bytes``: the uploaded file
+    (OpenAI's 25 MB), checked while it streams in; ``max_seconds``: the audio's length,
+    checked on the container's header and again while decoding (an hour of 16 kHz audio is
+    230 MB of samples in memory)."""
+
+    max_bytes: int = 25 * 1024 * 1024
+    max_seconds: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     load: LoadDefaults = field(default_factory=LoadDefaults)
@@ -259,6 +270,7 @@ class Settings:
     # stored Responses (``store``): how long and how many bytes
     responses: ResponseStoreConfig = field(default_factory=ResponseStoreConfig)
     state: StateSettings = field(default_factory=StateSettings)  # shared by several gateways
+    audio: AudioSettings = field(default_factory=AudioSettings)  # speech-to-text uploads
 
     def routing_config(self) -> Routing:
         return Routing(self.default_model, self.routing.auto)
@@ -363,7 +375,15 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         vision=_vision_from_dict(raw.get("vision", {})),
         responses=_responses_from_dict(raw.get("responses", {})),
         state=_state_from_dict(raw.get("state", {})),
+        audio=_audio_from_dict(raw.get("audio", {})),
     )
+
+
+def _audio_from_dict(raw: Any) -> AudioSettings:
+    audio = _coerce(AudioSettings, raw, "audio")
+    if audio.max_bytes < 1:
+        raise ConfigError("settings: audio.max_bytes must be at least 1")
+    return audio
 
 
 def _state_from_dict(raw: Any) -> StateSettings:

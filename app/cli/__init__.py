@@ -2,7 +2,7 @@
 
 Exit codes: 0 success, 1 failure, 2 usage error. Results go to stdout, logs to stderr. One small
 module per command group: serve.py (serve, the app), models.py (library and loaded models),
-hub.py (the Hugging Face Hub); load_flags.py turns the load option table into flags.
+hub.py (the Hugging Face Hub), transcribe.py (speech to text); load_flags.py turns the load option table into flags.
 """
 
 from __future__ import annotations
@@ -11,7 +11,19 @@ import argparse
 import sys
 
 from app import __version__
-from app.cli import alias, cache, connect, doctor, hub, keys, models, providers, requests, serve
+from app.cli import (
+    alias,
+    cache,
+    connect,
+    doctor,
+    hub,
+    keys,
+    models,
+    providers,
+    requests,
+    serve,
+    transcribe,
+)
 from app.cli.common import EXIT_FAIL, EXIT_OK, EXIT_USAGE, fail, setup_logging
 from app.compose import build_service
 from app.errors import HearthError
@@ -44,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     requests.add_parsers(sub)
     connect.add_parsers(sub)
     cache.add_parsers(sub)
+    transcribe.add_parsers(sub)
     return p
 
 

@@ -260,7 +260,10 @@ def cmd_unload(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any) -> None:
     """import, ls, rm, run, ps, load, unload."""
-    s = sub.add_parser("import", help="add a GGUF file to the library (in place unless --copy)")
+    s = sub.add_parser(
+        "import",
+        help="add a GGUF file, MLX or Whisper folder to the library (in place unless --copy)",
+    )
     s.add_argument("path")
     s.add_argument("--copy", action="store_true", help="copy the file into Hearth's models folder")
     s.set_defaults(func=cmd_import)

@@ -14,7 +14,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.core.types import UNSET, ChatMessage, Constraint, SamplingParams, Tool
+from app.core.types import (
+    UNSET,
+    ChatMessage,
+    Constraint,
+    SamplingParams,
+    SpeechJob,
+    Tool,
+    Transcript,
+)
 
 MAX_EMBED_INPUTS = 2048  # inputs in one embedding request, every protocol
 MAX_RERANK_DOCUMENTS = 200  # documents in one rerank request, every protocol
@@ -177,3 +185,23 @@ class Embeddings:
     prompt_tokens: int
     model: str = ""  # the model that answered (the gateway's last target tried)
     route: tuple[str, ...] = ()  # the ids tried, in order
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptionRequest:
+    """Speech to text: the audio and how to read it (``job``), on a speech model."""
+
+    model: str
+    job: SpeechJob
+    ttl: Any = UNSET
+    context: RequestContext = _ctx_field()
+
+
+@dataclass(frozen=True, slots=True)
+class Transcription:
+    """What :meth:`Hearth.transcribe` returns: the transcript under way, the model that
+    answered and the ids tried."""
+
+    transcript: Transcript
+    model: str = ""
+    route: tuple[str, ...] = ()

@@ -44,6 +44,8 @@ from app.core.requests import (
     RequestContext,
     Reranking,
     RerankRequest,
+    Transcription,
+    TranscriptionRequest,
 )
 from app.core.types import LoadedModel, LoadOptions, Runtime
 from app.errors import InvalidRequest
@@ -90,6 +92,9 @@ class Hearth:
 
     async def rerank(self, req: RerankRequest) -> Reranking:
         return await self._pipeline.rerank(req)
+
+    async def transcribe(self, req: TranscriptionRequest) -> Transcription:
+        return await self._pipeline.transcribe(req)
 
     async def count_tokens(self, req: ChatRequest) -> int:
         return await self._pipeline.count_tokens(req)

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-ModelFormat = Literal["gguf", "mlx"]
+ModelFormat = Literal["gguf", "mlx", "whisper"]
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled", "error"]
 
 
@@ -42,7 +42,10 @@ class LocalModel:
     @property
     def capabilities(self) -> tuple[str, ...]:
         """What the model serves, as every listing names it: a cross-encoder reranks; an
-        embedder embeds and reranks (by cosine); any other model completes and chats."""
+        embedder embeds and reranks (by cosine); a Whisper model transcribes and translates
+        speech; any other model completes and chats."""
+        if self.format == "whisper":
+            return ("transcription", "translation")
         if self.extra.get("reranker"):
             return ("rerank",)
         if self.extra.get("embedding"):
@@ -497,3 +500,77 @@ def supports_vision(model: LocalModel) -> bool:
         return model.extra.get("vision") is True
     projector = model.extra.get("projector")
     return model.format == "gguf" and isinstance(projector, str) and bool(projector)
+
+
+@dataclass(frozen=True, slots=True)
+class AudioInput:
+    """An audio file as the client sent it (any container FFmpeg reads), and the bound its
+    decoding keeps: decoding stops with a 400 once ``max_seconds`` of audio came out."""
+
+    data: bytes
+    filename: str = ""
+    max_seconds: float = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class SpeechJob:
+    """What a speech model is asked: ``task`` "transcribe" (in the spoken language) or
+    "translate" (into English); ``language``: ISO-639-1 code, None to detect it."""
+
+    audio: AudioInput
+    task: str = "transcribe"
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    word_timestamps: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptWord:
+    word: str
+    start: float
+    end: float
+    probability: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptSegment:
+    """One decoded window of speech, with Whisper's own measures of it (OpenAI's
+    verbose_json segment fields)."""
+
+    id: int
+    seek: int
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...] = ()
+    temperature: float = 0.0
+    avg_logprob: float = 0.0
+    compression_ratio: float = 0.0
+    no_speech_prob: float = 0.0
+    words: tuple[TranscriptWord, ...] = ()
+
+
+class Transcript(Protocol):
+    """A transcription under way: the language and duration are known when it starts; the
+    segments come as the model decodes them."""
+
+    language: str
+    duration: float
+
+    def __aiter__(self) -> AsyncIterator[TranscriptSegment]: ...
+
+    def cancel(self) -> None: ...
+
+
+@runtime_checkable
+class Transcriber(Protocol):
+    """A loaded model that turns speech into text (Whisper)."""
+
+    async def transcribe(self, job: SpeechJob) -> Transcript:
+        """Decode the audio (bounded) and start the model on it.
+
+        Raises:
+            InvalidRequest: the audio cannot be read or is over its bounds (param ``file``).
+        """
+        ...

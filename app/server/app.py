@@ -9,6 +9,7 @@ from aiohttp import web
 
 from app.core.gateway.telemetry import Telemetry
 from app.core.service import Hearth
+from app.server.edge.audio import AUDIO, AudioEdge
 from app.server.edge.body import large_json_response, read_json_body
 from app.server.edge.vision import VISION, VisionEdge
 from app.server.keyguard import KeyGuard, add_rate_headers
@@ -37,6 +38,7 @@ def create_app(
     guard: KeyGuard | None = None,
     telemetry: Telemetry | None = None,
     vision: VisionEdge | None = None,
+    audio: AudioEdge | None = None,
 ) -> web.Application:
     """Build the application: OpenAI routes under /v1, the native API under /api/v1, /health.
 
@@ -53,6 +55,7 @@ def create_app(
         ollama,
         openai,
         responses,
+        speech,
         tokenizer,
     )
 
@@ -72,10 +75,12 @@ def create_app(
         guard=guard,
     )
     app[VISION] = vision if vision is not None else VisionEdge()  # images
+    app[AUDIO] = audio if audio is not None else AudioEdge()  # speech-to-text uploads
     if guard is not None:
         app.on_cleanup.append(lambda _app: _flush(guard))
     app.router.add_routes(openai.routes)
     app.router.add_routes(tokenizer.routes)  # /tokenize, /detokenize, /tokenizer_info
+    app.router.add_routes(speech.routes)  # /v1/audio/transcriptions, translations
     app.router.add_routes(native.routes)
     app.router.add_routes(ollama.routes)
     app.router.add_routes(anthropic.routes)

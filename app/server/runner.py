@@ -25,6 +25,7 @@ from app.core.util.fsutil import atomic_write_json, read_json
 from app.errors import ServerError
 from app.paths import AppPaths
 from app.server.app import STATE, create_app
+from app.server.edge.audio import AudioEdge
 from app.server.edge.connections import EdgeLimits, GuardedSite, IncompleteConnections
 from app.server.edge.tls import TlsConfig, load_tls, tls_pair
 from app.server.edge.vision import VisionEdge
@@ -194,6 +195,7 @@ class ServerController:
             bound_addresses=addresses,
             guard=guard,
             vision=VisionEdge(settings=lambda: store.load().vision),
+            audio=AudioEdge(settings=lambda: store.load().audio),
         )
         app[STATE].starting = starting
         app[RECORDER] = recorder = self._recorder()

@@ -17,6 +17,7 @@ from app.core.requests import (
     EmbeddingRequest,
     RequestContext,
     RerankRequest,
+    TranscriptionRequest,
 )
 from app.core.service import Hearth
 from app.server.keyguard import KeyGuard
@@ -47,7 +48,10 @@ REQUEST_LOG = web.RequestKey("hearth_log", dict)
 STATE = web.AppKey("state", ServerState)
 CONTEXT = web.RequestKey("hearth_context", RequestContext)
 
-Req = TypeVar("Req", bound=ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest)
+Req = TypeVar(
+    "Req",
+    bound=ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest | TranscriptionRequest,
+)
 
 
 def context_of(request: web.Request) -> RequestContext:

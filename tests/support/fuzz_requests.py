@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import importlib.util
 import json
 import random
 from collections.abc import Iterator
@@ -360,11 +361,102 @@ def _combinator_tool_cases(chat: str) -> list[Case]:
     return out
 
 
-def cases(chat: str, emb: str, *, seed: int, count: int) -> Iterator[Case]:
-    """The fixed hand-written cases first, then ``count`` seeded random mutations."""
+BOUNDARY = "fuzzboundary7"
+AUDIO_ROUTES = ("/v1/audio/transcriptions", "/v1/audio/translations")
+
+
+def form(parts: list[tuple[str, str | None, bytes]], boundary: str = BOUNDARY) -> bytes:
+    """A multipart/form-data body: (name, filename or None, content) per part."""
+    out = bytearray()
+    for name, filename, content in parts:
+        disposition = f'form-data; name="{name}"' + (
+            f'; filename="{filename}"' if filename is not None else ""
+        )
+        out += f"--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n".encode()
+        out += content + b"\r\n"
+    return bytes(out + f"--{boundary}--\r\n".encode())
+
+
+@functools.cache
+def _hostile_audio() -> dict[str, bytes]:
+    """Audio files that lie, break or explode; made once per process."""
+    from tests.support.speech import flac_silence, silence_wav, wav_header
+
+    one = silence_wav(1)
+    out = {
+        "silence": one,
+        "garbage": bytes(range(256)) * 64,
+        "truncated": one[:30],
+        "empty": b"",
+        "zero-hz": wav_header(0, 16_000) + b"\0\0" * 16_000,
+        "4ghz": wav_header(4_000_000_000, 16_000) + b"\0\0" * 16_000,
+        "huge-claim": wav_header(16_000, 2**31) + b"\0\0" * 16_000,
+        "no-data": wav_header(16_000, 16_000),
+        "stereo-8bit": wav_header(44_100, 44_100, channels=2, bits=8) + b"\x80" * 88_200,
+        "odd-bits": wav_header(16_000, 16_000, bits=7) + b"\0" * 16_000,
+    }
+    if importlib.util.find_spec("av") is not None:  # PyAV: the speech extra
+        out["flac-hidden-hours"] = flac_silence(4000, hide_length=True)
+    return out
+
+
+def audio_cases(speech: str, chat: str, rng: random.Random, count: int) -> list[Case]:
+    """Speech-to-text forms: hostile audio to every kind of model name, hostile field values,
+    and broken multipart framing. Each must be a 4xx or an answer, never a 5xx."""
+    h = {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"}
+    audio = _hostile_audio()
+    out: list[Case] = []
+    for path in AUDIO_ROUTES:
+        for model in (speech, chat, "no-such-model", "prov/no-such-model", "auto", ""):
+            for name, data in audio.items():
+                body = form([("model", None, model.encode()), ("file", f"{name}.wav", data)])
+                out.append(("POST", path, body, h))
+    fields = ["language", "prompt", "response_format", "temperature", "stream",
+              "timestamp_granularities[]", "include[]", "chunking_strategy", "x-unknown-field"]  # fmt: skip
+    for _ in range(count):
+        parts: list[tuple[str, str | None, bytes]] = [("model", None, speech.encode())]
+        for _ in range(rng.randint(1, 3)):
+            value = rng.choice(HOSTILE)
+            text = value if isinstance(value, str) else json.dumps(value)
+            parts.append((rng.choice(fields), None, text.encode("utf-8", "surrogatepass")))
+        parts.append(("file", "a.wav", audio["silence"]))
+        out.append(("POST", rng.choice(AUDIO_ROUTES), form(parts), h))
+    one = audio["silence"]
+    framing = [
+        form([("file", "a.wav", one)]).replace(b"--" + BOUNDARY.encode() + b"--", b""),  # no end
+        form([("file", "a.wav", one)])[: len(one) // 2],  # cut mid-file
+        form([("file", "a.wav", one)], boundary="other"),  # not the declared boundary
+        form([("", None, b"x"), ("file", None, one)]),  # no names, no filename
+        form([("model", None, b"\xff\xfe\xfd"), ("file", "a.wav", one)]),  # not UTF-8
+        form([("prompt", None, b"x" * 100_000), ("file", "a.wav", one)]),  # over the field cap
+        form([("model", None, speech.encode())] * 100 + [("file", "a.wav", one)]),  # many parts
+        form([("file", "a.wav", one), ("file", "b.wav", audio["garbage"])]),  # two files
+        b"not a form at all",
+    ]
+    for body in framing:
+        for path in AUDIO_ROUTES:
+            out.append(("POST", path, body, h))
+    out.append(
+        (
+            "POST",
+            AUDIO_ROUTES[0],
+            form([("file", "a.wav", one)]),
+            {"Content-Type": "multipart/form-data"},
+        )
+    )
+    return out
+
+
+def cases(
+    chat: str, emb: str, *, seed: int, count: int, speech: str | None = None
+) -> Iterator[Case]:
+    """The fixed hand-written cases first, then ``count`` seeded random mutations (and, with
+    ``speech``, a Whisper model's id, audio forms: hostile files, fields and framing)."""
     yield from _raw_cases(chat)
     yield from image_cases(chat)
     yield from _combinator_tool_cases(chat)
+    if speech is not None:
+        yield from audio_cases(speech, chat, random.Random(seed), max(20, count // 10))
     rng = random.Random(seed)
     bases = _bases(chat, emb)
     routes = list(bases)

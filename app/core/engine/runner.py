@@ -30,8 +30,17 @@ from app.core.requests import (
     RequestContext,
     Reranking,
     RerankRequest,
+    Transcription,
+    TranscriptionRequest,
 )
-from app.core.types import UNSET, Delta, GenerationRequest, LoadedModel, SamplingParams
+from app.core.types import (
+    UNSET,
+    Delta,
+    GenerationRequest,
+    LoadedModel,
+    SamplingParams,
+    Transcriber,
+)
 from app.errors import InvalidRequest
 
 
@@ -264,3 +273,25 @@ class LocalRunner:
                 )
 
             return await ranking.cross_encode(lm, req, tokenize)
+
+    async def transcribe(self, req: TranscriptionRequest) -> Transcription:
+        """Decode the audio and start the speech model on it. A model that does not transcribe
+        is refused from the library's entry, before anything is loaded.
+
+        Raises:
+            InvalidRequest: not a speech model (param ``model``); the audio unreadable or over
+                its bounds (param ``file``); SpeechUnavailable (503) without the speech extra.
+        """
+        model = self._models.get(req.model, req.context.models)
+        if "transcription" not in model.capabilities:
+            kind = "an embedding" if "embeddings" in model.capabilities else "a chat"
+            raise InvalidRequest(
+                f"'{req.model}' is {kind} model, not a speech-to-text model; name a Whisper "
+                "model (a CTranslate2 folder) for /v1/audio/transcriptions and translations",
+                param="model",
+            )
+        async with self.using(req.model, req.context, req.ttl) as lm:
+            if not isinstance(lm, Transcriber):
+                raise InvalidRequest(f"'{req.model}' cannot transcribe here", param="model")
+            transcript = await lm.transcribe(req.job)
+        return Transcription(transcript, req.model, (req.model,))

@@ -20,6 +20,8 @@ from app.core.requests import (
     Embeddings,
     Reranking,
     RerankRequest,
+    Transcription,
+    TranscriptionRequest,
 )
 
 
@@ -86,3 +88,8 @@ class Dispatch:
         if self._providers is not None and self.is_remote(req.model):
             return await remote.rerank(self._providers, req)
         return await self.local.rerank(req)
+
+    async def transcribe(self, req: TranscriptionRequest) -> Transcription:
+        if self._providers is not None and self.is_remote(req.model):
+            return await remote.transcribe(self._providers, req)
+        return await self.local.transcribe(req)

@@ -31,6 +31,8 @@ from app.core.requests import (
     RequestContext,
     Reranking,
     RerankRequest,
+    Transcription,
+    TranscriptionRequest,
 )
 from app.core.types import LoadedModel
 from app.errors import NotSupported
@@ -100,6 +102,23 @@ class Pipeline:
             lambda m: self._dispatch.rerank(replace(req, model=m)),
         )
         return result
+
+    async def transcribe(self, req: TranscriptionRequest) -> Transcription:
+        """Start turning the request's audio into text on the first target that starts (the
+        audio decoded and the language known); its segments come as they are decoded.
+
+        Raises:
+            InvalidRequest: a model that does not transcribe (param ``model``), audio that
+                cannot be read or is over its bounds (param ``file``).
+        """
+        await ratelimit.charge(req)
+        result, route = await self._gateway.run(
+            req.model,
+            RequestFacts(),
+            req.context,
+            lambda m: self._dispatch.transcribe(replace(req, model=m)),
+        )
+        return replace(result, model=route[-1], route=tuple(route))
 
     async def count_tokens(self, req: ChatRequest) -> int:
         """The prompt tokens :meth:`chat` would submit for ``req`` (the same resolution, tool

@@ -24,7 +24,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from app.core.requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    TranscriptionRequest,
+)
+
+Charged = ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest | TranscriptionRequest
 
 Clock = Callable[[], float]
 BURST_S = 10.0  # the burst: this many seconds' worth of the per-minute allowance
@@ -59,7 +67,7 @@ def _cap(max_tokens: int | None, generations: int, prompt: int) -> Cost:
     return Cost(prompt, each * generations, max_tokens is not None)
 
 
-def cost(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> Cost:
+def cost(req: Charged) -> Cost:
     """The most ``req`` can cost, estimated from its parsed content (never from the body's
     size on the wire): every generation's prompt plus its token cap."""
     if isinstance(req, ChatRequest):
@@ -72,12 +80,14 @@ def cost(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest
     if isinstance(req, CompletionRequest):
         one = [_estimate(len(p)) if isinstance(p, str) else len(p) for p in req.prompts]
         return _cap(req.max_tokens, len(req.prompts) * req.n, sum(one) * req.n)
+    if isinstance(req, TranscriptionRequest):  # the audio's length is unknown before decoding
+        return Cost(_estimate(len(req.job.prompt or "")))
     if isinstance(req, EmbeddingRequest):
         return Cost(sum(_estimate(len(i)) if isinstance(i, str) else len(i) for i in req.inputs))
     return Cost(_estimate(len(req.query) * len(req.documents) + sum(map(len, req.documents))))
 
 
-async def charge(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> None:
+async def charge(req: Charged) -> None:
     """Charge the request's key (its context's charger) the most ``req`` can cost, before any
     work; nothing is limited without a charger (in process, or a server without limits).
 

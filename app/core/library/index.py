@@ -18,6 +18,7 @@ from typing import Any
 from app.core.library import stores
 from app.core.library.formats import describe
 from app.core.library.formats.mlx_folder import is_mlx_folder
+from app.core.library.formats.whisper_folder import is_whisper_folder
 from app.core.library.gguf import FIRST_SHARD_RE, shard_siblings
 from app.core.library.projector import apply_pairing, is_projector_name, pair_in_folder
 from app.core.types import LocalModel
@@ -464,7 +465,7 @@ def _plain(p: Path) -> bool:
 
 
 def _candidates(root: Path, depth: int = 2) -> list[Path]:
-    """Model files and MLX folders under ``root`` (down to ``depth`` folder levels)."""
+    """Model files, MLX and Whisper folders under ``root`` (down to ``depth`` folder levels)."""
     out: list[Path] = []
     try:
         children = sorted(root.iterdir())
@@ -478,7 +479,7 @@ def _candidates(root: Path, depth: int = 2) -> list[Path]:
                 continue  # a vision projector: paired with its model, never a model
             if not _ANY_SHARD_RE.search(p.name) or FIRST_SHARD_RE.match(p.name):
                 out.append(p)
-        elif is_mlx_folder(p):
+        elif is_mlx_folder(p) or is_whisper_folder(p):
             out.append(p)
         elif p.is_dir() and depth > 0:
             out.extend(_candidates(p, depth - 1))

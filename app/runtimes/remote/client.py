@@ -19,9 +19,16 @@ import aiohttp
 from app.core.gateway import telemetry
 from app.core.gateway.providers.base import Answer, Probe
 from app.core.gateway.providers.store import ProviderConfig
-from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
+from app.core.requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    TranscriptionRequest,
+)
+from app.core.types import TranscriptSegment
 from app.errors import NotSupported, ProviderError, ProviderTimeout, ProviderUnavailable
-from app.runtimes.remote import codec, kinds
+from app.runtimes.remote import codec, kinds, speech
 from app.runtimes.remote import stream as answers
 from app.runtimes.remote.stream import RemoteStream, _EmptyStream, read_body
 
@@ -358,6 +365,41 @@ class RemoteEngine:
         ranked.sort(key=lambda p: -p[1])
         return ranked, codec.prompt_tokens(out)
 
+    async def transcribe(
+        self, remote_id: str, req: TranscriptionRequest
+    ) -> tuple[str, float, list[TranscriptSegment]]:
+        """The engine's /audio/transcriptions (or translations) with the same audio, asked for
+        verbose_json: (language, duration, segments)."""
+        path = "audio/translations" if req.job.task == "translate" else "audio/transcriptions"
+
+        async def once() -> Any:
+            form = aiohttp.FormData()
+            for name, value in speech.form_fields(remote_id, req):
+                form.add_field(name, value)
+            audio = req.job.audio
+            form.add_field("file", audio.data, filename=audio.filename or "audio")
+            async with self._http().post(
+                self._url(path), data=form, headers=_trace(req), allow_redirects=self._follow
+            ) as resp:
+                if resp.status in (404, 405, 501):
+                    raise NotSupported(
+                        f"provider '{self.cfg.name}' has no speech-to-text endpoint",
+                        param="model",
+                    )
+                if resp.status != 200:
+                    raise await self._error(resp)
+                raw, whole = await read_body(resp, answers.MAX_BODY)
+            if not whole:
+                raise self._bad_answer(path, f"a body under {answers.MAX_BODY // 2**20} MiB")
+            return self.parse(raw)
+
+        # a long recording takes a while: the whole answer within the stream's idle bound
+        out = await self._guard(once(), max(self.cfg.first_token_timeout, 600.0))
+        read = speech.read_verbose(out)
+        if read is None:
+            raise self._bad_answer(path, "a verbose_json transcription")
+        return read
+
     async def count_tokens(self, remote_id: str, req: ChatRequest) -> int:
         msgs = [codec.message(m) for m in req.messages]
         t, h = self.cfg.first_token_timeout, _trace(req)
@@ -416,7 +458,9 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _trace(req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest) -> Headers:
+def _trace(
+    req: ChatRequest | CompletionRequest | EmbeddingRequest | RerankRequest | TranscriptionRequest,
+) -> Headers:
     """The headers that continue ``req``'s trace upstream, and its affinity (``x-session-id``,
     ``x-user-id``) so a router behind the engine keeps it too (None when there are none)."""
     headers = telemetry.trace_headers(req.context.trace)

@@ -353,6 +353,26 @@ TOKENIZE: Table = {
 }
 DETOKENIZE: Table = honoured("model", "tokens")
 
+# speech to text (multipart forms: ``name[]`` fields are read as ``name``)
+OPENAI_TRANSLATIONS: Table = {
+    **honoured("file", "model", "prompt", "response_format", "temperature"),
+}
+OPENAI_TRANSCRIPTIONS: Table = {
+    **OPENAI_TRANSLATIONS,
+    **honoured("language", "stream", "timestamp_granularities"),
+    **refused(
+        "Whisper reads the whole file in its own 30-second windows; no server-side chunking",
+        "chunking_strategy",
+        harmless=("auto",),
+    ),
+    **refused("token log-probabilities are not returned for speech", "include"),
+    **refused(
+        "speaker diarization is not available",
+        "known_speaker_names",
+        "known_speaker_references",
+    ),
+}
+
 TABLES: Mapping[str, Table] = {
     "openai.chat": OPENAI_CHAT,
     "openai.completions": OPENAI_COMPLETIONS,
@@ -366,4 +386,6 @@ TABLES: Mapping[str, Table] = {
     "ollama.options": OLLAMA_OPTIONS,
     "tokenize": TOKENIZE,
     "detokenize": DETOKENIZE,
+    "openai.audio.transcriptions": OPENAI_TRANSCRIPTIONS,
+    "openai.audio.translations": OPENAI_TRANSLATIONS,
 }

@@ -1,8 +1,8 @@
 """A request fuzz across all four protocols against a real `hearth serve`.
 
 Schemas, grammars, templates variables, tokenize/detokenize, token-id inputs, unicode edge
-cases, nesting and huge counts, hostile images to names that take none, each on the routes
-that take them. Every answer must be a 4xx
+cases, nesting and huge counts, hostile images to names that take none, hostile audio forms
+to the speech-to-text routes, each on the routes that take them. Every answer must be a 4xx
 or a normal answer (never a 5xx or a dropped connection), the server must stay alive with
 bounded memory, and /health must answer within 1 s the whole time (a thread polls it).
 tests/bench/request_fuzz.py runs the same generator for as long as you like.
@@ -13,12 +13,14 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.serveproc import start_serve
 from tests.support.fuzz_requests import cases
+from tests.support.speech import whisper_dir
 
 pytestmark = pytest.mark.model
 
@@ -36,14 +38,18 @@ def _peak_rss_mib(pid: int) -> float:
 def test_hostile_requests_get_4xx_or_an_answer_and_the_server_stays_responsive(
     tmp_path: Path, smollm2_path: Path, embedding_gguf: Path
 ) -> None:
+    whisper = whisper_dir()  # audio forms too, where the speech extra and its model are here
+    speech_files = [whisper] if whisper is not None and find_spec("faster_whisper") else []
     s = start_serve(
         tmp_path / "h",
         smollm2_path,
         embedding_gguf,
+        *speech_files,
         settings={"load": {"context_length": 512}},  # an unbounded answer ends in seconds
     )
     chat = next(v for k, v in s.models.items() if "SmolLM2" in k)
     emb = next(v for k, v in s.models.items() if "minilm" in k.lower())
+    speech = s.models[speech_files[0].stem] if speech_files else None
     for m in (chat, emb):
         assert s.post("/api/v1/models/load", {"model": m})[0] == 200
     slowest: list[float] = []
@@ -62,7 +68,7 @@ def test_hostile_requests_get_4xx_or_an_answer_and_the_server_stays_responsive(
     bad: list[tuple[str, int, str, str]] = []
     seen: collections.Counter[tuple[str, int]] = collections.Counter()
     try:
-        for method, path, raw, headers in cases(chat, emb, seed=SEED, count=COUNT):
+        for method, path, raw, headers in cases(chat, emb, seed=SEED, count=COUNT, speech=speech):
             status, body = s.request(method, path, raw=raw, headers=headers, timeout=120)
             seen[(path, status)] += 1
             if status == 0 or status >= 500:

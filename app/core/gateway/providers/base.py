@@ -7,8 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, RerankRequest
-from app.core.types import GenerationStream
+from app.core.requests import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RerankRequest,
+    TranscriptionRequest,
+)
+from app.core.types import GenerationStream, TranscriptSegment
 
 STATES = ("ready", "starting", "unreachable", "unauthorized", "error")
 
@@ -94,6 +100,13 @@ class RemoteClient(Protocol):
     async def count_tokens(self, remote_id: str, req: ChatRequest) -> int:
         """The prompt tokens of ``req`` as the engine renders and tokenizes it (its template
         and tokenizer). NotSupported where the engine has no endpoint for it."""
+        ...
+
+    async def transcribe(
+        self, remote_id: str, req: TranscriptionRequest
+    ) -> tuple[str, float, list[TranscriptSegment]]:
+        """(language, duration, segments) of the request's audio, on the engine's
+        speech-to-text route. NotSupported where the engine has none."""
         ...
 
     async def close(self) -> None: ...

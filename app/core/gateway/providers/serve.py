@@ -26,8 +26,10 @@ from app.core.requests import (
     Ranked,
     Reranking,
     RerankRequest,
+    Transcription,
+    TranscriptionRequest,
 )
-from app.core.types import Delta
+from app.core.types import Delta, TranscriptSegment
 from app.errors import (
     HearthError,
     InvalidRequest,
@@ -190,3 +192,29 @@ async def count_tokens(pool: ProviderPool, req: ChatRequest) -> int:
     endpoint for it)."""
     client, remote_id, _ = await pool.client_for(req.model)
     return await _call(pool, req.model, lambda: client.count_tokens(remote_id, req))
+
+
+async def transcribe(pool: ProviderPool, req: TranscriptionRequest) -> Transcription:
+    """The same audio on the provider's engine (its own multipart route), read back as
+    segments (NotSupported where it has none)."""
+    client, remote_id, _ = await pool.client_for(req.model)
+    language, duration, segments = await _call(
+        pool, req.model, lambda: client.transcribe(remote_id, req)
+    )
+    return Transcription(_Finished(language, duration, segments))
+
+
+class _Finished:
+    """A transcript the engine already finished (the ``Transcript`` protocol over a list)."""
+
+    def __init__(self, language: str, duration: float, segments: list[TranscriptSegment]) -> None:
+        self.language = language
+        self.duration = duration
+        self._segments = segments
+
+    async def __aiter__(self) -> AsyncIterator[TranscriptSegment]:
+        for s in self._segments:
+            yield s
+
+    def cancel(self) -> None:
+        return None

@@ -27,6 +27,7 @@ from app.core.library.formats.mlx_folder import (
     mlx_files,
     remote_code_reason,
 )
+from app.core.library.formats.whisper_folder import WHISPER, WhisperFormat, is_whisper_folder
 
 # detection order: a repo with any .gguf file is a GGUF repo, even if it is tagged mlx
 FORMATS: tuple[ModelFormat, ...] = (GGUF, MLX)
@@ -44,10 +45,13 @@ __all__ = [
     "ModelOption",
     "Offer",
     "RepoFile",
+    "WHISPER",
+    "WhisperFormat",
     "describe",
     "estimate_model",
     "format_named",
     "group_gguf",
+    "is_whisper_folder",
     "local_remote_code",
     "mlx_files",
     "partial_of",
@@ -72,14 +76,17 @@ def tagged_format(tags: Sequence[str], library_name: str | None) -> ModelFormat 
 
 
 def describe(path: Path, *, format: str | None = None) -> dict[str, Any]:
-    """Validate a model file or folder and read its metadata: a folder is MLX, a file GGUF.
+    """Validate a model file or folder and read its metadata: a folder with ``model.bin`` is
+    Whisper (CTranslate2), another folder MLX, a file GGUF.
 
     ``format``: the format the caller knows the file has (an Ollama blob: a GGUF without suffix).
 
     Raises:
-        InvalidModel: not a GGUF file or MLX folder, or its header is malformed.
+        InvalidModel: not a GGUF file, MLX or Whisper folder, or its header is malformed.
     """
-    fmt = MLX if path.is_dir() else GGUF
+    fmt: ModelFormat = GGUF
+    if path.is_dir():
+        fmt = WHISPER if (path / "model.bin").is_file() else MLX
     return fmt.describe(path, declared=format == fmt.name)
 
 
