@@ -32,6 +32,7 @@ from app.gui.main_window import MainWindow
 from app.paths import AppPaths
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.mlx.runtime import MlxRuntime
+from app.runtimes.speech.runtime import SpeechRuntime
 from app.server.runner import ServerController
 from app.settings import SettingsStore, TokenStore
 from tests.support.fakehub import FakeHub, gguf_bytes, mlx_files
@@ -46,7 +47,11 @@ def probe_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def gui_runtimes(probe_file: Path) -> dict[str, Runtime]:
     """The runtimes the test's Hearth has (override it for a machine without MLX)."""
-    return {"gguf": LlamaCppRuntime(probe_file=probe_file), "mlx": MlxRuntime()}
+    return {
+        "gguf": LlamaCppRuntime(probe_file=probe_file),
+        "mlx": MlxRuntime(),
+        "whisper": SpeechRuntime(),
+    }
 
 
 @pytest.fixture

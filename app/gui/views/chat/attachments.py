@@ -1,5 +1,6 @@
 """Files in the chat: the attach button, chips, drag and drop, paste, and the hook
-that puts the files into a message (whole, or the retrieved chunks) on the loop thread.
+that puts the files into a message (whole, or the retrieved chunks) on the loop thread. Audio
+files dropped go to the Dictate button's transcription instead (dictation.py).
 
 The files belong to the conversation: they stay attached (as chips) for the next questions,
 until removed or a new chat; each message retrieves what it needs from them.
@@ -23,7 +24,9 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QLabel,
+    QPlainTextEdit,
     QPushButton,
+    QTextEdit,
     QWidget,
 )
 
@@ -42,6 +45,7 @@ from app.core.workspace.retrieval import Prepared, Retriever, vector_cache_folde
 from app.core.workspace.vector_cache import VectorCache
 from app.errors import HearthError
 from app.gui.bridge import Bridge, log_failure
+from app.gui.views.chat.dictation import Dictation, is_audio_name
 from app.gui.views.chat.images import Chip, ImageChip, pasted_png
 from app.paths import AppPaths
 from app.settings import SettingsStore
@@ -110,6 +114,8 @@ class AttachmentBar(QWidget):
         goes under it): the app's, from its composition root; else the default paths'."""
         super().__init__(parent)
         self._bridge = bridge
+        self._service = service
+        self.dictation: Dictation | None = None  # once install() knows the prompt box
         if settings is None or cache_root is None:
             paths = AppPaths.default()
             settings = settings or SettingsStore(paths.settings_file)
@@ -134,7 +140,8 @@ class AttachmentBar(QWidget):
         self.attach_button = QPushButton("Attach…")
         self.attach_button.setToolTip(
             "Attach images (for a vision model), text, code, Markdown or PDF files (or drop them "
-            "on the page, or paste them: a screenshot too)"
+            "on the page, or paste them: a screenshot too). An audio file dropped here is "
+            "transcribed into the message box"
         )
         self.error_label = QLabel("")
         self.error_label.setWordWrap(True)
@@ -176,6 +183,11 @@ class AttachmentBar(QWidget):
     def add_paths(self, paths: Sequence[str | Path]) -> None:
         """Read each file off the GUI thread and add a chip (or say why it was refused);
         image files become image chips."""
+        audio = [p for p in paths if is_audio_name(p)]
+        for p in audio:  # speech: its text goes into the prompt box (dictation.py)
+            if self.dictation is not None:
+                self.dictation.transcribe_file(p)
+        paths = [p for p in paths if not is_audio_name(p)]
         images = [p for p in paths if is_image_name(p)]
         if images:
             self.add_images(images)
@@ -271,6 +283,12 @@ class AttachmentBar(QWidget):
         """Take file drops on ``page`` and its ``targets`` (text views: pass their viewport),
         and file or long-text pastes in ``prompt``."""
         self._filter = _DropAndPaste(self, prompt)
+        if isinstance(prompt, QPlainTextEdit | QTextEdit):  # the microphone writes into it
+            self.dictation = Dictation(
+                self._service, self._bridge, prompt, self._settings, say=self._say,
+                status=self.status_label.setText, parent=self,
+            )  # fmt: skip
+            self._row.insertWidget(1, self.dictation.button)
         if hasattr(prompt, "take_paste"):  # the page's PromptEdit: every paste comes here first
             prompt.take_paste = self.paste
         for w in (page, prompt, *targets):
