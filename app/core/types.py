@@ -42,12 +42,14 @@ class LocalModel:
     @property
     def capabilities(self) -> tuple[str, ...]:
         """What the model serves, as every listing names it: a cross-encoder reranks; an
-        embedder embeds and reranks (by cosine); any other model completes and chats."""
+        embedder embeds and reranks (by cosine); any other model completes and chats, and
+        fills in the middle (``fim``) when its vocabulary has the markers."""
         if self.extra.get("reranker"):
             return ("rerank",)
         if self.extra.get("embedding"):
             return ("embeddings", "rerank")
-        return ("completion", "chat", "vision") if supports_vision(self) else ("completion", "chat")
+        caps = ("completion", "chat", "vision") if supports_vision(self) else ("completion", "chat")
+        return (*caps, "fim") if self.extra.get("fim") else caps
 
     def summary(self) -> dict[str, Any]:
         """The public JSON shape (``hearth ls --json``)."""

@@ -47,6 +47,7 @@ def create_app(
         anthropic,
         downloads,
         groups,
+        infill,
         manage,
         metrics,
         native,
@@ -76,6 +77,7 @@ def create_app(
         app.on_cleanup.append(lambda _app: _flush(guard))
     app.router.add_routes(openai.routes)
     app.router.add_routes(tokenizer.routes)  # /tokenize, /detokenize, /tokenizer_info
+    app.router.add_routes(infill.routes)  # llama-server's /infill
     app.router.add_routes(native.routes)
     app.router.add_routes(ollama.routes)
     app.router.add_routes(anthropic.routes)

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from app.core.inference.fim.infill import build_infill, window_for
 from app.core.inference.fim.limits import InfillStops
-from app.core.inference.fim.tokens import FimTokens, find_fim_tokens, has_fim_texts, require_fim
+from app.core.inference.fim.tokens import FimTokens, find_fim_tokens, require_fim
 
 __all__ = [
     "FimTokens",
     "InfillStops",
     "build_infill",
     "find_fim_tokens",
-    "has_fim_texts",
     "require_fim",
     "window_for",
 ]

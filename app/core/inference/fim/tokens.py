@@ -5,63 +5,11 @@ Tested by tests/core/inference/fim/test_tokens.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
+from app.core.library.fim_vocab import ROLES, TEXTS
 from app.core.types import LoadedModel
 from app.errors import InvalidRequest
-
-ROLES = ("pre", "suf", "mid", "pad", "rep", "sep")
-
-# Each role's token texts by family (llama.cpp's llama-vocab.cpp list, plus StarCoder2's
-# <file_sep>): Qwen2.5/3-Coder, StarCoder/Granite/SmolLM, DeepSeek-Coder, CodeLlama, GLM-4.5,
-# Falcon-H1-Tiny-Coder. Codestral's [SUFFIX]/[PREFIX] has no middle token: not this scheme.
-TEXTS: dict[str, tuple[str, ...]] = {
-    "pre": (
-        "<|fim_prefix|>",
-        "<fim-prefix>",
-        "<fim_prefix>",
-        "<｜fim▁begin｜>",
-        "<PRE>",
-        "▁<PRE>",
-        "<|code_prefix|>",
-        "<|prefix|>",
-    ),
-    "suf": (
-        "<|fim_suffix|>",
-        "<fim-suffix>",
-        "<fim_suffix>",
-        "<｜fim▁hole｜>",
-        "<SUF>",
-        "▁<SUF>",
-        "<|code_suffix|>",
-        "<|suffix|>",
-    ),
-    "mid": (
-        "<|fim_middle|>",
-        "<fim-middle>",
-        "<fim_middle>",
-        "<｜fim▁end｜>",
-        "<MID>",
-        "▁<MID>",
-        "<|code_middle|>",
-        "<|middle|>",
-    ),
-    "pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "▁<EOT>", "<EOT>"),
-    "rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
-    "sep": ("<|file_sep|>", "<file_sep>"),
-}
-
-# the GGUF keys a runtime reads each role from (llama-arch.cpp), newest first
-GGUF_KEYS: dict[str, tuple[str, ...]] = {
-    "pre": ("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),
-    "suf": ("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"),
-    "mid": ("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"),
-    "pad": ("tokenizer.ggml.fim_pad_token_id",),
-    "rep": ("tokenizer.ggml.fim_rep_token_id",),
-    "sep": ("tokenizer.ggml.fim_sep_token_id",),
-}
-
 
 @dataclass(frozen=True, slots=True)
 class FimTokens:
@@ -129,22 +77,3 @@ def require_fim(lm: LoadedModel, model_id: str, param: str) -> FimTokens:
             param=param,
         )
     return fim
-
-
-def has_fim_texts(metadata_keys: Iterable[str], tokens: Iterable[bytes]) -> bool:
-    """Whether a GGUF file's model can fill in the middle, from its metadata keys and its
-    vocabulary's token texts (the library's check, before any load)."""
-    keys = set(metadata_keys)
-    have = {role for role in ("pre", "suf", "mid") if any(k in keys for k in GGUF_KEYS[role])}
-    wanted: dict[bytes, str] = {
-        t.encode(): role for role in ("pre", "suf", "mid") if role not in have for t in TEXTS[role]
-    }
-    if wanted:
-        for tok in tokens:
-            role = wanted.get(bytes(tok))
-            if role is not None:
-                have.add(role)
-                if len(have) == 3:
-                    break
-    return len(have) == 3
-

@@ -112,6 +112,8 @@ def show_remote(r: RemoteListing) -> dict[str, Any]:
     if r.model.context_length:
         info["remote.context_length"] = r.model.context_length
     caps = ["embedding"] if "embeddings" in r.model.capabilities else ["completion"]
+    if "fim" in r.model.capabilities:
+        caps.append("insert")
     return {
         "modelfile": "",
         "parameters": "",
@@ -138,6 +140,8 @@ def show(st: ModelStatus) -> dict[str, Any]:
         caps.append("thinking")  # <think> blocks or harmony channels, which are separated
     if "vision" in m.capabilities:
         caps.append("vision")
+    if "fim" in m.capabilities:
+        caps.append("insert")  # Ollama's word: /api/generate takes a suffix
     return {
         "modelfile": f"FROM {m.path}\n",
         "parameters": "",
