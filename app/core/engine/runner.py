@@ -214,11 +214,11 @@ class LocalRunner:
         sampling: SamplingParams,
     ) -> Generation:
         t0 = time.perf_counter()
+        if req.infill is not None:  # its refusal names the suffix (an embedding model too)
+            tokens = await self._infill_tokens(lm, req, prompt)
         prompting.require(lm, "completion", req.model)
         prompting.check_bias(lm, sampling)
-        if req.infill is not None:
-            tokens = await self._infill_tokens(lm, req, prompt)
-        else:
+        if req.infill is None:
             tokens = await self._prompt_tokens(lm, prompt)
         if req.constraint is not None:
             await lm.check_constraint(req.constraint)

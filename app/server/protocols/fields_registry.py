@@ -385,9 +385,7 @@ LLAMA_INFILL: Table = {
     **refused("top-n-sigma sampling is not available", "top_n_sigma", harmless=(-1, -1.0)),
     **refused("the answer always ends at the end-of-text token", "ignore_eos"),
     **refused("token biases are not taken on /infill", "logit_bias"),
-    **refused(
-        "the repeat penalty looks back over 64 tokens only", "repeat_last_n", harmless=(64,)
-    ),
+    **refused("the repeat penalty looks back over 64 tokens only", "repeat_last_n", harmless=(64,)),
 }
 
 TOKENIZE: Table = {

@@ -1,7 +1,7 @@
 """llama-server's fill-in-the-middle route, POST /infill (llama.vscode, llama.vim, Twinny):
 the body made a FIM completion request, served through the pipeline every route shares, and
 answered in llama-server's shape, whole or as SSE events.
-Tested by tests/server/clients/test_infill.py."""
+Tested by tests/server/fim/test_fim_wire.py."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from app.core.library.fim_vocab import ROLES, TEXTS
 from app.core.types import LoadedModel
 from app.errors import InvalidRequest
 
+
 @dataclass(frozen=True, slots=True)
 class FimTokens:
     """The token ids a FIM prompt is built from: prefix, suffix and middle markers always;

@@ -17,6 +17,7 @@ from typing import Any
 
 from app.core.library import fit as fitlib
 from app.core.library import gguf
+from app.core.library.fim_vocab import can_fill
 from app.core.library.formats.base import (
     HeaderReader,
     ModelFormat,
@@ -27,7 +28,6 @@ from app.core.library.formats.base import (
     register,
 )
 from app.core.library.gguf import QUANT_RE, quant_of  # noqa: F401  (re-exported)
-from app.core.library.fim_vocab import can_fill
 from app.core.library.gguf_check import check_for_llama_cpp, token_texts
 from app.core.library.projector import is_projector_name, projector_rank
 from app.core.util.fsutil import fsync_dir

@@ -5,7 +5,8 @@
 ``n_predict`` (-1: no bound), llama-server's sampling fields with its defaults (temperature 0.8,
 top_k 40, top_p 0.95, min_p 0.05), ``stop``, ``n_indent``, ``t_max_prompt_ms`` and
 ``t_max_predict_ms``. Every other field is classified in fields_registry.py.
-Tested by tests/server/protocols/llama/test_infill_adapter.py."""
+Tested by tests/server/protocols/llama/test_infill_adapter.py and
+tests/server/fim/test_fim_wire.py."""
 
 from __future__ import annotations
 

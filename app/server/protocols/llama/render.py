@@ -3,7 +3,8 @@
 ``stopping_word``, ``timings``...), or SSE ``data: {...}`` events: one per piece of text with
 ``stop: false``, then the final object with ``content: ""`` and ``stop: true`` (no ``[DONE]``,
 as llama-server ends these streams). Errors in OpenAI's shape, which llama-server's follows.
-Tested by tests/server/protocols/llama/test_infill_adapter.py."""
+Tested by tests/server/protocols/llama/test_infill_adapter.py and
+tests/server/fim/test_fim_wire.py."""
 
 from __future__ import annotations
 
