@@ -245,7 +245,8 @@ def _continue_autocomplete(t: Target, ctx: int) -> Connection:
     return Connection(
         "continue-autocomplete", "Continue (tab autocomplete)", t.root, t.model, {}, snippet,
         "yaml", ctx,
-        ("Continue's Ollama provider sends the text before and after the cursor (prompt and "
+        ("Continue reads its settings file, not environment variables.",
+         "Continue's Ollama provider sends the text before and after the cursor (prompt and "
          "suffix) to /api/generate; Hearth builds the model's fill-in-the-middle prompt.",
          "Chat in Continue: hearth connect continue (the same file, another model entry)."),
     )  # fmt: skip
@@ -255,10 +256,15 @@ def _llama_vscode(t: Target, ctx: int) -> Connection:
     settings = {"llama-vscode.endpoint": t.root}
     if t.key or t.key_required:
         settings["llama-vscode.api_key"] = t.shown_key
-    snippet = "// VS Code: settings.json\n" + json.dumps(settings, indent=2) + "\n"
+    snippet = (
+        f"// VS Code: settings.json (Hearth's default model answers: {t.model})\n"
+        + json.dumps(settings, indent=2)
+        + "\n"
+    )
     return Connection(
         "llama-vscode", "llama.vscode", t.root, t.model, {}, snippet, "json", ctx,
-        ("llama.vscode (and llama.vim) call llama-server's /infill, which Hearth serves.",
+        ("llama.vscode keeps its settings in VS Code, not in environment variables.",
+         "llama.vscode (and llama.vim) call llama-server's /infill, which Hearth serves.",
          f"It names no model: Hearth answers it with the default model (default_model in "
          f"settings), which should be '{t.model}'."),
     )  # fmt: skip
@@ -347,14 +353,17 @@ def pick_model(
     """The model a tool is connected to when none is asked for: ``default_model`` (settings),
     else the library's first chat model; None when there is none. For autocomplete
     (``capability`` "fim"), the library's first model that fills in the middle unless the
-    default model does."""
+    default model does; when none does, the chat pick."""
     if capability == "chat" and default_model:
         return default_model
     listed = list(models)
     if any(m.id == default_model and capability in m.capabilities for m in listed):
         return default_model
     found = next((m.id for m in listed if capability in m.capabilities), None)
-    return found or default_model or None
+    if found or capability == "chat":
+        return found
+    # none can: the chat pick, so the settings still come (with the check's warning)
+    return pick_model(default_model, listed)
 
 
 def check_fim(tool: str, model: str, capabilities: Iterable[str] | None) -> ContextCheck:

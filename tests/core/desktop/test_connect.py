@@ -34,7 +34,8 @@ def test_autocomplete_picks_a_model_that_fills_in_the_middle() -> None:
     assert "fim" in models[1].capabilities and "fim" not in models[0].capabilities
     assert pick_model("smol", models, "fim") == "coder"  # the default cannot fill in
     assert pick_model("coder", models, "fim") == "coder"
-    assert pick_model("", [_model("smol")], "fim") is None
+    assert pick_model("", [_model("smol")], "fim") == "smol"  # none can: warned, not empty
+    assert pick_model("", [_model("minilm", embedding=True)], "fim") is None
     assert pick_model("smol", models) == "smol"  # chat tools: the default, as before
 
 
