@@ -104,6 +104,9 @@ def request_fields(req: ChatRequest | CompletionRequest, targets: list[Any]) -> 
         )
         if req.echo:  # only when asked: the keys of answers stored before stay valid
             out["echo"] = True
+        if req.infill is not None:  # fill-in-the-middle: what follows the cursor, and its stops
+            out["infill"] = dataclasses.asdict(req.infill)
+            out["max_predict_ms"] = req.max_predict_ms
     if req.prompt_logprobs is not None:
         out["prompt_logprobs"] = req.prompt_logprobs
     return out
