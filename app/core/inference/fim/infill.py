@@ -20,7 +20,7 @@ FIM_BATCH = 2048
 # what llama-server writes for the repository's and the current file's names
 REPO_NAME = "myproject\n"
 FILE_NAME = "filename\n"
-DEFAULT_FILENAME = "tmp"
+DEFAULT_FILENAME = "tmp"  # a file sent without a name (the wire's parser fills it in)
 SNIPPET = "\n\n--- snippet ---\n\n"  # before each file's text when there is no separator token
 
 
@@ -60,7 +60,7 @@ def build_infill(
         files += [fim.rep, *tokenize(REPO_NAME)]
     for name, text in extra:
         if fim.sep is not None:
-            files += [fim.sep, *tokenize((name or DEFAULT_FILENAME) + "\n")]
+            files += [fim.sep, *tokenize(name + "\n")]
         else:
             files += tokenize(SNIPPET)
         files += tokenize(text)

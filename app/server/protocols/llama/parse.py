@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.inference.fim.infill import DEFAULT_FILENAME
 from app.core.requests import CompletionRequest, Infill
 from app.core.types import SamplingParams
 from app.errors import InvalidRequest
@@ -71,7 +72,7 @@ def _extra(raw: Any) -> tuple[tuple[str, str], ...]:
     out = []
     for i, chunk in enumerate(raw):
         text = chunk.get("text") if isinstance(chunk, dict) else None
-        name = chunk.get("filename", "") if isinstance(chunk, dict) else None
+        name = chunk.get("filename", DEFAULT_FILENAME) if isinstance(chunk, dict) else None
         if not isinstance(text, str):
             raise InvalidRequest(
                 "each 'input_extra' chunk needs a 'text' string", param=f"input_extra[{i}].text"

@@ -63,10 +63,9 @@ def test_without_a_file_separator_each_file_follows_a_snippet_line() -> None:
 def test_the_begin_token_comes_after_the_files_and_before_the_prefix() -> None:
     fim = FimTokens(pre=-1, suf=-2, mid=-3, sep=-5)
     out = build_infill(
-        fim, chars, prefix="p", suffix="s", extra=[("", "T")], n_ctx=4096, n_predict=8, bos=-9
+        fim, chars, prefix="p", suffix="s", extra=[("a", "T")], n_ctx=4096, n_predict=8, bos=-9
     )
-    # a file without a name is llama-server's "tmp"
-    assert out[: out.index(-9)] == [-5, *chars("tmp\nT"), -5, *chars("filename\n")]
+    assert out[: out.index(-9)] == [-5, *chars("a\nT"), -5, *chars("filename\n")]
     assert out[out.index(-9) + 1] == -1
 
 

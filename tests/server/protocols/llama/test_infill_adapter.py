@@ -33,7 +33,8 @@ def test_the_body_becomes_a_fim_completion_with_llama_server_defaults() -> None:
     assert req.prompts == ("def f(",) and req.model == "" and p.stream is False
     assert req.infill is not None
     assert req.infill.suffix == "):\n" and req.infill.cursor == "x"
-    assert req.infill.extra == (("a.py", "A"), ("", "B")) and req.infill.indent == 4
+    # a file without a name is llama-server's "tmp"
+    assert req.infill.extra == (("a.py", "A"), ("tmp", "B")) and req.infill.indent == 4
     assert req.infill.param == "input_suffix"
     assert req.max_predict_ms == 250 and req.max_prompt_ms is None  # 0: no limit
     s = req.sampling
