@@ -130,6 +130,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
+    # llama.cpp's infill sampler after min-p (llama-server's "infill" in samplers): it ends a
+    # fill-in-the-middle answer when the end is likely enough (llama.cpp runtime only)
+    infill: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -348,6 +348,7 @@ LLAMA_INFILL: Table = {
         "presence_penalty",
         "frequency_penalty",
         "n_indent",
+        "samplers",
         "t_max_predict_ms",
         "t_max_prompt_ms",
         "ttl",
@@ -359,11 +360,6 @@ LLAMA_INFILL: Table = {
         "cache_prompt",
         "id_slot",
         "n_cache_reuse",
-    ),
-    **accepted(
-        "Hearth samples in its own fixed order from the values given (top_k, top_p, min_p, "
-        "temperature); the list's order and llama.cpp's 'infill' sampler are not applied",
-        "samplers",
     ),
     **accepted(
         "Hearth never shifts the context (a prompt over it is a 400), so what to keep does not "

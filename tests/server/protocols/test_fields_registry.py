@@ -185,6 +185,7 @@ OWN_SAMPLES = {
     ("openai.responses", "instructions"): {"instructions": "Be brief."},
     ("openai.responses", "store"): {"store": False},
     ("llama.infill", "prompt"): {"prompt": "x"},
+    ("llama.infill", "samplers"): {"samplers": ["top_k", "top_p", "infill"]},
     ("llama.infill", "input_extra"): {"input_extra": [{"filename": "a.py", "text": "x"}]},
 }
 # what the scoring path implements (prompt logprobs, echoing the prompt): walked there

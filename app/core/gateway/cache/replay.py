@@ -76,6 +76,8 @@ def _sampling(s: SamplingParams) -> dict[str, Any]:
     d = dataclasses.asdict(s)
     for name in _FLOAT_FIELDS:  # 0 and 0.0 are one temperature, whatever the protocol parsed
         d[name] = float(d[name])
+    if not d["infill"]:  # only when asked: the keys of answers stored before stay valid
+        del d["infill"]
     return d
 
 

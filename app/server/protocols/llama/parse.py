@@ -4,7 +4,9 @@
 ``{"filename", "text"}``), ``prompt`` (the cursor line's text, kept whole after the prefix),
 ``n_predict`` (-1: no bound), llama-server's sampling fields with its defaults (temperature 0.8,
 top_k 40, top_p 0.95, min_p 0.05), ``stop``, ``n_indent``, ``t_max_prompt_ms`` and
-``t_max_predict_ms``. Every other field is classified in fields_registry.py.
+``t_max_predict_ms``, ``samplers`` (the samplers a list leaves out do not run; Hearth's fixed
+order, llama.cpp's ``infill`` sampler included). Every other field is classified in
+fields_registry.py.
 Tested by tests/server/protocols/llama/test_infill_adapter.py and
 tests/server/fim/test_fim_wire.py."""
 
@@ -100,7 +102,56 @@ def _ms(b: Body, key: str) -> float | None:
     return v if v > 0 else None
 
 
+# llama.cpp's sampler names (and one-letter forms) Hearth has; each runs in Hearth's fixed
+# order (penalties, top-k, top-p, min-p, infill, temperature), whatever order the list gives
+SAMPLERS = {
+    "penalties": "e",
+    "top_k": "k",
+    "top_p": "p",
+    "nucleus": "p",
+    "min_p": "m",
+    "infill": "i",
+    "temperature": "t",
+    "temp": "t",
+}
+# the others: each does nothing with its default settings (whose changes are refused)
+OTHER_SAMPLERS = {"dry", "top_n_sigma", "typ_p", "typ", "typical_p", "xtc"}
+
+
+def _samplers(raw: Any) -> set[str] | None:
+    """The samplers a body's ``samplers`` runs (their letters), or None when it names none."""
+    if raw is None:
+        return None
+    if isinstance(raw, str):  # llama.cpp's letters, as "edkypmxt"
+        return set(raw) & set(SAMPLERS.values())
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        raise InvalidRequest("'samplers' must be a list of sampler names", param="samplers")
+    unknown = [x for x in raw if x not in SAMPLERS and x not in OTHER_SAMPLERS]
+    if unknown:
+        raise InvalidRequest(f"unknown sampler '{unknown[0]}'", param="samplers")
+    return {SAMPLERS[x] for x in raw if x in SAMPLERS}
+
+
 def _sampling(b: Body) -> SamplingParams:
+    s = _values(b)
+    chosen = _samplers(b.data.get("samplers"))
+    if chosen is None:
+        return s
+    # a sampler the list leaves out does not run, as in llama-server's chain
+    return SamplingParams(
+        temperature=s.temperature if "t" in chosen else 1.0,
+        top_k=s.top_k if "k" in chosen else 0,
+        top_p=s.top_p if "p" in chosen else 1.0,
+        min_p=s.min_p if "m" in chosen else 0.0,
+        repeat_penalty=s.repeat_penalty if "e" in chosen else 1.0,
+        presence_penalty=s.presence_penalty if "e" in chosen else 0.0,
+        frequency_penalty=s.frequency_penalty if "e" in chosen else 0.0,
+        seed=s.seed,
+        infill="i" in chosen,
+    )
+
+
+def _values(b: Body) -> SamplingParams:
     d = DEFAULTS
     seed = b.integer("seed", -1, lo=-1, hi=(1 << 64) - 1)
     repeat = b.number("repeat_penalty", d.repeat_penalty, lo=0.0, hi=10.0)

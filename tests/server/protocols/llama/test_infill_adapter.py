@@ -63,12 +63,30 @@ def test_bad_bodies_are_400s_naming_the_field(body: dict[str, Any], param: str) 
     assert e.value.param == param
 
 
+def test_samplers_left_out_do_not_run() -> None:
+    # llama.vscode's list: no temperature, min-p or penalties in llama-server's chain either
+    body = {**BASE, "samplers": ["top_k", "top_p", "infill"], "top_p": 0.99, "temperature": 0.1}
+    s = parse_infill(body).request.sampling
+    assert (s.top_k, s.top_p, s.infill) == (40, 0.99, True)
+    assert (s.temperature, s.min_p, s.repeat_penalty) == (1.0, 0.0, 1.0)
+    letters = parse_infill({**BASE, "samplers": "kt", "temperature": 0.1}).request.sampling
+    assert (letters.top_k, letters.temperature, letters.top_p, letters.infill) == (
+        40,
+        0.1,
+        1.0,
+        False,
+    )
+    with pytest.raises(InvalidRequest) as e:
+        parse_infill({**BASE, "samplers": ["mirostat"]})
+    assert e.value.param == "samplers"
+
+
 def test_what_cannot_be_honoured_is_refused() -> None:
     with pytest.raises(UnsupportedParameter) as e:
         parse_infill({**BASE, "lora": [{"id": 0, "scale": 0.5}]})
     assert e.value.param == "lora"
     # what cannot change the answer passes
-    parse_infill({**BASE, "cache_prompt": True, "id_slot": 2, "samplers": ["top_k"]})
+    parse_infill({**BASE, "cache_prompt": True, "id_slot": 2, "n_keep": 4})
 
 
 FINAL = Delta(
