@@ -26,6 +26,7 @@ from app.core.desktop.connect import (
     check_fim,
     connection,
     effective_context,
+    known_capabilities,
     pick_model,
     with_context,
 )
@@ -134,7 +135,8 @@ def cmd_connect(args: argparse.Namespace) -> int:
 def _capabilities(local: LocalModel | None, served: dict[str, Any] | None) -> list[str] | None:
     """What the model does: the library's word, else the running server's; None: unknown."""
     if local is not None:
-        return list(local.capabilities)
+        known = known_capabilities(local)
+        return list(known) if known is not None else None
     caps = served.get("capabilities") if served is not None else None
     return [str(c) for c in caps] if isinstance(caps, list) else None
 

@@ -366,6 +366,12 @@ def pick_model(
     return pick_model(default_model, listed)
 
 
+def known_capabilities(model: LocalModel) -> tuple[str, ...] | None:
+    """A library model's capabilities where the library looked for FIM tokens; None (unknown)
+    for one indexed before it did, or a format it does not look into (an MLX folder)."""
+    return model.capabilities if "fim" in model.extra else None
+
+
 def check_fim(tool: str, model: str, capabilities: Iterable[str] | None) -> ContextCheck:
     """Whether ``model`` suits ``tool``: an autocomplete tool needs a model that fills in the
     middle. ``capabilities``: None when unknown (a provider's model says nothing)."""

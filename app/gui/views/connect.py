@@ -39,6 +39,7 @@ from app.core.desktop.connect import (
     check_fim,
     connection,
     effective_context,
+    known_capabilities,
     pick_model,
     with_context,
 )
@@ -356,7 +357,7 @@ class ConnectPage(QWidget):
             check = check_context(
                 conn.context_needed, model, current=current, trained=trained, auto_cap=cap
             )
-        caps = status.model.capabilities if status is not None else None
+        caps = known_capabilities(status.model) if status is not None else None
         fim = check_fim(tool, model, caps) if model else ContextCheck(True)
         return ConnectState(
             root, running, key_required, tuple(models), model, conn, check, status is not None,

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from app.core.desktop.connect import check_fim, effective_context, pick_model, with_context
+from app.core.desktop.connect import (
+    check_fim,
+    effective_context,
+    known_capabilities,
+    pick_model,
+    with_context,
+)
 from app.core.types import LocalModel
 
 
@@ -45,3 +51,9 @@ def test_an_autocomplete_tool_warns_about_a_model_without_fim_tokens() -> None:
     assert check_fim("llama-vscode", "coder", ("completion", "chat", "fim")).ok
     assert check_fim("continue-autocomplete", "remote/x", None).ok  # unknown: no warning
     assert check_fim("cline", "smol", ("completion", "chat")).ok  # chat tools do not care
+
+
+def test_a_model_indexed_before_fim_was_looked_for_is_not_warned_about() -> None:
+    assert known_capabilities(_model("old")) is None  # its entry has no "fim": unknown
+    assert known_capabilities(_model("smol", fim=False)) == ("completion", "chat")
+    assert check_fim("llama-vscode", "old", known_capabilities(_model("old"))).ok
