@@ -28,6 +28,7 @@ from app.core.requests import (
     CompletionRequest,
     EmbeddingRequest,
     Embeddings,
+    Infill,
     RequestContext,
     Reranking,
     RerankRequest,
@@ -214,15 +215,16 @@ class LocalRunner:
         sampling: SamplingParams,
     ) -> Generation:
         t0 = time.perf_counter()
-        if req.infill is not None:  # its refusal names the suffix (an embedding model too)
-            tokens = await self._infill_tokens(lm, req, prompt)
+        # first for fill-in-the-middle: its refusal names the suffix (an embedding model's too)
+        infill = req.infill
+        tokens = await self._infill_tokens(lm, req, infill, prompt) if infill else None
         prompting.require(lm, "completion", req.model)
         prompting.check_bias(lm, sampling)
-        if req.infill is None:
+        if tokens is None:
             tokens = await self._prompt_tokens(lm, prompt)
         if req.constraint is not None:
             await lm.check_constraint(req.constraint)
-        if req.infill is not None and req.max_tokens == 0:  # an editor's check: no answer asked
+        if infill is not None and req.max_tokens == 0:  # an editor's check: no answer asked
             final = Delta(finish_reason="length", usage=Usage(len(tokens), 0), timings=Timings())
             return Generation(req.model, len(tokens), scoring.LedStream(Delta(), None, final))
         gr = GenerationRequest(
@@ -238,19 +240,16 @@ class LocalRunner:
             max_predict_ms=req.max_predict_ms,
         )
         stream: GenerationStream = lm.submit(gr)
-        indent = req.infill.indent if req.infill is not None else 0
+        indent = infill.indent if infill is not None else 0
         if req.max_predict_ms or indent:
             stream = fim.InfillStops(stream, max_predict_ms=req.max_predict_ms, indent=indent)
         return Generation(req.model, len(tokens), stream)
 
     async def _infill_tokens(
-        self, lm: LoadedModel, req: CompletionRequest, prompt: str | Sequence[int]
+        self, lm: LoadedModel, req: CompletionRequest, infill: Infill, prompt: str | Sequence[int]
     ) -> list[int]:
         """A fill-in-the-middle prompt: the model's FIM tokens around the text before and
         after the cursor (app/core/inference/fim), checked to fit the context."""
-        infill = req.infill
-        if infill is None:
-            raise InvalidRequest("no suffix to fill in before", param="suffix")
         tokens = fim.require_fim(lm, req.model, infill.param)
         if not isinstance(prompt, str):
             raise InvalidRequest("fill-in-the-middle takes the prefix as text", param="prompt")
