@@ -241,3 +241,22 @@ def redis_server(tmp_path: Path) -> Iterator[Any]:
         yield server
     finally:
         server.close()
+
+
+# -- fill-in-the-middle models (tests/support/fim_gguf.py) ----------------------------------------
+@pytest.fixture(scope="session")
+def fim_gguf(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """SmolLM2 with its FIM tokens named in the GGUF's ``tokenizer.ggml.fim_*`` keys."""
+    from tests.support.fim_gguf import write_fim_copy
+
+    dst = tmp_path_factory.mktemp("fim") / "smollm2-fim-keys.gguf"
+    return write_fim_copy(smollm2_path, dst, "keys")
+
+
+@pytest.fixture(scope="session")
+def fim_texts_gguf(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Path:
+    """SmolLM2 whose vocabulary spells StarCoder's FIM texts (no FIM keys)."""
+    from tests.support.fim_gguf import write_fim_copy
+
+    dst = tmp_path_factory.mktemp("fim") / "smollm2-fim-texts.gguf"
+    return write_fim_copy(smollm2_path, dst, "texts")

@@ -23,8 +23,10 @@ from app.core.desktop.connect import (
     ContextCheck,
     Target,
     check_context,
+    check_fim,
     connection,
     effective_context,
+    known_capabilities,
     pick_model,
     with_context,
 )
@@ -46,8 +48,9 @@ def _root(paths: AppPaths, settings: Settings, url: str | None) -> tuple[str, bo
     return planned_url(settings.server).removesuffix("/v1"), False
 
 
-def _pick_model(lib: ModelLibrary, settings: Settings, asked: str | None) -> str:
-    picked = asked or pick_model(settings.default_model, lib.list())
+def _pick_model(lib: ModelLibrary, settings: Settings, asked: str | None, tool: str) -> str:
+    capability = "fim" if TOOLS[tool].fim else "chat"
+    picked = asked or pick_model(settings.default_model, lib.list(), capability)
     if not picked:
         raise HearthError(
             "no model to connect: add one (hearth pull / hearth import) or pass --model"
@@ -96,7 +99,7 @@ def cmd_connect(args: argparse.Namespace) -> int:
     key_required = bool(settings.server.api_key_hashes or KeyStore(paths.keys_file).all())
     models_dir = Path(settings.models_dir) if settings.models_dir else paths.models
     lib = ModelLibrary(paths.library_file, models_dir)
-    model_id = _pick_model(lib, settings, args.model)
+    model_id = _pick_model(lib, settings, args.model, args.tool)
     try:
         local: LocalModel | None = lib.get(model_id)
     except ModelNotFound:
@@ -113,15 +116,29 @@ def cmd_connect(args: argparse.Namespace) -> int:
         check = ContextCheck(True)
     out = conn.as_json()
     out.update(context_ok=check.ok, context_warning=check.message or None)
+    fim = check_fim(args.tool, model_id, _capabilities(local, served))
+    if TOOLS[args.tool].fim:
+        out.update(fim_ok=fim.ok, fim_warning=fim.message or None)
     if args.exec is not None:
         return _exec(args.exec, conn.env, check)
     if args.json:
         print(json.dumps(out, indent=2))
         return EXIT_OK
     _print(out, key_required and not key)
+    if not fim.ok:
+        print(f"warning: {fim.message}", file=sys.stderr)
     if not check.ok:
         print(f"warning: {_advice(check, model_id, conn.context_needed)}", file=sys.stderr)
     return EXIT_OK
+
+
+def _capabilities(local: LocalModel | None, served: dict[str, Any] | None) -> list[str] | None:
+    """What the model does: the library's word, else the running server's; None: unknown."""
+    if local is not None:
+        known = known_capabilities(local)
+        return list(known) if known is not None else None
+    caps = served.get("capabilities") if served is not None else None
+    return [str(c) for c in caps] if isinstance(caps, list) else None
 
 
 def _advice(check: ContextCheck, model_id: str, needed: int) -> str:
@@ -187,7 +204,9 @@ def exec_argv(argv: list[str]) -> list[str]:
 
 def add_parsers(sub: Any) -> None:
     s = sub.add_parser(
-        "connect", help="settings for an app (Continue, Cline, Zed, Claude Code...) to use Hearth"
+        "connect",
+        help="settings for an app (Continue, Cline, Zed, Claude Code, llama.vscode...) to use "
+        "Hearth",
     )
     s.add_argument("tool", choices=list(TOOLS), metavar="TOOL", help=", ".join(TOOLS))
     s.add_argument("--model", help="the model id (default: default_model, else the first)")

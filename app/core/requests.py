@@ -119,6 +119,27 @@ class ChatRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Infill:
+    """Fill-in-the-middle: the completion's prompt is the text before the cursor, this is the
+    rest (built into the model's FIM tokens by app/core/inference/fim).
+
+    Attributes:
+        suffix: the text after the cursor.
+        extra: other files as context, ``(filename, text)`` pairs (llama-server's input_extra).
+        cursor: text put after the prefix, past any cut (llama-server's ``prompt``: what the
+            cursor's line already holds).
+        indent: stop at a new line indented less than this (llama-server's n_indent; 0: off).
+        param: the wire field that asked for it, named by a refusal (``suffix``, ``input_suffix``).
+    """
+
+    suffix: str
+    extra: tuple[tuple[str, str], ...] = ()
+    cursor: str = ""
+    indent: int = 0
+    param: str = "suffix"
+
+
+@dataclass(frozen=True, slots=True)
 class CompletionRequest:
     """Raw completions: each prompt (text, or token ids) ``n`` times, in order."""
 
@@ -135,6 +156,9 @@ class CompletionRequest:
     context: RequestContext = _ctx_field()
     echo: bool = False  # the prompt precedes the answer (with its logprobs when asked)
     prompt_logprobs: int | None = None  # None = off; N = each prompt token's and N most likely
+    infill: Infill | None = None  # fill-in-the-middle: each prompt is the text before the cursor
+    max_prompt_ms: float | None = None  # llama-server's t_max_prompt_ms
+    max_predict_ms: float | None = None  # llama-server's t_max_predict_ms
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,14 +43,16 @@ class LocalModel:
     def capabilities(self) -> tuple[str, ...]:
         """What the model serves, as every listing names it: a cross-encoder reranks; an
         embedder embeds and reranks (by cosine); a Whisper model transcribes and translates
-        speech; any other model completes and chats."""
+        speech; any other model completes and chats, and fills in the middle (``fim``) when
+        its vocabulary has the markers."""
         if self.format == "whisper":
             return ("transcription", "translation")
         if self.extra.get("reranker"):
             return ("rerank",)
         if self.extra.get("embedding"):
             return ("embeddings", "rerank")
-        return ("completion", "chat", "vision") if supports_vision(self) else ("completion", "chat")
+        caps = ("completion", "chat", "vision") if supports_vision(self) else ("completion", "chat")
+        return (*caps, "fim") if self.extra.get("fim") else caps
 
     def summary(self) -> dict[str, Any]:
         """The public JSON shape (``hearth ls --json``)."""
@@ -131,6 +133,9 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
+    # llama.cpp's infill sampler after min-p (llama-server's "infill" in samplers): it ends a
+    # fill-in-the-middle answer when the end is likely enough (llama.cpp runtime only)
+    infill: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +184,10 @@ class GenerationRequest:
     # the prompt's images in order; each takes a run of negative pseudo-token ids (derived from
     # its digest) in prompt_tokens, where its embeddings go (app/runtimes/llama/vision.py)
     images: tuple[ImageInput, ...] = ()
+    # stop reading the prompt after this long (llama-server's t_max_prompt_ms)
+    max_prompt_ms: float | None = None
+    # stop once this long after the first token, at a newline (t_max_predict_ms)
+    max_predict_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ def create_app(
         anthropic,
         downloads,
         groups,
+        infill,
         manage,
         metrics,
         native,
@@ -81,6 +82,7 @@ def create_app(
     app.router.add_routes(openai.routes)
     app.router.add_routes(tokenizer.routes)  # /tokenize, /detokenize, /tokenizer_info
     app.router.add_routes(speech.routes)  # /v1/audio/transcriptions, translations
+    app.router.add_routes(infill.routes)  # llama-server's /infill
     app.router.add_routes(native.routes)
     app.router.add_routes(ollama.routes)
     app.router.add_routes(anthropic.routes)

@@ -70,6 +70,7 @@ class Tool:
     title: str
     context_needed: int
     build: Callable[[Target, int], Connection]
+    fim: bool = False  # editor autocomplete: the model must fill in the middle
 
 
 def _continue(t: Target, ctx: int) -> Connection:
@@ -220,6 +221,55 @@ def _langchain(t: Target, ctx: int) -> Connection:
     )  # fmt: skip
 
 
+def _continue_autocomplete(t: Target, ctx: int) -> Connection:
+    key = f"    apiKey: {t.shown_key}\n" if t.key or t.key_required else ""
+    old = {
+        "tabAutocompleteModel": {
+            "title": f"{t.model} (Hearth)",
+            "provider": "ollama",
+            "model": t.model,
+            "apiBase": t.root + "/",
+            **({"apiKey": t.shown_key} if t.key or t.key_required else {}),
+        }
+    }
+    snippet = (
+        "# ~/.continue/config.yaml: tab autocomplete through Hearth's Ollama API\n"
+        "models:\n"
+        f"  - name: {t.model} autocomplete (Hearth)\n    provider: ollama\n"
+        f"    model: {t.model}\n    apiBase: {t.root}/\n{key}"
+        "    roles: [autocomplete]\n"
+        f"    defaultCompletionOptions:\n      contextLength: {ctx}\n"
+        "\n# or, in the older ~/.continue/config.json:\n"
+        + "".join(f"# {line}\n" for line in json.dumps(old, indent=2).splitlines())
+    )
+    return Connection(
+        "continue-autocomplete", "Continue (tab autocomplete)", t.root, t.model, {}, snippet,
+        "yaml", ctx,
+        ("Continue reads its settings file, not environment variables.",
+         "Continue's Ollama provider sends the text before and after the cursor (prompt and "
+         "suffix) to /api/generate; Hearth builds the model's fill-in-the-middle prompt.",
+         "Chat in Continue: hearth connect continue (the same file, another model entry)."),
+    )  # fmt: skip
+
+
+def _llama_vscode(t: Target, ctx: int) -> Connection:
+    settings = {"llama-vscode.endpoint": t.root}
+    if t.key or t.key_required:
+        settings["llama-vscode.api_key"] = t.shown_key
+    snippet = (
+        f"// VS Code: settings.json (Hearth's default model answers: {t.model})\n"
+        + json.dumps(settings, indent=2)
+        + "\n"
+    )
+    return Connection(
+        "llama-vscode", "llama.vscode", t.root, t.model, {}, snippet, "json", ctx,
+        ("llama.vscode keeps its settings in VS Code, not in environment variables.",
+         "llama.vscode (and llama.vim) call llama-server's /infill, which Hearth serves.",
+         f"It names no model: Hearth answers it with the default model (default_model in "
+         f"settings), which should be '{t.model}'."),
+    )  # fmt: skip
+
+
 # the context each tool needs to work at all (its own system prompt and tool definitions, plus
 # room for a conversation): what the warning compares the model's context with
 TOOLS: dict[str, Tool] = {
@@ -233,7 +283,16 @@ TOOLS: dict[str, Tool] = {
         Tool("codex", "OpenAI Codex CLI", 32768, _codex),
         Tool("openai-python", "openai-python", 2048, _openai_python),
         Tool("langchain", "LangChain", 2048, _langchain),
-    )
+        # autocomplete: a prefix and suffix window, other files' lines, and the answer
+        Tool(
+            "continue-autocomplete",
+            "Continue (tab autocomplete)",
+            4096,
+            _continue_autocomplete,
+            fim=True,
+        ),
+        Tool("llama-vscode", "llama.vscode", 4096, _llama_vscode, fim=True),
+    )  # fmt: skip
 }
 
 
@@ -288,12 +347,43 @@ def check_context(
     )
 
 
-def pick_model(default_model: str, models: Iterable[LocalModel]) -> str | None:
+def pick_model(
+    default_model: str, models: Iterable[LocalModel], capability: str = "chat"
+) -> str | None:
     """The model a tool is connected to when none is asked for: ``default_model`` (settings),
-    else the library's first chat model; None when there is none."""
-    if default_model:
+    else the library's first chat model; None when there is none. For autocomplete
+    (``capability`` "fim"), the library's first model that fills in the middle unless the
+    default model does; when none does, the chat pick."""
+    if capability == "chat" and default_model:
         return default_model
-    return next((m.id for m in models if "chat" in m.capabilities), None)
+    listed = list(models)
+    if any(m.id == default_model and capability in m.capabilities for m in listed):
+        return default_model
+    found = next((m.id for m in listed if capability in m.capabilities), None)
+    if found or capability == "chat":
+        return found
+    # none can: the chat pick, so the settings still come (with the check's warning)
+    return pick_model(default_model, listed)
+
+
+def known_capabilities(model: LocalModel) -> tuple[str, ...] | None:
+    """A library model's capabilities where the library looked for FIM tokens; None (unknown)
+    for one indexed before it did, or a format it does not look into (an MLX folder)."""
+    return model.capabilities if "fim" in model.extra else None
+
+
+def check_fim(tool: str, model: str, capabilities: Iterable[str] | None) -> ContextCheck:
+    """Whether ``model`` suits ``tool``: an autocomplete tool needs a model that fills in the
+    middle. ``capabilities``: None when unknown (a provider's model says nothing)."""
+    spec = TOOLS.get(tool)
+    if spec is None or not spec.fim or capabilities is None or "fim" in capabilities:
+        return ContextCheck(True)
+    return ContextCheck(
+        False,
+        f"'{model}' cannot fill in the middle (its vocabulary has no prefix, suffix and middle "
+        "tokens): autocomplete needs a code model trained for it, such as Qwen2.5-Coder, "
+        "StarCoder2, CodeLlama or DeepSeek-Coder",
+    )
 
 
 def effective_context(*, loaded: int | None, preset: int | None, default: int | None) -> int | None:

@@ -9,6 +9,7 @@ Tested by tests/core/engine/test_scheduler.py and tests/core/inference/test_prom
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -16,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from app.core.engine.models import ModelService
 from app.core.engine.presets import PresetStore
 from app.core.engine.scheduler import ModelScheduler
-from app.core.inference import embed_input, scoring
+from app.core.inference import embed_input, fim, scoring
 from app.core.inference import prompt as prompting
 from app.core.inference import rerank as ranking
 from app.core.inference.generation import Choices, Generation
@@ -27,6 +28,7 @@ from app.core.requests import (
     CompletionRequest,
     EmbeddingRequest,
     Embeddings,
+    Infill,
     RequestContext,
     Reranking,
     RerankRequest,
@@ -37,9 +39,12 @@ from app.core.types import (
     UNSET,
     Delta,
     GenerationRequest,
+    GenerationStream,
     LoadedModel,
     SamplingParams,
+    Timings,
     Transcriber,
+    Usage,
 )
 from app.errors import InvalidRequest
 
@@ -144,6 +149,11 @@ class LocalRunner:
         is validated and started here (so its errors come before any output); each next one
         starts when :meth:`Choices.get` asks for it."""
         count = len(req.prompts) * req.n
+        if req.infill is not None and (req.echo or req.prompt_logprobs is not None):
+            raise InvalidRequest(
+                "echo and prompt_logprobs are not available with fill-in-the-middle",
+                param="echo" if req.echo else "prompt_logprobs",
+            )
         if req.echo or req.prompt_logprobs is not None:
             return await self._complete_scored(req)
 
@@ -208,11 +218,18 @@ class LocalRunner:
         sampling: SamplingParams,
     ) -> Generation:
         t0 = time.perf_counter()
+        # first for fill-in-the-middle: its refusal names the suffix (an embedding model's too)
+        infill = req.infill
+        tokens = await self._infill_tokens(lm, req, infill, prompt) if infill else None
         prompting.require(lm, "completion", req.model)
         prompting.check_bias(lm, sampling)
-        tokens = await self._prompt_tokens(lm, prompt)
+        if tokens is None:
+            tokens = await self._prompt_tokens(lm, prompt)
         if req.constraint is not None:
             await lm.check_constraint(req.constraint)
+        if infill is not None and req.max_tokens == 0:  # an editor's check: no answer asked
+            final = Delta(finish_reason="length", usage=Usage(len(tokens), 0), timings=Timings())
+            return Generation(req.model, len(tokens), scoring.LedStream(Delta(), None, final))
         gr = GenerationRequest(
             prompt_tokens=tuple(tokens),
             max_tokens=req.max_tokens,
@@ -222,8 +239,52 @@ class LocalRunner:
             logprobs=req.logprobs,
             constraint=req.constraint,
             prepare_ms=(time.perf_counter() - t0) * 1000,
+            max_prompt_ms=req.max_prompt_ms,
+            max_predict_ms=req.max_predict_ms,
         )
-        return Generation(req.model, len(tokens), lm.submit(gr))
+        stream: GenerationStream = lm.submit(gr)
+        indent = infill.indent if infill is not None else 0
+        if req.max_predict_ms or indent:
+            stream = fim.InfillStops(stream, max_predict_ms=req.max_predict_ms, indent=indent)
+        return Generation(req.model, len(tokens), stream)
+
+    async def _infill_tokens(
+        self, lm: LoadedModel, req: CompletionRequest, infill: Infill, prompt: str | Sequence[int]
+    ) -> list[int]:
+        """A fill-in-the-middle prompt: the model's FIM tokens around the text before and
+        after the cursor (app/core/inference/fim), checked to fit the context."""
+        tokens = fim.require_fim(lm, req.model, infill.param)
+        if not isinstance(prompt, str):
+            raise InvalidRequest("fill-in-the-middle takes the prefix as text", param="prompt")
+        for text, param in (
+            (prompt, "prompt"),
+            (infill.suffix, infill.param),
+            (infill.cursor, "prompt"),
+            *((name + text, "input_extra") for name, text in infill.extra),
+        ):
+            prompting.check_size(lm, text, param)
+        special = lm.special_tokens
+        bos = special.get("bos_id") if special.get("add_bos") else None
+        window = fim.window_for(lm.context_length)
+        reserve = req.max_tokens if req.max_tokens is not None else window // 4
+
+        def tokenize(text: str) -> list[int]:
+            return lm.tokenize(text, add_special=False, parse_special=False)
+
+        ids = await asyncio.to_thread(
+            fim.build_infill,
+            tokens,
+            tokenize,
+            prefix=prompt,
+            suffix=infill.suffix,
+            extra=infill.extra,
+            cursor=infill.cursor,
+            n_ctx=lm.context_length,
+            n_predict=reserve,
+            bos=bos if isinstance(bos, int) else None,
+        )
+        prompting.check_fits(lm, len(ids), "prompt")
+        return ids
 
     async def embed(self, req: EmbeddingRequest) -> Embeddings:
         """Embed each input (text or token ids).

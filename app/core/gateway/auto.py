@@ -14,7 +14,7 @@ from typing import Any
 from app.errors import ConfigError, InvalidRequest
 
 AUTO = "auto"
-NEEDS = ("tools", "vision", "embeddings", "json_schema")
+NEEDS = ("tools", "vision", "embeddings", "json_schema", "fim")
 # the prompt's size before a model (and its tokenizer) is chosen: UTF-8 bytes / 4, a usual
 # ratio for English text with BPE vocabularies
 BYTES_PER_TOKEN = 4

@@ -23,6 +23,8 @@ def chat_facts(req: ChatRequest) -> RequestFacts:
 
 def completion_facts(req: CompletionRequest) -> RequestFacts:
     needs = ("json_schema",) if req.constraint and req.constraint.kind == "json_schema" else ()
+    if req.infill is not None:  # fill-in-the-middle: a model with FIM tokens
+        needs = (*needs, "fim")
     text = "\n".join(p for p in req.prompts if isinstance(p, str))
     ids = sum(len(p) for p in req.prompts if not isinstance(p, str))
     return RequestFacts(needs, text, text, ids)

@@ -321,6 +321,14 @@ def _check_special(v: _Values, name: str, model: str, n_tokens: int) -> None:
         )
 
 
+def token_texts(path: Path, h: GGUFHeader) -> Iterator[bytes]:
+    """The raw texts of the vocabulary's tokens, in order (none when it has no string array)."""
+    at = h.array_offsets.get("tokenizer.ggml.tokens")
+    if h.value_types.get("tokenizer.ggml.tokens") != _ARR or at is None or at[0] != _STR:
+        return iter(())
+    return _strings(path, at[1], h.array_lengths.get("tokenizer.ggml.tokens", 0))
+
+
 def _strings(path: Path, offset: int, count: int) -> Iterator[bytes]:
     """The raw strings of a GGUF string array (its bounds were checked by the header reader)."""
     unpack = struct.Struct("<Q").unpack_from

@@ -36,8 +36,10 @@ from app.core.desktop.connect import (
     ContextCheck,
     Target,
     check_context,
+    check_fim,
     connection,
     effective_context,
+    known_capabilities,
     pick_model,
     with_context,
 )
@@ -72,6 +74,7 @@ class ConnectState:
     local: bool  # a library model: its preset can take a larger context
     loaded: bool
     preset_context: int | None = None  # the context_length in the model's preset
+    fim: ContextCheck = ContextCheck(True)  # autocomplete: the model fills in the middle
 
     @property
     def needs_reload(self) -> bool:
@@ -329,7 +332,8 @@ class ConnectPage(QWidget):
         statuses = service.models.all()
         models = [s.model.id for s in statuses] + list(service.routing.aliases())
         model = asked if isinstance(asked, str) and asked in models else None
-        model = model or pick_model(settings.default_model, (s.model for s in statuses))
+        capability = "fim" if TOOLS[tool].fim else "chat"
+        model = model or pick_model(settings.default_model, (s.model for s in statuses), capability)
         if model and model not in models:
             models.insert(0, model)  # the default model is an alias or a provider's
         root, running = _root(settings, server.base_url if server.running else None)
@@ -353,9 +357,11 @@ class ConnectPage(QWidget):
             check = check_context(
                 conn.context_needed, model, current=current, trained=trained, auto_cap=cap
             )
+        caps = known_capabilities(status.model) if status is not None else None
+        fim = check_fim(tool, model, caps) if model else ContextCheck(True)
         return ConnectState(
             root, running, key_required, tuple(models), model, conn, check, status is not None,
-            loaded, preset,
+            loaded, preset, fim,
         )  # fmt: skip
 
     # -- GUI thread ----------------------------------------------------------------------------
@@ -408,6 +414,10 @@ class ConnectPage(QWidget):
         self.set_context_button.setText(f"Use {needed:,} tokens for this model")
         self.reload_button.setVisible(st.needs_reload)
         self.reload_button.setText(f"Reload {st.model} now")
+        if not st.fim.ok:  # the wrong kind of model: said before any context advice
+            shown = self.warning_label.text()
+            self.warning_label.setText(f"⚠ {st.fim.message}" + (f"\n{shown}" if shown else ""))
+            self.warning_label.setVisible(True)
 
     def _fill_models(self, st: ConnectState) -> None:
         combo = self.model_combo

@@ -232,8 +232,8 @@ class LlamaCppRuntime:
 
 
 def _special_tokens(engine: LlamaEngine) -> dict[str, Any]:
-    """The vocabulary's special tokens (text and id) and how it tokenizes, from the GGUF's
-    ``tokenizer.ggml.*`` keys as llama.cpp read them."""
+    """The vocabulary's special tokens (text and id, FIM markers too) and how it tokenizes,
+    from the GGUF's ``tokenizer.ggml.*`` keys as llama.cpp read them."""
     v = engine.vocab
 
     def text(tok: int) -> str:
@@ -253,6 +253,14 @@ def _special_tokens(engine: LlamaEngine) -> dict[str, Any]:
         ("eos", L.llama_vocab_eos(v)),
         ("pad", L.llama_vocab_pad(v)),
         ("unk", unk),
+        # fill-in-the-middle markers: the GGUF's fim_*_token_id keys, else what llama.cpp
+        # recognised by text (app/core/inference/fim looks up what is still missing)
+        ("fim_pre", L.llama_vocab_fim_pre(v)),
+        ("fim_suf", L.llama_vocab_fim_suf(v)),
+        ("fim_mid", L.llama_vocab_fim_mid(v)),
+        ("fim_pad", L.llama_vocab_fim_pad(v)),
+        ("fim_rep", L.llama_vocab_fim_rep(v)),
+        ("fim_sep", L.llama_vocab_fim_sep(v)),
     ):
         out[name] = text(tok)
         out[f"{name}_id"] = tok if tok >= 0 else None

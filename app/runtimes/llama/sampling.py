@@ -1,5 +1,5 @@
 """A GGUF engine's samplers and logprobs: one llama.cpp sampler chain per sequence (grammar,
-logit bias, penalties, then greedy or top-k/top-p/min-p/temperature/seeded draw), and the
+logit bias, penalties, then greedy or top-k/top-p/min-p/infill/temperature/seeded draw), and the
 log-softmax of one row of logits. Part of LlamaEngine; worker thread only.
 Tested by tests/runtimes/llama/test_mixed_batch.py."""
 
@@ -67,6 +67,8 @@ class Sampling:
             add(L.llama_sampler_init_top_p(s.top_p, 1))
         if s.min_p > 0.0:
             add(L.llama_sampler_init_min_p(s.min_p, 1))
+        if s.infill:
+            add(L.llama_sampler_init_infill(self.vocab))
         add(L.llama_sampler_init_temp(s.temperature))
         seed = s.seed if s.seed is not None else self.default_seed
         if seed is None:

@@ -170,6 +170,16 @@ def completion_body(
 ) -> dict[str, Any]:
     refuse_scoring(req)
     s = req.sampling
+    infill = req.infill
+    if infill is not None:
+        if infill.extra:
+            raise UnsupportedParameter(
+                "other files' context is not passed on to a remote model (its OpenAI API takes "
+                "only a suffix); leave 'input_extra' out or ask a local model",
+                param="input_extra",
+            )
+        if isinstance(prompt, str):
+            prompt += infill.cursor  # llama-server's prompt: the cursor line, after the prefix
     body: dict[str, Any] = {
         "model": remote_id,
         "prompt": prompt if isinstance(prompt, str) else list(prompt),
@@ -177,6 +187,9 @@ def completion_body(
         "stream_options": {"include_usage": True},
         **sampling(kind, s),
     }
+    if infill is not None:
+        # OpenAI's insert mode; an engine that cannot fill in the middle refuses it itself
+        body["suffix"] = infill.suffix
     if req.max_tokens is not None:
         body["max_tokens"] = req.max_tokens
     if req.stop:

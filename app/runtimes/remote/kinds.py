@@ -32,7 +32,7 @@ _PROBE: dict[str, tuple[str, ...]] = {
     "tgi": (MODELS, "/info"),
 }
 _DEFAULT_CAPS = RemoteModel("x").capabilities
-_HEARTH_CAPS = ("completion", "chat", "embeddings", "rerank", "vision")
+_HEARTH_CAPS = ("completion", "chat", "embeddings", "rerank", "vision", "fim")
 _NO_ANSWER = Answer(0, "no answer")
 
 
@@ -288,6 +288,8 @@ def _ollama_show(show: dict[str, Any] | None) -> tuple[int | None, tuple[str, ..
             caps += ("rerank",)
         if "vision" in raw and "completion" in raw:
             caps += ("vision",)
+        if "insert" in raw and "completion" in raw:  # Ollama's word for fill-in-the-middle
+            caps += ("fim",)
     return ctx, caps or _DEFAULT_CAPS, bool(caps)
 
 

@@ -177,8 +177,7 @@ OPENAI_COMPLETIONS: Table = {
     **_SCHED,
     **_VLLM_REFUSED,
     **_SCORING,
-    **honoured("prompt", "max_completion_tokens"),
-    **refused("fill-in-the-middle is not implemented", "suffix"),
+    **honoured("prompt", "max_completion_tokens", "suffix"),
     **refused("only best_of=1", "best_of", harmless=(1,)),
     **refused(
         "special tokens are always parsed in a text prompt", "add_special_tokens", harmless=(True,)
@@ -316,8 +315,7 @@ OLLAMA_CHAT: Table = {
 }
 OLLAMA_GENERATE: Table = {
     **_OLLAMA_COMMON,
-    **honoured("prompt", "system", "raw", "images"),
-    **refused("fill-in-the-middle is not supported", "suffix"),
+    **honoured("prompt", "system", "raw", "images", "suffix"),
     **refused("a custom template is not supported; use raw", "template"),
     **refused("tools need /api/chat", "tools"),
 }
@@ -327,6 +325,63 @@ OLLAMA_EMBED: Table = {
         "Hearth never truncates: an input over the context is a 400 whatever it says", "truncate"
     ),
     **accepted("embedding has no sampling options", "options"),
+}
+
+# llama-server's /infill (its /completion fields, llama.vscode's and Twinny's requests)
+LLAMA_INFILL: Table = {
+    **honoured(
+        "model",
+        "input_prefix",
+        "input_suffix",
+        "input_extra",
+        "prompt",
+        "n_predict",
+        "max_tokens",
+        "stream",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "seed",
+        "stop",
+        "repeat_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "n_indent",
+        "samplers",
+        "t_max_predict_ms",
+        "t_max_prompt_ms",
+        "ttl",
+        "keep_alive",
+    ),
+    **accepted(
+        "Hearth reuses the prompt cache on its own and picks the sequence itself; neither can "
+        "change the output",
+        "cache_prompt",
+        "id_slot",
+        "n_cache_reuse",
+    ),
+    **accepted(
+        "Hearth never shifts the context (a prompt over it is a 400), so what to keep does not "
+        "arise",
+        "n_keep",
+        "n_discard",
+    ),
+    **accepted("timings come on the final answer", "timings_per_token"),
+    **refused("LoRA adapters are not applied per request", "lora"),
+    **refused("token probabilities are not given on /infill", "n_probs", "post_sampling_probs"),
+    **refused("one completion per request", "n", "n_cmpl", harmless=(1,)),
+    **refused("only the answer's own fields are written", "response_fields", "return_tokens"),
+    **refused("grammars are not taken on /infill", "grammar", "json_schema"),
+    **refused("mirostat sampling is not available", "mirostat"),
+    **refused("typical sampling is not available", "typical_p", harmless=(1, 1.0)),
+    **refused("DRY sampling is not available", "dry_multiplier"),
+    **refused("XTC sampling is not available", "xtc_probability"),
+    **refused("dynamic temperature is not available", "dynatemp_range"),
+    **refused("top-n-sigma sampling is not available", "top_n_sigma", harmless=(-1, -1.0)),
+    **refused("the answer always ends at the end-of-text token", "ignore_eos"),
+    **refused("token biases are not taken on /infill", "logit_bias"),
+    **refused("the repeat penalty looks back over 64 tokens only", "repeat_last_n", harmless=(64,)),
 }
 
 TOKENIZE: Table = {
@@ -384,6 +439,7 @@ TABLES: Mapping[str, Table] = {
     "ollama.generate": OLLAMA_GENERATE,
     "ollama.embed": OLLAMA_EMBED,
     "ollama.options": OLLAMA_OPTIONS,
+    "llama.infill": LLAMA_INFILL,
     "tokenize": TOKENIZE,
     "detokenize": DETOKENIZE,
     "openai.audio.transcriptions": OPENAI_TRANSCRIPTIONS,

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from app.core.desktop.connect import effective_context, pick_model, with_context
+from app.core.desktop.connect import (
+    check_fim,
+    effective_context,
+    known_capabilities,
+    pick_model,
+    with_context,
+)
 from app.core.types import LocalModel
 
 
@@ -27,3 +33,27 @@ def test_effective_context_is_the_loaded_then_the_preset_then_the_settings_one()
         "temperature": 0.2,
         "context_length": 8192,
     }
+
+
+def test_autocomplete_picks_a_model_that_fills_in_the_middle() -> None:
+    models = [_model("smol"), _model("coder", fim=True)]
+    assert "fim" in models[1].capabilities and "fim" not in models[0].capabilities
+    assert pick_model("smol", models, "fim") == "coder"  # the default cannot fill in
+    assert pick_model("coder", models, "fim") == "coder"
+    assert pick_model("", [_model("smol")], "fim") == "smol"  # none can: warned, not empty
+    assert pick_model("", [_model("minilm", embedding=True)], "fim") is None
+    assert pick_model("smol", models) == "smol"  # chat tools: the default, as before
+
+
+def test_an_autocomplete_tool_warns_about_a_model_without_fim_tokens() -> None:
+    bad = check_fim("llama-vscode", "smol", ("completion", "chat"))
+    assert not bad.ok and "cannot fill in the middle" in bad.message
+    assert check_fim("llama-vscode", "coder", ("completion", "chat", "fim")).ok
+    assert check_fim("continue-autocomplete", "remote/x", None).ok  # unknown: no warning
+    assert check_fim("cline", "smol", ("completion", "chat")).ok  # chat tools do not care
+
+
+def test_a_model_indexed_before_fim_was_looked_for_is_not_warned_about() -> None:
+    assert known_capabilities(_model("old")) is None  # its entry has no "fim": unknown
+    assert known_capabilities(_model("smol", fim=False)) == ("completion", "chat")
+    assert check_fim("llama-vscode", "old", known_capabilities(_model("old"))).ok

@@ -89,6 +89,9 @@ def test_each_tool_shows_its_snippet_with_the_url_and_model_and_copies_it(
             f"{k}={v}" for k, v in want.env.items()
         ]
         assert f"{want.context_needed:,}" in page.context_label.text()
+        if TOOLS[name].fim:  # SmolLM2 has no FIM tokens: autocomplete tools say so
+            assert "cannot fill in the middle" in page.warning_label.text()
+            assert page.warning_label.isVisible()
         assert not st.key_required and "hearth" in page.key_label.text()
         assert not page.create_key_button.isVisible()
         page.copy_button.click()

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from app.core.inference.tools import Tool
-from app.core.requests import ChatRequest, CompletionRequest, ToolChoice
+from app.core.requests import ChatRequest, CompletionRequest, Infill, ToolChoice
 from app.core.types import ChatMessage, Constraint, SamplingParams, ToolCall
+from app.errors import UnsupportedParameter
 from app.runtimes.remote import codec
 
 WEATHER = Tool(
@@ -67,6 +70,18 @@ def test_completion_body_keeps_token_prompts() -> None:
     )
     b = codec.completion_body("hearth", "x", req, (1, 2, 3))
     assert b["prompt"] == [1, 2, 3] and b["response_format"] == {"type": "json_object"}
+
+
+def test_fill_in_the_middle_goes_on_as_openai_insert_mode() -> None:
+    req = CompletionRequest("lan/x", ("def f(",), infill=Infill("):\n", cursor="x"))
+    b = codec.completion_body("ollama", "x", req, "def f(")
+    # the suffix passed on (an engine that cannot fill in refuses it itself); the cursor text
+    # follows the prefix, as llama-server puts it
+    assert b["prompt"] == "def f(x" and b["suffix"] == "):\n"
+    files = CompletionRequest("lan/x", ("a",), infill=Infill("b", extra=(("f.py", "c"),)))
+    with pytest.raises(UnsupportedParameter) as e:
+        codec.completion_body("hearth", "x", files, "a")
+    assert e.value.param == "input_extra"
 
 
 def test_chunks_fold_into_deltas_and_the_usage_chunk_reaches_the_final_delta() -> None:

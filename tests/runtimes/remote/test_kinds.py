@@ -239,6 +239,10 @@ def test_ollama_show_followups_and_details() -> None:
     vl = {"capabilities": ["completion", "vision"], "model_info": {}}
     _, models, _ = interpret("ollama", first | {"show:llama3.2:latest": Answer(200, vl)})
     assert models[0].capabilities == CHAT + ("vision",) and not models[0].refuses_images()
+    # "insert" (a FIM model: /api/generate takes a suffix) fills in the middle
+    ins = {"capabilities": ["completion", "insert"], "model_info": {}}
+    _, models, _ = interpret("ollama", first | {"show:llama3.2:latest": Answer(200, ins)})
+    assert models[0].capabilities == CHAT + ("fim",)
     # no show answer (failed or not asked): the model is still listed, context unknown
     _, models, _ = interpret(
         "ollama", first | {"show:llama3.2:latest": Answer(500, {"error": "x"})}

@@ -98,7 +98,7 @@ def test_counting_tokens_outside_the_scope_answers_as_unknown_and_loads_nothing(
     assert r.status_code == 200 and r.json()["input_tokens"] > 0
 
 
-def test_rerank_and_tokenize_outside_the_scope_answer_as_unknown(keyed: Keyed) -> None:
+def test_rerank_tokenize_and_infill_outside_the_scope_answer_as_unknown(keyed: Keyed) -> None:
     keyed.post("/api/v1/models/unload", {"model": keyed.emb}, "admin")
     cases = [
         ("/v1/rerank", lambda m: {"model": m, "query": "cats", "documents": ["a cat", "a car"]}),
@@ -107,6 +107,7 @@ def test_rerank_and_tokenize_outside_the_scope_answer_as_unknown(keyed: Keyed) -
         ("/detokenize", lambda m: {"model": m, "tokens": [1]}),
         ("/tokenizer_info", lambda m: {"model": m}),
         ("/api/v1/models/estimate", lambda m: {"model": m}),
+        ("/infill", lambda m: {"model": m, "input_prefix": "a", "input_suffix": "b"}),
     ]
     for path, body in cases:
         hidden = keyed.post(path, body(keyed.emb), "chat")

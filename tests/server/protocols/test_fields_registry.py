@@ -11,6 +11,7 @@ import pytest
 
 from app.server.protocols import fields_registry as reg
 from app.server.protocols.anthropic.parse import parse_request
+from app.server.protocols.llama.parse import parse_infill
 from app.server.protocols.ollama.parse import parse_chat as ollama_chat
 from app.server.protocols.ollama.parse import parse_embed, parse_generate, parse_options
 from app.server.protocols.openai import tokenizer
@@ -48,6 +49,11 @@ DOCUMENTED = {
     "temperature repeat_penalty presence_penalty frequency_penalty penalize_newline stop numa "
     "num_ctx num_batch num_gpu main_gpu use_mmap num_thread mirostat mirostat_tau mirostat_eta "
     "tfs_z",
+    "llama.infill": "input_prefix input_suffix input_extra prompt n_predict stream "
+    "cache_prompt id_slot samplers temperature top_k top_p min_p seed stop repeat_penalty "
+    "repeat_last_n presence_penalty frequency_penalty n_probs n_indent t_max_prompt_ms "
+    "t_max_predict_ms n_keep typical_p mirostat dry_multiplier xtc_probability lora "
+    "response_fields",
     "tokenize": "model prompt add_special_tokens return_token_strs messages "
     "add_generation_prompt continue_final_message chat_template_kwargs tools content",
     "detokenize": "model tokens",
@@ -110,6 +116,7 @@ def ident(name: str) -> str:
         ("ollama.generate", lambda d: parse_generate(d, ident), {"model": "m", "prompt": "hi"}),
         ("ollama.embed", lambda d: parse_embed(d, ident), {"model": "m", "input": "hi"}),
         ("ollama.options", parse_options, {}),
+        ("llama.infill", parse_infill, {"input_prefix": "a", "input_suffix": "b"}),
         ("tokenize", tokenizer.parse_tokenize, {"prompt": "hi"}),
         ("tokenize", tokenizer.parse_tokenize, {"messages": MSGS}),
         ("tokenize", tokenizer.parse_tokenize, {"content": "hi"}),
@@ -183,11 +190,15 @@ OWN_SAMPLES = {
     ("openai.responses", "include"): {"include": []},
     ("openai.responses", "instructions"): {"instructions": "Be brief."},
     ("openai.responses", "store"): {"store": False},
+    ("llama.infill", "prompt"): {"prompt": "x"},
+    ("llama.infill", "samplers"): {"samplers": ["top_k", "top_p", "infill"]},
+    ("llama.infill", "input_extra"): {"input_extra": [{"filename": "a.py", "text": "x"}]},
 }
 # what the scoring path implements (prompt logprobs, echoing the prompt): walked there
 SCORING = {"echo", "prompt_logprobs"}
 # a stored response to continue: walked by tests/server/clients/test_stored_responses.py
-OWN_TESTS = SCORING | {"previous_response_id"}
+# fill-in-the-middle needs a model with FIM tokens: walked by tests/server/fim/
+OWN_TESTS = SCORING | {"previous_response_id", "suffix"}
 REFUSING = 7  # asks for something of any refused field
 
 
@@ -215,6 +226,10 @@ def _routes(model: str) -> dict[str, tuple[str, dict[str, Any]]]:
         "ollama.options": (
             "/api/generate",
             {"model": model, "prompt": "hi", "stream": False, "options": {"num_predict": 1}},
+        ),
+        "llama.infill": (
+            "/infill",
+            {"model": model, "input_prefix": "a", "input_suffix": "b", "n_predict": 1},
         ),
         "tokenize": ("/tokenize", {"model": model, "prompt": "hi"}),
         "detokenize": ("/detokenize", {"model": model, "tokens": [1]}),

@@ -76,6 +76,8 @@ def _sampling(s: SamplingParams) -> dict[str, Any]:
     d = dataclasses.asdict(s)
     for name in _FLOAT_FIELDS:  # 0 and 0.0 are one temperature, whatever the protocol parsed
         d[name] = float(d[name])
+    if not d["infill"]:  # only when asked: the keys of answers stored before stay valid
+        del d["infill"]
     return d
 
 
@@ -104,6 +106,9 @@ def request_fields(req: ChatRequest | CompletionRequest, targets: list[Any]) -> 
         )
         if req.echo:  # only when asked: the keys of answers stored before stay valid
             out["echo"] = True
+        if req.infill is not None:  # fill-in-the-middle: what follows the cursor, and its stops
+            out["infill"] = dataclasses.asdict(req.infill)
+            out["max_predict_ms"] = req.max_predict_ms
     if req.prompt_logprobs is not None:
         out["prompt_logprobs"] = req.prompt_logprobs
     return out

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from app.core.gateway.providers.base import RemoteModel, RemoteStream
 from app.core.gateway.providers.pool import ProviderPool
-from app.core.inference import images
+from app.core.inference import fim, images
 from app.core.inference import prompt as prompting
 from app.core.inference import rerank as ranking
 from app.core.inference.generation import Choices, Generation
@@ -147,6 +147,10 @@ async def complete(pool: ProviderPool, req: CompletionRequest) -> Choices:
         one = replace(req, sampling=prompting.choice_sampling(req.sampling, k % req.n), n=1)
         prompt = req.prompts[k // req.n]
         stream = await _start(pool, req.model, lambda: client.complete(remote_id, one, prompt))
+        indent = req.infill.indent if req.infill is not None else 0
+        if req.max_predict_ms or indent:  # the editor's stops, as on a local model
+            stops = fim.InfillStops(stream, max_predict_ms=req.max_predict_ms, indent=indent)
+            return Generation(req.model, stream.prompt_tokens, stops)
         return Generation(req.model, stream.prompt_tokens, stream)
 
     return Choices([await start(0)], count, start)

@@ -17,6 +17,7 @@ from typing import Any
 
 from app.core.library import fit as fitlib
 from app.core.library import gguf
+from app.core.library.fim_vocab import can_fill
 from app.core.library.formats.base import (
     HeaderReader,
     ModelFormat,
@@ -27,7 +28,7 @@ from app.core.library.formats.base import (
     register,
 )
 from app.core.library.gguf import QUANT_RE, quant_of  # noqa: F401  (re-exported)
-from app.core.library.gguf_check import check_for_llama_cpp
+from app.core.library.gguf_check import check_for_llama_cpp, token_texts
 from app.core.library.projector import is_projector_name, projector_rank
 from app.core.util.fsutil import fsync_dir
 from app.errors import HearthError, InvalidModel
@@ -192,7 +193,12 @@ class GgufFormat(ModelFormat):
             "quantization": h.quantization,
             "context_length": h.context_length,
             "chat_template": h.chat_template,
-            "extra": {"embedding": h.is_embedding_model, "reranker": h.is_reranker},
+            "extra": {
+                "embedding": h.is_embedding_model,
+                "reranker": h.is_reranker,
+                # prefix, suffix and middle markers: it can fill in the middle (editors)
+                "fim": can_fill(h.metadata, token_texts(path, h)),
+            },
         }
 
     def estimate_local(self, model: Any, options: Any) -> fitlib.MemoryEstimate:

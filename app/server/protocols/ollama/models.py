@@ -112,6 +112,8 @@ def show_remote(r: RemoteListing) -> dict[str, Any]:
     if r.model.context_length:
         info["remote.context_length"] = r.model.context_length
     caps = ["embedding"] if "embeddings" in r.model.capabilities else ["completion"]
+    if "fim" in r.model.capabilities:
+        caps.append("insert")
     return {
         "modelfile": "",
         "parameters": "",
@@ -122,6 +124,13 @@ def show_remote(r: RemoteListing) -> dict[str, Any]:
         "owned_by": r.provider,
         "modified_at": now_iso(0),
     }
+
+
+# before a FIM model's template in /api/show: a Go template comment, so a client reading it as
+# Ollama's sees the .Suffix that Ollama's own FIM templates use
+FIM_NOTE = (
+    "{{/* fill-in-the-middle: /api/generate takes .Suffix, built with the model's FIM tokens */}}"
+)
 
 
 def show(st: ModelStatus) -> dict[str, Any]:
@@ -138,10 +147,15 @@ def show(st: ModelStatus) -> dict[str, Any]:
         caps.append("thinking")  # <think> blocks or harmony channels, which are separated
     if "vision" in m.capabilities:
         caps.append("vision")
+    template = m.chat_template or ""
+    if "fim" in m.capabilities:
+        caps.append("insert")  # Ollama's word: /api/generate takes a suffix
+        # Continue's Ollama provider fills in the middle only when the template names .Suffix
+        template = FIM_NOTE + template
     return {
         "modelfile": f"FROM {m.path}\n",
         "parameters": "",
-        "template": m.chat_template or "",
+        "template": template,
         "details": details(st),
         "model_info": info,
         "capabilities": caps,

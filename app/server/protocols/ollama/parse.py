@@ -43,6 +43,7 @@ from app.core.requests import (
     ChatRequest,
     CompletionRequest,
     EmbeddingRequest,
+    Infill,
 )
 from app.core.types import UNSET, ChatMessage, Constraint, SamplingParams, ToolCall
 from app.errors import InvalidRequest, UnsupportedParameter
@@ -286,9 +287,10 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
         raise UnsupportedParameter(
             "'images' need the model's template; not with raw", param="images"
         )
+    infill = _suffix(b, raw, images)
     sampling, max_tokens, stop = parse_options(b.data.get("options") or {})
     req: ChatRequest | CompletionRequest
-    if raw:
+    if raw or infill is not None:
         req = CompletionRequest(
             model=model,
             prompts=(prompt,),
@@ -298,6 +300,7 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
             constraint=constraint,
             logprobs=logprobs,
             ttl=ttl,
+            infill=infill,
         )
     else:
         system = b.text("system")
@@ -315,6 +318,23 @@ def parse_generate(data: dict[str, Any], resolve: Resolve) -> Parsed:
             ttl=ttl,
         )
     return Parsed(model, req, "response", stream, think, ttl)
+
+
+def _suffix(b: Body, raw: bool, images: tuple[Any, ...]) -> Infill | None:
+    """Ollama's insert: ``prompt`` before the completion, ``suffix`` after it, built from the
+    model's FIM tokens. What Ollama would drop beside it is refused instead: ``raw`` (Ollama
+    then sends the prompt alone), ``system`` and ``images`` (its suffix template has neither)."""
+    suffix = b.text("suffix")
+    if not suffix:
+        return None
+    for key, given in (("raw", raw), ("system", bool(b.text("system"))), ("images", images)):
+        if given:
+            raise UnsupportedParameter(
+                f"'{key}' is not taken with 'suffix': the fill-in-the-middle prompt is built "
+                "from the model's own tokens around the prompt and the suffix",
+                param=key,
+            )
+    return Infill(suffix=suffix)
 
 
 def parse_embed(data: dict[str, Any], resolve: Resolve) -> EmbeddingRequest:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest
+from app.core.requests import ChatRequest, CompletionRequest, EmbeddingRequest, Infill
 from app.errors import InvalidRequest
 from app.server.protocols.common import (
     MAX_N,
@@ -108,6 +108,7 @@ def parse_completion(data: dict[str, Any]) -> Parsed:
     echo = b.flag("echo")
     max_tokens = parse_completion_max_tokens(b, echo)
     so = parse_stream(b)
+    infill = parse_suffix(b, prompts, echo)
     req = CompletionRequest(
         model=model,
         prompts=tuple(p if isinstance(p, str) else tuple(p) for p in prompts),
@@ -121,8 +122,25 @@ def parse_completion(data: dict[str, Any]) -> Parsed:
         n=b.integer("n", 1, lo=1, hi=MAX_N) or 1,
         echo=echo,
         prompt_logprobs=parse_prompt_logprobs(b, so.stream),
+        infill=infill,
     )
     return Parsed(req, so)
+
+
+def parse_suffix(b: Body, prompts: list[Any], echo: bool) -> Infill | None:
+    """OpenAI's insert mode: ``suffix`` follows the completion, each text ``prompt`` precedes
+    it (an empty suffix asks for a plain completion). Echo refused as OpenAI refuses it."""
+    suffix = b.text("suffix")
+    if not suffix:
+        return None
+    if echo:
+        raise InvalidRequest("'echo' is not available with 'suffix' (insert mode)", param="echo")
+    if not all(isinstance(p, str) for p in prompts):
+        raise InvalidRequest(
+            "with 'suffix' the prompt is the text before the insertion: token ids are not taken",
+            param="prompt",
+        )
+    return Infill(suffix=suffix)
 
 
 def parse_embeddings(data: dict[str, Any]) -> tuple[EmbeddingRequest, str]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.core.gateway.cache.replay import request_fields, request_keys
+from app.core.gateway.facts import completion_facts
 from app.core.inference.images import IMAGE_MARKER, ImageInput, image_digest
-from app.core.requests import ChatRequest
+from app.core.requests import ChatRequest, CompletionRequest, Infill
 from app.core.types import ChatMessage
 
 
@@ -35,3 +36,13 @@ def test_images_are_keyed_by_digest() -> None:
 def test_a_text_message_keys_as_before_images_existed() -> None:
     fields = request_fields(ChatRequest("m", (ChatMessage("user", "hi"),)), ["m"])
     assert set(fields["messages"][0]) == {"role", "content", "name", "tool_calls", "tool_call_id"}
+
+
+def test_fill_in_the_middle_is_keyed_by_what_follows_the_cursor() -> None:
+    plain = CompletionRequest("m", ("def f(",))
+    a = replace(plain, infill=Infill("):\n"))
+    b = replace(plain, infill=Infill("): pass\n"))
+    keys = {request_keys(r, ["m"])[0] for r in (plain, a, b)}
+    assert len(keys) == 3  # never a plain completion's answer, nor another suffix's
+    assert "infill" not in request_fields(plain, ["m"])  # a plain completion keys as before
+    assert completion_facts(a).needs == ("fim",) and completion_facts(plain).needs == ()

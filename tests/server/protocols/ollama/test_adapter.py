@@ -525,7 +525,9 @@ def test_the_stop_bound_is_the_one_of_every_protocol() -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"prompt": "x", "suffix": "y"}, "suffix"),
+        # the suffix is taken (fill-in-the-middle); what Ollama drops beside it is refused
+        ({"prompt": "x", "suffix": "y", "raw": True}, "raw"),
+        ({"prompt": "x", "suffix": "y", "system": "s"}, "system"),
         ({"prompt": "x", "tools": [WEATHER]}, "tools"),
         ({"prompt": "x", "template": "{{ .Prompt }}"}, "template"),
     ],

@@ -1,0 +1,61 @@
+"""A loaded model's FIM tokens: named by the GGUF's keys, or found by the texts the code-model
+families use (what llama.cpp did not recognise is looked up by the core); none on a model
+without prefix, suffix and middle markers, which is a 400 naming the wire's field."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core.inference.fim import FimTokens, find_fim_tokens, require_fim
+from app.core.types import LoadOptions, LocalModel
+from app.errors import InvalidRequest
+from app.runtimes.llama.runtime import LlamaCppRuntime
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def load(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    rt = LlamaCppRuntime(probe_file=tmp_path_factory.mktemp("probe") / "probe.json")
+    loaded: list[object] = []
+
+    def _load(path: Path, **extra: object) -> object:
+        m = LocalModel(
+            id=path.stem, path=str(path), format="gguf", size_bytes=1, owned=False, extra=extra
+        )
+        lm = rt.load(m, LoadOptions(context_length=512))
+        loaded.append(lm)
+        return lm
+
+    yield _load
+    for lm in loaded:
+        lm.close()  # type: ignore[attr-defined]
+    rt.close()
+
+
+def test_the_gguf_keys_name_the_tokens(load: object, fim_gguf: Path) -> None:
+    lm = load(fim_gguf)  # type: ignore[operator]
+    assert find_fim_tokens(lm) == FimTokens(pre=7, suf=8, mid=9, pad=16, rep=3, sep=5)
+
+
+def test_the_texts_name_them_without_keys(load: object, fim_texts_gguf: Path) -> None:
+    lm = load(fim_texts_gguf)  # type: ignore[operator]
+    # llama.cpp knows <fim_prefix>..., <reponame>; StarCoder2's <file_sep> is the core's
+    assert lm.special_tokens["fim_sep_id"] is None
+    assert find_fim_tokens(lm) == FimTokens(pre=7, suf=8, mid=9, pad=16, rep=4, sep=5)
+
+
+def test_a_model_without_markers_cannot_fill(
+    load: object, smollm2_path: Path, embedding_gguf: Path
+) -> None:
+    plain = load(smollm2_path)  # type: ignore[operator]
+    assert find_fim_tokens(plain) is None
+    with pytest.raises(InvalidRequest) as e:
+        require_fim(plain, "plain", "input_suffix")
+    assert e.value.param == "input_suffix" and "fill-in-the-middle" in e.value.message
+    with pytest.raises(InvalidRequest) as e:
+        require_fim(load(embedding_gguf, embedding=True), "emb", "suffix")  # type: ignore[operator]
+    assert e.value.param == "suffix" and "embedding" in e.value.message
