@@ -95,6 +95,7 @@ class GgufFormat(ModelFormat):
     name = "gguf"
     label = "GGUF"
     option_heading = "Quantization"
+    search_tags = ("gguf",)
     suffix = ".gguf"
 
     # -- the Hub ---------------------------------------------------------------------------------
