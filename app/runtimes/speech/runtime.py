@@ -10,6 +10,7 @@ Tested by tests/server/audio/test_transcriptions.py.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import os
 import threading
@@ -53,6 +54,13 @@ def _whisper_model_class() -> Any:
     except ImportError as e:
         raise SpeechUnavailable() from e
     return WhisperModel
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _languages() -> frozenset[str]:
@@ -301,11 +309,17 @@ class SpeechRuntime:
         return True
 
     def system_report(self) -> dict[str, Any]:
+        """{"speech": {available, reason, faster_whisper, ctranslate2}}: the versions installed
+        (None: not installed), read from the packages' metadata."""
+        versions = {
+            "faster_whisper": _version("faster-whisper"),
+            "ctranslate2": _version("ctranslate2"),
+        }
         try:
             _whisper_model_class()
         except SpeechUnavailable as e:
-            return {"speech": {"available": False, "reason": e.message}}
-        return {"speech": {"available": True, "reason": ""}}
+            return {"speech": {"available": False, "reason": e.message, **versions}}
+        return {"speech": {"available": True, "reason": "", **versions}}
 
     def load(self, model: LocalModel, options: LoadOptions) -> SpeechModel:
         whisper = _whisper_model_class()

@@ -42,6 +42,7 @@ def report_source(ctx: Any) -> Callable[[], dict[str, Any]]:
             models_dir=s.models_dir,
             budget_bytes=s.load.memory_budget_bytes or default_budget(),
             server={"url": url.removesuffix("/v1") if url else configured, "running": bool(url)},
+            whisper_models=sum(s.model.format == "whisper" for s in ctx.service.models.all()),
         )
 
     return collect
