@@ -16,6 +16,14 @@ from app import __version__
 from app.cli.common import EXIT_FAIL, EXIT_OK, context, find_server
 
 
+def _microphone() -> tuple[bool, str]:
+    try:
+        from app.gui.views.chat.dictation import can_record
+    except ImportError as e:  # PySide6 itself is missing: no window, so no Dictate button
+        return False, f"PySide6 cannot be imported ({e})"
+    return can_record()
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from app.compose import build_runtimes
     from app.core.desktop import doctor
@@ -40,6 +48,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         budget_bytes=settings.load.memory_budget_bytes or default_budget(),
         server={"url": str(running) if running else configured, "running": bool(running)},
         whisper_models=sum(m.format == "whisper" for m in library.list()),
+        mic=_microphone(),
     )
     if args.json:
         print(json.dumps(report, indent=2))

@@ -11,7 +11,6 @@ Tested by tests/e2e/cli/test_doctor.py.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,19 +37,6 @@ FIXES = {
 }
 
 
-SPEECH_EXTRA = "pip install 'hearth[speech]'"
-
-
-def microphone() -> tuple[bool, str]:
-    """Whether the chat's Dictate button can record here: PySide6's QtMultimedia imports (its
-    add-on wheel is in the speech extra); (False, why) when it does not."""
-    try:
-        importlib.import_module("PySide6.QtMultimedia")
-    except (ImportError, OSError) as e:  # OSError: the module is there, a Qt library is not
-        return False, f"PySide6's QtMultimedia cannot be imported ({e}): {SPEECH_EXTRA}"
-    return True, ""
-
-
 def _self_report(runtime: Any) -> dict[str, Any]:
     report = getattr(runtime, "system_report", None)
     return report() if callable(report) else {}
@@ -72,7 +58,8 @@ def build_report(
     [{name, memory_bytes, backend}], mlx: {available, reason}, speech: {available, reason,
     faster_whisper, ctranslate2, microphone, microphone_reason, whisper_models}, amx_probe,
     memory_budget_bytes, paths, server, warnings}. ``runtime_ok`` is left out: see
-    :func:`runtime_ok`. ``mic``: :func:`microphone`'s answer."""
+    :func:`runtime_ok`. ``mic``: whether the chat's Dictate button can record, and why not
+    (``app.gui.views.chat.dictation.can_record``: core imports no Qt)."""
     llama_self = _self_report(runtimes.get("gguf"))
     llama = llama_self.get("llama_cpp") or {
         "available": False,
@@ -228,10 +215,11 @@ def collect(
     budget_bytes: int,
     server: dict[str, Any],
     whisper_models: int = 0,
+    mic: tuple[bool, str] = (False, "not checked"),
 ) -> dict[str, Any]:
     """The report for this machine. ``paths``: ``app.paths.AppPaths``; ``models_dir``: the
     models folder setting (empty: the default); ``server``: {url, running};
-    ``whisper_models``: how many the library has."""
+    ``whisper_models``: how many the library has; ``mic``: as :func:`build_report`."""
     from app.core.library.fit import probe_memory
     from app.core.library.hardware import detect_gpus
 
@@ -251,5 +239,5 @@ def collect(
         paths=folders,
         server=server,
         whisper_models=whisper_models,
-        mic=microphone(),
+        mic=mic,
     )
