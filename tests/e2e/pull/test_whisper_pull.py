@@ -5,16 +5,21 @@ clip (the real test model's files, served by the fake Hub)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.support.fakehub import FakeFile, FakeHub
+from tests.conftest import start_served, stop_served
+from tests.support.fakehub import FakeFile, FakeHub, gguf_bytes
 from tests.support.hearthproc import env_for, hearth, hold_settings, ls
 from tests.support.speech import FOX_WORDS, speak, whisper_or_skip
 
@@ -38,6 +43,37 @@ def test_search_lists_it_as_whisper(hub: FakeHub, tmp_path: Path) -> None:
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.splitlines()
     assert row.split()[:2] == [REPO, "whisper"]
+
+
+def test_the_servers_hub_api_searches_and_offers_whisper(hub: FakeHub, tmp_path: Path) -> None:
+    seed = tmp_path / "seed" / "seed-Q8_0.gguf"
+    seed.parent.mkdir(parents=True)
+    seed.write_bytes(gguf_bytes(tmp_path / "b", name="seed", file_type=7))
+    s = start_served(tmp_path / "served", seed)  # its HubClient reads HF_ENDPOINT (the fake)
+
+    def get(path: str) -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(s.root + path, timeout=60) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        status, found = get("/api/v1/hub/search?q=whisper&format=whisper")
+        assert status == 200, found
+        assert [(m["id"], m["format"]) for m in found["models"]] == [(REPO, "whisper")]
+        status, info = get(f"/api/v1/hub/models/{REPO}")
+        assert status == 200 and info["format"] == "whisper" and info["refused"] is None
+        [opt] = info["options"]
+        files = hub.repos[REPO].files
+        assert opt["name"] == "ct2" and "README.md" not in opt["files"]
+        assert opt["size_bytes"] == sum(len(files[n].data) for n in opt["files"])
+        assert opt["fit"] and opt["memory_bytes"] > len(files["model.bin"].data)
+        status, err = get("/api/v1/hub/search?format=onnx")
+        assert status == 400 and err["error"]["param"] == "format"
+        assert "whisper" in err["error"]["message"]
+    finally:
+        stop_served(s)
 
 
 def test_a_killed_pull_resumes_and_the_model_transcribes(hub: FakeHub, tmp_path: Path) -> None:
