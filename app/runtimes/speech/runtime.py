@@ -13,6 +13,7 @@ import asyncio
 import importlib.metadata
 import logging
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,7 +57,16 @@ def _whisper_model_class() -> Any:
     return WhisperModel
 
 
-def _version(dist: str) -> str | None:
+# (module, distribution): what the doctor reports the versions of
+SPEECH_PACKAGES = (("faster_whisper", "faster-whisper"), ("ctranslate2", "ctranslate2"))
+
+
+def _version(module: str, dist: str) -> str | None:
+    """An imported package's ``__version__`` (a frozen bundle carries no package metadata),
+    else its installed distribution's; None: not installed."""
+    v = getattr(sys.modules.get(module), "__version__", None)
+    if isinstance(v, str):
+        return v
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -310,16 +320,15 @@ class SpeechRuntime:
 
     def system_report(self) -> dict[str, Any]:
         """{"speech": {available, reason, faster_whisper, ctranslate2}}: the versions installed
-        (None: not installed), read from the packages' metadata."""
-        versions = {
-            "faster_whisper": _version("faster-whisper"),
-            "ctranslate2": _version("ctranslate2"),
-        }
+        (None: not installed)."""
         try:
             _whisper_model_class()
         except SpeechUnavailable as e:
-            return {"speech": {"available": False, "reason": e.message, **versions}}
-        return {"speech": {"available": True, "reason": "", **versions}}
+            report = {"available": False, "reason": e.message}
+        else:
+            report = {"available": True, "reason": ""}
+        versions = {m: _version(m, dist) for m, dist in SPEECH_PACKAGES}
+        return {"speech": {**report, **versions}}
 
     def load(self, model: LocalModel, options: LoadOptions) -> SpeechModel:
         whisper = _whisper_model_class()
