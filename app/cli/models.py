@@ -65,7 +65,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
                 human_count(m.parameters),
                 human_bytes(m.size_bytes),
                 str(m.context_length or "-"),
-                "vision" if "vision" in m.capabilities else "-",
+                # a Whisper model takes speech; a vision model images besides text
+                "audio"
+                if "transcription" in m.capabilities
+                else "vision"
+                if "vision" in m.capabilities
+                else "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

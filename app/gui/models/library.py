@@ -18,7 +18,8 @@ Index = QModelIndex | QPersistentModelIndex
 # what a narrow window must show comes first (the rest scrolls into view)
 COLUMNS: tuple[str, ...] = (
     "Model",
-    "Type",  # Chat, Chat + vision (a vision projector is paired), Embedding, Reranker
+    # Chat, Chat + vision (a vision projector is paired), Embedding, Reranker, Speech to text
+    "Type",
     "Size",
     "State",
     "Format",
@@ -45,6 +46,8 @@ ID_ROLE = Qt.ItemDataRole.UserRole
 def type_text(m: LocalModel) -> str:
     """What the model is for, in the words of the Type column."""
     caps = m.capabilities
+    if "transcription" in caps:
+        return "Speech to text"
     if "embeddings" in caps:
         return "Embedding"
     if "chat" not in caps:

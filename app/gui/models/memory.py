@@ -166,6 +166,8 @@ COLUMNS: tuple[str, ...] = (
     "Loaded at",
 )
 KEEP_ALIVE_COLUMN = COLUMNS.index("Keep-alive")
+# the speech runtime's name (app/runtimes/speech): a Whisper model has no prompt context
+SPEECH_RUNTIME = "faster-whisper"
 _NUMERIC = {COLUMNS.index(c) for c in ("Context", "Memory", "Requests")}
 ID_ROLE = Qt.ItemDataRole.UserRole
 
@@ -228,10 +230,11 @@ class LoadedModelsTableModel(RowTableModel):
     def _display(self, m: LoadedInfo, col: int) -> str:
         if col == KEEP_ALIVE_COLUMN:
             return keep_alive_text(m, self._clock())
+        speech = m.runtime == SPEECH_RUNTIME
         values = (
             m.model_id,
-            m.runtime,
-            grouped(m.context_length),
+            f"Speech to text ({m.runtime})" if speech else m.runtime,
+            "" if speech else grouped(m.context_length),
             human_bytes(m.memory_bytes),
             str(m.pending) if m.pending else "",
             time.strftime("%H:%M:%S", time.localtime(m.loaded_at)),
@@ -242,7 +245,9 @@ class LoadedModelsTableModel(RowTableModel):
     def _tooltip(m: LoadedInfo) -> str:
         o = m.options
         setup = f"Context {m.context_length:,} tokens"
-        if m.runtime != "mlx":  # the rest are llama.cpp options
+        if m.runtime == SPEECH_RUNTIME:
+            setup = f"Speech to text · CPU threads {o.threads or 'auto'}"
+        elif m.runtime != "mlx":  # the rest are llama.cpp options
             setup += f" · KV cache {o.kv_type} · flash attention {o.flash_attention}"
         lines = [
             m.model_id,

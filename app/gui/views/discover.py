@@ -1,5 +1,5 @@
 """The Discover page: search the Hugging Face Hub for GGUF (or, where this machine runs MLX,
-MLX) repos, each with the size range of what it offers, inspect a repo's quantizations (size and
+MLX; or Whisper speech-to-text) repos, each with the size range of what it offers, inspect a repo's quantizations (size and
 whether each fits this machine) and its model card, and queue a download. Every Hub call runs on
 the service loop through the bridge."""
 
@@ -72,6 +72,7 @@ def mlx_available(service: Hearth) -> bool:
 
 
 VISION_BADGE = "vision"  # an option that comes with a vision projector (mmproj)
+SPEECH_BADGE = "speech to text"  # a Whisper folder: audio in, text out
 
 
 def option_label(info: RepoInfo, option: ModelOption) -> str:
@@ -114,6 +115,8 @@ class DiscoverPage(QWidget):
         self.search_edit = QLineEdit()
         self.format_combo = QComboBox()
         self.format_combo.addItem(*FORMATS[0])  # MLX joins once this machine is known to run it
+        if service.runtimes.get("whisper") is not None:
+            self.format_combo.addItem(*FORMATS[2])
         self.format_combo.setToolTip("Model format")
         self._update_placeholder()
         self.sort_combo = QComboBox()
@@ -249,7 +252,8 @@ class DiscoverPage(QWidget):
         return cast(HubFormat, self.format_combo.currentData())
 
     def formats(self) -> list[HubFormat]:
-        """The format choices offered (MLX only where this machine runs it)."""
+        """The format choices offered (MLX only where this machine runs it; Whisper where
+        Hearth has its speech runtime)."""
         return [
             cast(HubFormat, self.format_combo.itemData(i)) for i in range(self.format_combo.count())
         ]
@@ -415,7 +419,7 @@ class DiscoverPage(QWidget):
         if exc is not None:
             log.warning("cannot tell whether MLX runs here: %s", exc)
         if available and self.format_combo.findData("mlx") < 0:
-            self.format_combo.addItem(*FORMATS[1])
+            self.format_combo.insertItem(1, *FORMATS[1])
         self.formats_known = True
         self.formats_listed.emit()
 
@@ -490,7 +494,9 @@ class DiscoverPage(QWidget):
         self.options.setHeaderLabels([heading, "Size", "Fit", "Input"])
         for opt in info.options:
             label = option_label(info, opt)
-            badge = VISION_BADGE if opt.projector else ""
+            badge = (
+                VISION_BADGE if opt.projector else SPEECH_BADGE if opt.format == "whisper" else ""
+            )
             item = QTreeWidgetItem([label, human_bytes(opt.size_bytes), fit_text(opt), badge])
             item.setData(0, OPTION_ROLE, opt)
             if opt.estimate is not None:
@@ -517,7 +523,9 @@ class DiscoverPage(QWidget):
                 html.escape(f"Hearth will not download this: {info.refused}"), "error"
             )
         elif not info.options:
-            self.banner.show_message("This repo has no GGUF or MLX files Hearth can use.", "notice")
+            self.banner.show_message(
+                "This repo has no GGUF, MLX or Whisper files Hearth can use.", "notice"
+            )
         if select:
             self.select_option(select)
         elif (first := self.options.topLevelItem(0)) is not None:

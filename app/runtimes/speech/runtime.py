@@ -10,8 +10,10 @@ Tested by tests/server/audio/test_transcriptions.py.
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import os
+import sys
 import threading
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -53,6 +55,22 @@ def _whisper_model_class() -> Any:
     except ImportError as e:
         raise SpeechUnavailable() from e
     return WhisperModel
+
+
+# (module, distribution): what the doctor reports the versions of
+SPEECH_PACKAGES = (("faster_whisper", "faster-whisper"), ("ctranslate2", "ctranslate2"))
+
+
+def _version(module: str, dist: str) -> str | None:
+    """An imported package's ``__version__`` (a frozen bundle carries no package metadata),
+    else its installed distribution's; None: not installed."""
+    v = getattr(sys.modules.get(module), "__version__", None)
+    if isinstance(v, str):
+        return v
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _languages() -> frozenset[str]:
@@ -301,11 +319,16 @@ class SpeechRuntime:
         return True
 
     def system_report(self) -> dict[str, Any]:
+        """{"speech": {available, reason, faster_whisper, ctranslate2}}: the versions installed
+        (None: not installed)."""
         try:
             _whisper_model_class()
         except SpeechUnavailable as e:
-            return {"speech": {"available": False, "reason": e.message}}
-        return {"speech": {"available": True, "reason": ""}}
+            report = {"available": False, "reason": e.message}
+        else:
+            report = {"available": True, "reason": ""}
+        versions = {m: _version(m, dist) for m, dist in SPEECH_PACKAGES}
+        return {"speech": {**report, **versions}}
 
     def load(self, model: LocalModel, options: LoadOptions) -> SpeechModel:
         whisper = _whisper_model_class()

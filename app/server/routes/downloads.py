@@ -163,8 +163,8 @@ async def search(request: web.Request) -> web.Response:
     dm = _manager(request.app[SERVICE])
     q = request.query
     fmt = q.get("format", "gguf")
-    if fmt not in ("gguf", "mlx", "any"):
-        raise InvalidRequest("'format' must be gguf, mlx or any", param="format")
+    if fmt not in ("gguf", "mlx", "whisper", "any"):
+        raise InvalidRequest("'format' must be gguf, mlx, whisper or any", param="format")
     sort = q.get("sort", "downloads")
     if sort not in ("downloads", "likes", "recent", "created"):
         raise InvalidRequest("'sort' must be downloads, likes, recent or created", param="sort")

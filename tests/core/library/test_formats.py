@@ -49,7 +49,8 @@ def write(path: Path, data: bytes) -> Path:
 
 # -- which format, from the Hub --------------------------------------------------------------------
 def test_the_registry_has_one_object_per_format_by_name() -> None:
-    assert [f.name for f in FORMATS] == ["gguf", "mlx"]
+    assert [f.name for f in FORMATS] == ["gguf", "mlx", "whisper"]
+    assert format_named("whisper").search_tags == ("ctranslate2", "automatic-speech-recognition")
     assert format_named("gguf") is GGUF and format_named("mlx") is MLX
     assert (GGUF.label, MLX.label) == ("GGUF", "MLX")
     assert (GGUF.option_heading, MLX.option_heading) == ("Quantization", "Folder")

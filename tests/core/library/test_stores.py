@@ -255,3 +255,35 @@ async def test_service_scan_publishes_library_changed(stores: Stores, lib: Model
     model, deleted = await service.models.remove("tiny:1b")
     assert model.origin == "ollama" and not deleted and stores.ollama_blob.exists()
     await service.close()
+
+
+def test_faster_whispers_own_downloads_in_the_hf_cache_are_speech_models(
+    tmp_path: Path, lib: ModelLibrary
+) -> None:
+    hf = tmp_path / "hf" / "hub"
+    files = {
+        "config.json": b'{"lang_ids": [1, 2]}',
+        "model.bin": b"\x01" * 2000,
+        "vocabulary.txt": b"a\nb\n",
+        "README.md": b"# faster-whisper-tiny\n",
+    }
+    tiny = hf / "models--Systran--faster-whisper-tiny"
+    for name, data in files.items():
+        _hf_file(tiny, "abc123", name, data)
+    (tiny / "refs").mkdir()
+    (tiny / "refs" / "main").write_text("abc123")
+    # a snapshot whose weights point outside its repo's blobs is not taken
+    evil = hf / "models--evil--faster-whisper-base"
+    for name, data in files.items():
+        if name != "model.bin":
+            _hf_file(evil, "def456", name, data)
+    outside = tmp_path / "elsewhere.bin"
+    outside.write_bytes(b"\x01" * 10)
+    (evil / "snapshots" / "def456" / "model.bin").symlink_to(outside)
+    where = ForeignLocations(hf_cache=(hf,), lm_studio=(), ollama=())
+    found = [(f.origin, f.name, f.format) for f in scan(where)]
+    assert found == [("huggingface-cache", "faster-whisper-tiny", "whisper")]
+    [m] = lib.index_foreign(where)
+    assert m.format == "whisper" and m.origin == "huggingface-cache" and not m.owned
+    assert m.capabilities == ("transcription", "translation")
+    assert m.extra["repo_id"] == "Systran/faster-whisper-tiny"

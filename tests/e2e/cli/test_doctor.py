@@ -1,5 +1,6 @@
 """``hearth doctor [--json]`` as a script runs it: this machine's CPU build, a
-simulated GPU the build cannot use (the warning path), and an install with no runtime."""
+simulated GPU the build cannot use (the warning path), an install with no runtime, and speech
+to text (faster-whisper, the microphone, Whisper models; without the speech extra)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -19,17 +21,29 @@ from app.core.util.fsutil import atomic_write_json
 from app.runtimes.llama.backend import build_info
 from app.runtimes.llama.probe import ENV_OVERRIDE, probe_key
 from app.runtimes.llama.system import amx_report
+from tests.support.speech import whisper_or_skip
 
 KEYS = {
     "version",
     "llama_cpp",
     "gpus",
     "mlx",
+    "speech",
     "amx_probe",
     "memory_budget_bytes",
     "paths",
     "server",
     "warnings",
+}
+
+SPEECH_KEYS = {
+    "available",
+    "reason",
+    "faster_whisper",
+    "ctranslate2",
+    "microphone",
+    "microphone_reason",
+    "whisper_models",
 }
 
 
@@ -75,6 +89,61 @@ def test_doctor_json_on_this_machine(tmp_path: Path) -> None:
     assert plain.returncode == 0
     assert plain.stdout.startswith(f"Hearth {app.__version__}\nllama.cpp: llama-cpp-python ")
     assert "Server: http://127.0.0.1:8421 (not running)" in plain.stdout
+
+
+def test_doctor_reports_speech_to_text(tmp_path: Path) -> None:
+    real = whisper_or_skip()
+    home = tmp_path / "h"
+    rep = json.loads(doctor(home, "--json").stdout)
+    sp = rep["speech"]
+    assert set(sp) == SPEECH_KEYS
+    assert sp["available"] and sp["reason"] == ""
+    assert sp["faster_whisper"] == metadata.version("faster-whisper")
+    assert sp["ctranslate2"] == metadata.version("ctranslate2")
+    assert sp["microphone"] is True and sp["microphone_reason"] == ""  # the extra is installed
+    assert sp["whisper_models"] == 0
+    imported = subprocess.run(
+        [sys.executable, "-m", "app", "import", str(real)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HEARTH_HOME": str(home)},
+        timeout=120,
+    )
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(doctor(home, "--json").stdout)["speech"]["whisper_models"] == 1
+    plain = doctor(home)
+    fw = metadata.version("faster-whisper")
+    assert f"Speech to text: faster-whisper {fw} (CTranslate2 " in plain.stdout
+    assert "1 Whisper model in the library" in plain.stdout
+    assert "Microphone (chat Dictate): can record" in plain.stdout
+    assert "pipewire" not in plain.stderr  # QtMultimedia's backend probe stays quiet
+
+
+def test_without_the_speech_extra_it_says_what_to_install(tmp_path: Path) -> None:
+    real = whisper_or_skip()
+    home = tmp_path / "h"
+    env = {**os.environ, "HEARTH_HOME": str(home)}
+    r = subprocess.run(
+        [sys.executable, "-m", "app", "import", str(real)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    shadow = tmp_path / "shadow"  # faster_whisper and PySide6 that fail, as where not installed
+    for pkg in ("faster_whisper", "PySide6"):
+        (shadow / pkg).mkdir(parents=True)
+        (shadow / pkg / "__init__.py").write_text(f"raise ImportError('no {pkg} here')\n")
+    r = doctor(home, "--json", pythonpath=shadow)
+    assert r.returncode == 0, r.stderr  # llama.cpp still runs models
+    rep = json.loads(r.stdout)
+    sp = rep["speech"]
+    assert not sp["available"] and "hearth[speech]" in sp["reason"]
+    assert not sp["microphone"] and "PySide6 cannot be imported" in sp["microphone_reason"]
+    assert sp["whisper_models"] == 1
+    [warning] = [w for w in rep["warnings"] if "Whisper" in w]
+    assert "1 Whisper model(s)" in warning and "hearth[speech]" in warning
 
 
 def test_a_gpu_the_build_cannot_use_is_reported_with_the_fix(tmp_path: Path) -> None:

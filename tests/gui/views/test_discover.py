@@ -202,7 +202,8 @@ def test_mlx_is_a_format_choice_here_and_an_mlx_repo_downloads_as_one_folder(
 ) -> None:
     page = hub_window.discover_page
     qtbot.waitUntil(lambda: page.formats_known, timeout=TIMEOUT)
-    assert page.formats() == ["gguf", "mlx"]  # mlx[cpu] is installed on this machine
+    # mlx[cpu] is installed on this machine; the speech runtime is always there
+    assert page.formats() == ["gguf", "mlx", "whisper"]
     with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
         page.search("tiny")
     assert MLX_REPO not in page.results_model.ids()  # GGUF first
@@ -235,6 +236,39 @@ def test_mlx_is_a_format_choice_here_and_an_mlx_repo_downloads_as_one_folder(
     folder = Path(model.path)
     assert model.format == "mlx" and folder.is_dir()
     assert sorted(p.name for p in folder.iterdir()) == sorted(files)
+
+
+def test_whisper_is_a_format_choice_and_its_repo_shows_one_speech_to_text_folder(
+    hub_window: MainWindow, hub: FakeHub, qtbot: QtBot
+) -> None:
+    files = {
+        "config.json": b'{"lang_ids": [1, 2]}',
+        "model.bin": b"\x01" * 50_000,
+        "vocabulary.txt": b"a\n",
+        "README.md": b"# whisper\n",
+    }
+    tags = ["ctranslate2", "automatic-speech-recognition"]
+    hub.add_repo("Systran/faster-whisper-tiny", files, tags=tags, library_name="ctranslate2")
+    page = hub_window.discover_page
+    qtbot.waitUntil(lambda: page.formats_known, timeout=TIMEOUT)
+    with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
+        page.search("whisper")
+    assert page.results_model.ids() == []  # GGUF first
+    page.format_combo.setCurrentIndex(page.format_combo.findData("whisper"))
+    assert "Whisper" in page.search_edit.placeholderText()
+    with qtbot.waitSignal(page.searched, timeout=TIMEOUT):
+        page.search("whisper")
+    assert page.results_model.ids() == ["Systran/faster-whisper-tiny"]
+    with qtbot.waitSignal(page.repo_shown, timeout=TIMEOUT):
+        page.results.selectRow(0)
+    label = "faster-whisper-tiny/ (Whisper folder, speech to text)"
+    opts = option_rows(page)
+    assert list(opts) == [label]
+    size, fit, listed = opts[label]
+    assert sorted(listed) == ["config.json", "model.bin", "vocabulary.txt"]  # no README
+    assert fit == "Fits RAM" and page.options.headerItem().text(0) == "Folder"
+    assert page.options.topLevelItem(0).text(3) == "speech to text"
+    assert page.download_button.isEnabled()
 
 
 class TestWithoutMlx:

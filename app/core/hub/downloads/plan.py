@@ -37,7 +37,7 @@ class PullPlan:
     repo_id: str
     revision: str
     format: HubFormat
-    option: str  # the option's name: "Q4_K_M", a file stem, or "mlx"
+    option: str  # the option's name: "Q4_K_M", a file stem, "mlx" or "ct2" (Whisper)
     quantization: str | None
     files: tuple[RepoFile, ...]  # the model's, then its vision projector's (when it has one)
     projector: str | None = None  # the projector's path among ``files``
@@ -66,7 +66,8 @@ class PullPlan:
                 raise RepoRefused(
                     f"{info.id}: the Hub gives no checksum for {f.path}, so it cannot be verified"
                 )
-            if f.path.lower().endswith((".gguf", ".safetensors")) and not f.sha256:
+            # weights (a Whisper folder's model.bin too) are verified by their LFS sha256
+            if f.path.lower().endswith((".gguf", ".safetensors", ".bin")) and not f.sha256:
                 raise RepoRefused(f"{info.id}: {f.path} is not in LFS (no sha256 to verify it)")
         projector = opt.projector.path if opt.projector else None
         return cls(info.id, info.revision, opt.format, opt.name, opt.quantization, files, projector)

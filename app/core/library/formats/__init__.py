@@ -30,7 +30,7 @@ from app.core.library.formats.mlx_folder import (
 from app.core.library.formats.whisper_folder import WHISPER, WhisperFormat, is_whisper_folder
 
 # detection order: a repo with any .gguf file is a GGUF repo, even if it is tagged mlx
-FORMATS: tuple[ModelFormat, ...] = (GGUF, MLX)
+FORMATS: tuple[ModelFormat, ...] = (GGUF, MLX, WHISPER)
 
 __all__ = [
     "FORMATS",

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from app.core.library import fit as fitlib
     from app.core.library.gguf import GGUFHeader
 
-HubFormat = Literal["gguf", "mlx"]
+HubFormat = Literal["gguf", "mlx", "whisper"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +42,10 @@ class RepoFile:
 
 @dataclass(frozen=True, slots=True)
 class ModelOption:
-    """One thing a repo offers: a GGUF quantization (one file or all shards) or an MLX folder."""
+    """One thing a repo offers: a GGUF quantization (one file or all shards), an MLX or a
+    Whisper folder."""
 
-    name: str  # "Q4_K_M", or the file stem when the name carries no quantization; "mlx"
+    name: str  # "Q4_K_M", or the file stem when the name carries no quantization; "mlx"; "ct2"
     format: HubFormat
     quantization: str | None
     files: tuple[RepoFile, ...]
@@ -104,6 +105,8 @@ class ModelFormat(ABC):
     name: HubFormat
     label: str  # what a person calls it: "GGUF", "MLX"
     option_heading: str  # the column an option's name sits in: "Quantization", "Folder"
+    # the Hub's search filter for repos of this format (a repo must carry every tag)
+    search_tags: tuple[str, ...]
 
     # -- the Hub ---------------------------------------------------------------------------------
     @abstractmethod
@@ -197,7 +200,7 @@ def register(fmt: ModelFormat) -> ModelFormat:
 
 
 def format_named(name: str) -> ModelFormat:
-    """The format object for ``"gguf"`` or ``"mlx"``.
+    """The format object for ``"gguf"``, ``"mlx"`` or ``"whisper"``.
 
     Raises:
         KeyError: no such format.

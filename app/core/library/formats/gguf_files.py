@@ -96,6 +96,7 @@ class GgufFormat(ModelFormat):
     name = "gguf"
     label = "GGUF"
     option_heading = "Quantization"
+    search_tags = ("gguf",)
     suffix = ".gguf"
 
     # -- the Hub ---------------------------------------------------------------------------------

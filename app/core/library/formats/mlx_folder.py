@@ -18,6 +18,7 @@ from typing import Any
 from app.core.library import fit as fitlib
 from app.core.library.formats.base import (
     HeaderReader,
+    HubFormat,
     ModelFormat,
     ModelOption,
     Offer,
@@ -90,9 +91,10 @@ def is_mlx_folder(p: Path) -> bool:
 class MlxFormat(ModelFormat):
     """MLX folders (mlx-lm): a repo is one option, downloaded as one folder."""
 
-    name = "mlx"
+    name: HubFormat = "mlx"
     label = "MLX"
     option_heading = "Folder"
+    search_tags: tuple[str, ...] = ("mlx",)
 
     # -- the Hub ---------------------------------------------------------------------------------
     def tagged(self, tags: Sequence[str], library_name: str | None) -> bool:

@@ -1,7 +1,10 @@
 """Whisper in CTranslate2's format (faster-whisper): a folder with ``config.json``,
 ``model.bin`` and the tokenizer (``tokenizer.json``, or ``vocabulary.txt`` /
-``vocabulary.json``). Laid out on disk like an MLX folder; the Hub does not offer these yet.
-Tested by tests/core/library/test_whisper_folder.py.
+``vocabulary.json``). Laid out on disk like an MLX folder; on the Hub, a repo tagged
+``ctranslate2`` (as a tag or its library) and as speech recognition (``faster-whisper-*``) offers
+its folder as one option, "ct2". ``model.bin`` is CTranslate2's own binary, read by its C++
+loader: no pickle, no code from the repo.
+Tested by tests/core/library/test_whisper_folder.py and tests/core/hub/test_whisper_hub.py.
 """
 
 from __future__ import annotations
@@ -17,6 +20,13 @@ from app.core.library.formats.mlx_folder import MlxFormat, remote_code_reason
 from app.errors import InvalidModel
 
 TOKENIZER_FILES = ("tokenizer.json", "vocabulary.txt", "vocabulary.json")
+# what faster-whisper reads from a folder (preprocessor_config.json: the mel bins of
+# large-v3); READMEs, images, .gitattributes and any other weights stay on the Hub
+WHISPER_FILES = ("config.json", "model.bin", "preprocessor_config.json", *TOKENIZER_FILES)
+# a ctranslate2 repo is Whisper when tagged as speech recognition (or whisper) too: CTranslate2
+# also converts translation models and LLMs into the same model.bin layout
+SPEECH_TAGS = ("automatic-speech-recognition", "whisper")
+OPTION_NAME = "ct2"
 # Whisper's decoder reads at most 448 tokens (its text context): what listings show
 WHISPER_TEXT_CONTEXT = 448
 # working memory beside the weights: the 30-s window's mel features and encoder activations,
@@ -44,25 +54,43 @@ def estimate_whisper(weights: int) -> fitlib.MemoryEstimate:
 class WhisperFormat(MlxFormat):
     """CTranslate2 Whisper folders, served by faster-whisper (``app/runtimes/speech``)."""
 
-    name = "whisper"  # type: ignore[assignment]
+    name = "whisper"
     label = "Whisper (CTranslate2)"
 
-    # -- the Hub: not offered yet (Discover lists GGUF and MLX) ----------------------------------
+    search_tags = ("ctranslate2", "automatic-speech-recognition")
+    option_heading = "Folder"
+
+    # -- the Hub ---------------------------------------------------------------------------------
     def tagged(self, tags: Sequence[str], library_name: str | None) -> bool:
-        return False
+        ct2 = library_name == "ctranslate2" or "ctranslate2" in tags
+        return ct2 and any(t in tags for t in SPEECH_TAGS)
 
     def matches_repo(
         self, names: Sequence[str], tags: Sequence[str], library_name: str | None
     ) -> bool:
-        return False
+        return (
+            self.tagged(tags, library_name)
+            and "config.json" in names
+            and "model.bin" in names
+            and any(n in names for n in TOKENIZER_FILES)
+        )
 
     def offer(self, files: Sequence[RepoFile], *, config: Any, tags: Sequence[str]) -> Offer:
-        return Offer((), "Whisper folders are not offered for download yet; import one instead")
+        why = remote_code_reason(config, tags)
+        if why:
+            return Offer((), f"refusing this Whisper repo: {why}")
+        chosen = tuple(f for f in files if f.path in WHISPER_FILES)
+        size = sum(f.size or 0 for f in chosen)
+        return Offer((ModelOption(OPTION_NAME, "whisper", None, chosen, size),), None)
+
+    def option_label(self, repo_id: str, option: ModelOption) -> str:
+        return f"{repo_id.rsplit('/', 1)[-1]}/ (Whisper folder, speech to text)"
 
     async def estimate_remote(
         self, option: ModelOption, read_header: HeaderReader, *, context_length: int
     ) -> fitlib.MemoryEstimate:
-        return estimate_whisper(option.size_bytes)
+        weights = next((f.size for f in option.files if f.path == "model.bin"), None)
+        return estimate_whisper(weights if weights is not None else option.size_bytes)
 
     # -- the library -----------------------------------------------------------------------------
     def describe(self, path: Path, *, declared: bool = False) -> dict[str, Any]:

@@ -11,6 +11,7 @@ failing. Tested by tests/gui/views/chat/test_dictation.py.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import tempfile
 from collections.abc import Callable
@@ -38,6 +39,19 @@ NO_MODEL = (
 NO_RECORDER = "Recording needs PySide6's multimedia add-ons: pip install 'hearth[speech]'"
 NO_MICROPHONE = "No microphone found"
 IDLE_TIP = "Dictate: record speech and put its text into the message box (click again to stop)"
+
+
+def can_record() -> tuple[bool, str]:
+    """Whether the Dictate button can record here: PySide6's QtMultimedia imports (its add-on
+    wheel comes with the speech extra); (False, why) when it does not (``hearth doctor``)."""
+    try:
+        importlib.import_module("PySide6.QtMultimedia")
+    except (ImportError, OSError) as e:  # OSError: the module is there, a Qt library is not
+        return (
+            False,
+            f"PySide6's QtMultimedia cannot be imported ({e}): pip install 'hearth[speech]'",
+        )
+    return True, ""
 
 
 def is_audio_name(path: str | Path) -> bool:

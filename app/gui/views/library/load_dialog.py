@@ -114,6 +114,7 @@ class LoadDialog(QDialog):
         self._bridge = bridge
         self.model = model
         self.is_mlx = model.format == "mlx"
+        self.is_speech = model.format == "whisper"
         self.loading = False
         self.reloading = False  # the model is loaded: Load reloads it with the form's options
         self.estimate: dict[str, Any] | None = None
@@ -133,6 +134,7 @@ class LoadDialog(QDialog):
             trained_context=model.context_length or 0,
             mlx=self.is_mlx,
             gpu_offload=bool(getattr(gguf, "gpu_offload", True)),
+            speech=self.is_speech,
         )
         self.options_form = self.option_form.form
         self.editors = self.option_form.editors
@@ -188,6 +190,13 @@ class LoadDialog(QDialog):
         ef.addRow("Total", self.total_label)
         ef.addRow("Budget", self.budget_label)
         ef.addRow(self.fit_label)
+        if self.is_speech:
+            # a speech model has no prompt context or KV cache: weights plus the audio's work
+            for w in (self.context_reason_label, self.kv_label, self.idle_label):
+                ef.setRowVisible(w, False)
+            label = ef.labelForField(self.compute_label)
+            if isinstance(label, QLabel):
+                label.setText("Audio and decoding")
 
         # -- after loading ----------------------------------------------------------------------
         self.ttl_check = QCheckBox("Unload after")
@@ -536,6 +545,8 @@ def _minutes(seconds: float) -> int:
 
 
 def _describe(model: LocalModel) -> str:
+    if model.format == "whisper":
+        return f"Whisper · speech to text · {human_bytes(model.size_bytes)}"
     parts = [model.format.upper()]
     if model.parameters:
         parts.append(f"{human_count(model.parameters)} parameters")

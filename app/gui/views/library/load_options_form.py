@@ -72,6 +72,8 @@ def editor_for(spec: OptionSpec, *, maximum: float | None = None) -> QWidget:
     return w
 
 
+# faster-whisper (app/runtimes/speech) reads only its CPU threads: no context, GPU or cache
+SPEECH_OPTIONS = ("threads",)
 NO_GPU_TEXT = "Auto: no GPU (runs on the CPU)"
 NO_GPU_TIP = (
     "This llama.cpp build has no GPU backend, so models run on the CPU whatever this says. "
@@ -81,7 +83,7 @@ NO_GPU_TIP = (
 
 class LoadOptionsForm(QGroupBox):
     """ "Load options": the main rows, then "Advanced options" (hidden until asked for). For an
-    MLX model only the options MLX reads are shown."""
+    MLX model only the options MLX reads are shown; for a Whisper model only its CPU threads."""
 
     changed = Signal()
 
@@ -91,12 +93,14 @@ class LoadOptionsForm(QGroupBox):
         trained_context: int,
         mlx: bool,
         gpu_offload: bool = True,
+        speech: bool = False,
         parent: QWidget | None = None,
     ) -> None:
         """``gpu_offload``: the llama.cpp build can offload to a GPU (else "GPU offload" says
         that it runs on the CPU)."""
         super().__init__("Load options", parent)
         self.mlx = mlx
+        self.speech = speech
         self.specs = specs()
         self.form = QFormLayout(self)
         self.advanced_button = QToolButton()
@@ -136,19 +140,24 @@ class LoadOptionsForm(QGroupBox):
         self.form.addRow(self.advanced_button)
         self.form.addRow(self.advanced_box)
         self.advanced_button.toggled.connect(self._on_advanced_button_toggled)
-        if mlx:
+        if mlx or speech:
             for spec in self.specs:
-                if not spec.mlx and not spec.advanced:
-                    self.form.setRowVisible(self.editors[spec.name], False)
-            if not any(s.mlx for s in self.specs if s.advanced):
+                if not self.reads(spec):
+                    layout = advanced if spec.advanced else self.form
+                    layout.setRowVisible(self.editors[spec.name], False)
+            if not any(self.reads(s) for s in self.specs if s.advanced):
                 self.form.setRowVisible(self.advanced_button, False)
                 self.form.setRowVisible(self.advanced_box, False)
 
+    def reads(self, spec: OptionSpec) -> bool:
+        """Whether this model's runtime reads the option (faster-whisper: its CPU threads)."""
+        if self.speech:
+            return spec.name in SPEECH_OPTIONS
+        return spec.mlx or not self.mlx
+
     def values(self) -> dict[str, Any]:
         """The options the form shows (only those this model's runtime reads)."""
-        return {
-            s.name: _value(s, self.editors[s.name]) for s in self.specs if s.mlx or not self.mlx
-        }
+        return {s.name: _value(s, self.editors[s.name]) for s in self.specs if self.reads(s)}
 
     def show_options(self, options: LoadOptions) -> None:
         for s in self.specs:

@@ -15,6 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from app.gui.context import GuiContext
 from app.gui.main_window import MainWindow
+from app.gui.models.library import COLUMNS as LIBRARY_COLUMNS
 from app.gui.models.memory import COLUMNS
 from app.gui.units import human_bytes
 from app.gui.views.library.load_dialog import LoadDialog
@@ -346,6 +347,45 @@ def test_mlx_model_dialog_shows_only_what_mlx_reads(
     assert window.memory_page.cell(mid, "Runtime") == "mlx"
     assert window.memory_page.cell(mid, "Context") == "256"
     assert gui_ctx.service.models.loaded()[0].options.seed == 7
+
+
+def test_whisper_model_dialog_shows_only_what_speech_reads(
+    window: MainWindow, qtbot: QtBot, gui_ctx: GuiContext
+) -> None:
+    from tests.support.speech import whisper_or_skip
+
+    window.library_page.import_files([str(whisper_or_skip())])
+    lib = window.library_page.table_model
+    qtbot.waitUntil(lambda: lib.rowCount() == 1, timeout=10_000)
+    mid = lib.ids()[0]
+    assert lib.index(0, LIBRARY_COLUMNS.index("Type")).data() == "Speech to text"
+    dialog = open_dialog(window, qtbot, mid)
+    form = dialog.options_form
+    for hidden in (
+        dialog.context_spin,
+        dialog.gpu_layers_spin,
+        dialog.kv_combo,
+        dialog.flash_combo,
+        dialog.parallel_spin,
+        dialog.prompt_cache_combo,
+        dialog.seed_spin,
+    ):
+        assert not form.isRowVisible(hidden)
+    assert set(dialog.options()) == {"threads"}  # all faster-whisper reads
+    dialog.advanced_button.click()
+    assert dialog.threads_spin.isVisible() and not dialog.batch_spin.isVisible()
+    assert not dialog.kv_label.isVisible() and not dialog.context_reason_label.isVisible()
+    assert dialog.weights_label.isVisible() and dialog.fit_label.text().startswith("✓ Fits")
+    assert dialog.ttl_check.isVisible() and dialog.pin_check.isVisible()  # keep-alive applies
+    dialog.ttl_check.setChecked(True)
+    dialog.ttl_spin.setValue(5)
+    click_load(qtbot, dialog, gui_ctx, mid)
+    [loaded] = gui_ctx.service.models.loaded()
+    assert loaded.ttl == 300
+    window.show_page(TITLE)
+    memory_row(window, qtbot, mid)
+    assert window.memory_page.cell(mid, "Runtime") == "Speech to text (faster-whisper)"
+    assert window.memory_page.cell(mid, "Context") == ""
 
 
 def test_load_dialog_says_why_the_context_is_what_it_is(
