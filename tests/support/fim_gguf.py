@@ -7,9 +7,9 @@ copied as it is."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-import gguf
+from tests.support.gguf_rewrite import rewrite_gguf
 
 # SmolLM2's control tokens used as the markers: <gh_stars>, <issue_start>, <issue_comment>,
 # <empty_output>; <repo_name> and <file_sep> as they are
@@ -20,25 +20,15 @@ TEXTS = {7: "<fim_prefix>", 8: "<fim_suffix>", 9: "<fim_middle>", 16: "<fim_pad>
 def write_fim_copy(src: Path, dst: Path, how: Literal["keys", "texts"]) -> Path:
     """A copy of ``src`` whose FIM tokens its metadata keys name (``keys``) or whose vocabulary
     spells them (``texts``)."""
-    reader = gguf.GGUFReader(src)
-    arch = str(reader.fields["general.architecture"].contents())
-    writer = gguf.GGUFWriter(dst, arch)
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
-        value = field.contents()
+
+    def value(name: str, v: Any) -> Any:
         if name == "tokenizer.ggml.tokens" and how == "texts":
-            value = [TEXTS.get(i, t) for i, t in enumerate(value)]
-        writer.add_key_value(name, value, vtype, sub_type=sub)
-    if how == "keys":
-        for role, tok in FIM_IDS.items():
-            writer.add_uint32(f"tokenizer.ggml.fim_{role}_token_id", tok)
-    for t in reader.tensors:
-        writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return dst
+            return [TEXTS.get(i, t) for i, t in enumerate(v)]
+        return v
+
+    def keys(_reader: Any, writer: Any) -> None:
+        if how == "keys":
+            for role, tok in FIM_IDS.items():
+                writer.add_uint32(f"tokenizer.ggml.fim_{role}_token_id", tok)
+
+    return rewrite_gguf(src, dst, value=value, add=keys)

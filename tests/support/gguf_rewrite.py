@@ -1,4 +1,5 @@
-"""Test helper: a copy of a real GGUF model with another chat template.
+"""Test helper: a copy of a real GGUF model with another chat template, patched bytes, or keys and
+tensors changed (``rewrite_gguf``).
 
 Rewrites only the header (the template's length-prefixed string) and re-pads it to the file's
 alignment; tensor offsets are relative to the data section, so the data is copied verbatim.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 import shutil
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app.core.library.gguf import read_header
 
@@ -91,3 +94,36 @@ def token_offsets(src: Path, count: int) -> list[tuple[int, bytes]]:
         out.append((pos + 8, head[pos + 8 : pos + 8 + n]))
         pos += 8 + n
     return out
+
+
+def rewrite_gguf(
+    src: Path,
+    dst: Path,
+    *,
+    value: Callable[[str, Any], Any] = lambda _name, v: v,
+    drop: Callable[[str], bool] = lambda _name: False,
+    add: Callable[[Any, Any], None] = lambda _reader, _writer: None,
+) -> Path:
+    """A copy of ``src`` written again with the ``gguf`` package: every key (its ``value``
+    changed by ``value(name, value)``, or left out where ``drop(name)``) and every tensor, then
+    what ``add(reader, writer)`` writes (keys, tensors)."""
+    import gguf
+
+    reader = gguf.GGUFReader(src)
+    arch = str(reader.fields["general.architecture"].contents())
+    writer = gguf.GGUFWriter(dst, arch)
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture" or drop(name):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, value(name, field.contents()), vtype, sub_type=sub)
+    for t in reader.tensors:
+        # t.data: the element array (F32) or the raw bytes by row (quantized), as written
+        writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    add(reader, writer)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
