@@ -68,6 +68,32 @@ def hold_settings(home: Path) -> None:
     (cfg / "settings.json").write_text(json.dumps({"downloads": {"stall_timeout_s": 3600}}))
 
 
+def kill_pull_at(home: Path, hub: FakeHub, repo: str, file: str, cut: int, partial: Path) -> None:
+    """``hearth pull REPO`` held by the fake Hub after ``cut`` bytes of ``file``, killed with
+    SIGKILL once those bytes are in ``partial`` (for the resume that follows)."""
+    gate = hub.hold(repo, file, at=cut)  # never opened: the pull sits there until killed
+    hold_settings(home)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "pull", repo],
+        env=env_for(home, hub),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        gate.wait()
+        deadline = time.monotonic() + 120
+        while not (partial.exists() and partial.stat().st_size == cut):  # the bytes landed
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the bytes before the gate never reached disk"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
 def wait_until(cond: Callable[[], bool], what: str, timeout: float = DEADLINE) -> None:
     deadline = time.monotonic() + timeout
     while not cond():

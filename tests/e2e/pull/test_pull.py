@@ -4,11 +4,6 @@ fake Hub, a kill -9 in the middle of a pull, and a pull through a running server
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,7 +14,7 @@ import pytest
 
 from tests.conftest import Served, start_served, stop_served
 from tests.support.fakehub import TOKEN, FakeHub, gguf_bytes, mlx_files
-from tests.support.hearthproc import env_for, hearth, hold_settings, ls
+from tests.support.hearthproc import hearth, kill_pull_at, ls
 
 REPO = "acme/tiny-GGUF"
 FILE = "tiny-Q4_K_M.gguf"
@@ -143,28 +138,8 @@ def test_pull_mlx_repo_as_a_folder(hub: FakeHub, tmp_path: Path) -> None:
 
 def test_kill_9_mid_pull_then_resume(hub: FakeHub, tmp_path: Path) -> None:
     cut = 300_000
-    gate = hub.hold(REPO, FILE, at=cut)  # never opened: the pull sits there until killed
-    hold_settings(tmp_path)
     partial = tmp_path / "models" / "acme" / "tiny-GGUF" / f".{FILE}.partial"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "pull", REPO],
-        env=env_for(tmp_path, hub),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        gate.wait()
-        deadline = time.monotonic() + 60
-        while not (partial.exists() and partial.stat().st_size == cut):  # the bytes landed
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the bytes before the gate never reached disk"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+    kill_pull_at(tmp_path, hub, REPO, FILE, cut, partial)
     assert ls(tmp_path) == []  # nothing partial is listed as installed
     r = hearth(tmp_path, hub, "pull", REPO)
     assert r.returncode == 0, r.stderr

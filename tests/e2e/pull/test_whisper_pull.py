@@ -6,11 +6,6 @@ clip (the real test model's files, served by the fake Hub)."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,7 +15,7 @@ import pytest
 
 from tests.conftest import start_served, stop_served
 from tests.support.fakehub import FakeFile, FakeHub, gguf_bytes
-from tests.support.hearthproc import env_for, hearth, hold_settings, ls
+from tests.support.hearthproc import hearth, kill_pull_at, ls
 from tests.support.speech import FOX_WORDS, speak, whisper_or_skip
 
 REPO = "Systran/faster-whisper-test"
@@ -78,30 +73,10 @@ def test_the_servers_hub_api_searches_and_offers_whisper(hub: FakeHub, tmp_path:
 
 def test_a_killed_pull_resumes_and_the_model_transcribes(hub: FakeHub, tmp_path: Path) -> None:
     cut = 1_000_000
-    gate = hub.hold(REPO, "model.bin", at=cut)  # never opened: the pull waits until killed
-    hold_settings(tmp_path)
     partial = (
         tmp_path / "models" / "Systran" / ".faster-whisper-test.partial" / ".model.bin.partial"
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "app", "pull", REPO],
-        env=env_for(tmp_path, hub),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        gate.wait()
-        deadline = time.monotonic() + 120
-        while not (partial.exists() and partial.stat().st_size == cut):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the bytes before the gate never reached disk"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+    kill_pull_at(tmp_path, hub, REPO, "model.bin", cut, partial)
     assert ls(tmp_path) == []  # a half folder is not a model
 
     r = hearth(tmp_path, hub, "pull", REPO, timeout=300)
