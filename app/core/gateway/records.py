@@ -121,12 +121,9 @@ class RecordStore:
     round trip per record. ``commits`` counts the transactions written.
     """
 
-    def __init__(
-        self, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS, hand_over_s: float = HAND_OVER_S
-    ) -> None:
+    def __init__(self, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS) -> None:
         self.path = path
         self.max_rows = max(1, max_rows)
-        self.hand_over_s = hand_over_s
         self.commits = 0
         # SimpleQueue: its put is C without a Condition to notify; each item is a batch and
         # what to call once it is committed
@@ -139,7 +136,6 @@ class RecordStore:
         self._lock = threading.Lock()
         self._pending: list[RequestRecord] = []
         self._waiters: list[asyncio.Future[None]] = []
-        self._timer: asyncio.TimerHandle | None = None  # the batch's hand-over
         self._thread = threading.Thread(target=self._run, name="hearth-records", daemon=True)
         self._thread.start()
 
@@ -152,8 +148,8 @@ class RecordStore:
         return done
 
     def append(self, record: RequestRecord) -> asyncio.Future[None]:
-        """From the event loop: queue ``record`` with the others appended within
-        ``hand_over_s`` of the batch's first. The future is done once their batch is committed (or could not
+        """From the event loop: queue ``record`` with the others appended within HAND_OVER_S
+        of the batch's first. The future is done once their batch is committed (or could not
         be), or COMMIT_WAIT_S after the hand-over; cancelling it leaves the batch alone."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
@@ -165,19 +161,8 @@ class RecordStore:
             self._pending.append(record)
             self._waiters.append(done)
         if first:
-            self._timer = loop.call_later(self.hand_over_s, self._hand_over, loop)
+            loop.call_later(HAND_OVER_S, self._hand_over, loop)
         return done
-
-    def flush(self) -> asyncio.Future[None] | None:
-        """From the event loop: hand this batch to the writer now. The future is done once
-        everything appended so far is committed (None: nothing was waiting)."""
-        with self._lock:
-            last = self._waiters[-1] if self._waiters else None
-        if last is not None:
-            if self._timer is not None:
-                self._timer.cancel()
-            self._hand_over(asyncio.get_running_loop())
-        return last
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued, then stop the writer."""
@@ -194,7 +179,6 @@ class RecordStore:
 
     # -- the event loop's side -------------------------------------------------------------------
     def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
         with self._lock:
             records, waiters = self._pending, self._waiters
             self._pending, self._waiters = [], []

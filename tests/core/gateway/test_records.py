@@ -136,27 +136,6 @@ async def test_records_appended_within_the_hand_over_window_are_committed_togeth
         await asyncio.to_thread(store.close)
 
 
-async def test_flush_hands_the_batch_over_at_once(tmp_path: Path) -> None:
-    """``flush`` does not wait for the window (an hour here): its future is the last waiter's,
-    done once everything appended so far is committed; the next record starts a new batch."""
-    path = tmp_path / "r.sqlite"
-    store = RecordStore(path, hand_over_s=3600)
-    try:
-        assert store.flush() is None  # nothing waits
-        first, last = store.append(rec(0)), store.append(rec(1))
-        flushed = store.flush()
-        assert flushed is last
-        await asyncio.wait_for(flushed, DEADLINE)
-        assert first.done() and store.commits == 1
-        assert [r.total_ms for r in read_records(path, limit=None)] == [1, 0]
-        later = store.append(rec(2))
-        assert store.flush() is later
-        await asyncio.wait_for(later, DEADLINE)
-        assert store.commits == 2
-    finally:
-        await asyncio.to_thread(store.close)
-
-
 async def test_an_appended_record_is_written_even_if_its_waiter_goes_away(tmp_path: Path) -> None:
     """A request cancelled while it waits for its record's commit: the record is still written
     and the others of its batch are not disturbed."""
