@@ -133,7 +133,6 @@ class Dictation(QObject):
         self._settings = settings
         self._say, self._status = say, status
         self._recorder: _Recorder | None = None
-        self.busy = False  # a transcription is under way
         self.button = QPushButton("Dictate")
         self.button.setCheckable(True)
         self.button.setToolTip(IDLE_TIP)
@@ -167,7 +166,6 @@ class Dictation(QObject):
         if size > cfg.max_bytes:  # the server's bound on an upload holds here too
             self._say(f"{p.name} is over {cfg.max_bytes // (1024 * 1024)} MB (audio.max_bytes)")
             return False
-        self.busy = True
         self._status(f"Transcribing {p.name} with {model}…")
         self._bridge.run(
             self._transcribe(model, p, cfg.max_seconds),
@@ -227,7 +225,6 @@ class Dictation(QObject):
             self.stop_recording()
 
     def _on_self_finished(self, text: str) -> None:
-        self.busy = False
         self._status("")
         self._close_recorder()
         if not text:
@@ -240,7 +237,6 @@ class Dictation(QObject):
         self.transcribed.emit(text)
 
     def _on_self_failed(self, message: str) -> None:
-        self.busy = False
         self._status("")
         self._close_recorder()
         self.button.setChecked(False)
