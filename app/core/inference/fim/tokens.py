@@ -5,7 +5,9 @@ Tested by tests/core/inference/fim/test_tokens.py."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 from app.core.library.fim_vocab import ROLES, TEXTS
 from app.core.types import LoadedModel
@@ -42,11 +44,28 @@ def _by_text(lm: LoadedModel, role: str) -> int | None:
     return None
 
 
+# per loaded model: an editor sends a request per keystroke, and the lookup by text tokenizes
+# a dozen strings; a reload is a new object, looked up again
+_found: weakref.WeakKeyDictionary[Any, FimTokens | None] = weakref.WeakKeyDictionary()
+
+
 def find_fim_tokens(lm: LoadedModel) -> FimTokens | None:
     """The model's FIM tokens, or None when it lacks a prefix, suffix or middle token.
 
     The ids its runtime states (``special_tokens["fim_pre_id"]``...: the GGUF keys, and what
-    llama.cpp found by text) come first; a role still missing is looked up by its texts."""
+    llama.cpp found by text) come first; a role still missing is looked up by its texts.
+    Looked up once per loaded model."""
+    try:
+        return _found[lm]
+    except KeyError:
+        pass
+    except TypeError:  # a model object that takes no weak reference: looked up each time
+        return _lookup(lm)
+    fim = _found[lm] = _lookup(lm)
+    return fim
+
+
+def _lookup(lm: LoadedModel) -> FimTokens | None:
     special = lm.special_tokens
     found: dict[str, int | None] = {}
     for role in ROLES:

@@ -59,3 +59,27 @@ def test_a_model_without_markers_cannot_fill(
     with pytest.raises(InvalidRequest) as e:
         require_fim(load(embedding_gguf, embedding=True), "emb", "suffix")  # type: ignore[operator]
     assert e.value.param == "suffix" and "embedding" in e.value.message
+
+
+class _Counting:
+    """The real loaded model, counting its tokenize calls."""
+
+    def __init__(self, lm: object) -> None:
+        self._lm, self.tokenized = lm, 0
+
+    def tokenize(self, *args: object, **kw: object) -> list[int]:
+        self.tokenized += 1
+        return self._lm.tokenize(*args, **kw)  # type: ignore[attr-defined,no-any-return]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._lm, name)
+
+
+def test_the_tokens_are_looked_up_once_per_loaded_model(load: object, fim_texts_gguf: Path) -> None:
+    """An editor asks per keystroke: the lookup by text tokenizes only the first time."""
+    lm = _Counting(load(fim_texts_gguf))  # type: ignore[operator]
+    first = find_fim_tokens(lm)  # type: ignore[arg-type]
+    assert first is not None and lm.tokenized > 0
+    lm.tokenized = 0
+    assert find_fim_tokens(lm) == first  # type: ignore[arg-type]
+    assert lm.tokenized == 0
