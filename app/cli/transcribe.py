@@ -13,6 +13,7 @@ from typing import Any
 
 from app.cli.common import EXIT_OK, EXIT_USAGE, context
 from app.compose import build_service
+from app.core.engine.models import speech_models
 from app.core.requests import TranscriptionRequest
 from app.core.service import Hearth
 from app.core.types import AudioInput
@@ -29,7 +30,7 @@ def _speech_model(service: Hearth, asked: str | None) -> str | None:
     (None: none or several)."""
     if asked:
         return asked
-    ids = [s.model.id for s in service.models.all() if "transcription" in s.model.capabilities]
+    ids = speech_models(service.models.all())
     return ids[0] if len(ids) == 1 else None
 
 

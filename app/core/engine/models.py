@@ -9,6 +9,7 @@ Tested by tests/core/engine/test_scheduler.py and tests/core/library/test_stores
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,8 @@ class ModelService:
 
 def _id(m: LocalModel) -> str:
     return m.id
+
+
+def speech_models(listed: Iterable[ModelStatus]) -> list[str]:
+    """The ids of the speech-to-text models among ``listed`` (``ModelService.all()``), sorted."""
+    return sorted(s.model.id for s in listed if "transcription" in s.model.capabilities)

@@ -21,6 +21,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QUrl, Signal
 from PySide6.QtWidgets import QPlainTextEdit, QPushButton, QTextEdit
 
+from app.core.engine.models import speech_models
 from app.core.requests import TranscriptionRequest
 from app.core.service import Hearth
 from app.core.types import AudioInput, SpeechJob
@@ -142,11 +143,7 @@ class Dictation(QObject):
 
     def speech_model(self) -> str | None:
         """The library's first speech model by id (None: it has none)."""
-        ids = sorted(
-            s.model.id
-            for s in self._service.models.all()
-            if "transcription" in s.model.capabilities
-        )
+        ids = speech_models(self._service.models.all())
         return ids[0] if ids else None
 
     # -- audio in ------------------------------------------------------------------------------

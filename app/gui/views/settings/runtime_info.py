@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from app import __version__
 from app.core.desktop import doctor
+from app.core.engine.models import speech_models
 from app.gui.bridge import Bridge, log_failure
 from app.gui.views.chat.dictation import can_record
 
@@ -43,7 +44,7 @@ def report_source(ctx: Any) -> Callable[[], dict[str, Any]]:
             models_dir=s.models_dir,
             budget_bytes=s.load.memory_budget_bytes or default_budget(),
             server={"url": url.removesuffix("/v1") if url else configured, "running": bool(url)},
-            whisper_models=sum(s.model.format == "whisper" for s in ctx.service.models.all()),
+            whisper_models=len(speech_models(ctx.service.models.all())),
             mic=can_record(),
         )
 
