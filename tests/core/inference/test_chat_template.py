@@ -326,7 +326,10 @@ for name, source in json.loads(sys.argv[1]).items():
     except BaseException as e:
         out[name] = type(e).__name__
     out[name] += f" {time.monotonic() - t0:.2f}s"
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+# VmHWM is this process's own high-water mark: ru_maxrss keeps the parent's across fork and
+# exec, so a child of a big pytest process would report the parent's size
+with open("/proc/self/status") as f:
+    peak = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:")) // 1024
 print(json.dumps({"results": out, "peak_mib": peak}))
 """
 
