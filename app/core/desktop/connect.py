@@ -14,6 +14,7 @@ import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from app.core.types import LocalModel
 from app.errors import InvalidRequest
@@ -270,6 +271,37 @@ def _llama_vscode(t: Target, ctx: int) -> Connection:
     )  # fmt: skip
 
 
+def _twinny(t: Target, ctx: int) -> Connection:
+    u = urlsplit(t.root)
+    fields = [
+        ("Label", "Hearth autocomplete"),
+        ("Type", "fim"),
+        ("Provider", "lmstudio"),
+        ("Protocol", u.scheme),
+        ("Hostname", u.hostname or "127.0.0.1"),
+        ("Port", str(u.port or (443 if u.scheme == "https" else 80))),
+        ("API Path", "/v1/completions"),
+        ("Model Name", t.model),
+        ("FIM Template", "automatic"),
+    ]
+    if t.key or t.key_required:
+        fields.append(("API Key", t.shown_key))
+    snippet = "# Twinny: Providers tab, add a provider with these fields\n" + "".join(
+        f"{name}: {value}\n" for name, value in fields
+    )
+    return Connection(
+        "twinny", "Twinny", t.root, t.model, {}, snippet, "text", ctx,
+        ("Twinny keeps its providers in VS Code's extension storage: enter them in its "
+         "Providers tab.",
+         "Twinny writes the fill-in-the-middle prompt itself, with the markers of the template "
+         "it picks: 'automatic' picks it from the model's name; otherwise choose the model's "
+         "family (codeqwen for Qwen2.5-Coder, starcoder for StarCoder2, deepseek, codellama).",
+         "The LM Studio provider sends an OpenAI completions body, whose prompt's markers Hearth "
+         "reads as the model's own tokens. Its Ollama provider sends no 'raw', so Hearth (like "
+         "Ollama with a chat model) would wrap the prompt in the chat template: use lmstudio."),
+    )  # fmt: skip
+
+
 # the context each tool needs to work at all (its own system prompt and tool definitions, plus
 # room for a conversation): what the warning compares the model's context with
 TOOLS: dict[str, Tool] = {
@@ -292,6 +324,7 @@ TOOLS: dict[str, Tool] = {
             fim=True,
         ),
         Tool("llama-vscode", "llama.vscode", 4096, _llama_vscode, fim=True),
+        Tool("twinny", "Twinny", 4096, _twinny, fim=True),
     )  # fmt: skip
 }
 

@@ -199,9 +199,11 @@ class LocalRunner:
 
     async def _prompt_tokens(self, lm: LoadedModel, prompt: str | Sequence[int]) -> list[int]:
         """A completion prompt's tokens (text tokenized, ids checked against the vocabulary),
-        checked to fit the context."""
+        checked to fit the context. The text's special tokens are parsed, as llama-server,
+        vLLM, Ollama's raw mode and mlx-lm do: a raw prompt is written for the model, markers
+        included (Twinny's fill-in-the-middle templates, a chat format laid out by hand)."""
         if isinstance(prompt, str):
-            tokens = await prompting.tokenize(lm, prompt, "prompt", parse_special=False)
+            tokens = await prompting.tokenize(lm, prompt, "prompt", parse_special=True)
         else:
             tokens = list(prompt)
             vocab = int(lm.special_tokens.get("n_vocab", "0") or 0)

@@ -1,6 +1,7 @@
-"""``hearth connect`` for editor autocomplete (Continue's tab autocomplete, llama.vscode): the
-model picked fills in the middle, one that cannot gets a plain warning (and still its settings),
-and the settings work: the requests those editors send to the URL given are answered."""
+"""``hearth connect`` for editor autocomplete (Continue's tab autocomplete, llama.vscode,
+Twinny): the model picked fills in the middle, one that cannot gets a plain warning (and still
+its settings), and the settings work: the requests those editors send to the URL given are
+answered."""
 
 from __future__ import annotations
 
@@ -93,3 +94,21 @@ def test_a_model_that_cannot_fill_in_gets_a_plain_warning(two: tuple[Served, str
     assert ran.returncode == 0 and "warning:" in ran.stderr and "Qwen2.5-Coder" in ran.stderr
     # a chat tool's answer keeps its shape
     assert "fim_ok" not in connect_json(s.home, "cline", "--model", s.model_id)
+
+
+def test_twinny_provider_fields_reach_the_server(two: tuple[Served, str]) -> None:
+    s, fim = two
+    out = connect_json(s.home, "twinny")
+    assert out["model"] == fim and out["fim_ok"] is True and out["snippet_language"] == "text"
+    fields = dict(
+        line.split(": ", 1) for line in out["snippet"].splitlines() if not line.startswith("#")
+    )
+    assert fields["Type"] == "fim" and fields["Provider"] == "lmstudio"
+    assert fields["Model Name"] == fim
+    url = f"{fields['Protocol']}://{fields['Hostname']}:{fields['Port']}{fields['API Path']}"
+    assert url == s.root + "/v1/completions"
+    # Twinny's LM Studio provider body (completion/request-body.ts), its prompt its own
+    body = {"model": fields["Model Name"], "prompt": "def f(x):\n    ", "stream": True,
+            "temperature": 0.2, "max_tokens": 4, "stop": ["<|endoftext|>"]}  # fmt: skip
+    r = httpx.post(url, json=body, timeout=300)
+    assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]"), r.text

@@ -102,6 +102,25 @@ def test_ollama_refuses_what_it_would_drop_beside_a_suffix(fim: Fim) -> None:
         assert r.status_code == 400 and f"'{param}'" in r.json()["error"], (param, r.text)
 
 
+def test_twinny_fim_template_through_its_lm_studio_provider(fim: Fim) -> None:
+    # Twinny writes the FIM prompt itself (its starcoder template, completion/fim-templates.ts)
+    # and posts its LM Studio provider's body (completion/request-body.ts) to /v1/completions:
+    # the markers in the text are the model's own tokens, as llama-server reads them
+    prompt = f"<fim_prefix>{PREFIX}<fim_suffix>{SUFFIX}<fim_middle>"
+    stop = ["<|endoftext|>", "<file_sep>"]  # its STOP_STARCODER
+    body = {"model": fim.texts, "prompt": prompt, "stream": True, "temperature": 0.2,
+            "max_tokens": 8, "stop": stop}  # fmt: skip
+    with httpx.stream("POST", f"{fim.root}/v1/completions", json=body, timeout=300) as r:
+        assert r.status_code == 200
+        events = [x[6:] for x in r.iter_lines() if x.startswith("data: ")]
+    assert events[-1] == "[DONE]" and all("error" not in json.loads(e) for e in events[:-1])
+    whole = post(fim, "/v1/completions", {**body, "stream": False}).json()
+    # as text the markers would be a dozen tokens more
+    assert whole["usage"]["prompt_tokens"] == len(
+        built(fim, fim.texts, PREFIX, SUFFIX, n_predict=8)
+    )
+
+
 def llama_vscode_body(prefix: str, suffix: str, chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """llama.vscode's createRequestPayload(false, ...) (src/llama-server.ts)."""
     return {
