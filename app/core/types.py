@@ -185,6 +185,7 @@ class GenerationRequest:
     # the prompt's images in order; each takes a run of negative pseudo-token ids (derived from
     # its digest) in prompt_tokens, where its embeddings go (app/runtimes/llama/vision.py)
     images: tuple[ImageInput, ...] = ()
+    priority: int = 0  # lower is served first (vLLM's priority)
     # stop reading the prompt after this long (llama-server's t_max_prompt_ms)
     max_prompt_ms: float | None = None
     # stop once this long after the first token, at a newline (t_max_predict_ms)

@@ -241,6 +241,7 @@ class LocalRunner:
             prepare_ms=(time.perf_counter() - t0) * 1000,
             max_prompt_ms=req.max_prompt_ms,
             max_predict_ms=req.max_predict_ms,
+            priority=req.priority,
         )
         stream: GenerationStream = lm.submit(gr)
         indent = infill.indent if infill is not None else 0
