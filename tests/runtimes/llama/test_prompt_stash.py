@@ -218,9 +218,9 @@ async def test_a_cheap_idle_cache_leaves_before_the_next_prompt_is_read(
         seen: list[int] = []
         prefill = engine._prefill
 
-        def first_chunk(seq: Any, st: Any, *, whole: bool) -> None:
+        def first_chunk(seq: Any, st: Any) -> None:
             seen.append(cells_of(engine, a_slot))  # A's cells as B's prompt starts
-            prefill(seq, st, whole=whole)
+            prefill(seq, st)
 
         engine._prefill = first_chunk
         await ask(h, mid, [ChatMessage("user", B)], 4)
