@@ -118,9 +118,9 @@ class LoadOptions:
     kv_layout: str = "shared"
     # ngram: a request decoding alone drafts the tokens that followed its last few tokens
     # earlier in its prompt or answer and checks them in one batch (speculative decoding by
-    # prompt lookup; the same answers); off: one token a step (the default until the whole
-    # suite has run with it on since flash attention went off on CPU; see the README)
-    speculative: str = "off"
+    # prompt lookup; the same answers), and stops once its drafts are not kept; off: one
+    # token a step
+    speculative: str = "ngram"
 
 
 @dataclass(frozen=True, slots=True)
