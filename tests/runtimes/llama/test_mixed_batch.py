@@ -61,15 +61,16 @@ class Recorder:
 
 
 def gate_first_step(engine: Any) -> threading.Event:
-    """The first pure decode step waits until the returned event is set."""
+    """The first pure decode step (drafted or not) waits until the returned event is set."""
     opened = threading.Event()
-    step = engine._decode_step
+    for name in ("_speculate", "_decode_step"):
+        real = getattr(engine, name)
 
-    def gated(decoded: Any) -> int:
-        assert opened.wait(120), "the test never opened the gate"
-        return step(decoded)
+        def gated(*args: Any, real: Any = real) -> Any:
+            assert opened.wait(120), "the test never opened the gate"
+            return real(*args)
 
-    engine._decode_step = gated
+        setattr(engine, name, gated)
     return opened
 
 

@@ -163,15 +163,17 @@ async def test_drafted_answers_are_those_of_one_token_steps(
 
 
 def gate_steps(engine: Any) -> threading.Event:
-    """The engine's first step (drafted or not) waits until the returned event is set."""
+    """The engine's first decode step (drafted or not; prompts are read in steps too) waits
+    until the returned event is set."""
     opened = threading.Event()
-    step = engine.step
+    for name in ("_speculate", "_decode_step"):
+        real = getattr(engine, name)
 
-    def gated(seqs: Any) -> None:
-        assert opened.wait(120), "the test never opened the gate"
-        step(seqs)
+        def gated(*args: Any, real: Any = real) -> Any:
+            assert opened.wait(120), "the test never opened the gate"
+            return real(*args)
 
-    engine.step = gated
+        setattr(engine, name, gated)
     return opened
 
 
