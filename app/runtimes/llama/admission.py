@@ -199,7 +199,8 @@ class Admission:
             start = st.done_upto
             chunk = self._text_piece(st.prompt, start, self.prompt_piece - n)
             last = start + len(chunk) == len(st.prompt)
-            if not chunk:
+            if not chunk:  # the decode is full, or an image comes next
+                deferred = True
                 continue
             if pieces and (not last or len(chunk) > 2 * len(pieces[0][2])):
                 deferred = True  # read in a later step
@@ -210,7 +211,7 @@ class Admission:
                 )
             n += len(chunk)
             pieces.append((seq, st, chunk, n - 1))
-        if len(pieces) < 2 and not deferred:  # one prompt (or an image next): a chunk of its own
+        if not pieces or (len(pieces) < 2 and not deferred):  # one prompt: a chunk of its own
             return False
         self.batch.n_tokens = n
         self.peak_batch = max(self.peak_batch, len(pieces))

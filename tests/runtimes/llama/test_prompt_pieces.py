@@ -77,6 +77,45 @@ async def test_a_short_request_is_read_within_one_piece_of_a_long_prompt(
         await h.close()
 
 
+async def test_an_interactive_prompt_of_several_pieces_goes_before_a_long_one(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """An editor's completion whose prompt is longer than a piece arrives while a long prompt
+    is read for a long answer: each decode reads one piece, the completion's first, until its
+    prompt is read; the long prompt waits (its piece left out of a full decode waits too, not
+    read in a decode of its own in the same step)."""
+    h = hearth(tmp_path)
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        reading, queued = threading.Event(), threading.Event()
+
+        def hold_first_piece(_eng: Any, n: int) -> None:
+            if n > 64 and not reading.is_set():
+                reading.set()
+                assert queued.wait(120), "the completion never came"
+
+        rec = Recorder(engine, hold_first_piece)
+        # 65 tokens asked for: not interactive
+        long_gen = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=65)
+        assert await asyncio.to_thread(reading.wait, 120)
+        code = "def add(a, b):\n    return a + b\n\n" * 40  # ~560 tokens: three pieces
+        short = await complete(h, model.id, code, sampling=GREEDY, max_tokens=8)
+        queued.set()
+        short_done = await short.collect()
+        long_gen.cancel()
+        assert short_done.final.usage.prompt_tokens > 2 * engine.prompt_piece
+        long_slot = next(iter(rec.calls[0][1]))
+        reads = [c for c in rec.calls if c[2] < c[0]]  # prompt pieces
+        assert all(c[0] <= engine.prompt_piece for c in reads), reads
+        short_reads = [i for i, c in enumerate(reads) if long_slot not in c[1]]
+        # the held piece, then the completion's pieces one after another
+        assert short_reads[:3] == [1, 2, 3], reads[:6]
+    finally:
+        await h.close()
+
+
 async def test_max_prompt_ms_ends_a_request_whose_prompt_reads_too_long(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
