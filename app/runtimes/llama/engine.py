@@ -30,7 +30,7 @@ from app.runtimes.llama.slots import CacheShape, CopyCosts, Slots, copy_costs, s
 from app.runtimes.llama.speculative import Speculation
 from app.runtimes.llama.vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
-from app.runtimes.worker import NativeLifetime, Sequence
+from app.runtimes.worker import NativeLifetime, Sequence, common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -396,11 +396,26 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         # again goes on)
         joining = [r for r in reading if not (r[1].parked and decoded and not r[1].done_upto
                                              and not room)]  # fmt: skip
+        if self.vision is None:
+            for seq, st in joining:
+                self._borrow(seq, st)
+            joining = _one_reader(joining)
         if self.prompts_together and len(joining) > 1 and self._read_together(joining):
             joining = [r for r in joining if self.vision is not None and not r[1].ready
                        and r[1].prompt[r[1].done_upto] < 0]  # fmt: skip
         for seq, st in joining:  # one piece of each prompt being read (an image: always)
             self._prefill(seq, st)
+
+    def _borrow(self, seq: Sequence, st: _SeqState) -> None:
+        """Before its next piece: what other sequences already read of the prompt's prefix
+        is shared into its slot (Slots.borrow), so a burst of prompts with a common start
+        reads it once. A parked sequence waits for room as it is."""
+        if st.parked or st.ready:
+            return
+        have = self.slots.borrow(st.slot, st.prompt, st.done_upto)
+        if have > st.done_upto:
+            st.done_upto = have
+            seq.cached = max(seq.cached, have)
 
     def _put(self, i: int, token: int, pos: int, slot: int, *, logits: bool) -> None:
         b = self.batch
@@ -483,6 +498,27 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             L.llama_model_free(self.model)
             self.model = None
         release_free_memory()
+
+
+# a common stretch of prompts read together that one of them reads alone, the others waiting
+# a step to share it
+SHARE_MIN = 64
+
+
+def _one_reader(joining: list[tuple[Sequence, Any]]) -> list[tuple[Sequence, Any]]:
+    """The prompts that read a piece this step: of those that go on alike from the same place
+    for SHARE_MIN tokens or more, one; the others share its cells at the next step instead of
+    reading the same tokens beside it (a shorter common stretch is not worth their step)."""
+    readers: list[Any] = []
+    for _, st in joining:
+        d = st.done_upto
+        if not any(
+            o.done_upto == d and len(o.prompt) > d < len(st.prompt) and o.prompt[d] == st.prompt[d]
+            and common_prefix(o.prompt, st.prompt) >= d + SHARE_MIN
+            for o in readers
+        ):  # fmt: skip
+            readers.append(st)
+    return [r for r in joining if any(r[1] is o for o in readers)]
 
 
 class _SeqState:
