@@ -62,8 +62,15 @@ from app.core.types import GenerationRequest
 from app.runtimes.llama.backend import L
 from app.runtimes.worker import Sequence
 
-# the most prompt tokens a decode reads (one micro-batch; smaller when the batch is)
+# the most prompt tokens a decode reads (one micro-batch; smaller when the batch is): a
+# request that arrives while a prompt is read waits for one piece. On a GPU a larger batch
+# reads faster; on the CPU prompt reading is as fast in small pieces (llama-server on 2 EPYC
+# cores, SmolLM2, a 614-token prompt: 197, 214, 193, 168, 186 tok/s with micro-batches of 32,
+# 64, 128, 256, 512), so there a piece is PROMPT_PIECE_CPU: an editor's completion beside an
+# agent's prompts waited for a 256-token piece ~1.2 s there (p95 TTFT 2.1 s), for 64 ~0.3 s
+# (0.8 s; tests/bench/autocomplete_mix.py, one run each)
 PROMPT_PIECE = 256
+PROMPT_PIECE_CPU = 64
 # a decode of this many prompt tokens or more runs under llama.cpp's abort callback (a Python
 # call per graph node, costly for a small decode): only an image's positions are that many,
 # a text piece is seen to be cancelled before the next piece

@@ -14,7 +14,7 @@ from typing import Any
 from app.core.library.fit import KV_BYTES, cache_slots, separate_caches
 from app.core.types import GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
-from app.runtimes.llama.admission import PROMPT_PIECE, Admission, wide_cells
+from app.runtimes.llama.admission import PROMPT_PIECE, PROMPT_PIECE_CPU, Admission, wide_cells
 from app.runtimes.llama.backend import (
     L,
     claim_threads,
@@ -134,7 +134,8 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         n_ubatch = int(L.llama_n_ubatch(self.ctx))
         # a prompt is read a piece a decode (admission.py): each piece is one micro-batch, so
         # a fresh run's pieces start at multiples of it (what the exact cache reuses)
-        self.prompt_piece = min(PROMPT_PIECE, n_ubatch, int(self.n_batch))
+        piece = PROMPT_PIECE_CPU if on_cpu else PROMPT_PIECE
+        self.prompt_piece = min(piece, n_ubatch, int(self.n_batch))
         self.prompt_cache = self.cache_mode != "off"
         # prompts that join running streams are read together, one decode a step for all of
         # them (llama-server reads new prompts in one batch); the exact cache reads each as a

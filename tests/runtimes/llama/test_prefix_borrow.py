@@ -61,9 +61,7 @@ async def test_a_prompt_arriving_while_another_runs_reads_only_what_differs(
         await asyncio.wait_for(it.__anext__(), 60)  # A's prompt is read; its step waits
         (a_slot,) = busy(engine)
         placed = count_placed(engine)
-        b = await chat(
-            h, mid, [ChatMessage("user", qb)], sampling=GREEDY, max_tokens=8, logprobs=3
-        )
+        b = await chat(h, mid, [ChatMessage("user", qb)], sampling=GREEDY, max_tokens=8, logprobs=3)
         opened.set()
         text, lps, final = await transcript(b)
         [d async for d in it]

@@ -52,7 +52,7 @@ async def test_a_short_request_is_read_within_one_piece_of_a_long_prompt(
         queued = threading.Event()  # the short request is in the queue
 
         def hold_first_piece(_eng: Any, n: int) -> None:
-            if n > 64 and not reading.is_set():
+            if n >= _eng.prompt_piece and not reading.is_set():
                 reading.set()
                 assert queued.wait(120), "the short request never came"
 
@@ -92,7 +92,7 @@ async def test_an_interactive_prompt_of_several_pieces_goes_before_a_long_one(
         reading, queued = threading.Event(), threading.Event()
 
         def hold_first_piece(_eng: Any, n: int) -> None:
-            if n > 64 and not reading.is_set():
+            if n >= _eng.prompt_piece and not reading.is_set():
                 reading.set()
                 assert queued.wait(120), "the completion never came"
 

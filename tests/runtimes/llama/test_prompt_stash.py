@@ -191,9 +191,15 @@ async def test_caches_that_come_due_together_leave_one_step_apart(
         it = long.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
         long_slot.append(next(sl for sl in range(len(slots.kv)) if sl not in slots.free))
+        # two questions of one length, read in one decode (one piece together); not the same
+        # question twice: the second would share the first's cells
+        questions = [
+            "A dragon slept under the mountain, dreaming of gold and of the sea.",
+            "A dragon slept under the mountain, dreaming of jade and of the sky.",
+        ]
         shorts = [
-            await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=2)
-            for _ in range(2)
+            await chat(h, mid, [ChatMessage("user", q)], sampling=GREEDY, max_tokens=2)
+            for q in questions
         ]
         opened.set()
         for s in shorts:
