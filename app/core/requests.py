@@ -116,6 +116,7 @@ class ChatRequest:
     # last message left open for the model to continue (vLLM's continue_final_message)
     add_generation_prompt: bool = True
     continue_final_message: bool = False
+    priority: int = 0  # lower is served first (vLLM's priority); the answer is the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,7 @@ class CompletionRequest:
     infill: Infill | None = None  # fill-in-the-middle: each prompt is the text before the cursor
     max_prompt_ms: float | None = None  # llama-server's t_max_prompt_ms
     max_predict_ms: float | None = None  # llama-server's t_max_predict_ms
+    priority: int = 0  # lower is served first (vLLM's priority); the answer is the same
 
 
 @dataclass(frozen=True, slots=True)

@@ -118,9 +118,9 @@ class LoadOptions:
     kv_layout: str = "shared"
     # ngram: a request decoding alone drafts the tokens that followed its last few tokens
     # earlier in its prompt or answer and checks them in one batch (speculative decoding by
-    # prompt lookup; the same answers); off: one token a step (the default until the whole
-    # suite has run with it on since flash attention went off on CPU; see the README)
-    speculative: str = "off"
+    # prompt lookup; the same answers), and stops once its drafts are not kept; off: one
+    # token a step
+    speculative: str = "ngram"
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +185,7 @@ class GenerationRequest:
     # the prompt's images in order; each takes a run of negative pseudo-token ids (derived from
     # its digest) in prompt_tokens, where its embeddings go (app/runtimes/llama/vision.py)
     images: tuple[ImageInput, ...] = ()
+    priority: int = 0  # lower is served first (vLLM's priority)
     # stop reading the prompt after this long (llama-server's t_max_prompt_ms)
     max_prompt_ms: float | None = None
     # stop once this long after the first token, at a newline (t_max_predict_ms)

@@ -5,13 +5,21 @@ stream of deltas. The worker admits up to ``engine.max_sequences`` requests at o
 all active sequences one step at a time, so an engine that can decode several sequences in one
 batch (continuous batching) plugs in without changing this interface. Errors are sent back
 through the stream; the thread never dies with a request outstanding.
+
+Waiting requests are admitted in ``queue_order``: the lowest ``priority`` first (vLLM's),
+then interactive ones (``interactive``: an editor's completion, a short answer) before the
+others, then in arrival order. A waiting request whose client went away (its stream was
+cancelled) leaves the queue before any work is done for it.
+Tested by tests/runtimes/test_worker.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -37,6 +45,24 @@ THREAD_STACK_BYTES = 16 * 1024 * 1024
 # on (its threads would take the CPU the loop needs)
 FIRST_TOKEN_SETTLE = 0.005
 _stack_size_lock = threading.Lock()
+# an answer of at most this many tokens is interactive: an editor's completion of a line or
+# two, a title, a yes/no. Its prompt is read and its answer decoded in well under a second on a
+# small model, so serving it first delays the long request it passes by about that much, while
+# it would wait seconds behind that request's prompt; 64 tokens cover two lines of code
+INTERACTIVE_MAX_TOKENS = 64
+
+
+def interactive(request: GenerationRequest) -> bool:
+    """Whether a request is served before the others of its ``priority``: a negative priority
+    (an infill asks for one), or a short answer (INTERACTIVE_MAX_TOKENS at most)."""
+    short = request.max_tokens is not None and request.max_tokens <= INTERACTIVE_MAX_TOKENS
+    return request.priority < 0 or short
+
+
+def queue_order(request: GenerationRequest, arrival: int) -> tuple[int, int, int]:
+    """A waiting request's place: lower ``priority`` first, then interactive ones, then the
+    earlier arrival."""
+    return (request.priority, 0 if interactive(request) else 1, arrival)
 
 
 def start_thread(target: Callable[[], None], *, name: str) -> threading.Thread:
@@ -240,6 +266,7 @@ class Sequence:
         self.draft_kept = 0
         self.engine_state: object = None
         self.unloaded = False  # cancelled because its model is being freed
+        self.order: tuple[int, int, int] = (0, 0, 0)  # its place in the queue (queue_order)
 
     @property
     def cancelled(self) -> bool:
@@ -271,8 +298,10 @@ class Sequence:
         now = time.perf_counter()
         t_prompt = self.t_prompt_done or now
         t_begin = self.t_begin or t_prompt
+        # a request that left the queue (its client went away) read no prompt
+        read = len(self.request.prompt_tokens) - self.cached if self.t_begin else 0
         timings = Timings(
-            prompt_n=len(self.request.prompt_tokens) - self.cached,
+            prompt_n=read,
             prompt_ms=(t_prompt - t_begin) * 1000,
             predicted_n=self.generated,
             predicted_ms=(now - t_prompt) * 1000,
@@ -333,7 +362,8 @@ class Worker:
     def __init__(self, engine: Engine, *, name: str, queue_size: int = 16) -> None:
         self.engine = engine
         self.queue_size = queue_size
-        self._waiting: collections.deque[Sequence] = collections.deque()
+        self._waiting: list[Sequence] = []  # in queue_order
+        self._arrivals = itertools.count()
         self._jobs: collections.deque[
             tuple[Callable[[threading.Event], Any], asyncio.Future[Any], threading.Event]
         ] = collections.deque()
@@ -353,7 +383,11 @@ class Worker:
     def queue_full(self) -> bool:
         """Whether :meth:`submit` would refuse a request now (QueueFull): /health's ``busy``."""
         with self._cv:
-            return len(self._waiting) >= self.queue_size
+            return self._queued() >= self.queue_size
+
+    def _queued(self) -> int:
+        """Waiting requests whose clients still wait (a cancelled one leaves at the next step)."""
+        return sum(not s.cancelled for s in self._waiting)
 
     def submit(self, request: GenerationRequest, prepared: object = None) -> DeltaStream:
         """Queue a request (call on the event loop), with what its model prepared for the
@@ -362,12 +396,15 @@ class Worker:
         with self._cv:
             if self._stopping:
                 raise ModelUnloaded("the model is unloading; retry to load it again", raced=True)
-            if len(self._waiting) >= self.queue_size:
+            queued = self._queued()
+            if queued >= self.queue_size:
                 raise QueueFull(
                     f"too many requests queued for this model ({self.queue_size}); retry shortly",
-                    retry_after=max(1, len(self._waiting) // 2),
+                    retry_after=max(1, queued // 2),
                 )
-            self._waiting.append(Sequence(request, stream, prepared))
+            seq = Sequence(request, stream, prepared)
+            seq.order = queue_order(request, next(self._arrivals))
+            bisect.insort(self._waiting, seq, key=lambda s: s.order)
             self._cv.notify()
         return stream
 
@@ -386,7 +423,7 @@ class Worker:
         with self._cv:
             if self._stopping:
                 raise ModelUnloaded("the model is unloading; retry to load it again", raced=True)
-            if len(self._jobs) + len(self._waiting) >= self.queue_size:
+            if len(self._jobs) + self._queued() >= self.queue_size:
                 raise QueueFull(
                     f"too many requests queued for this model ({self.queue_size}); retry shortly"
                 )
@@ -442,8 +479,16 @@ class Worker:
         while self._waiting and len(self._active) < self.engine.max_sequences:
             if self._active and fits is not None and not fits(self._waiting[0], self._active):
                 break
-            seq = self._waiting.popleft()
+            seq = self._waiting.pop(0)
             self._active.append(seq)
+
+    def _leave_cancelled(self) -> list[Sequence]:
+        """Take the waiting requests whose clients went away out of the queue (an editor
+        cancels most of the completions it asks for): nothing is done for them."""
+        gone = [s for s in self._waiting if s.cancelled]
+        if gone:
+            self._waiting = [s for s in self._waiting if not s.cancelled]
+        return gone
 
     def _run(self) -> None:
         try:
@@ -463,9 +508,15 @@ class Worker:
                             )
                         self._jobs.clear()
                         return
+                    gone = self._leave_cancelled()
                     new = len(self._active)
                     self._admit()
                     fresh = self._active[new:]
+                for seq in gone:
+                    seq.finish("cancelled")
+                    seq.close()
+                if gone:
+                    self._outbox.flush()
                 self._run_jobs()
                 for seq in fresh:
                     self._begin(seq)

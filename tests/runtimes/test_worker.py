@@ -1,5 +1,6 @@
 """The worker thread in front of a native engine (app/runtimes/worker.py,
-with a scripted engine): FIFO queue, cancellation, errors sent back, shutdown."""
+with a scripted engine): the queue's order (priority, interactive requests first, then FIFO),
+cancellation, errors sent back, shutdown."""
 
 from __future__ import annotations
 
@@ -12,18 +13,24 @@ import pytest
 
 from app.core.types import Delta, GenerationRequest
 from app.errors import ModelUnloaded, QueueFull
-from app.runtimes.worker import Again, DeltaStream, Sequence, Worker
+from app.runtimes.worker import INTERACTIVE_MAX_TOKENS, Again, DeltaStream, Sequence, Worker
 from tests.support.fakes import ScriptEngine
 
 
 def req(
-    rid: str, *, max_tokens: int | None = None, stop: tuple[str, ...] = (), n_prompt: int = 3
+    rid: str,
+    *,
+    max_tokens: int | None = None,
+    stop: tuple[str, ...] = (),
+    n_prompt: int = 3,
+    priority: int = 0,
 ) -> GenerationRequest:
     return GenerationRequest(
         prompt_tokens=tuple(range(5, 5 + n_prompt)),
         max_tokens=max_tokens,
         stop=stop,
         request_id=rid,
+        priority=priority,
     )
 
 
@@ -99,6 +106,56 @@ async def test_cancel_a_queued_request(worker: Worker, engine: ScriptEngine) -> 
     assert q[-1].usage is not None and q[-1].usage.completion_tokens == 0
     assert text_of(await drain(first)) == "Hello, world"
     assert engine.begun == ["first"]  # the cancelled request never reached the engine
+
+
+async def test_the_queue_serves_lower_priority_then_interactive_requests_first(
+    worker: Worker, engine: ScriptEngine
+) -> None:
+    """vLLM's ``priority`` (lower first), then interactive requests (a negative priority, or
+    a short answer: an editor's completion) before the others of their priority, then FIFO."""
+    engine.gate.clear()
+    first = worker.submit(req("first"))
+    await asyncio.to_thread(engine.began.wait, 5)
+    streams = [
+        worker.submit(req("long0")),
+        worker.submit(req("later", priority=5, max_tokens=8)),
+        worker.submit(req("short", max_tokens=INTERACTIVE_MAX_TOKENS)),
+        worker.submit(req("urgent", priority=-1)),
+        worker.submit(req("long1", max_tokens=INTERACTIVE_MAX_TOKENS + 1)),
+    ]
+    engine.gate.set()
+    for s in [first, *streams]:
+        assert (await drain(s))[-1].finish_reason == "stop"
+    assert engine.begun == ["first", "urgent", "short", "long0", "long1", "later"]
+
+
+async def test_a_cancelled_queued_request_leaves_the_queue_before_any_work() -> None:
+    """A waiting request whose client went away leaves the queue at the next step, while the
+    running one goes on: it never reaches the engine, no longer counts as pending or against
+    the queue's size, and its final delta says no prompt was read."""
+    engine = ScriptEngine(pieces=None)  # generates until cancelled
+    engine.step_permits = threading.Semaphore(0)
+    w = Worker(engine, name="gone", queue_size=3)
+    try:
+        running = w.submit(req("running"))
+        await asyncio.to_thread(engine.began.wait, 5)
+        queued = [w.submit(req(f"q{i}")) for i in range(3)]
+        assert w.queue_full and w.pending == 4
+        for q in queued:
+            q.cancel()
+        assert not w.queue_full  # the queue holds no request anyone waits for
+        engine.step_permits.release()  # one step of the running request
+        await wait_until(lambda: w.pending == 1)
+        for q in queued:
+            final = (await drain(q))[-1]
+            assert final.finish_reason == "cancelled"
+            assert final.timings is not None and final.timings.prompt_n == 0
+        assert engine.begun == ["running"]
+        running.cancel()
+        engine.step_permits.release()
+        assert (await drain(running))[-1].finish_reason == "cancelled"
+    finally:
+        w.close(timeout=10)
 
 
 async def test_cancel_during_generation_stops_within_one_step() -> None:

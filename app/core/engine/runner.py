@@ -243,6 +243,8 @@ class LocalRunner:
             prepare_ms=(time.perf_counter() - t0) * 1000,
             max_prompt_ms=req.max_prompt_ms,
             max_predict_ms=req.max_predict_ms,
+            # an editor's completion is read before others' prompts, however long its answer
+            priority=req.priority if infill is None else min(req.priority, fim.INFILL_PRIORITY),
         )
         stream: GenerationStream = lm.submit(gr)
         indent = infill.indent if infill is not None else 0

@@ -156,6 +156,7 @@ async def prepare_chat(
             constraint=constraint,
             prepare_ms=(time.perf_counter() - t0) * 1000,
             images=images,
+            priority=req.priority,
         ),
         call=call,
     )

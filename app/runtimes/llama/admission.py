@@ -1,5 +1,6 @@
 """Which waiting requests join the running ones (``LlamaEngine.fits``): room in a shared
-cache, and how many sequences it decodes at once on the CPU.
+cache, and how many sequences it decodes at once on the CPU; and how their prompts are read,
+a piece a decode, so that none waits long behind another's.
 
 In a shared (unified) cache with the attention on the CPU, every token of a step attends every
 used cell of the cache, its own sequence's and the others' (masked). A step of W sequences of
@@ -32,16 +33,48 @@ The first BASE_WIDTH sequences always decode together (several clients are serve
 whatever the cost, as peers' default of 4 does). Caches of their own per sequence (a cache
 stream each) and attention on a GPU have no such bound: a step's attention reads only a
 sequence's own cells there, and a GPU's attention was not measured.
-Tested by tests/runtimes/llama/test_width.py.
+A prompt is read PROMPT_PIECE tokens a decode, alone or beside running streams: between two
+pieces the worker admits waiting requests and the running streams take their step, so a short
+request (an editor's completion) arriving while an agent's long prompt is read joins within
+one piece rather than after the whole prompt (2,000 tokens: seconds on a small CPU). The
+joining prompts are read shortest first, an interactive one before the others (the worker's
+``queue_order``), in a decode of at most PROMPT_PIECE tokens together (``_read_together``).
+Each piece is one micro-batch, and a fresh run's pieces start at multiples of its size (what
+the "exact" prompt cache reuses), so a cached prompt's numbers are still a fresh run's.
+The size: a decode reads the model's weights once whatever its tokens, so each piece costs
+about one one-token step more than reading the prompt in one go; with SmolLM2 on 2 Xeon cores
+that step is ~10-20 ms and a prompt token ~0.5-1 ms, so a 256-token piece adds ~4-8% to
+a piece's ~130-250 ms against ~2-4% for llama.cpp's default micro-batch of 512 (and twice that
+for 128), while a request that arrives waits at most one piece: ~0.13-0.25 s instead of up to
+the whole prompt (a 2,000-token agent prompt: ~1-2 s). Measured on a machine shared with other
+work (load ~8 on 2 cores), so only the order of magnitude is known.
+Tested by tests/runtimes/llama/test_width.py and tests/runtimes/llama/test_prompt_pieces.py.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from app.core.types import GenerationRequest
 from app.runtimes.llama.backend import L
 from app.runtimes.worker import Sequence
+
+# the most prompt tokens a decode reads (one micro-batch; smaller when the batch is): a
+# request that arrives while a prompt is read waits for one piece. On a GPU a larger batch
+# reads faster; on the CPU prompt reading is as fast in small pieces (llama-server on 2 EPYC
+# cores, SmolLM2, a 614-token prompt: 197, 214, 193, 168, 186 tok/s with micro-batches of 32,
+# 64, 128, 256, 512), so there a piece is PROMPT_PIECE_CPU: an editor's completion beside an
+# agent's prompts waited for a 256-token piece ~1.2 s there (p95 TTFT 2.1 s), for 64 ~0.3 s
+# (0.8 s; tests/bench/autocomplete_mix.py, one run each)
+PROMPT_PIECE = 256
+PROMPT_PIECE_CPU = 64
+# a decode of this many prompt tokens or more runs under llama.cpp's abort callback (a Python
+# call per graph node, costly for a small decode): only an image's positions are that many,
+# a text piece is seen to be cancelled before the next piece
+ABORT_MIN_TOKENS = PROMPT_PIECE + 1
 
 # the answer tokens a sequence is counted for when the shared cache's room is weighed (more come
 # as others finish; a sequence that outgrows the cache parks the youngest)
@@ -88,6 +121,16 @@ class Admission:
     step_cells: float  # ``wide_cells`` of the model; infinite: no bound on the width
     max_sequences: int  # the most decoded at once (``parallel``)
 
+    ctx: Any
+    mem: Any
+    batch: Any
+    prompt_piece: int  # the most prompt tokens a decode reads
+    peak_batch: int
+    vision: Any
+    _aborting: tuple[Sequence, ...]
+    _abort_cb: Any
+    _no_abort: Any
+
     def fits(self, seq: Sequence, active: list[Sequence]) -> bool:
         """Whether ``seq`` joins the ``active`` sequences now: in a shared cache, when it has
         room for its prompt and the start of its answer (ANSWER_ROOM tokens at most) beside
@@ -120,3 +163,86 @@ class Admission:
         """An answer's tokens counted ahead: what its max_tokens leaves, at most ANSWER_ROOM."""
         left = self.n_ctx if req.max_tokens is None else req.max_tokens - generated
         return max(0, min(left, ANSWER_ROOM))
+
+    @contextlib.contextmanager
+    def _abortable(self, seqs: tuple[Sequence, ...], n_tokens: int) -> Iterator[None]:
+        """llama.cpp's abort callback (a cancel of one of ``seqs`` stops the decode) while
+        ``n_tokens`` prompt tokens decode, when they are that many: it is a Python call (a GIL
+        round trip) per graph node, about a thousand a decode, which made a short prompt's
+        decode take twice its time (e.g. 7 tokens: ~40 ms instead of ~20 on a slow CPU)."""
+        if n_tokens < ABORT_MIN_TOKENS:
+            yield
+            return
+        self._aborting = seqs
+        L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        try:
+            yield
+        finally:
+            L.llama_set_abort_callback(self.ctx, self._no_abort, None)
+            self._aborting = ()
+
+    def _text_piece(self, tokens: list[int], start: int, most: int) -> list[int]:
+        """Up to ``most`` prompt tokens from ``start``, ending before an image's positions."""
+        chunk = tokens[start : start + most]
+        if self.vision is not None:
+            chunk = chunk[: next((i for i, t in enumerate(chunk) if t < 0), len(chunk))]
+        return chunk
+
+    def _read_together(self, joining: list[tuple[Sequence, Any]]) -> bool:
+        """One llama_decode of the next pieces of the prompts being read, an interactive one and
+        then the shortest rest first, as much as a piece holds; after the first, only whole
+        rests of up to twice its length (a short question beside long prompts is read in a
+        decode of its own; the others follow in the next steps). llama-server reads
+        new prompts together too; the running streams' tokens stay in their own step, whose
+        numbers then match a solo run's as closely as before. False when the cache had no room
+        for it all, or a joining request was cancelled mid-batch: nothing of it stays in the
+        cache, and the caller reads the prompts one by one."""
+        n, deferred = 0, False
+        pieces: list[tuple[Sequence, Any, list[int], int]] = []
+        # an interactive or higher-priority one first (the worker's queue_order), then the
+        # shortest rest
+        order = sorted(joining, key=lambda r: (r[0].order[:2], len(r[1].prompt) - r[1].done_upto))
+        for seq, st in order:
+            start = st.done_upto
+            chunk = self._text_piece(st.prompt, start, self.prompt_piece - n)
+            last = start + len(chunk) == len(st.prompt)
+            if not chunk:  # the decode is full, or an image comes next
+                deferred = True
+                continue
+            if pieces and (not last or len(chunk) > 2 * len(pieces[0][2])):
+                deferred = True  # read in a later step
+                continue
+            for j, t in enumerate(chunk):
+                self._put(  # type: ignore[attr-defined]
+                    n + j, t, start + j, st.slot, logits=last and j == len(chunk) - 1
+                )
+            n += len(chunk)
+            pieces.append((seq, st, chunk, n - 1))
+        if not pieces or (len(pieces) < 2 and not deferred):  # one prompt: a chunk of its own
+            return False
+        self.batch.n_tokens = n
+        self.peak_batch = max(self.peak_batch, len(pieces))
+        with self._abortable(tuple(p[0] for p in pieces), n):
+            rc = self._decode()  # type: ignore[attr-defined]
+        if rc == 2:  # aborted: drop what the batch's earlier micro-batches wrote
+            for _, st, _, _ in pieces:
+                L.llama_memory_seq_rm(self.mem, st.slot, st.done_upto, -1)
+        if rc in (1, 2):
+            return False
+        if rc != 0:
+            self._fail([p[0] for p in pieces], rc)  # type: ignore[attr-defined]
+        for seq, st, chunk, row in pieces:
+            self.slots.append(st.slot, chunk)  # type: ignore[attr-defined]
+            st.done_upto += len(chunk)
+            if st.done_upto == len(st.prompt):
+                self._prompt_read(seq, st, row)  # type: ignore[attr-defined]
+            else:
+                self._prompt_time_out(seq)
+        return True
+
+    def _prompt_time_out(self, seq: Sequence) -> None:
+        """End a request whose prompt has been read for longer than its ``max_prompt_ms``
+        (llama-server's t_max_prompt_ms, which it leaves unimplemented): "length", no answer."""
+        limit = seq.request.max_prompt_ms
+        if limit is not None and (time.perf_counter() - seq.t_begin) * 1000 > limit:
+            seq.finish("length")

@@ -5,18 +5,16 @@ Tested by tests/runtimes/llama/test_mixed_batch.py."""
 from __future__ import annotations
 
 import codecs
-import contextlib
 import ctypes
 import logging
 import math
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from app.core.library.fit import KV_BYTES, cache_slots, separate_caches
 from app.core.types import GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
-from app.runtimes.llama.admission import Admission, wide_cells
+from app.runtimes.llama.admission import PROMPT_PIECE, PROMPT_PIECE_CPU, Admission, wide_cells
 from app.runtimes.llama.backend import (
     L,
     claim_threads,
@@ -32,14 +30,11 @@ from app.runtimes.llama.slots import CacheShape, CopyCosts, Slots, copy_costs, s
 from app.runtimes.llama.speculative import Speculation
 from app.runtimes.llama.vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
-from app.runtimes.worker import NativeLifetime, Sequence
+from app.runtimes.worker import NativeLifetime, Sequence, common_prefix
 
 log = logging.getLogger(__name__)
 
 CACHE_MODES = ("reuse", "exact", "off")
-# prompt decodes of this many tokens or more run under the abort callback (a Python call per
-# graph node: for a handful of tokens the calls cost more than the decode)
-ABORT_MIN_TOKENS = 64
 _KV_TYPES = {"f16": 1, "q8_0": 8, "q4_0": 2}  # ggml type ids
 
 
@@ -137,6 +132,10 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         self._no_abort = L.ggml_abort_callback()
         self._room_freed = False  # cells were freed since a sequence was parked
         n_ubatch = int(L.llama_n_ubatch(self.ctx))
+        # a prompt is read a piece a decode (admission.py): each piece is one micro-batch, so
+        # a fresh run's pieces start at multiples of it (what the exact cache reuses)
+        piece = PROMPT_PIECE_CPU if on_cpu else PROMPT_PIECE
+        self.prompt_piece = min(piece, n_ubatch, int(self.n_batch))
         self.prompt_cache = self.cache_mode != "off"
         # prompts that join running streams are read together, one decode a step for all of
         # them (llama-server reads new prompts in one batch); the exact cache reads each as a
@@ -145,10 +144,7 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         # a sequence decoding alone drafts by prompt lookup (speculative.py)
         self.speculative = options.speculative == "ngram" and not self.is_embedding
         shape = CacheShape(
-            self.cache_mode,
-            self.unified,
-            n_ubatch if self.n_batch % n_ubatch == 0 else int(self.n_batch),
-            int(L.llama_model_n_swa(self.model)),
+            self.cache_mode, self.unified, self.prompt_piece, int(L.llama_model_n_swa(self.model))
         )
         costs = CopyCosts(
             **copy_costs(self.model, v_transposed=cp.flash_attn_type == 0),
@@ -272,66 +268,45 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         # idle caches that would leave soon anyway go now, so this sequence's cells go low
         if self.slots.stash_cells:
             self.slots.stash_idle(upcoming=len(tokens) - cached, answer=self._answer_room(req))
-        # alone, the whole prompt now; with others running, their streams keep going while it
-        # is read a piece per step: after their step, with the other joining prompts,
-        # or in a decode of its own (exact mode, whose chunks must lie as a fresh run's)
-        if self._alone():
-            self._prefill(seq, state, whole=True)
-        elif not self.prompts_together:
-            self._prefill(seq, state, whole=False)
-
-    def _alone(self) -> bool:
-        return self._busy() <= 1
+        # read a piece a step from the next step on (alone or not), so a request that comes
+        # meanwhile waits for one piece: after the running streams' step, with the other
+        # joining prompts, or in a decode of its own (exact mode, whose pieces must lie as a
+        # fresh run's)
 
     def _busy(self) -> int:
         return self.slots.busy()
 
-    def _prefill(self, seq: Sequence, st: _SeqState, *, whole: bool) -> None:
-        """Process the prompt from ``st.done_upto``: all of it, or one chunk. The chunks start
-        where a fresh run's do, so the numbers are the same however the prompt is split."""
+    def _prefill(self, seq: Sequence, st: _SeqState) -> None:
+        """Read the next piece of the prompt from ``st.done_upto`` (``prompt_piece`` tokens, or
+        an image's positions); the rest in the next steps, so a request that arrives meanwhile
+        joins within one piece (admission.py). The pieces start where a fresh run's do, so the
+        numbers are the same however the prompt was reached."""
         tokens, slot = st.prompt, st.slot
-        with self._abortable((seq,), len(tokens) - st.done_upto):
-            while st.done_upto < len(tokens):
-                if seq.cancelled:
-                    return
-                start = st.done_upto
-                chunk, batch = self._segment(seq, tokens, start, slot)
-                rc = self._decode(batch)
-                if rc == 1 and self._busy() > 1:  # the others hold the shared cache: wait
-                    self._park(st)
-                    return
-                if rc == 2 or seq.cancelled:  # aborted: what this chunk wrote is unknown
-                    self.slots.forget(slot)
-                    st.failed = True
-                    return
-                if rc != 0:
-                    self.slots.forget(slot)
-                    st.failed = True
-                    raise RuntimeError(f"llama_decode failed on the prompt (code {rc})")
-                self.slots.append(slot, chunk)
-                st.done_upto = start + len(chunk)
-                if not whole and st.done_upto < len(tokens):
-                    return  # the rest in the next steps
-            # whole micro-batches of the prompt: what a later prompt may reuse exactly
-            self.slots.computed_whole(slot, len(tokens))
-        self._prompt_read(seq, st, st.last_rows - 1)
-
-    @contextlib.contextmanager
-    def _abortable(self, seqs: tuple[Sequence, ...], n_tokens: int) -> Iterator[None]:
-        """llama.cpp's abort callback (a cancel of one of ``seqs`` stops the decode) while
-        ``n_tokens`` prompt tokens decode, when they are that many: it is a Python call (a GIL
-        round trip) per graph node, about a thousand a decode, which made a short prompt's
-        decode take twice its time (e.g. 7 tokens: ~40 ms instead of ~20 on a slow CPU)."""
-        if n_tokens < ABORT_MIN_TOKENS:
-            yield
+        if seq.cancelled:
             return
-        self._aborting = seqs
-        L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
-        try:
-            yield
-        finally:
-            L.llama_set_abort_callback(self.ctx, self._no_abort, None)
-            self._aborting = ()
+        start = st.done_upto
+        chunk, batch = self._segment(seq, tokens, start, slot)
+        with self._abortable((seq,), int(batch.n_tokens)):
+            rc = self._decode(batch)
+        if rc == 1 and self._busy() > 1:  # the others hold the shared cache: wait
+            self._park(st)
+            return
+        if rc == 2 or seq.cancelled:  # aborted: what this piece wrote is unknown
+            self.slots.forget(slot)
+            st.failed = True
+            return
+        if rc != 0:
+            self.slots.forget(slot)
+            st.failed = True
+            raise RuntimeError(f"llama_decode failed on the prompt (code {rc})")
+        self.slots.append(slot, chunk)
+        st.done_upto = start + len(chunk)
+        if st.done_upto < len(tokens):
+            self._prompt_time_out(seq)
+            return
+        # whole micro-batches of the prompt: what a later prompt may reuse exactly
+        self.slots.computed_whole(slot, len(tokens))
+        self._prompt_read(seq, st, st.last_rows - 1)
 
     def _prompt_read(self, seq: Sequence, st: _SeqState, row: int) -> None:
         """The whole prompt is in the cache: sample its first token from batch row ``row``."""
@@ -353,17 +328,10 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             n = self.vision.fill(tokens, seq.request.images, start, slot)
             st.last_rows = n
             return tokens[start : start + min(n, self.n_batch)], self.vision.batch
-        chunk = self._text_piece(tokens, start, self.n_batch)
+        chunk = self._text_piece(tokens, start, self.prompt_piece)
         self._fill(chunk, start, slot, logits_last=start + len(chunk) == len(tokens))
         st.last_rows = len(chunk)
         return chunk, self.batch
-
-    def _text_piece(self, tokens: list[int], start: int, most: int) -> list[int]:
-        """Up to ``most`` prompt tokens from ``start``, ending before an image's positions."""
-        chunk = tokens[start : start + most]
-        if self.vision is not None:
-            chunk = chunk[: next((i for i, t in enumerate(chunk) if t < 0), len(chunk))]
-        return chunk
 
     def _sample(self, seq: Sequence, st: _SeqState, idx: int) -> None:
         """Pick the next token from the logits the last decode left at row ``idx``. Done right
@@ -429,56 +397,26 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         # again goes on)
         joining = [r for r in reading if not (r[1].parked and decoded and not r[1].done_upto
                                              and not room)]  # fmt: skip
+        if self.vision is None:
+            for seq, st in joining:
+                self._borrow(seq, st)
+            joining = _one_reader(joining)
         if self.prompts_together and len(joining) > 1 and self._read_together(joining):
             joining = [r for r in joining if self.vision is not None and not r[1].ready
                        and r[1].prompt[r[1].done_upto] < 0]  # fmt: skip
-        for seq, st in joining:  # one chunk of each prompt being read (an image: always)
-            self._prefill(seq, st, whole=not decoded and len(reading) == 1)
+        for seq, st in joining:  # one piece of each prompt being read (an image: always)
+            self._prefill(seq, st)
 
-    def _read_together(self, joining: list[tuple[Sequence, _SeqState]]) -> bool:
-        """One llama_decode of the next pieces of the prompts being read, the shortest rest
-        first, as much as the batch holds; after the first, only whole rests of up to twice
-        its length (a short question beside long prompts is read in a decode of its own, not
-        behind ~470 of their tokens; the others follow in the next steps). llama-server reads
-        new prompts together too; the running streams' tokens stay in their own step, whose
-        numbers then match a solo run's as closely as before. False when the cache had no room
-        for it all, or a joining request was cancelled mid-batch: nothing of it stays in the
-        cache, and the caller reads the prompts one by one."""
-        n, deferred = 0, False
-        pieces: list[tuple[Sequence, _SeqState, list[int], int]] = []
-        order = sorted(joining, key=lambda r: len(r[1].prompt) - r[1].done_upto)
-        for seq, st in order:
-            start = st.done_upto
-            chunk = self._text_piece(st.prompt, start, self.n_batch - n)
-            last = start + len(chunk) == len(st.prompt)
-            if not chunk:
-                continue
-            if pieces and (not last or len(chunk) > 2 * len(pieces[0][2])):
-                deferred = True  # read in a later step
-                continue
-            for j, t in enumerate(chunk):
-                self._put(n + j, t, start + j, st.slot, logits=last and j == len(chunk) - 1)
-            n += len(chunk)
-            pieces.append((seq, st, chunk, n - 1))
-        if len(pieces) < 2 and not deferred:  # one prompt (or an image next): a chunk of its own
-            return False
-        self.batch.n_tokens = n
-        self.peak_batch = max(self.peak_batch, len(pieces))
-        with self._abortable(tuple(p[0] for p in pieces), n):
-            rc = self._decode()
-        if rc == 2:  # aborted: drop what the batch's earlier micro-batches wrote
-            for _, st, _, _ in pieces:
-                L.llama_memory_seq_rm(self.mem, st.slot, st.done_upto, -1)
-        if rc in (1, 2):
-            return False
-        if rc != 0:
-            self._fail([p[0] for p in pieces], rc)
-        for seq, st, chunk, row in pieces:
-            self.slots.append(st.slot, chunk)
-            st.done_upto += len(chunk)
-            if st.done_upto == len(st.prompt):
-                self._prompt_read(seq, st, row)
-        return True
+    def _borrow(self, seq: Sequence, st: _SeqState) -> None:
+        """Before its next piece: what other sequences already read of the prompt's prefix
+        is shared into its slot (Slots.borrow), so a burst of prompts with a common start
+        reads it once. A parked sequence waits for room as it is."""
+        if st.parked or st.ready:
+            return
+        have = self.slots.borrow(st.slot, st.prompt, st.done_upto)
+        if have > st.done_upto:
+            st.done_upto = have
+            seq.cached = max(seq.cached, have)
 
     def _put(self, i: int, token: int, pos: int, slot: int, *, logits: bool) -> None:
         b = self.batch
@@ -561,6 +499,27 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             L.llama_model_free(self.model)
             self.model = None
         release_free_memory()
+
+
+# a common stretch of prompts read together that one of them reads alone, the others waiting
+# a step to share it
+SHARE_MIN = 64
+
+
+def _one_reader(joining: list[tuple[Sequence, Any]]) -> list[tuple[Sequence, Any]]:
+    """The prompts that read a piece this step: of those that go on alike from the same place
+    for SHARE_MIN tokens or more, one; the others share its cells at the next step instead of
+    reading the same tokens beside it (a shorter common stretch is not worth their step)."""
+    readers: list[Any] = []
+    for _, st in joining:
+        d = st.done_upto
+        if not any(
+            o.done_upto == d and len(o.prompt) > d < len(st.prompt) and o.prompt[d] == st.prompt[d]
+            and common_prefix(o.prompt, st.prompt) >= d + SHARE_MIN
+            for o in readers
+        ):  # fmt: skip
+            readers.append(st)
+    return [r for r in joining if any(r[1] is o for o in readers)]
 
 
 class _SeqState:

@@ -271,6 +271,30 @@ class Slots:
         self._give_prefix(src, dst, n)
         return len(self.kv[dst])
 
+    def borrow(self, slot: int, tokens: list[int], have: int) -> int:
+        """In one shared "reuse" cache, the cells another slot holds for a longer prefix of
+        ``tokens`` than ``slot`` has (``have``) become ``slot``'s too, running or not: they
+        gain a sequence, nothing is read or copied. Prompts that come together with a common
+        prefix (an editor's keystrokes, one agent's parallel calls) read it once, each
+        continuing where another got to. Returns the tokens ``slot`` holds then."""
+        if not self.shared or self.mode != "reuse" or have >= len(tokens) - 1:
+            return have
+        kv, nxt = self.kv, tokens[have]
+        src, most = slot, have
+        for sl in range(len(kv)):
+            # a quick look first: only a slot holding the next token there can hold more
+            if sl != slot and len(kv[sl]) > have and kv[sl][have] == nxt:
+                n = common_prefix(kv[sl], tokens)
+                if n > most:
+                    src, most = sl, n
+        most = min(most, len(tokens) - 1)  # the last token is read: its logits are needed
+        if src == slot or most <= have or self._breaks_swa(src, most):
+            return have
+        self.forget(slot)
+        self._give_prefix(src, slot, most)
+        self.prompt_len[slot] = len(tokens)
+        return most
+
     def _breaks_swa(self, slot: int, keep: int) -> bool:
         """Sliding-window layers forget old positions: continuing at ``keep`` needs the last
         n_swa of them (llama-server's rule)."""

@@ -8,6 +8,13 @@ is the next token, and the cells of the rest are dropped. A repeat or an edit of
 comes out several tokens a step. On llama.cpp's CPU backend each row is computed as a
 one-token step computes it, so answers are those of plain decoding (tested bit for bit on
 logprobs).
+
+It is on by default (load option ``speculative`` "ngram") and switches itself off per request
+when its drafts stop being kept (``Drafts.kept``): a draft of k tokens is decoded as k+1 rows,
+and a row beyond the first costs a step about ROW_COST of a one-row step, so a draft pays
+while more than ROW_COST of its tokens are kept on average. Once OFF_AFTER tokens were drafted
+with fewer than OFF_SHARE of them kept, the request drafts no more (nor looks up: prose then
+pays nothing); until then a one-token draft that missed skips PAUSE lookups.
 Tested by tests/runtimes/llama/test_speculative.py."""
 
 from __future__ import annotations
@@ -24,23 +31,33 @@ NGRAM = 3  # tokens looked up
 DRAFT_MAX = 16  # the longest draft
 DRAFT_FIRST = 4  # the first draft's length; doubled when all of it is kept, halved when not
 PAUSE = 16
+# what a drafted row beyond the first adds to a decode step, as a share of a one-row step:
+# SmolLM2 on 2 Xeon cores at ~500 cells, medians of 25 interleaved rounds, 0.26 (5 rows), 0.34
+# (9), 0.32 (17); a busy machine, so rounded up. A draft of k tokens of which a are kept gives
+# a+1 tokens for 1 + ROW_COST*k steps: it pays while a/k > ROW_COST
+ROW_COST = 0.35
+OFF_AFTER = 32  # drafted tokens a request is judged on (two full drafts, or a few misses)
+OFF_SHARE = ROW_COST  # kept below this share of them: drafting costs more than it saves
 
 
 class Drafts:
     """A sequence's next draft's length, and the lookup. The tokens are searched as bytes (C
     speed, and no index to keep: a dict of n-gram tuples held a Python object per position)."""
 
-    __slots__ = ("size", "pause")
+    __slots__ = ("size", "pause", "drafted", "accepted", "off")
 
     def __init__(self) -> None:
         self.size = DRAFT_FIRST
         self.pause = 0  # lookups to skip: drafts of one token kept missing
+        self.drafted = 0  # tokens drafted so far, and those kept
+        self.accepted = 0
+        self.off = False  # its drafts stopped paying: one token a step from here on
 
     def propose(self, tokens: list[int], room: int) -> list[int]:
         """Up to ``min(size, room)`` tokens that followed the last NGRAM tokens the latest
         time they came before."""
         n = NGRAM
-        if len(tokens) <= n or room < 1:
+        if self.off or len(tokens) <= n or room < 1:
             return []
         if self.pause:
             self.pause -= 1
@@ -64,7 +81,12 @@ class Drafts:
     def kept(self, proposed: int, accepted: int) -> None:
         """How a draft went: the next one is longer after a whole draft was kept, shorter
         after a miss; after a one-token draft missed, PAUSE lookups are skipped (prose that
-        only happens to repeat three tokens would pay for drafts it never keeps)."""
+        only happens to repeat three tokens would pay for drafts it never keeps). Once
+        OFF_AFTER tokens were drafted, fewer than OFF_SHARE of them kept turns drafting off."""
+        self.drafted += proposed
+        self.accepted += accepted
+        if self.drafted >= OFF_AFTER and self.accepted < OFF_SHARE * self.drafted:
+            self.off = True
         if accepted == proposed:
             self.size = min(DRAFT_MAX, self.size * 2)
         elif accepted == 0 and self.size == 1:

@@ -340,6 +340,15 @@ def parse_ttl(b: Body) -> Any:
     return UNSET
 
 
+PRIORITY_LIMIT = 1 << 31  # vLLM's priority is any integer: int32's range bounds it here
+
+
+def parse_priority(b: Body) -> int:
+    """vLLM's ``priority``: an integer, lower is served first, default 0 (a request with a
+    negative one is also read before others' long prompts, as an editor's completion is)."""
+    return b.integer("priority", 0, lo=-PRIORITY_LIMIT, hi=PRIORITY_LIMIT - 1) or 0
+
+
 def schema_constraint(schema: dict[str, Any], *, param: str) -> Constraint:
     """A JSON schema as a ``("json_schema", JSON)`` constraint, through the bounded validator
     (app/core/inference/constraints.py; the runtime compiles it, and answers 400 if it cannot). Shared by

@@ -70,9 +70,11 @@ _CACHE = accepted(
     "prompt_cache_key",
     "cache_salt",
 )
-_SCHED = accepted(
-    "scheduling and backend hints: the answer is the same", "priority", "guided_decoding_backend"
-)
+_SCHED = {
+    **accepted("a backend hint: the answer is the same", "guided_decoding_backend"),
+    # lower is served first (read before others' long prompts); the answer is the same
+    **honoured("priority"),
+}
 _SAMPLING = honoured(
     "temperature",
     "top_p",

@@ -61,15 +61,16 @@ class Recorder:
 
 
 def gate_first_step(engine: Any) -> threading.Event:
-    """The first pure decode step waits until the returned event is set."""
+    """The first pure decode step (drafted or not) waits until the returned event is set."""
     opened = threading.Event()
-    step = engine._decode_step
+    for name in ("_speculate", "_decode_step"):
+        real = getattr(engine, name)
 
-    def gated(decoded: Any) -> int:
-        assert opened.wait(120), "the test never opened the gate"
-        return step(decoded)
+        def gated(*args: Any, real: Any = real) -> Any:
+            assert opened.wait(120), "the test never opened the gate"
+            return real(*args)
 
-    engine._decode_step = gated
+        setattr(engine, name, gated)
     return opened
 
 
@@ -125,13 +126,13 @@ async def test_joining_prompts_are_read_together_in_one_decode(
         await h.close()
 
 
-async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
+async def test_a_joining_prompt_cancelled_mid_read_leaves_the_others_whole(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
-    """A long prompt is cancelled while the batch that reads it with another joining prompt
-    decodes (the abort callback stops llama.cpp): the running stream and the other prompt go
-    on with the answers solo runs give, and the long prompt asked again reads from a cache
-    that holds nothing half-written."""
+    """A long prompt is cancelled while its first piece decodes beside another joining prompt
+    (it stops before its next piece): the running stream and the other prompt go on with the
+    answers solo runs give, and the long prompt asked again reads from a cache that holds
+    nothing half-written."""
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
     model, _ = solo_h.models.import_path(smollm2_path)
     try:
@@ -148,13 +149,15 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
         lm = await h.models.load(model.id)
         engine = lm.engine  # type: ignore[attr-defined]
         opened = gate_first_step(engine)
-        aborted: list[int] = []
+        mid_start = engine.tokenize(MID, add_special=True, parse_special=False)[:4]
+        cancelled: list[int] = []
+        joiner: Any = None
 
         def cancel_the_joiner(eng: Any, n: int) -> None:
-            if len(eng._aborting) == 2 and not aborted:  # the joiners' batch, under the callback
-                aborted.append(n)
-                longest = max(eng._aborting, key=lambda s: len(s.request.prompt_tokens))
-                longest.stream.cancel()
+            first = [int(eng.batch.token[i]) for i in range(min(n, 4))]
+            if first == mid_start and not cancelled:  # the long joiner's first piece
+                cancelled.append(n)
+                joiner.cancel()
 
         rec = Recorder(engine, cancel_the_joiner)
         running = await one(h, model.id, PROMPTS[0], 32)
@@ -166,7 +169,8 @@ async def test_a_joining_prompt_cancelled_mid_batch_leaves_the_others_whole(
         rest = [d async for d in it]
         got = [d async for d in joiner]
         other_run = await transcript(other)
-        assert aborted and aborted[0] > 64, f"no mixed batch was aborted: {rec.calls[:6]}"
+        # cancelled within its prompt: a piece of it was read, not all of it
+        assert cancelled and cancelled[0] < len(mid_start) + 200, rec.calls[:8]
         assert got[-1].finish_reason == "cancelled"
         lps = [(x.token, x.logprob, x.top) for d in [head, *rest] for x in d.logprobs]
         if not assert_greedy_close(solo_run[1], lps, "the running stream"):
@@ -212,12 +216,12 @@ async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
         await h.close()
 
 
-async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
+async def test_text_prompts_are_read_without_the_abort_callback(
     tmp_path: Path, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """llama.cpp calls the abort callback once per graph node, a Python call each: a short
-    prompt decodes without it (it doubled such a decode); a long one keeps it, so a cancel
-    still stops it mid-prompt (test_runtime.py's abort test)."""
+    """llama.cpp calls the abort callback once per graph node, a Python call each (it doubled
+    a short prompt's decode): a text prompt is read a piece a decode, and a cancel is seen
+    before the next piece (test_runtime.py's abort test), so no piece runs under it."""
     from app.runtimes.llama import engine as llama_engine
 
     h = hearth(tmp_path)
@@ -237,10 +241,13 @@ async def test_the_abort_callback_is_set_only_for_prompts_worth_it(
         short = await transcript(await one(h, model.id, "Hi", 2))
         assert short[2].usage.prompt_tokens - short[2].usage.cached_tokens < 64
         assert armed == [], "a short prompt decoded under the abort callback"
+        rec = Recorder(engine)
         await transcript(
             await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=2, logprobs=3)
         )
-        assert armed == [1], "a long prompt decoded without the abort callback"
+        assert armed == [], "a long prompt decoded under the abort callback"
+        reads = [c[0] for c in rec.calls if c[2] < c[0]]
+        assert len(reads) > 1 and max(reads) <= engine.prompt_piece, reads
     finally:
         await h.close()
 

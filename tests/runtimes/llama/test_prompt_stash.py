@@ -110,7 +110,8 @@ async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_it
     """The others' steps walk its cells, but copying them costs too (a range at a time): it
     stays in place until the attention it has cost the others adds up to its copy's cost, then
     goes to host memory, long before the others end."""
-    async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
+    # one token a step (no drafts), so the long stream's steps each charge its own cells once
+    async with loaded(tmp_path / "h", smollm2_path, speculative="off") as (h, mid, engine):
         slots = engine.slots
         seen: dict[str, Any] = {}
         real_end, real_stash = engine.end, slots.stash
@@ -161,7 +162,8 @@ async def test_caches_that_come_due_together_leave_one_step_apart(
     """Two streams answered in one batch end together while a third runs: their rents reach
     their copies' costs in the same step, and they leave one step apart, so the running
     stream stalls for one copy at a time."""
-    async with loaded(tmp_path / "h", smollm2_path, parallel=3) as (h, mid, engine):
+    opts = {"parallel": 3, "speculative": "off"}  # one token a step, as the charges assume
+    async with loaded(tmp_path / "h", smollm2_path, **opts) as (h, mid, engine):
         slots = engine.slots
         steps, copies = [0], []
         real_stash = slots.stash
@@ -189,9 +191,15 @@ async def test_caches_that_come_due_together_leave_one_step_apart(
         it = long.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
         long_slot.append(next(sl for sl in range(len(slots.kv)) if sl not in slots.free))
+        # two questions of one length, read in one decode (one piece together); not the same
+        # question twice: the second would share the first's cells
+        questions = [
+            "A dragon slept under the mountain, dreaming of gold and of the sea.",
+            "A dragon slept under the mountain, dreaming of jade and of the sky.",
+        ]
         shorts = [
-            await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=2)
-            for _ in range(2)
+            await chat(h, mid, [ChatMessage("user", q)], sampling=GREEDY, max_tokens=2)
+            for q in questions
         ]
         opened.set()
         for s in shorts:
@@ -218,9 +226,9 @@ async def test_a_cheap_idle_cache_leaves_before_the_next_prompt_is_read(
         seen: list[int] = []
         prefill = engine._prefill
 
-        def first_chunk(seq: Any, st: Any, *, whole: bool) -> None:
+        def first_chunk(seq: Any, st: Any) -> None:
             seen.append(cells_of(engine, a_slot))  # A's cells as B's prompt starts
-            prefill(seq, st, whole=whole)
+            prefill(seq, st)
 
         engine._prefill = first_chunk
         await ask(h, mid, [ChatMessage("user", B)], 4)

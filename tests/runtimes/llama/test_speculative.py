@@ -1,7 +1,7 @@
 """Speculative decoding by prompt lookup (load option ``speculative``, default "ngram"): a
 request decoding alone checks drafts taken from its own prompt and answer several tokens a
 step, and its answers are those of one-token steps (greedy, seeded, constrained, cut by
-max_tokens and stop strings)."""
+max_tokens and stop strings); a request whose drafts stop being kept drafts no more."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from app.core.library.index import ModelLibrary
 from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
-from app.runtimes.llama.speculative import DRAFT_FIRST, PAUSE, Drafts
+from app.runtimes.llama.speculative import DRAFT_FIRST, OFF_AFTER, OFF_SHARE, PAUSE, Drafts
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.llama.test_mixed_batch import Recorder
 from tests.support.service_calls import chat
@@ -82,16 +82,48 @@ def test_one_token_drafts_that_keep_missing_pause_the_lookups() -> None:
     assert d.propose(tokens, room=5) == [4]
 
 
-def hearth(tmp_path: Path, speculative: str) -> Hearth:
+def test_a_request_whose_drafts_stop_being_kept_drafts_no_more() -> None:
+    """Once OFF_AFTER tokens were drafted and fewer than OFF_SHARE of them kept, the lookups
+    stop for the rest of the request, even where a draft would be found; a request whose
+    drafts are kept goes on drafting."""
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3]
+    d = Drafts()
+    while not d.off:
+        draft = d.propose(tokens, room=16)
+        if draft:
+            d.kept(len(draft), 0)  # every draft missed
+        assert d.drafted <= OFF_AFTER + 16, "it never switched off"
+    assert d.accepted < OFF_SHARE * d.drafted and d.drafted >= OFF_AFTER
+    assert all(d.propose(tokens, room=16) == [] for _ in range(4 * PAUSE))
+    good = Drafts()
+    for _ in range(20):
+        draft = good.propose(tokens, room=16)
+        good.kept(len(draft), len(draft))
+    assert not good.off and good.propose(tokens, room=16) == [4, 5, 6, 7, 8, 1, 2, 3]
+    # a mix that keeps enough of its drafts stays on
+    half = Drafts()
+    for _ in range(20):
+        draft = half.propose(tokens, room=16)
+        half.kept(len(draft), (len(draft) + 1) // 2)
+    assert not half.off
+
+
+def test_speculation_is_on_by_default() -> None:
+    assert LoadOptions().speculative == "ngram"
+
+
+def hearth(tmp_path: Path, speculative: str | None) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
-    opts = LoadOptions(context_length=2048, speculative=speculative)
+    chosen = {} if speculative is None else {"speculative": speculative}
+    opts = LoadOptions(context_length=2048, **chosen)  # type: ignore[arg-type]
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
-async def answers(tmp_path: Path, model_path: Path, speculative: str) -> tuple[list, list]:
-    """Each job's (text, logprobs, final delta) on a fresh load; the decodes' row counts."""
-    h = hearth(tmp_path / speculative, speculative)
+async def answers(tmp_path: Path, model_path: Path, speculative: str | None) -> tuple[list, list]:
+    """Each job's (text, logprobs, final delta) on a fresh load (None: the default load); the
+    decodes' row counts."""
+    h = hearth(tmp_path / (speculative or "default"), speculative)
     model, _ = h.models.import_path(model_path)
     try:
         engine = (await h.models.load(model.id)).engine  # type: ignore[attr-defined]
@@ -110,7 +142,7 @@ async def test_drafted_answers_are_those_of_one_token_steps(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     plain, plain_calls = await answers(tmp_path, smollm2_path, "off")
-    drafted, calls = await answers(tmp_path, smollm2_path, "ngram")
+    drafted, calls = await answers(tmp_path, smollm2_path, None)  # the default: drafts
     assert not any(c[2] > 1 for c in plain_calls), "off: one token a step"
     for i, (a, b) in enumerate(zip(plain, drafted, strict=True)):
         what = f"job {i}"
@@ -131,15 +163,17 @@ async def test_drafted_answers_are_those_of_one_token_steps(
 
 
 def gate_steps(engine: Any) -> threading.Event:
-    """The engine's first step (drafted or not) waits until the returned event is set."""
+    """The engine's first decode step (drafted or not; prompts are read in steps too) waits
+    until the returned event is set."""
     opened = threading.Event()
-    step = engine.step
+    for name in ("_speculate", "_decode_step"):
+        real = getattr(engine, name)
 
-    def gated(seqs: Any) -> None:
-        assert opened.wait(120), "the test never opened the gate"
-        step(seqs)
+        def gated(*args: Any, real: Any = real) -> Any:
+            assert opened.wait(120), "the test never opened the gate"
+            return real(*args)
 
-    engine.step = gated
+        setattr(engine, name, gated)
     return opened
 
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.core.service import Hearth
+from app.core.types import ChatMessage, SamplingParams
 from app.runtimes.llama.admission import BASE_WIDTH, goes_wide, small_joins, wide_cells
-from tests.runtimes.llama.test_mixed_batch import gate_first_step, hearth, one
+from tests.runtimes.llama.test_mixed_batch import gate_first_step, hearth
+from tests.support.service_calls import chat
 
 WORDS = "river stone light quiet market garden winter letter window harbor village bridge".split()
 
@@ -28,16 +31,27 @@ def test_more_at_once_only_while_the_cells_are_few() -> None:
     assert not small_joins(120, [600.0] * 7, 6500)  # 7 x 8 x 120 cells: more than it saves
 
 
-async def burst(h: Hearth, model_id: str, prompts: list[str]) -> tuple[int, list[str]]:
+async def burst(
+    h: Hearth, model_id: str, prompts: list[str], max_tokens: int = 24
+) -> tuple[int, list[str]]:
     """The prompts sent while the first one's first step waits: the widest step, the texts."""
     lm = await h.models.load(model_id)
     engine = lm.engine  # type: ignore[attr-defined]
     engine.peak_batch = 0
     opened = gate_first_step(engine)
-    first = await one(h, model_id, prompts[0])
+    # the answers run to max_tokens (no end-of-turn), so how many decode at once depends on
+    # the order of the steps alone
+    eos = engine.tokenize("<|im_end|>", add_special=False, parse_special=True)
+    greedy = SamplingParams(temperature=0, logit_bias=tuple((t, -100.0) for t in eos))
+
+    async def one(prompt: str) -> Any:
+        return await chat(h, model_id, [ChatMessage("user", prompt)], sampling=greedy,
+                          max_tokens=max_tokens)  # fmt: skip
+
+    first = await one(prompts[0])
     it = first.__aiter__()
     head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
-    others = [await one(h, model_id, p) for p in prompts[1:]]  # queued when this returns
+    others = [await one(p) for p in prompts[1:]]  # queued when this returns
     opened.set()
     texts = [head.text + "".join([d.text async for d in it])]
     for g in others:
@@ -96,7 +110,9 @@ async def test_a_cache_stream_per_sequence_decodes_all_at_once(
             " ".join(WORDS[(i * 5 + k) % len(WORDS)] for k in range(300)) + "\nA story."
             for i in range(8)
         ]
-        widest, texts = await burst(h, model.id, long)
+        # their prompts are read a piece a step, one after another: answers long enough to
+        # still run when the last prompt is read
+        widest, texts = await burst(h, model.id, long, max_tokens=48)
         assert widest == 8, "eight long requests decode at once, each in its own stream"
         assert all(texts), texts
     finally:

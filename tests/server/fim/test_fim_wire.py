@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from app.core.inference.fim import build_infill, find_fim_tokens
+from app.runtimes.worker import interactive
 from tests.server.fim.conftest import Fim
 
 pytestmark = pytest.mark.model
@@ -240,3 +241,34 @@ def test_capabilities_name_fill_in_the_middle(fim: Fim) -> None:
     assert "fim" not in models[fim.plain]["capabilities"]
     plain = post(fim, "/api/show", {"model": fim.plain}).json()
     assert "insert" not in plain["capabilities"] and ".Suffix" not in plain["template"]
+
+
+def test_an_editor_completion_is_interactive_however_long_its_answer(fim: Fim) -> None:
+    """An infill on each protocol reaches the model's queue as interactive (read before other
+    requests' long prompts) even with a long answer allowed; a plain completion of that length
+    does not."""
+    loads = post(fim, "/v1/completions", {"model": fim.keys, "prompt": "x", "max_tokens": 1})
+    assert loads.status_code == 200, loads.text
+    lm = fim.s.call(fim.s.service.models._scheduler.get(fim.keys))  # type: ignore[attr-defined]
+    seen: list[Any] = []
+    real = lm.submit
+
+    def submit(request: Any, *args: Any, **kw: Any) -> Any:
+        seen.append(request)
+        return real(request, *args, **kw)
+
+    lm.submit = submit
+    try:
+        late = {"t_max_predict_ms": 1}  # a long answer allowed, cut at its first new line
+        r = post(fim, "/infill", {"model": fim.keys, "input_prefix": PREFIX,
+                                  "input_suffix": SUFFIX, "n_predict": 200, **late})  # fmt: skip
+        assert r.status_code == 200, r.text
+        body = {"model": fim.keys, "prompt": PREFIX, "max_tokens": 65, "stop": ["\n"]}
+        assert post(fim, "/v1/completions", {**body, "suffix": SUFFIX}).status_code == 200
+        ollama = {"model": fim.keys, "prompt": PREFIX, "suffix": SUFFIX, "stream": False,
+                  "options": {"num_predict": 65, "stop": ["\n"]}}  # fmt: skip
+        assert post(fim, "/api/generate", ollama).status_code == 200
+        assert post(fim, "/v1/completions", body).status_code == 200  # no suffix
+    finally:
+        del lm.submit
+    assert [interactive(r) for r in seen] == [True, True, True, False], seen

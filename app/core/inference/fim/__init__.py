@@ -6,10 +6,11 @@ Tested by tests/core/inference/fim/test_tokens.py and tests/core/inference/fim/t
 from __future__ import annotations
 
 from app.core.inference.fim.infill import build_infill, window_for
-from app.core.inference.fim.limits import InfillStops
+from app.core.inference.fim.limits import INFILL_PRIORITY, InfillStops
 from app.core.inference.fim.tokens import FimTokens, find_fim_tokens, require_fim
 
 __all__ = [
+    "INFILL_PRIORITY",
     "FimTokens",
     "InfillStops",
     "build_infill",

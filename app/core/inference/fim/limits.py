@@ -11,6 +11,11 @@ from dataclasses import replace
 
 from app.core.types import Delta, GenerationStream
 
+# an infill's queue priority at most (lower is served first; a request's own 0 by default):
+# an editor's completion is worthless after the next keystroke, so its prompt is read before
+# others' long ones, however long an answer it allows (app/runtimes/worker.py interactive)
+INFILL_PRIORITY = -1
+
 
 class InfillStops:
     """A generation stream with the infill stops applied (a GenerationStream itself)."""

@@ -17,6 +17,7 @@ from app.server.protocols.common import (
     MAX_N,
     Body,
     parse_max_tokens,
+    parse_priority,
     parse_sampling,
     parse_stop,
     parse_template_vars,
@@ -82,6 +83,7 @@ def parse_chat(data: dict[str, Any]) -> Parsed:
         prompt_logprobs=parse_prompt_logprobs(b, so.stream),
         add_generation_prompt=b.flag("add_generation_prompt", True),
         continue_final_message=parse_continue_final(b),
+        priority=parse_priority(b),
     )
     return Parsed(req, so)
 
@@ -123,6 +125,7 @@ def parse_completion(data: dict[str, Any]) -> Parsed:
         echo=echo,
         prompt_logprobs=parse_prompt_logprobs(b, so.stream),
         infill=infill,
+        priority=parse_priority(b),
     )
     return Parsed(req, so)
 

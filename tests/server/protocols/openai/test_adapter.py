@@ -165,3 +165,19 @@ def test_parse_chat_maps_openai_names_onto_the_request() -> None:
             }
         )
     assert ei.value.param == "tool_choice"
+
+
+def test_priority_is_vllms_integer_on_chat_and_completions() -> None:
+    """``priority``: lower is served first, default 0, any integer within int32's range; it
+    reaches the request (the worker orders its queue by it)."""
+    from app.server.protocols.openai.parse import parse_completion
+
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    assert parse_chat(chat).request.priority == 0
+    assert parse_chat({**chat, "priority": -5}).request.priority == -5
+    done = parse_completion({"model": "m", "prompt": "def f(", "priority": 3})
+    assert done.request.priority == 3
+    for bad in ("high", 1.5, True, 1 << 31):
+        with pytest.raises(InvalidRequest) as ei:
+            parse_chat({**chat, "priority": bad})
+        assert ei.value.param == "priority"
