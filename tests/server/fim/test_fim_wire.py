@@ -116,10 +116,15 @@ def test_twinny_fim_template_through_its_lm_studio_provider(fim: Fim) -> None:
         events = [x[6:] for x in r.iter_lines() if x.startswith("data: ")]
     assert events[-1] == "[DONE]" and all("error" not in json.loads(e) for e in events[:-1])
     whole = post(fim, "/v1/completions", {**body, "stream": False}).json()
-    # as text the markers would be a dozen tokens more
-    assert whole["usage"]["prompt_tokens"] == len(
-        built(fim, fim.texts, PREFIX, SUFFIX, n_predict=8)
-    )
+    lm = fim.s.call(fim.s.service.models._scheduler.get(fim.texts))  # type: ignore[attr-defined]
+    as_tokens = lm.tokenize(prompt, add_special=True, parse_special=True)
+    marks = find_fim_tokens(lm)
+    assert marks is not None and [marks.pre, marks.suf, marks.mid] == [
+        t for t in as_tokens if t in (marks.pre, marks.suf, marks.mid)
+    ]
+    # the model read the markers as its tokens (as text they are a dozen tokens more)
+    as_text = lm.tokenize(prompt, add_special=True, parse_special=False)
+    assert whole["usage"]["prompt_tokens"] == len(as_tokens) < len(as_text)
 
 
 def llama_vscode_body(prefix: str, suffix: str, chunks: list[dict[str, Any]]) -> dict[str, Any]:
