@@ -191,13 +191,15 @@ def mix(root: str, model: str, seconds: float) -> dict[str, float]:
     }
 
 
-def llama_server(exe: Path, model: Path) -> tuple[subprocess.Popen[Any], str]:
+def llama_server(
+    exe: Path, model: Path, extra: tuple[str, ...] = ()
+) -> tuple[subprocess.Popen[Any], str]:
     """A ready llama-server with its defaults (its context, sequences and unified cache), the
     physical cores' threads, and no repacked weights (they crash llama.cpp on these Xeons)."""
     port = free_port()
     t = str(physical_cores())
     argv = [str(exe), "-m", str(model), "--host", "127.0.0.1", "--port", str(port), "-t", t,
-            "-tb", t, "--alias", "m", "--no-repack"]  # fmt: skip
+            "-tb", t, "--alias", "m", "--no-repack", *extra]  # fmt: skip
     env = {**os.environ, "LD_LIBRARY_PATH": str(exe.parent)}
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + 240
