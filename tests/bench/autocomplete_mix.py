@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.runtimes.llama.backend import physical_cores  # noqa: E402
-from tests.bench.vs_llama_server import default_model, stream  # noqa: E402
+from tests.bench.vs_llama_server import default_model, sse_objects, stream  # noqa: E402
 from tests.e2e.engines import LLAMA_SERVER_HOWTO, free_port, llama_server_binary  # noqa: E402
 from tests.e2e.serveproc import start_serve  # noqa: E402
 
@@ -108,16 +108,9 @@ def completion_ttft(root: str, model: str, prompt: str) -> float | None:
         conn.request(
             "POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"}
         )
-        r = conn.getresponse()
-        buf = b""
-        while chunk := r.read1(65536):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if line.startswith(b"data: {"):
-                    obj = json.loads(line[6:])
-                    if obj.get("choices") and obj["choices"][0].get("text"):
-                        return time.perf_counter() - t0
+        for obj in sse_objects(conn.getresponse()):
+            if obj.get("choices") and obj["choices"][0].get("text"):
+                return time.perf_counter() - t0
     finally:
         conn.close()
     return None

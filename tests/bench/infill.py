@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench.autocomplete_mix import CODE, llama_server  # noqa: E402
-from tests.bench.vs_llama_server import default_model  # noqa: E402
+from tests.bench.vs_llama_server import default_model, sse_objects  # noqa: E402
 from tests.e2e.engines import LLAMA_SERVER_HOWTO, llama_server_binary  # noqa: E402
 from tests.e2e.serveproc import start_serve  # noqa: E402
 from tests.support.fim_gguf import write_fim_copy  # noqa: E402
@@ -60,23 +60,14 @@ def infill(root: str, model: str | None, k: int, tokens: int) -> tuple[float, fl
     speed = 0.0
     try:
         conn.request("POST", "/infill", json.dumps(body), {"Content-Type": "application/json"})
-        r = conn.getresponse()
-        assert r.status == 200, r.read()[:300]
-        buf = b""
-        while chunk := r.read1(65536):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if not line.startswith(b"data: {"):
-                    continue
-                obj = json.loads(line[6:])
-                if obj.get("content") and first is None:
-                    first = time.perf_counter() - t0
-                if obj.get("stop"):
-                    t = obj.get("timings") or {}
-                    speed = float(t.get("predicted_per_second") or 0.0) or (
-                        1000.0 * t.get("predicted_n", 0) / max(t.get("predicted_ms", 0.0), 1e-9)
-                    )
+        for obj in sse_objects(conn.getresponse()):
+            if obj.get("content") and first is None:
+                first = time.perf_counter() - t0
+            if obj.get("stop"):
+                t = obj.get("timings") or {}
+                speed = float(t.get("predicted_per_second") or 0.0) or (
+                    1000.0 * t.get("predicted_n", 0) / max(t.get("predicted_ms", 0.0), 1e-9)
+                )
     finally:
         conn.close()
     return (first if first is not None else float("nan")), speed

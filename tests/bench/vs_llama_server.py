@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -63,6 +64,20 @@ def default_model() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def sse_objects(r: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a server-sent event stream's ``data:`` lines, as they come (an
+    error status raises)."""
+    if r.status != 200:
+        raise RuntimeError(f"{r.status}: {r.read()[:300]!r}")
+    buf = b""
+    while chunk := r.read1(65536):
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data: {"):
+                yield json.loads(line[6:])
+
+
 def stream(
     root: str, model: str, messages: list[dict[str, str]], tokens: int
 ) -> tuple[int, float, float, str]:
@@ -77,27 +92,17 @@ def stream(
         conn.request(
             "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
         )
-        r = conn.getresponse()
-        if r.status != 200:
-            raise RuntimeError(f"{r.status}: {r.read()[:300]!r}")
-        buf = b""
-        while chunk := r.read1(65536):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if not line.startswith(b"data: {"):
-                    continue
-                obj = json.loads(line[6:])
-                if obj.get("usage") and VERBOSE:
-                    cached = (obj["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
-                    print(f"  prompt {obj['usage'].get('prompt_tokens')} cached {cached} "
-                          f"ttft {first:.3f}s", file=sys.stderr)  # fmt: skip
-                piece = obj["choices"][0]["delta"].get("content") if obj.get("choices") else None
-                if piece:
-                    if not n:
-                        first = time.perf_counter() - t0
-                    n += 1
-                    text.append(piece)
+        for obj in sse_objects(conn.getresponse()):
+            if obj.get("usage") and VERBOSE:
+                cached = (obj["usage"].get("prompt_tokens_details") or {}).get("cached_tokens")
+                print(f"  prompt {obj['usage'].get('prompt_tokens')} cached {cached} "
+                      f"ttft {first:.3f}s", file=sys.stderr)  # fmt: skip
+            piece = obj["choices"][0]["delta"].get("content") if obj.get("choices") else None
+            if piece:
+                if not n:
+                    first = time.perf_counter() - t0
+                n += 1
+                text.append(piece)
     finally:
         conn.close()
     return n, first, time.perf_counter() - t0, "".join(text)

@@ -286,13 +286,13 @@ def _twinny(t: Target, ctx: int) -> Connection:
     ]
     if t.key or t.key_required:
         fields.append(("API Key", t.shown_key))
-    snippet = "# Twinny: Providers tab, add a provider with these fields\n" + "".join(
+    snippet = f"# Twinny: in its Providers tab, a provider for {t.root}/v1/completions\n" + "".join(
         f"{name}: {value}\n" for name, value in fields
     )
     return Connection(
         "twinny", "Twinny", t.root, t.model, {}, snippet, "text", ctx,
-        ("Twinny keeps its providers in VS Code's extension storage: enter them in its "
-         "Providers tab.",
+        ("Twinny keeps its providers in VS Code's extension storage, not in environment "
+         "variables: enter them in its Providers tab.",
          "Twinny writes the fill-in-the-middle prompt itself, with the markers of the template "
          "it picks: 'automatic' picks it from the model's name; otherwise choose the model's "
          "family (codeqwen for Qwen2.5-Coder, starcoder for StarCoder2, deepseek, codellama).",

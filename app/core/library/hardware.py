@@ -9,6 +9,7 @@ Tested by tests/e2e/cli/test_doctor.py.
 
 from __future__ import annotations
 
+import functools
 import platform
 import shutil
 import subprocess
@@ -103,3 +104,9 @@ def detect_gpus(
     if sys.platform.startswith("linux") or system == "Linux":
         gpus += _drm(drm_root)
     return gpus
+
+
+@functools.cache
+def offload_gpus() -> bool:
+    """Whether this machine has a GPU worth offloading to (looked for once per process)."""
+    return bool(detect_gpus())

@@ -58,6 +58,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from app.core.library.fit import CPU_PROMPT_PIECE
 from app.core.types import GenerationRequest
 from app.runtimes.llama.backend import L
 from app.runtimes.worker import Sequence
@@ -70,7 +71,7 @@ from app.runtimes.worker import Sequence
 # agent's prompts waited for a 256-token piece ~1.2 s there (p95 TTFT 2.1 s), for 64 ~0.3 s
 # (0.8 s; tests/bench/autocomplete_mix.py, one run each)
 PROMPT_PIECE = 256
-PROMPT_PIECE_CPU = 64
+PROMPT_PIECE_CPU = CPU_PROMPT_PIECE  # the memory estimate counts it (app/core/library/fit.py)
 # a decode of this many prompt tokens or more runs under llama.cpp's abort callback (a Python
 # call per graph node, costly for a small decode): only an image's positions are that many,
 # a text piece is seen to be cancelled before the next piece

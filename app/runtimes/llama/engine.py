@@ -141,6 +141,9 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         # them (llama-server reads new prompts in one batch); the exact cache reads each as a
         # fresh run would instead
         self.prompts_together = self.cache_mode != "exact"
+        # joining prompts share what other slots hold of their prefix (Slots.borrow): one
+        # shared "reuse" cache, text prompts
+        self.shares_prefixes = self.unified and self.cache_mode == "reuse" and self.vision is None
         # a sequence decoding alone drafts by prompt lookup (speculative.py)
         self.speculative = options.speculative == "ngram" and not self.is_embedding
         shape = CacheShape(
@@ -397,7 +400,7 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         # again goes on)
         joining = [r for r in reading if not (r[1].parked and decoded and not r[1].done_upto
                                              and not room)]  # fmt: skip
-        if self.vision is None:
+        if self.shares_prefixes:
             for seq, st in joining:
                 self._borrow(seq, st)
             joining = _one_reader(joining)

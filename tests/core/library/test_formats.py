@@ -25,6 +25,7 @@ from app.core.library.formats import (
     tagged_format,
 )
 from app.core.library.gguf import GGUFHeader
+from app.core.library.hardware import offload_gpus
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidModel, RepoRefused
 from tests.support.fakehub import gguf_bytes, mlx_files
@@ -320,7 +321,8 @@ def test_estimate_model_asks_the_model_s_format(tmp_path: Path) -> None:
         gguf.read_header(path),
         context_length=256,
         kv_type=opts.kv_type,
-        batch_size=opts.ubatch_size or opts.batch_size,
+        # a prompt piece's rows on the CPU, a whole batch where a GPU may take the layers
+        batch_size=opts.batch_size if offload_gpus() else fit.CPU_PROMPT_PIECE,
         flash_attention=False,  # "auto": off on CPU, and the larger buffer where it may be on
         embedding=False,
         parallel=opts.parallel,

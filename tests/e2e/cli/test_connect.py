@@ -76,8 +76,9 @@ def connect_json(home: Path, tool: str, *args: str) -> dict[str, Any]:
 @pytest.mark.parametrize("tool", list(TOOLS))
 def test_every_tool_names_the_running_server_and_the_model(served: Served, tool: str) -> None:
     out = connect_json(served.home, tool, "--model", served.model_id)
-    # Claude Code adds /v1 itself; Continue's Ollama provider and llama.vscode take the root
-    roots = ("claude-code", "continue-autocomplete", "llama-vscode")
+    # Claude Code adds /v1 itself; Continue's Ollama provider, llama.vscode and Twinny (a
+    # host, a port and a path) take the root
+    roots = ("claude-code", "continue-autocomplete", "llama-vscode", "twinny")
     want = served.root if tool in roots else served.base_url
     assert out["base_url"] == want and out["model"] == served.model_id
     assert served.model_id in out["snippet"] and out["context_needed"] == TOOLS[tool].context_needed

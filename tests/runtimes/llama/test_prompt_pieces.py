@@ -8,7 +8,9 @@ calls), never from durations."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,30 +39,42 @@ def hearth(tmp_path: Path, **options: Any) -> Hearth:
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
 
+@contextlib.asynccontextmanager
+async def beside_a_long_prompt(
+    tmp_path: Path, model_path: Path, long_tokens: int, short_prompt: str
+) -> AsyncIterator[tuple[Any, Recorder, Any, Any]]:
+    """(engine, recorder, long generation, short generation): the long prompt's first piece is
+    held at its decode until the short request (8 tokens) is queued."""
+    h = hearth(tmp_path)
+    model, _ = h.models.import_path(model_path)
+    try:
+        lm = await h.models.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        reading, queued = threading.Event(), threading.Event()
+
+        def hold(_eng: Any, n: int) -> None:
+            if n >= engine.prompt_piece and not reading.is_set():
+                reading.set()
+                assert queued.wait(120), "the short request never came"
+
+        rec = Recorder(engine, hold)
+        long_gen = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=long_tokens)
+        assert await asyncio.to_thread(reading.wait, 120)
+        short = await complete(h, model.id, short_prompt, sampling=GREEDY, max_tokens=8)
+        queued.set()
+        yield engine, rec, long_gen, short
+    finally:
+        await h.close()
+
+
 async def test_a_short_request_is_read_within_one_piece_of_a_long_prompt(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     """An editor's completion (a few tokens asked for) arrives while a long prompt is read
     alone: the next decode after the piece under way is its prompt, and its first token comes
     before the long prompt's reading ends."""
-    h = hearth(tmp_path)
-    model, _ = h.models.import_path(smollm2_path)
-    try:
-        lm = await h.models.load(model.id)
-        engine = lm.engine  # type: ignore[attr-defined]
-        reading = threading.Event()  # the long prompt's first piece is about to decode
-        queued = threading.Event()  # the short request is in the queue
-
-        def hold_first_piece(_eng: Any, n: int) -> None:
-            if n >= _eng.prompt_piece and not reading.is_set():
-                reading.set()
-                assert queued.wait(120), "the short request never came"
-
-        rec = Recorder(engine, hold_first_piece)
-        long_gen = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=2)
-        assert await asyncio.to_thread(reading.wait, 120)
-        short = await complete(h, model.id, "def add(a, b):", sampling=GREEDY, max_tokens=8)
-        queued.set()
+    beside = beside_a_long_prompt(tmp_path, smollm2_path, 2, "def add(a, b):")
+    async with beside as (engine, rec, long_gen, short):
         short_done = await short.collect()
         long_done = await long_gen.collect()
         assert short_done.final.finish_reason in ("length", "stop")
@@ -73,8 +87,6 @@ async def test_a_short_request_is_read_within_one_piece_of_a_long_prompt(
         # its first token (sampled from that decode) long before the long prompt was read
         assert short_calls[0] == long_reads[0] + 1, rec.calls[:6]
         assert short_calls[0] < long_reads[-1], rec.calls
-    finally:
-        await h.close()
 
 
 async def test_an_interactive_prompt_of_several_pieces_goes_before_a_long_one(
@@ -84,25 +96,14 @@ async def test_an_interactive_prompt_of_several_pieces_goes_before_a_long_one(
     is read for a long answer: each decode reads one piece, the completion's first, until its
     prompt is read; the long prompt waits (its piece left out of a full decode waits too, not
     read in a decode of its own in the same step)."""
-    h = hearth(tmp_path)
-    model, _ = h.models.import_path(smollm2_path)
-    try:
-        lm = await h.models.load(model.id)
-        engine = lm.engine  # type: ignore[attr-defined]
-        reading, queued = threading.Event(), threading.Event()
-
-        def hold_first_piece(_eng: Any, n: int) -> None:
-            if n >= _eng.prompt_piece and not reading.is_set():
-                reading.set()
-                assert queued.wait(120), "the completion never came"
-
-        rec = Recorder(engine, hold_first_piece)
-        # 65 tokens asked for: not interactive
-        long_gen = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=65)
-        assert await asyncio.to_thread(reading.wait, 120)
-        code = "def add(a, b):\n    return a + b\n\n" * 40  # ~560 tokens: three pieces
-        short = await complete(h, model.id, code, sampling=GREEDY, max_tokens=8)
-        queued.set()
+    code = "def add(a, b):\n    return a + b\n\n" * 40  # ~560 tokens: several pieces
+    # 65 tokens asked for: the long one is not interactive
+    async with beside_a_long_prompt(tmp_path, smollm2_path, 65, code) as (
+        engine,
+        rec,
+        long_gen,
+        short,
+    ):
         short_done = await short.collect()
         long_gen.cancel()
         assert short_done.final.usage.prompt_tokens > 2 * engine.prompt_piece
@@ -112,8 +113,6 @@ async def test_an_interactive_prompt_of_several_pieces_goes_before_a_long_one(
         short_reads = [i for i, c in enumerate(reads) if long_slot not in c[1]]
         # the held piece, then the completion's pieces one after another
         assert short_reads[:3] == [1, 2, 3], reads[:6]
-    finally:
-        await h.close()
 
 
 async def test_max_prompt_ms_ends_a_request_whose_prompt_reads_too_long(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.llama.speculative import DRAFT_FIRST, OFF_AFTER, OFF_SHARE, PAUSE, Drafts
 from tests.conftest import assert_greedy_close, transcript
-from tests.runtimes.llama.test_mixed_batch import Recorder
+from tests.runtimes.llama.test_mixed_batch import Recorder, gate_first_step
 from tests.support.service_calls import chat
 
 DOC = (
@@ -162,21 +161,6 @@ async def test_drafted_answers_are_those_of_one_token_steps(
     assert set(person) == {"name", "story"}
 
 
-def gate_steps(engine: Any) -> threading.Event:
-    """The engine's first decode step (drafted or not; prompts are read in steps too) waits
-    until the returned event is set."""
-    opened = threading.Event()
-    for name in ("_speculate", "_decode_step"):
-        real = getattr(engine, name)
-
-        def gated(*args: Any, real: Any = real) -> Any:
-            assert opened.wait(120), "the test never opened the gate"
-            return real(*args)
-
-        setattr(engine, name, gated)
-    return opened
-
-
 @pytest.mark.model
 async def test_requests_decoding_together_take_one_token_steps(
     tmp_path: Path, smollm2_path: Path
@@ -186,7 +170,7 @@ async def test_requests_decoding_together_take_one_token_steps(
     model, _ = h.models.import_path(smollm2_path)
     try:
         engine = (await h.models.load(model.id)).engine  # type: ignore[attr-defined]
-        opened = gate_steps(engine)
+        opened = gate_first_step(engine)  # prompts are read in steps too
         rec = Recorder(engine)
         kw: dict[str, Any] = {"sampling": SamplingParams(temperature=0), "max_tokens": 40}
         first = await chat(h, model.id, [ChatMessage("user", REPEAT)], **kw)

@@ -29,6 +29,7 @@ from app.core.library.formats.base import (
 )
 from app.core.library.gguf import QUANT_RE, quant_of  # noqa: F401  (re-exported)
 from app.core.library.gguf_check import check_for_llama_cpp, token_texts
+from app.core.library.hardware import offload_gpus
 from app.core.library.projector import is_projector_name, projector_rank
 from app.core.util.fsutil import fsync_dir
 from app.errors import HearthError, InvalidModel
@@ -204,11 +205,17 @@ class GgufFormat(ModelFormat):
 
     def estimate_local(self, model: Any, options: Any) -> fitlib.MemoryEstimate:
         header = gguf.read_header(model.path)
+        projector = model.extra.get("projector")
+        batch = options.ubatch_size or options.batch_size
+        if not projector and (options.gpu_layers == 0 or not offload_gpus()):
+            # on the CPU a prompt is read CPU_PROMPT_PIECE tokens a decode (an image's
+            # positions take whole batches)
+            batch = min(batch, fitlib.CPU_PROMPT_PIECE)
         est = fitlib.estimate_gguf(
             header,
             context_length=options.context_length or None,
             kv_type=options.kv_type,
-            batch_size=options.ubatch_size or options.batch_size,
+            batch_size=batch,
             # "auto" is off on CPU (app/runtimes/llama/backend.flash_attn_type), llama.cpp's
             # choice with a GPU: counted off, the larger compute buffer
             flash_attention=options.flash_attention == "on",
@@ -217,7 +224,6 @@ class GgufFormat(ModelFormat):
             prompt_cache=options.prompt_cache,
             kv_layout=options.kv_layout,
         )
-        projector = model.extra.get("projector")
         if projector:  # a vision model's projector is loaded with it
             est = fitlib.with_projector(est, gguf.read_header(projector))
         return est
