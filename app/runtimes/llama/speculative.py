@@ -9,7 +9,9 @@ comes out several tokens a step. On llama.cpp's CPU backend each row is computed
 one-token step computes it, so answers are those of plain decoding (tested bit for bit on
 logprobs).
 
-It is on by default (load option ``speculative`` "ngram") and switches itself off per request
+It is off by default (load option ``speculative`` "ngram" turns it on: on an AMD EPYC a
+draft's extra rows cost more than on the Xeons it was measured on, and prose came out 0.88x as
+fast) and, on, switches itself off per request
 when its drafts stop being kept (``Drafts.kept``): a draft of k tokens is decoded as k+1 rows,
 and a row beyond the first costs a step about ROW_COST of a one-row step, so a draft pays
 while more than ROW_COST of its tokens are kept on average. Once OFF_AFTER tokens were drafted

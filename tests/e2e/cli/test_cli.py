@@ -171,12 +171,12 @@ def test_serve_preload_path_sigterm_and_cli_clients(tmp_path: Path, smollm2_path
         # a cache stream per request: cache_tokens is parallel x context_length
         load = hearth(
             home, "load", mid, "--kv-layout", "per-sequence", "--parallel", "2",
-            "--speculative", "off",
+            "--speculative", "ngram",
         )  # fmt: skip
         assert load.returncode == 0, load.stderr
         (row,) = json.loads(hearth(home, "ps", "--json").stdout)
         assert row["options"]["kv_layout"] == "per-sequence"
-        assert row["options"]["speculative"] == "off"
+        assert row["options"]["speculative"] == "ngram"
         assert row["cache_tokens"] == 2 * row["context_length"] > 0
         bad = hearth(home, "load", mid, "--kv-layout", "split")
         assert bad.returncode != 0 and "kv-layout" in bad.stderr
