@@ -288,12 +288,11 @@ class Slots:
                 if n > most:
                     src, most = sl, n
         most = min(most, len(tokens) - 1)  # the last token is read: its logits are needed
-        if src == slot or most <= have or self._breaks_swa(src, most):
+        if src == slot or most <= have:
             return have
-        self.forget(slot)
-        self._give_prefix(src, slot, most)
+        held = self.share_prefix(src, slot, most)  # have, where the window forbids it
         self.prompt_len[slot] = len(tokens)
-        return most
+        return held
 
     def _breaks_swa(self, slot: int, keep: int) -> bool:
         """Sliding-window layers forget old positions: continuing at ``keep`` needs the last
