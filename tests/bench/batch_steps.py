@@ -54,10 +54,10 @@ async def run(model: Path, opts: LoadOptions, a: argparse.Namespace) -> dict[str
         steps: list[float] = []
         real = engine._decode_step
 
-        def timed(decoded: list) -> int:
+        def timed(decoded: list, riders: list | None = None) -> int:
             t0 = time.perf_counter()
-            rc = real(decoded)
-            if len(decoded) == a.streams:
+            rc = real(decoded, riders)
+            if len(decoded) == a.streams and not riders:
                 steps.append(time.perf_counter() - t0)
             return rc
 

@@ -77,6 +77,12 @@ PROMPT_PIECE_CPU = CPU_PROMPT_PIECE  # the memory estimate counts it (app/core/l
 # a text piece is seen to be cancelled before the next piece
 ABORT_MIN_TOKENS = PROMPT_PIECE + 1
 
+# the rows a decode holds beside the running streams' tokens for the joining prompts' last
+# pieces (``_riders``): under llama.cpp's CPU attention tile (GGML_FA_TILE_Q, 64 query rows),
+# so the streams' rows are computed as in a step of their own
+RIDE_ROWS = 64
+Rider = tuple[Sequence, Any, list[int]]  # a joining sequence, its state, its last piece
+
 # the answer tokens a sequence is counted for when the shared cache's room is weighed (more come
 # as others finish; a sequence that outgrows the cache parks the youngest)
 ANSWER_ROOM = 256
@@ -240,6 +246,30 @@ class Admission:
             else:
                 self._prompt_time_out(seq)
         return True
+
+    def _riders(
+        self, decoded: list[tuple[Sequence, Any]], reading: list[tuple[Sequence, Any]]
+    ) -> list[Rider]:
+        """The joining prompts whose whole rest (after what other slots share of their
+        prefix) fits beside the ``decoded`` streams' tokens in fewer than RIDE_ROWS rows:
+        they ride in the streams' decode and sample their first token from it, an interactive
+        one and then the shortest first. An editor's keystroke adds a few tokens to a prompt
+        the cache holds; read in a decode of its own after the streams' step, its first token
+        came one decode later (llama-server puts new prompts in the streams' batch too)."""
+        room = RIDE_ROWS - 1 - len(decoded)
+        riders: list[Rider] = []
+        order = sorted(reading, key=lambda r: (r[0].order[:2], len(r[1].prompt) - r[1].done_upto))
+        for seq, st in order:
+            if room <= 0:
+                break
+            if st.ready or st.parked or st.failed or seq.cancelled:
+                continue
+            self._borrow(seq, st)  # type: ignore[attr-defined]
+            rest = st.prompt[st.done_upto :]
+            if 0 < len(rest) <= min(room, self.prompt_piece):
+                riders.append((seq, st, rest))
+                room -= len(rest)
+        return riders
 
     def _prompt_time_out(self, seq: Sequence) -> None:
         """End a request whose prompt has been read for longer than its ``max_prompt_ms``

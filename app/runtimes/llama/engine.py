@@ -14,7 +14,13 @@ from typing import Any
 from app.core.library.fit import KV_BYTES, cache_slots, separate_caches
 from app.core.types import GenerationRequest, LoadOptions, LocalModel
 from app.errors import InvalidRequest, ModelLoadFailed
-from app.runtimes.llama.admission import PROMPT_PIECE, PROMPT_PIECE_CPU, Admission, wide_cells
+from app.runtimes.llama.admission import (
+    PROMPT_PIECE,
+    PROMPT_PIECE_CPU,
+    Admission,
+    Rider,
+    wide_cells,
+)
 from app.runtimes.llama.backend import (
     L,
     claim_threads,
@@ -377,10 +383,15 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             decoded.sort(key=lambda d: d[1].slot)
         if self.speculative and len(decoded) == 1 and not reading and self._speculate(*decoded[0]):
             return
+        # prompts whose last piece is small enough ride in the streams' decode (admission.py)
+        riders = self._riders(decoded, reading) if decoded and self.shares_prefixes else []
         while decoded:
-            rc = self._decode_step(decoded)
+            rc = self._decode_step(decoded, riders)
             if rc == 0:
                 break
+            if riders:  # no room for them too: they read their pieces after the step
+                riders = []
+                continue
             # the shared cache is full: the youngest sequence holding cells waits
             holders = decoded + [r for r in reading if r[1].done_upto]  # parked: none
             if rc == 1 and len(holders) > 1:
@@ -394,6 +405,10 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         for i, (seq, st) in enumerate(decoded):
             self._decoded(seq, st, n)
             self._sample(seq, st, i)
+        if riders:
+            self._rode(riders, n)
+            rode = {id(r[0]) for r in riders}
+            reading = [r for r in reading if id(r[0]) not in rode]
         room = self._room_freed
         self._room_freed = False
         # a parked sequence reads again only once something freed cells (one already reading
@@ -443,15 +458,23 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
                 self.slots.forget(seq.engine_state.slot)
         raise RuntimeError(f"llama_decode failed (code {rc})")
 
-    def _decode_step(self, decoded: list[tuple[Sequence, _SeqState]]) -> int:
-        """One decode of each sequence's last token; returns llama_decode's code."""
+    def _decode_step(
+        self, decoded: list[tuple[Sequence, _SeqState]], riders: list[Rider] | None = None
+    ) -> int:
+        """One decode of each sequence's last token, and of the riders' last prompt pieces
+        after them; returns llama_decode's code."""
         for i, (_, st) in enumerate(decoded):
             self._put(i, self.slots.kv[st.slot][-1], st.pos, st.slot, logits=True)
-        n = self.batch.n_tokens = len(decoded)
-        self.peak_batch = max(self.peak_batch, n)
+        n = len(decoded)
+        for _, st, chunk in riders or ():
+            for j, t in enumerate(chunk):
+                self._put(n + j, t, st.done_upto + j, st.slot, logits=j == len(chunk) - 1)
+            n += len(chunk)
+        self.batch.n_tokens = n
+        self.peak_batch = max(self.peak_batch, len(decoded) + len(riders or ()))
         t0 = time.perf_counter()
         rc = self._decode()
-        if rc == 0 and self.tuner is not None:
+        if rc == 0 and self.tuner is not None and not riders:  # a step of the streams alone
             # what a step attends over: its own cells, or in a shared cache all used cells
             # (8 growing streams slowed their steps by a third within one context bucket of
             # the longest, read as contention)
@@ -459,6 +482,15 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             context = sum(map(len, kv)) if self.unified else max(st.pos for _, st in decoded)
             self._tune(self.tuner, time.perf_counter() - t0, n, context)
         return rc
+
+    def _rode(self, riders: list[Rider], row: int) -> None:
+        """The riders' pieces were decoded after the streams' ``row`` tokens: their prompts
+        are read; each samples its first token from its last row."""
+        for seq, st, chunk in riders:
+            self.slots.append(st.slot, chunk)
+            st.done_upto += len(chunk)
+            row += len(chunk)
+            self._prompt_read(seq, st, row - 1)
 
     def _tune(self, tuner: ThreadTuner, seconds: float, batch: int, context: int) -> None:
         """Feed one decode step's time to the tuner; apply the thread count it picks."""

@@ -1,9 +1,10 @@
 """Prompts that join running streams are read together (llama-server reads new prompts in one
-batch), not in a decode of their own each: after the streams' step, one llama_decode carries the
-next pieces of the joining prompts, the shortest first (a much longer one waits for a later
-decode). The streams' tokens keep their own step, so their numbers
-stay as close to a solo run's as before. The tests hold the first decode step at a gate until
-the others have joined, so they do not depend on the machine's speed."""
+batch), not in a decode of their own each: prompts whose rest is short ride in the streams' own
+step (under 64 rows, where llama.cpp's CPU attention computes each row as in a step of the
+streams alone); longer ones are read after it, one llama_decode carrying the next pieces of the
+joining prompts, the shortest first (a much longer one waits for a later decode). The tests hold
+the first decode step at a gate until the others have joined, so they do not depend on the
+machine's speed."""
 
 from __future__ import annotations
 
@@ -81,9 +82,12 @@ async def one(h: Hearth, model_id: str, prompt: str, max_tokens: int = 24) -> An
     )  # fmt: skip
 
 
-async def test_joining_prompts_are_read_together_in_one_decode(
+async def test_short_joining_prompts_ride_in_the_streams_step(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
+    """Three short questions join a running stream: their prompts are read in the stream's
+    next decode (one llama_decode of its token and their prompts, four output rows), and each
+    answer is a solo run's within the greedy tolerance."""
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
     model, _ = solo_h.models.import_path(smollm2_path)
     try:
@@ -110,12 +114,12 @@ async def test_joining_prompts_are_read_together_in_one_decode(
                 rest[-1],
             )
         ] + [await transcript(g) for g in others]
-        together = [c for c in rec.calls if len(c[1]) == 3 and c[0] > 3 and c[2] == 3]
-        assert together, f"the three prompts were not read in one decode: {rec.calls[:8]}"
-        # before it, only the first request's own prompt was decoded (and its stream's step):
-        # the others' prompts had no decodes of their own
+        together = [c for c in rec.calls if len(c[1]) == 4 and c[0] > 4 and c[2] == 4]
+        assert together, f"the prompts did not ride in the stream's step: {rec.calls[:8]}"
+        # before it, only the first request's own prompt was decoded: the others' prompts had
+        # no decodes of their own, and the stream no step without them
         before = rec.calls[: rec.calls.index(together[0])]
-        assert len([c for c in before if c[0] > 1]) == 1, before
+        assert all(len(c[1]) == 1 for c in before), before
         for i, (a, b) in enumerate(zip(solo, results, strict=True)):
             if not assert_greedy_close(a[1], b[1], f"request {i}"):
                 assert a[0] == b[0], f"request {i}: the text changed in a mixed batch"
@@ -191,7 +195,8 @@ async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     """Joining prompts are read the shortest first, and a much longer one waits for a later
-    decode: a short question is not read behind ~500 tokens of another prompt."""
+    decode: a short question is not read behind ~500 tokens of another prompt (it rides in the
+    running stream's step)."""
     h = hearth(tmp_path)
     model, _ = h.models.import_path(smollm2_path)
     try:
@@ -209,9 +214,12 @@ async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
         await transcript(short)
         await joiner.collect()
         reads = [c for c in rec.calls if c[2] < c[0]]  # prompt decodes: fewer output rows
-        assert len(reads[0][1]) == 1 and reads[0][0] < 64, f"the short prompt first: {reads[:3]}"
-        assert all(len(c[1]) == 1 for c in reads), "the long prompt in decodes of its own"
-        assert sum(c[0] for c in reads[1:]) > 400, reads
+        # first the short prompt beside the stream's token (one output row each), then the
+        # long prompt in decodes of its own
+        first, later = reads[0], reads[1:]
+        assert first[0] < 64 and first[2] == len(first[1]) == 2, f"short first: {reads[:3]}"
+        assert all(len(c[1]) == 1 for c in later), "the long prompt in decodes of its own"
+        assert sum(c[0] for c in later) > 400, reads
     finally:
         await h.close()
 

@@ -24,7 +24,7 @@ from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.llama.test_mixed_batch import gate_first_step
-from tests.support.service_calls import chat
+from tests.support.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
 
@@ -136,10 +136,10 @@ async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_it
         opened = gate_first_step(engine)
         step = engine._decode_step
 
-        def counted(decoded: Any) -> int:
+        def counted(*args: Any) -> int:
             if "steps" in seen:
                 seen["steps"] += 1
-            return step(decoded)
+            return step(*args)
 
         engine._decode_step = counted
         long = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=60)
@@ -182,9 +182,9 @@ async def test_caches_that_come_due_together_leave_one_step_apart(
                 own = len(slots.kv[slot]) - common_prefix(slots.kv[slot], slots.kv[long_slot[0]])
                 due[slot] = slots.copy_cost(slot) / own
 
-        def counted(decoded: Any) -> int:
+        def counted(*args: Any) -> int:
             steps[0] += 1
-            return step(decoded)
+            return step(*args)
 
         engine._decode_step, engine.end = counted, end
         long = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=80)
@@ -234,6 +234,27 @@ async def test_a_cheap_idle_cache_leaves_before_the_next_prompt_is_read(
         await ask(h, mid, [ChatMessage("user", B)], 4)
         assert seen and seen[0] == 0, "A was still in place when B's prompt was read"
         assert any(A[:40] in detok(engine, e.tokens) for e in slots.stashed), "A is kept"
+
+
+async def test_an_editors_last_completion_stays_in_place_beside_the_next_keystroke(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """A completion whose prompt continues the last one's (an editor's next keystroke) shares
+    that cache's prompt cells: the last one is not copied to host memory as it starts (the
+    copy would take the shared cells too and free only its answer's), and it is still whole in
+    place afterwards."""
+    code = "def area(width: float, height: float) -> float:\n    return width * height\n\n" * 14
+    async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
+        slots = engine.slots
+        await transcript(await complete(h, mid, code, sampling=GREEDY, max_tokens=8))
+        (first,) = [sl for sl in range(len(slots.kv)) if slots.kv[sl]]
+        held = len(slots.kv[first])
+        assert held > 280  # beyond llama.cpp's padding, where idle cells cost
+        nxt = await transcript(await complete(h, mid, code + "def pe", sampling=GREEDY,
+                                              max_tokens=8))  # fmt: skip
+        assert nxt[0] and nxt[2].usage.cached_tokens > 100
+        assert not slots.stashed and slots.restores == 0
+        assert len(slots.kv[first]) == held and cells_of(engine, first) == held
 
 
 async def two_together(h: Hearth, mid: str, engine: Any, n: int = 24) -> list[str]:

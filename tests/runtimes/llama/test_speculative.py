@@ -184,6 +184,8 @@ async def test_requests_decoding_together_take_one_token_steps(
         assert rest[-1].finish_reason == "length"
         together = [c for c in rec.calls if len(c[1]) == 2]  # steps: each prompt was alone
         assert together, "the two decoded together"
-        assert all(c[0] == c[2] == 2 for c in together), f"one row each: {together}"
+        # one output row each (no drafts); the first step may read the second's prompt beside
+        assert all(c[2] == 2 for c in together), f"one row each: {together}"
+        assert all(c[0] == 2 for c in together[1:]), f"one row each: {together}"
     finally:
         await h.close()
