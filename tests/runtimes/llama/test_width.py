@@ -32,9 +32,10 @@ def test_more_at_once_only_while_the_cells_are_few() -> None:
 
 
 async def burst(
-    h: Hearth, model_id: str, prompts: list[str], max_tokens: int = 24
+    h: Hearth, model_id: str, prompts: list[str], max_tokens: int = 24, last_max: int = 0
 ) -> tuple[int, list[str]]:
-    """The prompts sent while the first one's first step waits: the widest step, the texts."""
+    """The prompts sent while the first one's first step waits: the widest step, the texts
+    (the last one's answer ``last_max`` tokens when given)."""
     lm = await h.models.load(model_id)
     engine = lm.engine  # type: ignore[attr-defined]
     engine.peak_batch = 0
@@ -44,14 +45,15 @@ async def burst(
     eos = engine.tokenize("<|im_end|>", add_special=False, parse_special=True)
     greedy = SamplingParams(temperature=0, logit_bias=tuple((t, -100.0) for t in eos))
 
-    async def one(prompt: str) -> Any:
+    async def one(prompt: str, n: int = max_tokens) -> Any:
         return await chat(h, model_id, [ChatMessage("user", prompt)], sampling=greedy,
-                          max_tokens=max_tokens)  # fmt: skip
+                          max_tokens=n)  # fmt: skip
 
     first = await one(prompts[0])
     it = first.__aiter__()
     head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
-    others = [await one(p) for p in prompts[1:]]  # queued when this returns
+    others = [await one(p) for p in prompts[1:-1]]  # queued when this returns
+    others.append(await one(prompts[-1], last_max or max_tokens))
     opened.set()
     texts = [head.text + "".join([d.text async for d in it])]
     for g in others:
@@ -91,6 +93,28 @@ async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_on
         # a short one beside four long ones joins them at once, not after one of them ends
         widest, texts = await burst(h, model.id, long[:4] + short[:1])
         assert widest == 5, "the short request decoded beside the four long ones"
+        assert all(texts), texts
+    finally:
+        await h.close()
+
+
+@pytest.mark.model
+@pytest.mark.timeout(1200)
+async def test_an_interactive_request_joins_four_long_answers_at_once(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """An editor's completion (a short answer, so interactive) beside four requests with long
+    answers joins them at once, though its prompt is as long as theirs: it would otherwise wait
+    for one of them to end. (Like requests still decode four at once, above.)"""
+    h = hearth(tmp_path)
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        long = [
+            " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(240)) + f"\nA story {i}."
+            for i in range(5)  # five prompts and their answers fit the 2,048-cell cache
+        ]
+        widest, texts = await burst(h, model.id, long, max_tokens=80, last_max=16)
+        assert widest == 5, "the interactive request decoded beside the four long answers"
         assert all(texts), texts
     finally:
         await h.close()
