@@ -143,12 +143,12 @@ class Admission:
         room for its prompt and the start of its answer (ANSWER_ROOM tokens at most) beside
         what they hold and will add (idle caches give way), and beyond BASE_WIDTH only while
         their cells are few enough that decoding them all at once pays (above), or when it is
-        a small one whose joining pays (``small_joins``), or an interactive one (a short answer
-        or an infill: the worker's ``queue_order``) beside requests with long answers, which
-        then do not count its kind toward BASE_WIDTH either: its few steps cost theirs
-        little, and it would otherwise wait for one of them to end (an editor's completions
-        beside an agent and two chats waited ~1 s a keystroke for the one before). A burst of
-        like requests is bounded as above.
+        a small one whose joining pays (``small_joins``). BASE_WIDTH is counted per kind:
+        interactive requests (a short answer or an infill: the worker's ``queue_order``) and
+        the others. An interactive request's few steps cost long answers little, and it would
+        otherwise wait for one of them to end (an editor's completions beside an agent and two
+        chats waited ~1 s a keystroke for the one before); a burst of like requests is bounded
+        as before.
         Admitted without room, it would park a running sequence, whose tokens are then read
         again: 8 requests of ~730 prompt and 200 answer tokens in a 4,096-cell cache, all at
         once, took 49.7 s (5 parked), 37.8 s with this check. Caches of their own per sequence
@@ -159,10 +159,9 @@ class Admission:
         answers = sum(self._answer_room(s.request, s.generated) for s in (*active, seq))
         if held + answers > self.cache_tokens:
             return False
-        # beside requests with long answers, interactive ones do not count (below)
-        kinds = {s.order[1] for s in (*active, seq)}
-        counted = [s for s in active if s.order[1]] if len(kinds) > 1 else active
-        if len(counted) < BASE_WIDTH or (len(kinds) > 1 and seq.order[1] == 0):
+        # interactive requests and requests with long answers count apart (below)
+        kind = seq.order[1]
+        if len([s for s in active if s.order[1] == kind]) < BASE_WIDTH:
             return True
         # each one's cells over its steps on average: its prompt and half the answer counted
         # ahead (from its start, so that the requests of one round weigh the same throughout)
