@@ -414,10 +414,10 @@ class Slots:
         a running sequence shares most of its cells: the copy takes those too and frees only its
         own (an editor's last completion beside the next keystroke's, which continues its
         prompt: ~11 ms of copying before every completion's first token, for some 20 cells),
-        so it goes by its rent like a scattered one. A scattered one (a batch's answers) leaves when the rent it would be charged while the new
-        sequence runs beside the running ones (their tokens, each attending its cells) adds up
-        to its copy's cost, so it would leave before long anyway; else it stays until its rent
-        does (``charge``). One that lies interleaved with a running sequence's cells (they were
+        so it goes by its rent like a scattered one. A scattered one (a batch's answers) leaves
+        when the rent it would be charged while the new sequence runs beside the running ones
+        (their tokens, each attending its cells) adds up to its copy's cost, so it would leave
+        before long anyway; else it stays until its rent does (``charge``). One that lies interleaved with a running sequence's cells (they were
         decoded in the same steps) stays too: those cells keep the attention span where it is
         whether it leaves or not, and a burst of requests continuing a batch's conversations
         then finds every one in place (copied out by the first to start, each was copied back
