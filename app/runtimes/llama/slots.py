@@ -417,12 +417,13 @@ class Slots:
         so it goes by its rent like a scattered one. A scattered one (a batch's answers) leaves
         when the rent it would be charged while the new sequence runs beside the running ones
         (their tokens, each attending its cells) adds up to its copy's cost, so it would leave
-        before long anyway; else it stays until its rent does (``charge``). One that lies interleaved with a running sequence's cells (they were
-        decoded in the same steps) stays too: those cells keep the attention span where it is
-        whether it leaves or not, and a burst of requests continuing a batch's conversations
-        then finds every one in place (copied out by the first to start, each was copied back
-        by its own: 8 streams' first tokens waited ~200 ms). None moves while all the cells,
-        the upcoming ones too, fit in llama.cpp's padding."""
+        before long anyway; else it stays until its rent does (``charge``). One that lies
+        interleaved with a running sequence's cells (they were decoded in the same steps) stays
+        too: those cells keep the attention span where it is whether it leaves or not, and a
+        burst of requests continuing a batch's conversations then finds every one in place
+        (copied out by the first to start, each was copied back by its own: 8 streams' first
+        tokens waited ~200 ms). None moves while all the cells, the upcoming ones too, fit in
+        llama.cpp's padding."""
         idle = [sl for sl in self.free if self.kv[sl]]
         if upcoming is not None and self._in_use() + upcoming <= KV_PAD:
             return
