@@ -119,6 +119,12 @@ def small_joins(cells: float, running: list[float], step_cells: float) -> bool:
     return cells * 4 * width <= sum(running) and width * (width + 1) * cells <= step_cells
 
 
+def _reading_order(joining: list[tuple[Sequence, Any]]) -> list[tuple[Sequence, Any]]:
+    """Joining prompts in the order their pieces are read: an interactive or higher-priority
+    one first (the worker's ``queue_order``), then the shortest rest."""
+    return sorted(joining, key=lambda r: (r[0].order[:2], len(r[1].prompt) - r[1].done_upto))
+
+
 class Admission:
     """LlamaEngine's admission: what the worker asks before a waiting request joins."""
 
@@ -213,10 +219,7 @@ class Admission:
         cache, and the caller reads the prompts one by one."""
         n, deferred = 0, False
         pieces: list[tuple[Sequence, Any, list[int], int]] = []
-        # an interactive or higher-priority one first (the worker's queue_order), then the
-        # shortest rest
-        order = sorted(joining, key=lambda r: (r[0].order[:2], len(r[1].prompt) - r[1].done_upto))
-        for seq, st in order:
+        for seq, st in _reading_order(joining):
             start = st.done_upto
             chunk = self._text_piece(st.prompt, start, self.prompt_piece - n)
             last = start + len(chunk) == len(st.prompt)
@@ -265,8 +268,7 @@ class Admission:
         came one decode later (llama-server puts new prompts in the streams' batch too)."""
         room = RIDE_ROWS - 1 - len(decoded)
         riders: list[Rider] = []
-        order = sorted(reading, key=lambda r: (r[0].order[:2], len(r[1].prompt) - r[1].done_upto))
-        for seq, st in order:
+        for seq, st in _reading_order(reading):
             if room <= 0:
                 break
             if st.ready or st.parked or st.failed or seq.cancelled:
