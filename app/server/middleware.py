@@ -16,6 +16,7 @@ from aiohttp import web
 from app.core.events import RequestFinished
 from app.core.gateway.cache import replay as response_cache
 from app.core.gateway.keys import cache_partition, hash_secret
+from app.core.util import filecache
 from app.errors import (
     Forbidden,
     GenerationCancelled,
@@ -164,6 +165,16 @@ async def edge_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
     Host/Origin/auth are checked before the body is read, so a refused request has no effect.
     """
+    # a name looked up afresh (missing here, maybe just added by another process) looks at
+    # each shared file once a request, however many places miss it (core/util/filecache.py)
+    serving = filecache.serving(time.monotonic())
+    try:
+        return await _edge(request, handler)
+    finally:
+        filecache.done_serving(serving)
+
+
+async def _edge(request: web.Request, handler: Handler) -> web.StreamResponse:
     state = request.app[STATE]
     started = time.perf_counter()
     request[REQUEST_LOG] = {

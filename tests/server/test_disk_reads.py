@@ -152,3 +152,20 @@ def test_a_file_dropped_into_the_models_folder_is_listed(served: Served) -> None
     service: Any = served.service
     write_model(Path(service.models.folder) / "Dropped-In.gguf")
     wait_listed(served, "dropped-in")
+
+
+def test_a_name_missed_in_several_places_looks_at_each_file_once_a_request(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model id the library lacks is looked up afresh (another process may have just added
+    it) by each stage that asks: each shared file is looked at once a request, not once a stage."""
+    service: Any = served.service
+    index_file = Path(service.models._library.index_file)
+    call(served, "POST", "/v1/chat/completions", {"model": "nowhere/none", "messages": []})
+    stats = Counter(filecache.signature, index_file)
+    monkeypatch.setattr(filecache, "signature", stats)
+    body = {"model": "nowhere/none", "messages": [{"role": "user", "content": "Hi"}]}
+    for _ in range(N):
+        status, out = call(served, "POST", "/v1/chat/completions", body)
+        assert status == 404, out
+    assert 0 < stats.calls <= N, stats.calls

@@ -1,10 +1,16 @@
 """The parsed content of a file several processes share (settings, the library index), kept in
 memory so that a request never reads it: one ``stat`` at most every ``CHECK_INTERVAL_S`` tells
 whether another process replaced it (every writer replaces it atomically, so its inode changes).
-Tested by tests/server/test_disk_reads.py and tests/server/edge/test_vision.py."""
+A read that must be fresh (a name not found may have just been added by another process) looks
+at the file again unless it was looked at after the request being served arrived
+(:func:`serving`): every write finished before the request came is seen either way, and a
+request that misses a name in several places stats each file once, not once a place.
+Tested by tests/core/util/test_filecache.py, tests/server/test_disk_reads.py and
+tests/server/edge/test_vision.py."""
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import threading
@@ -19,6 +25,23 @@ T = TypeVar("T")
 CHECK_INTERVAL_S = 1.0
 
 Signature = tuple[int, int, int, int] | None  # (device, inode, mtime ns, size); None = no file
+
+# when the request being served arrived (time.monotonic); +inf outside a request: a fresh read
+# then always looks at the file
+_SERVING_SINCE: contextvars.ContextVar[float] = contextvars.ContextVar(
+    "filecache_serving_since", default=math.inf
+)
+
+
+def serving(arrived: float) -> contextvars.Token[float]:
+    """Mark the current task (and the tasks it starts) as serving a request that arrived at
+    ``arrived`` (time.monotonic): its fresh reads need no look at a file that was looked at
+    since. Returns the token to :func:`done_serving` with."""
+    return _SERVING_SINCE.set(arrived)
+
+
+def done_serving(token: contextvars.Token[float]) -> None:
+    _SERVING_SINCE.reset(token)
 
 
 def signature(path: Path) -> Signature:
@@ -49,16 +72,23 @@ class FileCache(Generic[T]):
     def get(self, parse: Callable[[], T], *, fresh: bool = False) -> T:
         """The cached value, or ``parse()`` of the file when it changed since it was cached.
 
-        ``fresh`` checks the file now, however recently it was checked (a cheap stat).
+        ``fresh`` checks the file now (a cheap stat), unless it was checked after the request
+        being served arrived (:func:`serving`).
         """
         # the common case without the lock (asked dozens of times a request): a value and
         # its check time read together may be a moment old, as a read just before a put is
         value, checked_at = self._value, self._checked_at
-        if value is not None and not fresh and time.monotonic() - checked_at < self.interval:
-            return value
+        if value is not None:
+            if not fresh and time.monotonic() - checked_at < self.interval:
+                return value
+            if fresh and checked_at >= _SERVING_SINCE.get():
+                return value
         with self._lock:
             now = time.monotonic()
-            recent = now - self._checked_at < self.interval and not fresh
+            if fresh:
+                recent = self._checked_at >= _SERVING_SINCE.get()
+            else:
+                recent = now - self._checked_at < self.interval
             if self._value is not None and recent:
                 return self._value
             sig = signature(self.path)  # before parsing: a replace in between re-reads next time
@@ -71,8 +101,9 @@ class FileCache(Generic[T]):
         """Record ``value`` as what the file now holds; call it after writing the file, under the
         file lock every writer takes (so no other write can come between the two)."""
         with self._lock:
+            now = time.monotonic()  # before the stat, as in get: what it sees is as of now
             self._value, self._signature = value, signature(self.path)
-            self._checked_at = time.monotonic()
+            self._checked_at = now
 
     def invalidate(self) -> None:
         with self._lock:

@@ -1,0 +1,80 @@
+"""A shared file's cache: a fresh read looks at the file, except when it was looked at after
+the request being served arrived; whatever was written before the request came is seen."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from app.core.util import filecache
+
+
+class Stats:
+    """Counts filecache.signature calls (the stat a check costs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls = 0
+        real = filecache.signature
+
+        def counted(path: Path) -> filecache.Signature:
+            self.calls += 1
+            return real(path)
+
+        monkeypatch.setattr(filecache, "signature", counted)
+
+
+def write(path: Path, value: object) -> None:
+    """Another process's atomic replace (a new inode)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def reader(path: Path) -> tuple[filecache.FileCache[object], object]:
+    cache: filecache.FileCache[object] = filecache.FileCache(path)
+    return cache, lambda: json.loads(path.read_text())
+
+
+def test_outside_a_request_every_fresh_read_looks_at_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "f.json"
+    write(path, 1)
+    cache, parse = reader(path)
+    assert cache.get(parse) == 1  # type: ignore[arg-type]
+    stats = Stats(monkeypatch)
+    for _ in range(3):
+        assert cache.get(parse, fresh=True) == 1  # type: ignore[arg-type]
+    assert stats.calls == 3
+
+
+def test_a_request_looks_at_the_file_once_however_many_fresh_reads_it_makes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "f.json"
+    write(path, 1)
+    cache, parse = reader(path)
+    assert cache.get(parse) == 1  # type: ignore[arg-type]  # looked at before the request
+    write(path, 2)  # another process, before the request arrives
+    stats = Stats(monkeypatch)
+    token = filecache.serving(time.monotonic())
+    try:
+        # the look before the request does not count: the first fresh read looks again
+        assert cache.get(parse, fresh=True) == 2  # type: ignore[arg-type]
+        assert cache.get(parse, fresh=True) == 2  # type: ignore[arg-type]
+        assert cache.get(parse, fresh=True) == 2  # type: ignore[arg-type]
+    finally:
+        filecache.done_serving(token)
+    assert stats.calls == 1
+    # the next request looks again, and sees what was written meanwhile
+    write(path, 3)
+    token = filecache.serving(time.monotonic())
+    try:
+        assert cache.get(parse, fresh=True) == 3  # type: ignore[arg-type]
+    finally:
+        filecache.done_serving(token)
+    assert stats.calls == 2
