@@ -64,6 +64,27 @@ def test_the_log_file_is_written_at_once_private_and_bounded(
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in logs.iterdir())
 
 
+def test_records_skip_what_the_format_never_shows(
+    tmp_path: Path, root_logging: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's lookup (a stack walk), the process and the thread: a line per request costs
+    about a third of a default record."""
+    for name in ("logThreads", "logProcesses", "logMultiprocessing", "_srcfile"):
+        monkeypatch.setattr(logging, name, getattr(logging, name))  # put back after the test
+    path = setup_logging(0, tmp_path / "logs")
+    assert path is not None
+    lookups: list[str] = []
+    monkeypatch.setattr(
+        logging.Logger, "findCaller", lambda *a, **k: lookups.append("caller") or ("", 0, "", None)
+    )
+    seen: list[logging.LogRecord] = []
+    monkeypatch.setattr(PrivateLogFile, "filter", lambda self, r: seen.append(r) or True)
+    logging.getLogger("app.test").info("POST %s %d", "/v1/chat/completions", 200)
+    assert "INFO app.test: POST /v1/chat/completions 200" in path.read_text()
+    assert lookups == []
+    assert seen and seen[0].process is None and seen[0].thread is None
+
+
 def file_handler() -> PrivateLogFile:
     (handler,) = [h for h in logging.getLogger().handlers if isinstance(h, PrivateLogFile)]
     return handler
