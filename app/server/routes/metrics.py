@@ -157,6 +157,7 @@ class ServerMetrics:
         self.state = Gauge(
             "hearth_health_state", "1 for /health's current state", ["state"], registry=r
         )
+        self._children: dict[tuple[Any, ...], Any] = {}  # _child's
         self.shared = shared  # the shared state (app.redis_state's SharedState), or None
         if shared is not None:
             self._state_errors = Counter(
@@ -184,14 +185,24 @@ class ServerMetrics:
         self.requests.add(event, label)
         route = event.route if event.route in self.routes else UNMATCHED_ROUTE
         model = label or NO_MODEL
-        self._requests.labels(route, status_class(event.status), model).inc()
-        self._duration.labels(route).observe(event.seconds)
+        self._child(self._requests, route, status_class(event.status), model).inc()
+        self._child(self._duration, route).observe(event.seconds)
         if event.ttft_ms is not None:
-            self._ttft.labels(model).observe(event.ttft_ms / 1000.0)
+            self._child(self._ttft, model).observe(event.ttft_ms / 1000.0)
         if event.prompt_tokens:
-            self._tokens.labels(model, "in").inc(event.prompt_tokens)
+            self._child(self._tokens, model, "in").inc(event.prompt_tokens)
         if event.completion_tokens:
-            self._tokens.labels(model, "out").inc(event.completion_tokens)
+            self._child(self._tokens, model, "out").inc(event.completion_tokens)
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, kept: the labels' sets are bounded (routes, status
+        classes, known models), and prometheus_client's lookup takes a lock and checks the
+        values every time (five a request)."""
+        key = (id(metric), *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
 
 METRICS = web.AppKey("metrics", ServerMetrics)
