@@ -165,6 +165,12 @@ class DeltaStream:
     def close(self) -> None:
         self._send(_END)
 
+    def deliver(self, settle: float = 0.0) -> None:
+        """Hand what the worker's outbox holds (every stream's deltas) to the loops now, not
+        after the engine's step (Outbox.flush)."""
+        if self._outbox is not None:
+            self._outbox.flush(settle)
+
     def _send(self, item: object) -> None:
         if self._outbox is not None:
             self._outbox.add(self, item)
@@ -271,6 +277,13 @@ class Sequence:
     @property
     def cancelled(self) -> bool:
         return self.stream.cancelled.is_set()
+
+    def deliver(self, first: bool) -> None:
+        """Send the tokens this step picked (every sequence's) to the clients now: an engine
+        whose step goes on to a long decode (a joining prompt's piece) calls it first. With a
+        ``first`` token among them, wait a moment for the loop to write it (FIRST_TOKEN_SETTLE)
+        before the decode takes the cores."""
+        self.stream.deliver(FIRST_TOKEN_SETTLE if first else 0.0)
 
     def emit_text(
         self, text: str, tokens: int = 1, logprobs: tuple[TokenLogprob, ...] = ()

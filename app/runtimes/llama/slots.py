@@ -184,6 +184,9 @@ class Slots:
         self.free = list(range(n_slots))
         self._exact = [0] * n_slots
         self._last_used = [0.0] * n_slots
+        # until when (time.monotonic) an interactive request's cache stays in place as others
+        # start (``release``'s ``warm``): an editor's next keystroke continues its prompt
+        self.warm_until = [0.0] * n_slots
 
     def _changed(self) -> None:
         self._own = None
@@ -351,7 +354,8 @@ class Slots:
         host memory. Nothing is charged while all the cells lie within llama.cpp's padding of
         the attention span (there they cost nothing). At most one leaves a step: the running
         streams wait for each copy (~30 ms for a 165-token answer from a batch of 8), so caches
-        that come due together (a batch's answers) leave one step apart, not in one stall."""
+        that come due together (a batch's answers) leave one step apart, not in one stall.
+        A warm cache (``release``) stays until it is cold, its bill running on meanwhile."""
         if self._own is None:  # the running sequences changed
             self._own = self._own_cells()
             self._cells = self._in_use()
@@ -359,10 +363,12 @@ class Slots:
         if not self._own or self._cells <= KV_PAD:
             return
         due: list[tuple[float, int]] = []
+        now = time.monotonic()
         for slot, own in self._own.items():
             self.rent[slot] += queries * own
             if (over := self.rent[slot] / max(self.copy_cost(slot), 1.0)) >= 1.0:
-                due.append((over, slot))
+                if self.warm_until[slot] <= now:  # a warm one pays on, and leaves once cold
+                    due.append((over, slot))
         # one copy a step, the most overdue first (one that cannot be kept in host memory stays
         # and lets the next go)
         for _, slot in sorted(due, reverse=True):
@@ -382,14 +388,17 @@ class Slots:
         self.prompt_len[slot] = 0
         self._exact[slot] = 0
         self.rent[slot] = 0.0
+        self.warm_until[slot] = 0.0
         self._changed()
 
-    def release(self, slot: int, *, keep: bool) -> None:
-        """A sequence ended: its slot is free, its cache kept for a later prompt if ``keep``."""
+    def release(self, slot: int, *, keep: bool, warm: float = 0.0) -> None:
+        """A sequence ended: its slot is free, its cache kept for a later prompt if ``keep``,
+        and in place for ``warm`` seconds whatever starts meanwhile (``stash_idle``)."""
         if not keep:
             self.forget(slot)
         self.free.append(slot)
-        self._last_used[slot] = time.monotonic()
+        self._last_used[slot] = now = time.monotonic()
+        self.warm_until[slot] = now + warm if keep and warm > 0 else 0.0
         self.rent[slot] = 0.0
         self._changed()
 
@@ -414,7 +423,12 @@ class Slots:
         a running sequence shares most of its cells: the copy takes those too and frees only its
         own (an editor's last completion beside the next keystroke's, which continues its
         prompt: ~11 ms of copying before every completion's first token, for some 20 cells),
-        so it goes by its rent like a scattered one. A scattered one (a batch's answers) leaves
+        so it goes by its rent like a scattered one. An interactive request's cache stays while
+        it is warm (``release``): an editor's next keystroke comes within a second or two and
+        continues its prompt; copied out as an agent's or a chat's request started, it was
+        copied back for the keystroke (10-190 ms before its first token, the other idle caches
+        copied out first) for most keystrokes beside an agent and two chats. A scattered one (a
+        batch's answers) leaves
         when the rent it would be charged while the new sequence runs beside the running ones
         (their tokens, each attending its cells) adds up to its copy's cost, so it would leave
         before long anyway; else it stays until its rent does (``charge``). One that lies
@@ -429,7 +443,10 @@ class Slots:
             return
         own = self._own_cells() if upcoming is not None else {}
         queries = self.busy() * answer + (upcoming or 0)
+        now = time.monotonic()
         for slot in idle:
+            if upcoming is not None and self.warm_until[slot] > now:
+                continue
             if (
                 upcoming is None
                 or (self.ranges(slot) <= REGEN_KEEP_RANGES and 2 * own[slot] >= len(self.kv[slot]))

@@ -29,6 +29,7 @@ PROMPTS = [f"Write a short story about a {x}." for x in ("cat", "lighthouse", "d
 LONG = "The keeper climbed the stairs of the lighthouse every night. " * 40  # ~500 tokens
 MID = "The keeper climbed the stairs of the lighthouse every night. " * 16  # ~200 tokens
 # a chat prompt of ~150 tokens: read in one decode with MID (within twice its length)
+LONG_ANSWER = 72  # tokens: over INTERACTIVE_MAX_TOKENS, so not an interactive request
 NOTE = "Here is a note. " + "The harbor was quiet at dawn and the boats slept. " * 11 + PROMPTS[1]
 
 
@@ -85,13 +86,14 @@ async def one(h: Hearth, model_id: str, prompt: str, max_tokens: int = 24) -> An
 async def test_short_joining_prompts_ride_in_the_streams_step(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
-    """Three short questions join a running stream: their prompts are read in the stream's
-    next decode (one llama_decode of its token and their prompts, four output rows), and each
-    answer is a solo run's within the greedy tolerance."""
+    """Three short questions with long answers (not interactive) join a running stream: their
+    prompts are read in the stream's next decode (one llama_decode of its token and their
+    prompts, four output rows), and each answer is a solo run's within the greedy tolerance."""
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
     model, _ = solo_h.models.import_path(smollm2_path)
     try:
-        solo = [await transcript(await one(solo_h, model.id, p)) for p in PROMPTS]
+        solo = [await transcript(await one(solo_h, model.id, PROMPTS[0]))]
+        solo += [await transcript(await one(solo_h, model.id, p, LONG_ANSWER)) for p in PROMPTS[1:]]
     finally:
         await solo_h.close()
     h = hearth(tmp_path / "batched")  # the default load: reuse cache, shared, parallel 8
@@ -104,7 +106,8 @@ async def test_short_joining_prompts_ride_in_the_streams_step(
         first = await one(h, model.id, PROMPTS[0])
         it = first.__aiter__()
         head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
-        others = [await one(h, model.id, p) for p in PROMPTS[1:]]  # queued when this returns
+        # queued when this returns
+        others = [await one(h, model.id, p, LONG_ANSWER) for p in PROMPTS[1:]]
         opened.set()
         rest = [d async for d in it]
         results = [
@@ -126,6 +129,104 @@ async def test_short_joining_prompts_ride_in_the_streams_step(
         assert all(r[2].usage.completion_tokens == s[2].usage.completion_tokens
                    for r, s in zip(results, solo, strict=True))  # fmt: skip
         assert engine.peak_batch == 4  # then the four streams decoded together
+    finally:
+        await h.close()
+
+
+async def test_an_interactive_prompt_is_read_ahead_of_the_streams_step_and_sent_at_once(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """A short question with a short answer (interactive: an editor's completion) joins a
+    running stream: its rest is read in a decode of its own (its rows only, one output row)
+    before the stream's step, and its first token reaches the caller before that step
+    decodes; the answer is a solo run's within the greedy tolerance."""
+    solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
+    model, _ = solo_h.models.import_path(smollm2_path)
+    try:
+        solo = await transcript(await one(solo_h, model.id, PROMPTS[1], 8))
+    finally:
+        await solo_h.close()
+    h = hearth(tmp_path / "batched")
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        sent, waited = threading.Event(), []
+        read_alone = threading.Event()
+
+        def hook(_engine: Any, n: int) -> None:  # the decode after the question's own
+            if read_alone.is_set() and not waited:
+                waited.append(sent.wait(60))
+
+        rec = Recorder(engine, hook)
+        real_rode = engine._rode
+
+        def rode(riders: Any, row: int) -> None:
+            real_rode(riders, row)
+            read_alone.set()
+
+        engine._rode = rode
+        stream = await one(h, model.id, PROMPTS[0], LONG_ANSWER)
+        it = stream.__aiter__()
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
+        question = (await one(h, model.id, PROMPTS[1], 8)).__aiter__()
+        opened.set()
+        head = await asyncio.wait_for(question.__anext__(), 120)
+        sent.set()
+        rest = [d async for d in question]
+        got = ("".join(d.text for d in [head, *rest]),
+               [(x.token, x.logprob, x.top) for d in [head, *rest] for x in d.logprobs])  # fmt: skip
+        [d async for d in it]
+        assert waited == [True], "the first token waited for the stream's step"
+        alone = [c for c in rec.calls if len(c[1]) == 1 and c[0] > 1 and c[2] == 1]
+        assert alone, f"the question was not read in a decode of its own: {rec.calls[:8]}"
+        assert rec.calls[rec.calls.index(alone[0]) + 1][0] == 1  # then the stream's step
+        assert not [c for c in rec.calls if len(c[1]) == 2 and c[2] == 2 and c[0] > 2]  # no ride
+        if not assert_greedy_close(solo[1], got[1], "the question"):
+            assert solo[0] == got[0], "the text changed"
+    finally:
+        await h.close()
+
+
+async def test_a_steps_tokens_are_sent_before_a_joining_prompts_piece_is_read(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """A short question rides in a running stream's step while a long prompt joins too: the
+    question's first token (and the stream's) reach their callers before the long prompt's
+    next piece decodes, not after it (a piece of 64 tokens: ~0.3 s on 2 cores)."""
+    h = hearth(tmp_path / "batched")
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        sent, waited = threading.Event(), []
+        rode_flag = threading.Event()
+
+        def hook(_engine: Any, n: int) -> None:  # the long prompt's piece after the ride
+            if rode_flag.is_set() and n >= 32 and not waited:
+                waited.append(sent.wait(60))
+
+        Recorder(engine, hook)
+        real_rode = engine._rode
+
+        def rode(riders: Any, row: int) -> None:
+            real_rode(riders, row)
+            rode_flag.set()
+
+        engine._rode = rode
+        stream = await one(h, model.id, PROMPTS[0], LONG_ANSWER)
+        it = stream.__aiter__()
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
+        question = (await one(h, model.id, PROMPTS[1], LONG_ANSWER)).__aiter__()
+        long = await one(h, model.id, LONG, LONG_ANSWER)
+        opened.set()
+        await asyncio.wait_for(question.__anext__(), 120)
+        sent.set()
+        for g in (question, it, long.__aiter__()):
+            [d async for d in g]
+        assert waited == [True], "the rider's first token waited for the long prompt's piece"
     finally:
         await h.close()
 
@@ -195,8 +296,8 @@ async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     """Joining prompts are read the shortest first, and a much longer one waits for a later
-    decode: a short question is not read behind ~500 tokens of another prompt (it rides in the
-    running stream's step)."""
+    decode: a short question is not read behind ~500 tokens of another prompt (it has a short
+    answer, so it is read in a decode of its own ahead of the running stream's step)."""
     h = hearth(tmp_path)
     model, _ = h.models.import_path(smollm2_path)
     try:
@@ -214,10 +315,10 @@ async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
         await transcript(short)
         await joiner.collect()
         reads = [c for c in rec.calls if c[2] < c[0]]  # prompt decodes: fewer output rows
-        # first the short prompt beside the stream's token (one output row each), then the
-        # long prompt in decodes of its own
+        # first the short prompt alone (one output row), then the long prompt in decodes of
+        # its own
         first, later = reads[0], reads[1:]
-        assert first[0] < 64 and first[2] == len(first[1]) == 2, f"short first: {reads[:3]}"
+        assert first[0] < 64 and first[2] == len(first[1]) == 1, f"short first: {reads[:3]}"
         assert all(len(c[1]) == 1 for c in later), "the long prompt in decodes of its own"
         assert sum(c[0] for c in later) > 400, reads
     finally:

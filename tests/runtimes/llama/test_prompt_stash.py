@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import app.runtimes.llama.engine as engine_module
 from app.core.library.fit import STASH_CAP, estimate_gguf
 from app.core.library.gguf import read_header
 from app.core.library.index import ModelLibrary
@@ -255,6 +256,34 @@ async def test_an_editors_last_completion_stays_in_place_beside_the_next_keystro
         assert nxt[0] and nxt[2].usage.cached_tokens > 100
         assert not slots.stashed and slots.restores == 0
         assert len(slots.kv[first]) == held and cells_of(engine, first) == held
+
+
+@pytest.mark.parametrize("warm", [600.0, 0.0])
+async def test_an_editors_completion_stays_in_place_while_others_start_until_it_is_cold(
+    tmp_path: Path, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch, warm: float
+) -> None:
+    """An interactive request's cache stays in place while it is warm, whatever starts and
+    runs meanwhile (an agent's or a chat's request, whose start and steps would move it to
+    host memory): the editor's next keystroke continues it where it lies, with no copy back.
+    Cold (warm 0 s), the same sequence copies it out and back."""
+    monkeypatch.setattr(engine_module, "WARM_S", warm)  # the window, not the machine's speed
+    code = "def area(width: float, height: float) -> float:\n    return width * height\n\n" * 14
+    async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
+        slots = engine.slots
+        await transcript(await complete(h, mid, code, sampling=GREEDY, max_tokens=8))
+        (first,) = [sl for sl in range(len(slots.kv)) if slots.kv[sl]]
+        held = len(slots.kv[first])
+        assert held > 280  # beyond llama.cpp's padding, where idle cells cost
+        await ask(h, mid, [ChatMessage("user", B)], 80)  # a long answer: not interactive
+        nxt = await transcript(await complete(h, mid, code + "def pe", sampling=GREEDY,
+                                              max_tokens=8))  # fmt: skip
+        assert nxt[0] and nxt[2].usage.cached_tokens > 100
+        if warm:
+            assert slots.restores == 0
+            assert len(slots.kv[first]) == held and cells_of(engine, first) == held
+            assert not any(e.tokens[:held] == slots.kv[first] for e in slots.stashed)
+        else:
+            assert slots.restores == 1  # copied out as the chat started, and back
 
 
 async def two_together(h: Hearth, mid: str, engine: Any, n: int = 24) -> list[str]:
