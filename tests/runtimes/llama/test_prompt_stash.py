@@ -34,6 +34,14 @@ A = "The keeper climbed the stairs of the lighthouse every night and lit the lam
 B = "A dragon slept under the mountain, dreaming of gold and of the sea. " * 12
 
 
+@pytest.fixture(autouse=True)
+def cold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No warm window (engine.WARM_S): these tests' short answers are interactive requests,
+    whose caches would otherwise stay in place for the rules under test to pass over (the
+    window has a test of its own, which sets it)."""
+    monkeypatch.setattr(engine_module, "WARM_S", 0.0)
+
+
 def hearth(tmp_path: Path, **options: Any) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
