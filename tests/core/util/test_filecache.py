@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,39 +35,41 @@ def write(path: Path, value: object) -> None:
     os.replace(tmp, path)
 
 
-def reader(path: Path) -> tuple[filecache.FileCache[object], object]:
+def cached(tmp_path: Path) -> tuple[Path, filecache.FileCache[object], Callable[[], object]]:
+    """A file holding 1, and a cache of it that has looked at it once (before any request)."""
+    path = tmp_path / "f.json"
+    write(path, 1)
     cache: filecache.FileCache[object] = filecache.FileCache(path)
-    return cache, lambda: json.loads(path.read_text())
+
+    def parse() -> object:
+        return json.loads(path.read_text())
+
+    assert cache.get(parse) == 1
+    return path, cache, parse
 
 
 def test_outside_a_request_every_fresh_read_looks_at_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "f.json"
-    write(path, 1)
-    cache, parse = reader(path)
-    assert cache.get(parse) == 1  # type: ignore[arg-type]
+    _, cache, parse = cached(tmp_path)
     stats = Stats(monkeypatch)
     for _ in range(3):
-        assert cache.get(parse, fresh=True) == 1  # type: ignore[arg-type]
+        assert cache.get(parse, fresh=True) == 1
     assert stats.calls == 3
 
 
 def test_a_request_looks_at_the_file_once_however_many_fresh_reads_it_makes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "f.json"
-    write(path, 1)
-    cache, parse = reader(path)
-    assert cache.get(parse) == 1  # type: ignore[arg-type]  # looked at before the request
+    path, cache, parse = cached(tmp_path)
     write(path, 2)  # another process, before the request arrives
     stats = Stats(monkeypatch)
     token = filecache.serving(time.monotonic())
     try:
         # the look before the request does not count: the first fresh read looks again
-        assert cache.get(parse, fresh=True) == 2  # type: ignore[arg-type]
-        assert cache.get(parse, fresh=True) == 2  # type: ignore[arg-type]
-        assert cache.get(parse, fresh=True) == 2  # type: ignore[arg-type]
+        assert cache.get(parse, fresh=True) == 2
+        assert cache.get(parse, fresh=True) == 2
+        assert cache.get(parse, fresh=True) == 2
     finally:
         filecache.done_serving(token)
     assert stats.calls == 1
@@ -74,7 +77,7 @@ def test_a_request_looks_at_the_file_once_however_many_fresh_reads_it_makes(
     write(path, 3)
     token = filecache.serving(time.monotonic())
     try:
-        assert cache.get(parse, fresh=True) == 3  # type: ignore[arg-type]
+        assert cache.get(parse, fresh=True) == 3
     finally:
         filecache.done_serving(token)
     assert stats.calls == 2

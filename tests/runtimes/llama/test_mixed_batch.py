@@ -9,7 +9,9 @@ machine's speed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,46 @@ def gate_first_step(engine: Any) -> threading.Event:
 
         setattr(engine, name, gated)
     return opened
+
+
+def wait_after_a_read(engine: Any, which: Any) -> tuple[threading.Event, list[bool], Recorder]:
+    """After a joining prompt's rest is read (``_rode``), the first decode of ``which(n)``
+    tokens waits until the returned event is set (60 s at most): ``waited`` says whether it was
+    set in time, i.e. whether what the test awaits reached it before that decode."""
+    sent, waited, read = threading.Event(), [], threading.Event()
+
+    def hook(_engine: Any, n: int) -> None:
+        if read.is_set() and which(n) and not waited:
+            waited.append(sent.wait(60))
+
+    rec = Recorder(engine, hook)
+    real_rode = engine._rode
+
+    def rode(riders: Any, row: int) -> None:
+        real_rode(riders, row)
+        read.set()
+
+    engine._rode = rode
+    return sent, waited, rec
+
+
+@contextlib.asynccontextmanager
+async def a_held_stream(tmp_path: Path, model_path: Path, which: Any) -> AsyncIterator[tuple]:
+    """A batched service with a stream (long answer) whose prompt is read and whose first step
+    waits for the gate: (service, model id, the stream's iterator, the gate, and
+    ``wait_after_a_read``'s event, outcome and recorder for decodes of ``which(n)`` tokens)."""
+    h = hearth(tmp_path / "batched")
+    model, _ = h.models.import_path(model_path)
+    try:
+        lm = await h.models.load(model.id)
+        engine = lm.engine  # type: ignore[attr-defined]
+        opened = gate_first_step(engine)
+        sent, waited, rec = wait_after_a_read(engine, which)
+        it = (await one(h, model.id, PROMPTS[0], LONG_ANSWER)).__aiter__()
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
+        yield h, model.id, it, opened, sent, waited, rec
+    finally:
+        await h.close()
 
 
 async def one(h: Hearth, model_id: str, prompt: str, max_tokens: int = 24) -> Any:
@@ -146,31 +188,10 @@ async def test_an_interactive_prompt_is_read_ahead_of_the_streams_step_and_sent_
         solo = await transcript(await one(solo_h, model.id, PROMPTS[1], 8))
     finally:
         await solo_h.close()
-    h = hearth(tmp_path / "batched")
-    model, _ = h.models.import_path(smollm2_path)
-    try:
-        lm = await h.models.load(model.id)
-        engine = lm.engine  # type: ignore[attr-defined]
-        opened = gate_first_step(engine)
-        sent, waited = threading.Event(), []
-        read_alone = threading.Event()
-
-        def hook(_engine: Any, n: int) -> None:  # the decode after the question's own
-            if read_alone.is_set() and not waited:
-                waited.append(sent.wait(60))
-
-        rec = Recorder(engine, hook)
-        real_rode = engine._rode
-
-        def rode(riders: Any, row: int) -> None:
-            real_rode(riders, row)
-            read_alone.set()
-
-        engine._rode = rode
-        stream = await one(h, model.id, PROMPTS[0], LONG_ANSWER)
-        it = stream.__aiter__()
-        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
-        question = (await one(h, model.id, PROMPTS[1], 8)).__aiter__()
+    # the decode after the question's own waits (60 s at most) for its first token
+    async with a_held_stream(tmp_path, smollm2_path, lambda n: True) as held:
+        h, mid, it, opened, sent, waited, rec = held
+        question = (await one(h, mid, PROMPTS[1], 8)).__aiter__()
         opened.set()
         head = await asyncio.wait_for(question.__anext__(), 120)
         sent.set()
@@ -185,8 +206,6 @@ async def test_an_interactive_prompt_is_read_ahead_of_the_streams_step_and_sent_
         assert not [c for c in rec.calls if len(c[1]) == 2 and c[2] == 2 and c[0] > 2]  # no ride
         if not assert_greedy_close(solo[1], got[1], "the question"):
             assert solo[0] == got[0], "the text changed"
-    finally:
-        await h.close()
 
 
 async def test_a_steps_tokens_are_sent_before_a_joining_prompts_piece_is_read(
@@ -195,40 +214,17 @@ async def test_a_steps_tokens_are_sent_before_a_joining_prompts_piece_is_read(
     """A short question rides in a running stream's step while a long prompt joins too: the
     question's first token (and the stream's) reach their callers before the long prompt's
     next piece decodes, not after it (a piece of 64 tokens: ~0.3 s on 2 cores)."""
-    h = hearth(tmp_path / "batched")
-    model, _ = h.models.import_path(smollm2_path)
-    try:
-        lm = await h.models.load(model.id)
-        engine = lm.engine  # type: ignore[attr-defined]
-        opened = gate_first_step(engine)
-        sent, waited = threading.Event(), []
-        rode_flag = threading.Event()
-
-        def hook(_engine: Any, n: int) -> None:  # the long prompt's piece after the ride
-            if rode_flag.is_set() and n >= 32 and not waited:
-                waited.append(sent.wait(60))
-
-        Recorder(engine, hook)
-        real_rode = engine._rode
-
-        def rode(riders: Any, row: int) -> None:
-            real_rode(riders, row)
-            rode_flag.set()
-
-        engine._rode = rode
-        stream = await one(h, model.id, PROMPTS[0], LONG_ANSWER)
-        it = stream.__aiter__()
-        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
-        question = (await one(h, model.id, PROMPTS[1], LONG_ANSWER)).__aiter__()
-        long = await one(h, model.id, LONG, LONG_ANSWER)
+    # the long prompt's piece after the ride waits (60 s at most) for the rider's token
+    async with a_held_stream(tmp_path, smollm2_path, lambda n: n >= 32) as held:
+        h, mid, it, opened, sent, waited, _ = held
+        question = (await one(h, mid, PROMPTS[1], LONG_ANSWER)).__aiter__()
+        long = await one(h, mid, LONG, LONG_ANSWER)
         opened.set()
         await asyncio.wait_for(question.__anext__(), 120)
         sent.set()
         for g in (question, it, long.__aiter__()):
             [d async for d in g]
         assert waited == [True], "the rider's first token waited for the long prompt's piece"
-    finally:
-        await h.close()
 
 
 async def test_a_joining_prompt_cancelled_mid_read_leaves_the_others_whole(

@@ -245,6 +245,25 @@ async def test_a_cheap_idle_cache_leaves_before_the_next_prompt_is_read(
         assert any(A[:40] in detok(engine, e.tokens) for e in slots.stashed), "A is kept"
 
 
+async def two_keystrokes(
+    h: Hearth, mid: str, engine: Any, between: list[ChatMessage] | None = None
+) -> tuple[int, int]:
+    """An editor's completion of some code, a chat of ``between`` (80 tokens), then the next
+    keystroke's completion (the code a few characters longer, most of it cached): the first
+    completion's slot and the cells it held."""
+    code = "def area(width: float, height: float) -> float:\n    return width * height\n\n" * 14
+    slots = engine.slots
+    await transcript(await complete(h, mid, code, sampling=GREEDY, max_tokens=8))
+    (first,) = [sl for sl in range(len(slots.kv)) if slots.kv[sl]]
+    held = len(slots.kv[first])
+    assert held > 280  # beyond llama.cpp's padding, where idle cells cost
+    if between:
+        await ask(h, mid, between, 80)
+    nxt = await transcript(await complete(h, mid, code + "def pe", sampling=GREEDY, max_tokens=8))
+    assert nxt[0] and nxt[2].usage.cached_tokens > 100
+    return first, held
+
+
 async def test_an_editors_last_completion_stays_in_place_beside_the_next_keystroke(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
@@ -252,16 +271,9 @@ async def test_an_editors_last_completion_stays_in_place_beside_the_next_keystro
     that cache's prompt cells: the last one is not copied to host memory as it starts (the
     copy would take the shared cells too and free only its answer's), and it is still whole in
     place afterwards."""
-    code = "def area(width: float, height: float) -> float:\n    return width * height\n\n" * 14
     async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
         slots = engine.slots
-        await transcript(await complete(h, mid, code, sampling=GREEDY, max_tokens=8))
-        (first,) = [sl for sl in range(len(slots.kv)) if slots.kv[sl]]
-        held = len(slots.kv[first])
-        assert held > 280  # beyond llama.cpp's padding, where idle cells cost
-        nxt = await transcript(await complete(h, mid, code + "def pe", sampling=GREEDY,
-                                              max_tokens=8))  # fmt: skip
-        assert nxt[0] and nxt[2].usage.cached_tokens > 100
+        first, held = await two_keystrokes(h, mid, engine)
         assert not slots.stashed and slots.restores == 0
         assert len(slots.kv[first]) == held and cells_of(engine, first) == held
 
@@ -275,17 +287,10 @@ async def test_an_editors_completion_stays_in_place_while_others_start_until_it_
     host memory): the editor's next keystroke continues it where it lies, with no copy back.
     Cold (warm 0 s), the same sequence copies it out and back."""
     monkeypatch.setattr(engine_module, "WARM_S", warm)  # the window, not the machine's speed
-    code = "def area(width: float, height: float) -> float:\n    return width * height\n\n" * 14
     async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
         slots = engine.slots
-        await transcript(await complete(h, mid, code, sampling=GREEDY, max_tokens=8))
-        (first,) = [sl for sl in range(len(slots.kv)) if slots.kv[sl]]
-        held = len(slots.kv[first])
-        assert held > 280  # beyond llama.cpp's padding, where idle cells cost
-        await ask(h, mid, [ChatMessage("user", B)], 80)  # a long answer: not interactive
-        nxt = await transcript(await complete(h, mid, code + "def pe", sampling=GREEDY,
-                                              max_tokens=8))  # fmt: skip
-        assert nxt[0] and nxt[2].usage.cached_tokens > 100
+        # between the keystrokes, a chat with a long answer (not interactive)
+        first, held = await two_keystrokes(h, mid, engine, [ChatMessage("user", B)])
         if warm:
             assert slots.restores == 0
             assert len(slots.kv[first]) == held and cells_of(engine, first) == held
