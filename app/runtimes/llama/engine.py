@@ -389,13 +389,7 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         # prompts whose last piece is small enough ride in the streams' decode (admission.py);
         # an interactive one's is read first, in a decode of its own
         riders = self._riders(decoded, reading) if decoded and self.shares_prefixes else []
-        ahead = [r for r in riders if r[0].order[1] == 0]
-        if ahead and self._decode_step([], ahead) == 0:
-            self._rode(ahead, 0)
-            seqs[0].deliver(first=True)
-            riders = [r for r in riders if r[0].order[1] != 0]
-            read = {id(r[0]) for r in ahead}
-            reading = [r for r in reading if id(r[0]) not in read]
+        riders = self._read_ahead(riders, seqs)
         while decoded:
             rc = self._decode_step(decoded, riders)
             if rc == 0:
@@ -418,8 +412,7 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             self._sample(seq, st, i)
         if riders:
             self._rode(riders, n)
-            rode = {id(r[0]) for r in riders}
-            reading = [r for r in reading if id(r[0]) not in rode]
+        reading = [r for r in reading if not r[1].ready]  # the riders' prompts are read
         room = self._room_freed
         self._room_freed = False
         # a parked sequence reads again only once something freed cells (one already reading
