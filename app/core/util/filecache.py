@@ -73,22 +73,25 @@ class FileCache(Generic[T]):
         """The cached value, or ``parse()`` of the file when it changed since it was cached.
 
         ``fresh`` checks the file now (a cheap stat), unless it was checked after the request
-        being served arrived (:func:`serving`).
+        being served arrived (:func:`serving`) and within ``interval``: a task started while a
+        request was served carries its arrival on, and its fresh reads must not go unchecked
+        for longer than anyone's.
         """
         # the common case without the lock (asked dozens of times a request): a value and
         # its check time read together may be a moment old, as a read just before a put is
         value, checked_at = self._value, self._checked_at
-        if value is not None:
-            if not fresh and time.monotonic() - checked_at < self.interval:
-                return value
-            if fresh and checked_at >= _SERVING_SINCE.get():
-                return value
+        if (
+            value is not None
+            and time.monotonic() - checked_at < self.interval
+            and (not fresh or checked_at >= _SERVING_SINCE.get())
+        ):
+            return value
         with self._lock:
             now = time.monotonic()
+            checked_at = self._checked_at
+            recent = now - checked_at < self.interval
             if fresh:
-                recent = self._checked_at >= _SERVING_SINCE.get()
-            else:
-                recent = now - self._checked_at < self.interval
+                recent = recent and checked_at >= _SERVING_SINCE.get()
             if self._value is not None and recent:
                 return self._value
             sig = signature(self.path)  # before parsing: a replace in between re-reads next time

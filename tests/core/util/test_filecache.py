@@ -81,3 +81,25 @@ def test_a_request_looks_at_the_file_once_however_many_fresh_reads_it_makes(
     finally:
         filecache.done_serving(token)
     assert stats.calls == 2
+
+
+def test_a_fresh_read_looks_again_once_the_last_look_is_older_than_the_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task started while a request was served carries the request's arrival on: its fresh
+    reads look at the file again once the last look is ``interval`` old, however long ago the
+    request came (a clock of the test's own: no waiting)."""
+    clock = [1000.0]
+    monkeypatch.setattr(filecache.time, "monotonic", lambda: clock[0])
+    path, cache, parse = cached(tmp_path)  # looked at, at 1000
+    stats = Stats(monkeypatch)
+    token = filecache.serving(999.0)  # the request came before that look
+    try:
+        assert cache.get(parse, fresh=True) == 1
+        assert stats.calls == 0  # looked at since it arrived
+        write(path, 2)
+        clock[0] += cache.interval  # the look is now an interval old
+        assert cache.get(parse, fresh=True) == 2
+        assert stats.calls == 1
+    finally:
+        filecache.done_serving(token)
