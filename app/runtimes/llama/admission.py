@@ -61,7 +61,7 @@ from typing import Any
 from app.core.library.fit import CPU_PROMPT_PIECE
 from app.core.types import GenerationRequest
 from app.runtimes.llama.backend import L
-from app.runtimes.worker import Sequence
+from app.runtimes.worker import Sequence, interactive
 
 # the most prompt tokens a decode reads (one micro-batch; smaller when the batch is): a
 # request that arrives while a prompt is read waits for one piece. On a GPU a larger batch
@@ -286,12 +286,12 @@ class Admission:
         ms beside an agent and two chats on 2 cores) rather than the streams' whole step
         (~45-60 ms). The riders left for the streams' step (all of them when that decode found
         no room)."""
-        ahead = [r for r in riders if r[0].order[1] == 0]
+        ahead = [r for r in riders if interactive(r[0].request)]
         if not ahead or self._decode_step([], ahead) != 0:  # type: ignore[attr-defined]
             return riders
         self._rode(ahead, 0)  # type: ignore[attr-defined]
         seqs[0].deliver(first=True)
-        return [r for r in riders if r[0].order[1] != 0]
+        return [r for r in riders if r not in ahead]
 
     def _prompt_time_out(self, seq: Sequence) -> None:
         """End a request whose prompt has been read for longer than its ``max_prompt_ms``

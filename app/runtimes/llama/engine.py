@@ -36,7 +36,7 @@ from app.runtimes.llama.slots import CacheShape, CopyCosts, Slots, copy_costs, s
 from app.runtimes.llama.speculative import Speculation
 from app.runtimes.llama.vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
-from app.runtimes.worker import NativeLifetime, Sequence, common_prefix
+from app.runtimes.worker import NativeLifetime, Sequence, common_prefix, interactive
 
 log = logging.getLogger(__name__)
 
@@ -522,7 +522,7 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             # its cells stay in place: the others' steps pay for them until that adds up to the
             # cost of copying them to host memory (Slots.charge); an interactive request's for
             # WARM_S whatever starts meanwhile (an editor's next keystroke continues it)
-            warm = WARM_S if seq.order[1] == 0 else 0.0
+            warm = WARM_S if interactive(seq.request) else 0.0
             self.slots.release(st.slot, keep=self.prompt_cache and not st.parked, warm=warm)
             self._room_freed = True
             seq.engine_state = None

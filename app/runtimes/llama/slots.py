@@ -191,6 +191,10 @@ class Slots:
     def _changed(self) -> None:
         self._own = None
 
+    def _warm(self, slot: int, now: float) -> bool:
+        """Whether ``slot``'s idle cache is still warm (``release``) at ``now``."""
+        return self.warm_until[slot] > now
+
     def busy(self) -> int:
         """Slots taken by running (or parked) sequences."""
         return len(self.kv) - len(self.free)
@@ -367,7 +371,7 @@ class Slots:
         for slot, own in self._own.items():
             self.rent[slot] += queries * own
             if (over := self.rent[slot] / max(self.copy_cost(slot), 1.0)) >= 1.0:
-                if self.warm_until[slot] <= now:  # a warm one pays on, and leaves once cold
+                if not self._warm(slot, now):  # a warm one pays on, and leaves once cold
                     due.append((over, slot))
         # one copy a step, the most overdue first (one that cannot be kept in host memory stays
         # and lets the next go)
@@ -418,9 +422,8 @@ class Slots:
         self, upcoming: int | None = None, answer: int = 0, *, keep_warm: bool = False
     ) -> None:
         """Move the idle caches in place to host memory: all of them (the warm ones stay with
-        ``keep_warm``), or, as a sequence starts
-        that will read ``upcoming`` tokens and then decode about ``answer``, those worth moving
-        now. The new cells then go where theirs were, low in the cache: placed after them, they
+        ``keep_warm``), or, as a sequence starts that will read ``upcoming`` tokens and then
+        decode about ``answer``, those worth moving now. The new cells then go where theirs were, low in the cache: placed after them, they
         would keep every step's attention span that long after the idle caches left. A cache in
         few ranges (a prompt, an answer decoded alone) is a cheap copy and always leaves, unless
         a running sequence shares most of its cells: the copy takes those too and frees only its
@@ -431,16 +434,15 @@ class Slots:
         continues its prompt; copied out as an agent's or a chat's request started, it was
         copied back for the keystroke (10-190 ms before its first token, the other idle caches
         copied out first) for most keystrokes beside an agent and two chats. A scattered one (a
-        batch's answers) leaves
-        when the rent it would be charged while the new sequence runs beside the running ones
-        (their tokens, each attending its cells) adds up to its copy's cost, so it would leave
-        before long anyway; else it stays until its rent does (``charge``). One that lies
-        interleaved with a running sequence's cells (they were decoded in the same steps) stays
-        too: those cells keep the attention span where it is whether it leaves or not, and a
-        burst of requests continuing a batch's conversations then finds every one in place
-        (copied out by the first to start, each was copied back by its own: 8 streams' first
-        tokens waited ~200 ms). None moves while all the cells, the upcoming ones too, fit in
-        llama.cpp's padding."""
+        batch's answers) leaves when the rent it would be charged while the new sequence runs
+        beside the running ones (their tokens, each attending its cells) adds up to its copy's
+        cost, so it would leave before long anyway; else it stays until its rent does
+        (``charge``). One that lies interleaved with a running sequence's cells (they were
+        decoded in the same steps) stays too: those cells keep the attention span where it is
+        whether it leaves or not, and a burst of requests continuing a batch's conversations
+        then finds every one in place (copied out by the first to start, each was copied back
+        by its own: 8 streams' first tokens waited ~200 ms). None moves while all the cells,
+        the upcoming ones too, fit in llama.cpp's padding."""
         idle = [sl for sl in self.free if self.kv[sl]]
         if upcoming is not None and self._in_use() + upcoming <= KV_PAD:
             return
@@ -448,7 +450,7 @@ class Slots:
         queries = self.busy() * answer + (upcoming or 0)
         now = time.monotonic()
         for slot in idle:
-            if (upcoming is not None or keep_warm) and self.warm_until[slot] > now:
+            if (upcoming is not None or keep_warm) and self._warm(slot, now):
                 continue
             if (
                 upcoming is None
