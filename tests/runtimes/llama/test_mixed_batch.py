@@ -64,13 +64,23 @@ class Recorder:
         engine._decode = decode
 
 
-def gate_first_step(engine: Any) -> threading.Event:
+class Gate(threading.Event):
+    """Set: the gated step goes on. ``reached``: the worker is waiting at it (whatever is
+    submitted from then on is admitted together, after it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = threading.Event()
+
+
+def gate_first_step(engine: Any) -> Gate:
     """The first pure decode step (drafted or not) waits until the returned event is set."""
-    opened = threading.Event()
+    opened = Gate()
     for name in ("_speculate", "_decode_step"):
         real = getattr(engine, name)
 
         def gated(*args: Any, real: Any = real) -> Any:
+            opened.reached.set()
             assert opened.wait(120), "the test never opened the gate"
             return real(*args)
 

@@ -198,7 +198,10 @@ async def test_caches_that_come_due_together_leave_one_step_apart(
         engine._decode_step, engine.end = counted, end
         long = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=80)
         it = long.__aiter__()
-        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read
+        # its step waits: the questions below are admitted together after it (submitted
+        # before the worker got there, the first one was admitted alone, ~1 run in 4)
+        assert opened.reached.wait(60)
         long_slot.append(next(sl for sl in range(len(slots.kv)) if sl not in slots.free))
         # two questions of one length, read in one decode (one piece together); not the same
         # question twice: the second would share the first's cells
