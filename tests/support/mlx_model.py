@@ -21,7 +21,13 @@ CORPUS = [
 ] * 20
 
 
-def build_tiny_mlx_model(folder: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:
+FIM_SPECIALS = ["<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<file_sep>"]  # StarCoder's
+
+
+def build_tiny_mlx_model(
+    folder: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0, fim: bool = False
+) -> Path:
+    """``fim``: its tokenizer also has StarCoder's fill-in-the-middle tokens."""
     import mlx.core as mx
     from mlx_lm.models import llama
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -30,7 +36,7 @@ def build_tiny_mlx_model(folder: Path, *, layers: int = 2, hidden: int = 64, see
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    specials = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    specials = ["<s>", "</s>", "<|im_start|>", "<|im_end|>", *(FIM_SPECIALS if fim else [])]
     trainer = trainers.BpeTrainer(
         vocab_size=400,
         special_tokens=specials,

@@ -3,6 +3,7 @@ prefix, suffix and middle markers: the library says so (``fim``) before any load
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,11 @@ import pytest
 from app.core.library import gguf
 from app.core.library.fim_vocab import can_fill
 from app.core.library.formats.gguf_files import GGUF
+from app.core.library.formats.mlx_folder import MLX
 from app.core.library.gguf_check import token_texts
 
 pytestmark = pytest.mark.model
+STARCODER = ["<fim_prefix>", "<fim_middle>", "<fim_suffix>"]
 
 
 def _can_fill(path: Path) -> bool:
@@ -47,3 +50,32 @@ def test_a_text_alone_is_not_enough() -> None:
         ],
         [],
     )
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "config", "fills"),
+    [
+        # StarCoder's markers as added tokens
+        ({"added_tokens": [{"id": i, "content": t} for i, t in enumerate(STARCODER)]}, {}, True),
+        # only tokenizer_config.json's added_tokens_decoder names them
+        (
+            {},
+            {"added_tokens_decoder": {str(i): {"content": t} for i, t in enumerate(STARCODER)}},
+            True,
+        ),  # fmt: skip
+        # CodeLlama's are ordinary entries of the BPE vocabulary
+        ({"model": {"vocab": {"▁<PRE>": 32007, "▁<SUF>": 32008, "▁<MID>": 32009}}}, {}, True),
+        # a unigram vocabulary: [text, score] pairs
+        ({"model": {"vocab": [["<fim_prefix>", 0.0], ["<fim_suffix>", 0.0]]}}, {}, False),
+        ({"model": {"vocab": [[t, 0.0] for t in STARCODER]}}, {}, True),
+        ({"added_tokens": [{"id": 0, "content": "<|im_start|>"}]}, {}, False),
+    ],
+)
+def test_an_mlx_folders_tokenizer_files_say_whether_it_fills_in_the_middle(
+    tmp_path: Path, tokenizer: dict, config: dict, fills: bool
+) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 8)
+    (tmp_path / "tokenizer.json").write_text(json.dumps(tokenizer))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    assert MLX.describe(tmp_path)["extra"]["fim"] is fills

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.library import fit as fitlib
+from app.core.library.fim_vocab import can_fill
 from app.core.library.formats.base import (
     HeaderReader,
     HubFormat,
@@ -82,6 +83,30 @@ def local_remote_code(folder: Path) -> str | None:
         if why:
             return f"{name}: {why}"
     return None
+
+
+def token_texts(path: Path, tok_cfg: Any) -> Iterable[bytes]:
+    """The tokenizer's token texts as its files name them: the added tokens (where special
+    markers such as FIM's are) of tokenizer_config.json and tokenizer.json, then the model's
+    vocabulary (CodeLlama's ``▁<PRE>`` is an ordinary entry)."""
+    if isinstance(tok_cfg, dict) and isinstance(tok_cfg.get("added_tokens_decoder"), dict):
+        for t in tok_cfg["added_tokens_decoder"].values():
+            if isinstance(t, dict) and isinstance(t.get("content"), str):
+                yield t["content"].encode()
+    try:
+        data = json.loads((path / "tokenizer.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict):
+        return
+    for t in data.get("added_tokens") or ():
+        if isinstance(t, dict) and isinstance(t.get("content"), str):
+            yield t["content"].encode()
+    vocab = (data.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict):
+        yield from (str(k).encode() for k in vocab)
+    elif isinstance(vocab, list):  # unigram: [text, score] pairs
+        yield from (str(v[0]).encode() for v in vocab if isinstance(v, list) and v)
 
 
 def is_mlx_folder(p: Path) -> bool:
@@ -218,8 +243,12 @@ class MlxFormat(ModelFormat):
             "context_length": cfg.get("max_position_embeddings")
             or (cfg.get("text_config") or {}).get("max_position_embeddings"),
             "chat_template": template if isinstance(template, str) else None,
-            # mlx-vlm's folders describe their vision tower: images are taken
-            "extra": {"vision": True} if isinstance(cfg.get("vision_config"), dict) else {},
+            "extra": {
+                # mlx-vlm's folders describe their vision tower: images are taken
+                **({"vision": True} if isinstance(cfg.get("vision_config"), dict) else {}),
+                # prefix, suffix and middle markers: it can fill in the middle (editors)
+                "fim": can_fill((), token_texts(path, tok_cfg)),
+            },
         }
 
     def estimate_local(self, model: Any, options: Any) -> fitlib.MemoryEstimate:
