@@ -118,8 +118,8 @@ class LoadOptions:
     kv_layout: str = "shared"
     # ngram: a request decoding alone drafts the tokens that followed its last few tokens
     # earlier in its prompt or answer and checks them in one batch (speculative decoding by
-    # prompt lookup; the same answers), and stops once its drafts are not kept; off (the
-    # default: prose came out slower with it on an AMD EPYC): one token a step
+    # prompt lookup; the same answers but at near ties), and stops once its drafts are not
+    # kept; off (the default: prose came out slower with it on an AMD EPYC): one token a step
     speculative: str = "off"
 
 

@@ -158,7 +158,7 @@ _TABLE = (
         "speculative", "choice", "Speculative decoding",
         "ngram: a request decoding alone drafts what followed its last tokens earlier in its "
         "prompt or answer and checks the draft in one step (repeats and edits come out several "
-        "tokens a step; the same answers); off: one token a step",
+        "tokens a step; the same answers but where two tokens nearly tie); off: one token a step",
         "--speculative", choices=SPECULATIVE, advanced=True,
     ),
     OptionSpec(

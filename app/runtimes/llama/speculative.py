@@ -5,9 +5,10 @@ in one batch with the pending token. Each row's logits go through the sequence's
 chain in order, exactly as one-token steps would (grammar, penalties, seed and logprobs
 included), and the draft is kept up to the first token the sampler did not pick; that pick
 is the next token, and the cells of the rest are dropped. A repeat or an edit of a document
-comes out several tokens a step. On llama.cpp's CPU backend each row is computed as a
-one-token step computes it, so answers are those of plain decoding (tested bit for bit on
-logprobs).
+comes out several tokens a step. Answers are those of plain decoding up to a near tie: once
+attention reads 512 cells, llama.cpp's CPU backend computes a one-token step's attention in
+parts merged afterwards and a batch's rows in one pass, so their logits differ slightly
+(docs/runtime.md).
 
 It is off by default (load option ``speculative`` "ngram" turns it on: on an AMD EPYC a
 draft's extra rows cost more than on the Xeons it was measured on, and prose came out 0.88x as
