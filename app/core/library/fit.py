@@ -31,7 +31,7 @@ LLAMA_OVERHEAD = 12 * 1024 * 1024  # context structs, graph metadata, thread poo
 # llama.cpp's compute buffer is touched only as far as such a decode reaches, so a text model
 # served on the CPU is estimated with it (prompt scoring, which reads whole batches, goes
 # beyond: its output rows are not in the estimate either)
-CPU_PROMPT_PIECE = 64
+CPU_PROMPT_PIECE = 32
 MLX_OVERHEAD = 21 * 1024 * 1024  # MLX's allocator and kernel caches on first use
 RUNTIME_OVERHEAD = LLAMA_OVERHEAD
 # the most host memory one model's idle conversation caches take (a shared "reuse" cache moves

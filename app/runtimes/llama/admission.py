@@ -69,7 +69,8 @@ from app.runtimes.worker import Sequence, interactive
 # cores, SmolLM2, a 614-token prompt: 197, 214, 193, 168, 186 tok/s with micro-batches of 32,
 # 64, 128, 256, 512), so there a piece is PROMPT_PIECE_CPU: an editor's completion beside an
 # agent's prompts waited for a 256-token piece ~1.2 s there (p95 TTFT 2.1 s), for 64 ~0.3 s
-# (0.8 s; tests/bench/autocomplete_mix.py, one run each)
+# (0.8 s), for 32 ~0.15 s (p95 0.44 s against 0.80 s for 64 in the same run, the agent's
+# turns and the chats' tokens no slower; tests/bench/autocomplete_mix.py, one run each)
 PROMPT_PIECE = 256
 PROMPT_PIECE_CPU = CPU_PROMPT_PIECE  # the memory estimate counts it (app/core/library/fit.py)
 # a decode of this many prompt tokens or more runs under llama.cpp's abort callback (a Python

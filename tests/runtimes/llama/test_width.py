@@ -13,7 +13,14 @@ import pytest
 
 from app.core.service import Hearth
 from app.core.types import ChatMessage, SamplingParams
-from app.runtimes.llama.admission import BASE_WIDTH, goes_wide, small_joins, wide_cells
+from app.runtimes.llama.admission import (
+    BASE_WIDTH,
+    PROMPT_PIECE_CPU,
+    goes_wide,
+    small_joins,
+    wide_cells,
+)
+from app.runtimes.worker import INTERACTIVE_MAX_TOKENS
 from tests.runtimes.llama.test_mixed_batch import gate_first_step, hearth
 from tests.support.service_calls import chat
 
@@ -61,6 +68,10 @@ async def burst(
     return engine.peak_batch, texts
 
 
+# an answer that still runs while three ~320-token prompts are read beside it, a piece a step
+LONG_ENOUGH = 3 * 320 // PROMPT_PIECE_CPU + 16
+
+
 # a liveness bound: on a loaded machine the three bursts take minutes (OpenMP threads wait
 # for each other), while what decodes at once is held by the gate, not by the machine's speed
 @pytest.mark.model
@@ -87,11 +98,12 @@ async def test_the_default_load_decodes_eight_short_requests_at_once_and_long_on
             " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(300)) + f"\nA story about {t}."
             for i, t in enumerate(topics)
         ]
-        widest, texts = await burst(h, model.id, long)
+        # answers long enough to still run while the others' prompts are read, a piece a step
+        widest, texts = await burst(h, model.id, long, max_tokens=LONG_ENOUGH)
         assert widest == 4, "long requests decode four at once"
         assert all(texts), texts
         # a short one beside four long ones joins them at once, not after one of them ends
-        widest, texts = await burst(h, model.id, long[:4] + short[:1])
+        widest, texts = await burst(h, model.id, long[:4] + short[:1], max_tokens=LONG_ENOUGH)
         assert widest == 5, "the short request decoded beside the four long ones"
         assert all(texts), texts
     finally:
@@ -113,7 +125,10 @@ async def test_an_interactive_request_joins_four_long_answers_at_once(
             " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(240)) + f"\nA story {i}."
             for i in range(5)  # five prompts and their answers fit the 2,048-cell cache
         ]
-        widest, texts = await burst(h, model.id, long, max_tokens=80, last_max=16)
+        # the longest answer that is still interactive, so it runs on while theirs are read
+        widest, texts = await burst(
+            h, model.id, long, max_tokens=2 * LONG_ENOUGH, last_max=INTERACTIVE_MAX_TOKENS
+        )
         assert widest == 5, "the interactive request decoded beside the four long answers"
         assert all(texts), texts
     finally:
@@ -136,7 +151,7 @@ async def test_a_cache_stream_per_sequence_decodes_all_at_once(
         ]
         # their prompts are read a piece a step, one after another: answers long enough to
         # still run when the last prompt is read
-        widest, texts = await burst(h, model.id, long, max_tokens=48)
+        widest, texts = await burst(h, model.id, long, max_tokens=7 * 300 // PROMPT_PIECE_CPU + 16)
         assert widest == 8, "eight long requests decode at once, each in its own stream"
         assert all(texts), texts
     finally:
