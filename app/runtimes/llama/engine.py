@@ -260,7 +260,7 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         tokens = list(req.prompt_tokens)
         if len(tokens) >= self.n_ctx:
             raise ValueError("prompt does not fit the context")
-        slot = self.slots.take(tokens)
+        slot = self.slots.take(tokens, cool=interactive(req))
         # the constraint's grammar was converted and checked before the request was queued
         # (LlamaCppModel.check_constraint): its conversion never runs on this thread
         grammar = seq.prepared if isinstance(seq.prepared, str) else None

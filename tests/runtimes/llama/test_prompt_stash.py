@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -300,6 +301,29 @@ async def test_an_editors_completion_stays_in_place_while_others_start_until_it_
             assert not any(e.tokens[:held] == slots.kv[first] for e in slots.stashed)
         else:
             assert slots.restores == 1  # copied out as the chat started, and back
+
+
+async def test_an_editors_next_request_cools_the_last_ones_cache(
+    tmp_path: Path, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only an editor's last request's cache is kept warm: the next one, once it has taken what
+    it shares, leaves the one before to the usual rules. An infill of another file (here: code
+    that shares nothing) moves the last one's cache to host memory as it starts, rather than
+    leave it in every step's attention for the window (the window is 600 s here)."""
+    monkeypatch.setattr(engine_module, "WARM_S", 600.0)
+    async with loaded(tmp_path / "h", smollm2_path) as (h, mid, engine):
+        slots = engine.slots
+        code = "def area(width: float, height: float) -> float:\n    return width * height\n\n"
+        await transcript(await complete(h, mid, code * 14, sampling=GREEDY, max_tokens=8))
+        (first,) = [sl for sl in range(len(slots.kv)) if slots.kv[sl]]
+        held = list(slots.kv[first])
+        assert len(held) > 280  # beyond llama.cpp's padding, where idle cells cost
+        assert slots._warm(first, time.monotonic())
+        other = "class Stack:\n    def __init__(self) -> None:\n        self.items = []\n\n" * 12
+        out = await transcript(await complete(h, mid, other, sampling=GREEDY, max_tokens=8))
+        assert out[0]
+        assert any(e.tokens == held for e in slots.stashed), "the last one's cache left"
+        assert cells_of(engine, first) == 0
 
 
 async def two_together(h: Hearth, mid: str, engine: Any, n: int = 24) -> list[str]:
