@@ -206,9 +206,9 @@ class Slots:
         its cache. ``cool``: an editor's request (interactive), the last one from here on: a
         cache kept warm for one before (``release``) that it shares less than half of cools
         once it has taken what it shares (an infill of another file left the last one's whole
-        cache in the attention's way for 2 s: decoding 57-59 tok/s against 70-76 cooled).
-        One it mostly continues stays warm: moved now, its shared cells would be copied too
-        before the first token, and the cells it holds alone cost little attention."""
+        cache in the attention's way for 2 s: back-to-back infills decoded 50-67 tok/s against
+        58-69 cooled). One it mostly continues stays warm: moved now, its shared cells would be
+        copied too before the first token, and the cells it holds alone cost little attention."""
         slot = self._take(tokens)
         if cool:
             for sl in self.free:
