@@ -210,8 +210,8 @@ class Slots:
         58-69 cooled). One it mostly continues stays warm: moved now, its shared cells would be
         copied too before the first token, and the cells it holds alone cost little attention."""
         slot = self._take(tokens)
-        if cool:
-            for sl in self.free:
+        if cool:  # the warm ones only: common_prefix walks the tokens in Python
+            for sl in [sl for sl in self.free if self.warm_until[sl]]:
                 if 2 * common_prefix(self.kv[sl], tokens) < len(self.kv[sl]):
                     self.warm_until[sl] = 0.0
         return slot
@@ -436,9 +436,10 @@ class Slots:
     ) -> None:
         """Move the idle caches in place to host memory: all of them (the warm ones stay with
         ``keep_warm``), or, as a sequence starts that will read ``upcoming`` tokens and then
-        decode about ``answer``, those worth moving now. The new cells then go where theirs were, low in the cache: placed after them, they
-        would keep every step's attention span that long after the idle caches left. A cache in
-        few ranges (a prompt, an answer decoded alone) is a cheap copy and always leaves, unless
+        decode about ``answer``, those worth moving now. The new cells then go where theirs
+        were, low in the cache: placed after them, they would keep every step's attention span
+        that long after the idle caches left. A cache in few ranges (a prompt, an answer
+        decoded alone) is a cheap copy and always leaves, unless
         a running sequence shares most of its cells: the copy takes those too and frees only its
         own (an editor's last completion beside the next keystroke's, which continues its
         prompt: ~11 ms of copying before every completion's first token, for some 20 cells),

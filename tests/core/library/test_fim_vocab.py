@@ -62,7 +62,7 @@ def test_a_text_alone_is_not_enough() -> None:
             {},
             {"added_tokens_decoder": {str(i): {"content": t} for i, t in enumerate(STARCODER)}},
             True,
-        ),  # fmt: skip
+        ),
         # CodeLlama's are ordinary entries of the BPE vocabulary
         ({"model": {"vocab": {"▁<PRE>": 32007, "▁<SUF>": 32008, "▁<MID>": 32009}}}, {}, True),
         # a unigram vocabulary: [text, score] pairs

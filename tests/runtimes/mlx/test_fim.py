@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.core.inference.fim import build_infill, find_fim_tokens
+from app.core.inference.fim import find_fim_tokens
 from tests.conftest import Served, serving
+from tests.support.infill_prompt import builder_prompt
 from tests.support.mlx_model import FIM_SPECIALS
 
 pytest.importorskip("mlx_lm", reason="MLX runtime tests need mlx-lm (and mlx[cpu] on Linux)")
@@ -85,18 +86,9 @@ def test_each_protocol_sends_the_engine_the_builders_prompt(mlx_fim: MlxFim) -> 
     assert all(len(v) == 1 for v in ids.values()), ids
     want_ids = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>")
     assert (fim.pre, fim.suf, fim.mid, fim.sep) == tuple(ids[t][0] for t in want_ids)
-    sp = lm.special_tokens
 
     def built(prefix: str, suffix: str, **kw: Any) -> list[int]:
-        return build_infill(
-            fim,
-            lambda text: lm.tokenize(text, add_special=False, parse_special=False),
-            prefix=prefix,
-            suffix=suffix,
-            n_ctx=lm.context_length,
-            bos=sp["bos_id"] if sp["add_bos"] else None,
-            **kw,
-        )
+        return builder_prompt(lm, prefix, suffix, **kw)
 
     try:
         # OpenAI's insert mode

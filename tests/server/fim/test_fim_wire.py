@@ -12,9 +12,10 @@ import httpx
 import openai
 import pytest
 
-from app.core.inference.fim import build_infill, find_fim_tokens
+from app.core.inference.fim import find_fim_tokens
 from app.runtimes.worker import interactive
 from tests.server.fim.conftest import Fim
+from tests.support.infill_prompt import builder_prompt
 
 pytestmark = pytest.mark.model
 
@@ -30,22 +31,7 @@ def built(f: Fim, model: str, prefix: str, suffix: str, **kw: Any) -> list[int]:
     """The prompt the core's builder lays out with the served model's own tokenizer."""
     lm = f.s.call(f.s.service.models._scheduler.get(model))  # type: ignore[attr-defined]
     assert lm is not None, "the model is loaded by a request first"
-
-    def tok(text: str) -> list[int]:
-        return lm.tokenize(text, add_special=False, parse_special=False)
-
-    fim = find_fim_tokens(lm)
-    assert fim is not None
-    sp = lm.special_tokens
-    return build_infill(
-        fim,
-        tok,
-        prefix=prefix,
-        suffix=suffix,
-        n_ctx=lm.context_length,
-        bos=sp["bos_id"] if sp["add_bos"] else None,
-        **kw,
-    )
+    return builder_prompt(lm, prefix, suffix, **kw)
 
 
 def test_openai_insert_mode_with_the_openai_client(fim: Fim) -> None:
