@@ -103,10 +103,23 @@ def _call_object(schema: dict[str, Any]) -> str:
     return f'call-object ::= {head} ( {" | ".join(branches)} ) "}}" space\n{rules}'
 
 
-def _converter() -> Any:
-    from llama_cpp.llama_grammar import SchemaConverter
+# A character of a JSON string. llama-cpp-python's converter writes ``[^"\\]``, which lets a
+# raw newline or tab into a string: invalid JSON (strict parsers such as pydantic's refuse it),
+# and small models write one often. RFC 8259 excludes U+0000-U+001F; DEL is excluded as
+# llama.cpp's own converter does.
+JSON_CHAR = r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})'
 
-    return SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+
+def _converter() -> Any:
+    from llama_cpp.llama_grammar import BuiltinRule, SchemaConverter
+
+    class Converter(SchemaConverter):  # type: ignore[misc]
+        def _add_primitive(self, name: str, rule: Any) -> Any:
+            return super()._add_primitive(
+                name, BuiltinRule(JSON_CHAR, []) if name == "char" else rule
+            )
+
+    return Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
 
 
 def _with_refs(conv: Any, schema: Any, url: str) -> Any:

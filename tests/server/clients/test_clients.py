@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 
+import httpx
 import openai
 import pytest
 
@@ -85,6 +86,35 @@ def test_responses_json_schema(served: Served) -> None:
         text={"format": {"type": "json_schema", "name": "c", "schema": schema}},
     )
     assert json.loads(r.output_text)["color"] in ("red", "blue")
+
+
+def test_a_schemas_strings_hold_no_raw_control_characters(served: Served) -> None:
+    """A raw newline or tab inside a JSON string is invalid JSON. The model is pushed hard
+    towards both (logit_bias), so only the grammar keeps them out (escaped, or not at all)."""
+    c = openai.OpenAI(base_url=served.base_url, api_key="x", max_retries=0, timeout=120)
+    ask = {"model": served.model_id, "prompt": "\n\t", "add_special_tokens": False}
+    ids = httpx.post(f"{served.root}/tokenize", json=ask, timeout=60).json()["tokens"]
+    bounded = {"type": "string", "maxLength": 24}
+    schema = {
+        "type": "object",
+        "properties": {"a": bounded, "b": bounded},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
+    r = c.chat.completions.create(
+        model=served.model_id,
+        messages=[{"role": "user", "content": "Write two lines of a poem."}],
+        max_tokens=200,  # more than the schema's longest answer: the grammar ends it
+        temperature=0,
+        logit_bias={str(i): 30 for i in ids},
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "p", "schema": schema, "strict": True},
+        },
+    )
+    assert r.choices[0].finish_reason == "stop"
+    # json.loads is strict by default: a control character inside a string raises
+    assert set(json.loads(r.choices[0].message.content or "")) == {"a", "b"}
 
 
 def test_anthropic_messages(served: Served) -> None:
