@@ -25,6 +25,13 @@ def smollm2_file() -> Path | None:
     return p if p.is_file() else None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_probe_verdicts(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from tests.support import probes
+
+    probes.use(tmp_path_factory.getbasetemp() / "runtime-probe.json")
+
+
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     p = smollm2_file()
@@ -93,9 +100,11 @@ def start_served(
     from app.paths import AppPaths
     from app.server.runner import ServerController
     from app.settings import SettingsStore
+    from tests.support import probes
 
     write_settings(home, port=0, **server)
     paths = AppPaths.default(home).ensure()
+    probes.seed(paths.probe_file)
     store = SettingsStore(paths.settings_file)
     service = build_service(paths, store.load())
     mid, _ = service.models.import_path(model)
@@ -111,11 +120,15 @@ def start_served(
 
 
 def stop_served(s: Served) -> None:
+    from app.paths import AppPaths
+    from tests.support import probes
+
     try:
         s.call(s.controller.stop("test"), 30)  # type: ignore[attr-defined]
         s.call(s.service.close(), 60)  # type: ignore[attr-defined]
     finally:
         s.loop.stop()  # type: ignore[attr-defined]
+        probes.keep(AppPaths.default(s.home).probe_file)
 
 
 @contextlib.contextmanager

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.paths import AppPaths
+from tests.support import probes
+
 
 @dataclass
 class ServeProc:
@@ -85,6 +88,7 @@ class ServeProc:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        probes.keep(AppPaths.default(self.home).probe_file)
         return self.proc.returncode
 
 
@@ -109,6 +113,7 @@ def start_serve(
     for k, v in (settings or {}).items():
         base[k] = {**base.get(k, {}), **v} if isinstance(v, dict) else v
     (cfg / "settings.json").write_text(json.dumps(base))
+    probes.seed(AppPaths.default(home).probe_file)
     env = {**os.environ, "HEARTH_HOME": str(home), **(env_extra or {})}
     env.pop("HEARTH_API_KEY", None)
     models: dict[str, str] = {}

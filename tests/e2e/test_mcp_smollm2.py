@@ -30,6 +30,7 @@ from app.core.workspace.mcp.toolloop import (
     run_tool_loop,
 )
 from app.runtimes.llama.runtime import LlamaCppRuntime
+from tests.support import probes
 from tests.support.mcp_fixtures import stdio_entry, write_config
 
 
@@ -69,7 +70,7 @@ async def test_smollm2_calls_a_real_mcp_tool_under_required(
     lib = ModelLibrary(tmp_path / "lib.json", tmp_path / "models")
     lib.import_path(smollm2_path)
     (model,) = lib.list()
-    runtime = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    runtime = LlamaCppRuntime(probe_file=probes.shared())
     hearth = assemble(
         lib, {"gguf": runtime}, load_defaults=lambda: LoadOptions(context_length=2048, parallel=1)
     )

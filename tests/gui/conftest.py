@@ -35,13 +35,14 @@ from app.runtimes.mlx.runtime import MlxRuntime
 from app.runtimes.speech.runtime import SpeechRuntime
 from app.server.runner import ServerController
 from app.settings import SettingsStore, TokenStore
+from tests.support import probes
 from tests.support.fakehub import FakeHub, gguf_bytes, mlx_files
 
 
 @pytest.fixture(scope="session")
-def probe_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def probe_file() -> Path:
     # llama.cpp's one-time capability probe is per machine; share it across tests
-    return tmp_path_factory.mktemp("probe") / "runtime-probe.json"
+    return probes.shared()
 
 
 @pytest.fixture

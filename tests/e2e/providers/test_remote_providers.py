@@ -342,7 +342,8 @@ def test_changing_a_provider_does_not_cut_its_running_streams(
     ([DONE]); the next request goes through the new client."""
     schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": 300}},
               "required": ["s"]}  # fmt: skip
-    body = {"model": _chat_id(lan), "messages": HI, "max_tokens": 1500, "stream": True,
+    # 300 tokens: ~15 s of stream on 2 cores, against ~1-2 s for the CLI's re-add
+    body = {"model": _chat_id(lan), "messages": HI, "max_tokens": 300, "stream": True,
             "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}}}  # fmt: skip
     u = urlsplit(front.root)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)

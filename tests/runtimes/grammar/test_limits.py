@@ -18,6 +18,7 @@ import pytest
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidRequest
 from app.runtimes.grammar.gbnf import MAX_GRAMMAR_DEPTH, GrammarError, measure
+from tests.support import probes
 
 pytestmark = pytest.mark.model
 L = pytest.importorskip("llama_cpp")
@@ -173,7 +174,7 @@ async def test_constraints_convert_off_the_worker_thread_and_the_event_loop(
     model = LocalModel(
         id="smollm2", path=str(smollm2_path), format="gguf", size_bytes=0, owned=False
     )
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     lm = await asyncio.to_thread(rt.load, model, LoadOptions(context_length=512))
     try:
         # the worker is busy until the test opens the gate: the largest accepted schema

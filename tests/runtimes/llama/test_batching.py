@@ -15,6 +15,7 @@ from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
+from tests.support import probes
 from tests.support.service_calls import chat
 
 pytestmark = pytest.mark.model
@@ -44,7 +45,7 @@ JOBS: list[tuple[str, dict[str, object]]] = [
 
 def hearth(tmp_path: Path, **options: object) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     opts = LoadOptions(context_length=2048, **options)  # type: ignore[arg-type]
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 
@@ -113,7 +114,7 @@ async def test_a_request_waits_for_room_in_the_shared_cache(
     queue (``fits``) instead of joining and parking one of the others, whose tokens would be
     read again; all three answer."""
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     opts = LoadOptions(context_length=1024, parallel=4)
     h = assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
     model, _ = h.models.import_path(smollm2_path)

@@ -18,6 +18,7 @@ from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
+from tests.support import probes
 from tests.support.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
@@ -27,7 +28,7 @@ GREEDY = SamplingParams(temperature=0)
 
 def hearth(tmp_path: Path, **options: object) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     opts = LoadOptions(context_length=1024, **options)  # type: ignore[arg-type]
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 

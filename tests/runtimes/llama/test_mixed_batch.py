@@ -22,6 +22,7 @@ from app.core.service import Hearth, assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import assert_greedy_close, transcript
+from tests.support import probes
 from tests.support.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
@@ -37,7 +38,7 @@ NOTE = "Here is a note. " + "The harbor was quiet at dawn and the boats slept. "
 
 def hearth(tmp_path: Path, **options: Any) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     opts = LoadOptions(context_length=2048, **options)
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 

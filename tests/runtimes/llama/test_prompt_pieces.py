@@ -23,6 +23,7 @@ from app.core.types import GenerationRequest, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from tests.conftest import Served
 from tests.runtimes.llama.test_mixed_batch import Recorder
+from tests.support import probes
 from tests.support.service_calls import complete
 
 pytestmark = pytest.mark.model
@@ -34,7 +35,7 @@ LONG = "The history of the lighthouse is long and full of storms. " * 120
 
 def hearth(tmp_path: Path, **options: Any) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     opts = LoadOptions(context_length=4096, **options)
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 

@@ -26,6 +26,7 @@ from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.llama.test_mixed_batch import gate_first_step
+from tests.support import probes
 from tests.support.service_calls import chat, complete
 
 pytestmark = pytest.mark.model
@@ -45,7 +46,7 @@ def cold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def hearth(tmp_path: Path, **options: Any) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     opts = LoadOptions(**{"context_length": 2048, **options})
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 

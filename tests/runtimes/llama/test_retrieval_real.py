@@ -20,6 +20,7 @@ from app.core.workspace.chunking import chunk_attachment
 from app.core.workspace.retrieval import Prepared, Retriever
 from app.core.workspace.vector_cache import VectorCache
 from app.runtimes.llama.runtime import LlamaCppRuntime
+from tests.support import probes
 from tests.support.pdf_files import write_pdf
 
 pytestmark = pytest.mark.model
@@ -59,7 +60,7 @@ def rig(
 ) -> Iterator[Rig]:
     tmp = tmp_path_factory.mktemp("retrieval")
     lib = ModelLibrary(tmp / "library.json", tmp / "models")
-    rt = LlamaCppRuntime(probe_file=tmp / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     service = assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=2048))
     chat, _ = service.models.import_path(smollm2_path)
     embedder, _ = service.models.import_path(embedding_gguf)

@@ -14,6 +14,7 @@ from app.core.library.index import ModelLibrary
 from app.core.service import Hearth, assemble
 from app.core.types import GenerationRequest, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
+from tests.support import probes
 
 pytestmark = pytest.mark.model
 
@@ -23,7 +24,7 @@ ANSWERS = [" Mars", " Venus", " Jupiter, the largest planet"]
 
 def hearth(tmp_path: Path, **options: Any) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     opts = LoadOptions(context_length=1024, **options)
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 

@@ -20,6 +20,7 @@ from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.llama.speculative import DRAFT_FIRST, OFF_AFTER, OFF_SHARE, PAUSE, Drafts
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.llama.test_mixed_batch import Recorder, gate_first_step
+from tests.support import probes
 from tests.support.service_calls import chat
 
 DOC = (
@@ -114,7 +115,7 @@ def test_speculation_is_off_by_default() -> None:
 
 def hearth(tmp_path: Path, speculative: str | None) -> Hearth:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     chosen = {} if speculative is None else {"speculative": speculative}
     opts = LoadOptions(context_length=2048, **chosen)  # type: ignore[arg-type]
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)

@@ -15,6 +15,7 @@ from app.core.service import assemble
 from app.core.types import LoadOptions
 from app.runtimes.llama import backend as B
 from app.runtimes.llama.runtime import LlamaCppRuntime
+from tests.support import probes
 
 needs_openmp = pytest.mark.skipif(
     not B.openmp_build(), reason="llama.cpp here is built without OpenMP: no shared budget"
@@ -66,7 +67,7 @@ async def test_a_second_loaded_model_takes_the_threads_left(
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
     h = assemble(
         lib,
-        {"gguf": LlamaCppRuntime(probe_file=tmp_path / "probe.json")},
+        {"gguf": LlamaCppRuntime(probe_file=probes.shared())},
         load_defaults=lambda: LoadOptions(context_length=512),
     )
     first, _ = h.models.import_path(smollm2_path)

@@ -16,6 +16,7 @@ from app.core.library.index import ModelLibrary
 from app.core.service import assemble
 from app.core.types import ChatMessage, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
+from tests.support import probes
 from tests.support.service_calls import chat
 
 pytestmark = pytest.mark.model
@@ -27,7 +28,7 @@ async def test_each_token_is_sent_before_the_next_decode(
     tmp_path: Path, smollm2_path: Path
 ) -> None:
     lib = ModelLibrary(tmp_path / "library.json", tmp_path / "models")
-    rt = LlamaCppRuntime(probe_file=tmp_path / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     h = assemble(lib, {"gguf": rt}, load_defaults=lambda: LoadOptions(context_length=1024))
     model, _ = h.models.import_path(smollm2_path)
     permits = threading.Semaphore(0)  # one decode step per permit

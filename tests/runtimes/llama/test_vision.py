@@ -20,6 +20,7 @@ from app.errors import ContextLengthExceeded, ModelLoadFailed
 from app.runtimes.llama.runtime import LlamaCppModel, LlamaCppRuntime
 from app.runtimes.llama.vision import image_tokens
 from tests.conftest import REUSE_LOGPROB_TOLERANCE, assert_greedy_close, transcript
+from tests.support import probes
 from tests.support.service_calls import chat
 from tests.support.vision_gguf import IMAGE_SIZE, N_IMAGE_TOKENS, image_rgb, write_projector
 
@@ -51,7 +52,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Rig:
 def hearth(rig: Rig, name: str, **options: object) -> Hearth:
     d = rig.root / name
     lib = ModelLibrary(d / "library.json", d / "models")
-    rt = LlamaCppRuntime(probe_file=rig.root / "probe.json")  # one probe for the module
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     opts = LoadOptions(**{"context_length": 1024, **options})  # type: ignore[arg-type]
     return assemble(lib, {"gguf": rt}, load_defaults=lambda: opts)
 

@@ -14,6 +14,7 @@ from app.core.inference.fim import FimTokens, build_infill, find_fim_tokens, win
 from app.core.inference.fim.infill import SNIPPET
 from app.core.types import LoadOptions, LocalModel
 from app.runtimes.llama.runtime import LlamaCppRuntime
+from tests.support import probes
 
 
 def chars(text: str) -> list[int]:
@@ -71,7 +72,7 @@ def test_the_begin_token_comes_after_the_files_and_before_the_prefix() -> None:
 
 @pytest.fixture(scope="module")
 def keys_model(fim_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    rt = LlamaCppRuntime(probe_file=tmp_path_factory.mktemp("probe") / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     m = LocalModel(id="fim", path=str(fim_gguf), format="gguf", size_bytes=1, owned=False)
     lm = rt.load(m, LoadOptions(context_length=2048))
     yield lm

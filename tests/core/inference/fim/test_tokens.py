@@ -13,13 +13,14 @@ from app.core.inference.fim import FimTokens, find_fim_tokens, require_fim
 from app.core.types import LoadOptions, LocalModel
 from app.errors import InvalidRequest
 from app.runtimes.llama.runtime import LlamaCppRuntime
+from tests.support import probes
 
 pytestmark = pytest.mark.model
 
 
 @pytest.fixture(scope="module")
 def load(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    rt = LlamaCppRuntime(probe_file=tmp_path_factory.mktemp("probe") / "probe.json")
+    rt = LlamaCppRuntime(probe_file=probes.shared())
     loaded: list[object] = []
 
     def _load(path: Path, **extra: object) -> object:
