@@ -32,8 +32,11 @@ def shared() -> Path:
 
 
 def seed(home_file: Path) -> None:
-    """Start ``home_file`` (a fresh home's verdicts) with the shared ones."""
-    src = shared()
+    """Start ``home_file`` (a fresh home's verdicts) with the shared ones (under pytest only:
+    a benchmark's homes probe as a user's would)."""
+    if not _shared:
+        return
+    src = _shared[0]
     if home_file.exists() or not src.exists():
         return
     home_file.parent.mkdir(parents=True, exist_ok=True)
@@ -42,14 +45,16 @@ def seed(home_file: Path) -> None:
 
 
 def keep(home_file: Path) -> None:
-    """Add the verdicts ``home_file`` holds to the shared ones."""
+    """Add the verdicts ``home_file`` holds to the shared ones (under pytest only)."""
+    if not _shared:
+        return
     try:
         found = read_json(home_file, {})
     except (OSError, ValueError):
         return
     if not isinstance(found, dict) or not found:
         return
-    dest = shared()
+    dest = _shared[0]
     dest.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(dest):
         known = read_json(dest, {}) if dest.exists() else {}
