@@ -4,6 +4,7 @@ delivered back on the GUI thread."""
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
 from collections.abc import Callable, Coroutine
 from functools import partial
@@ -64,7 +65,7 @@ class Bridge(QObject):
     request_finished = Signal(object)  # app.core.events.RequestFinished
     download_changed = Signal(object)  # any app.core.events.Download* event
     providers_changed = Signal()  # a remote provider's state or models changed
-    # internal: a zero-argument callable to run on the GUI thread
+    # internal: (key, future) of a finished run, for its callbacks on the GUI thread
     _completed = Signal(object)
 
     def __init__(
@@ -73,6 +74,13 @@ class Bridge(QObject):
         super().__init__(parent)
         self._loop = loop
         self._closed = False
+        # each run's callbacks, kept here on the GUI thread by a key: the loop thread only ever
+        # holds the key. A callback holds its widget (a bound method, a lambda over self); held
+        # by the future, it could drop a widget's last reference on the loop thread, and a Qt
+        # object destroyed there ("Timers cannot be stopped from another thread") can crash
+        # the app later
+        self._pending: dict[int, tuple[DoneCallback | None, ErrorCallback | None]] = {}
+        self._keys = itertools.count()
         # queued even when the future is already done at add_done_callback time, so callers
         # always get their callback after run() returns, never re-entrantly inside it
         self._completed.connect(self._on_self_completed, Qt.ConnectionType.QueuedConnection)
@@ -103,7 +111,9 @@ class Bridge(QObject):
             dropped = concurrent.futures.Future()
             dropped.cancel()
             return dropped
-        future.add_done_callback(partial(self._on_future_done, on_done, on_error))
+        key = next(self._keys)
+        self._pending[key] = (on_done, on_error)
+        future.add_done_callback(partial(self._on_future_done, key))
         return future
 
     def call(
@@ -125,24 +135,22 @@ class Bridge(QObject):
         """Stop listening to the core; late results are dropped."""
         self._closed = True
         self._unsubscribe()
+        self._pending.clear()
 
-    def _on_future_done(
-        self,
-        on_done: Callable[[Any], None] | None,
-        on_error: ErrorCallback | None,
-        future: concurrent.futures.Future[Any],
-    ) -> None:
+    def _on_future_done(self, key: int, future: concurrent.futures.Future[Any]) -> None:
         # runs on the loop thread (or right here when already done)
         if self._closed:
             return
         try:
-            self._completed.emit(partial(_deliver, future, on_done, on_error))
+            self._completed.emit((key, future))
         except RuntimeError:  # the C++ object is gone: the window was torn down
             log.debug("bridge deleted; dropping a late result")
 
-    def _on_self_completed(self, fn: Callable[[], None]) -> None:
-        if not self._closed:
-            fn()
+    def _on_self_completed(self, done: tuple[int, concurrent.futures.Future[Any]]) -> None:
+        key, future = done
+        callbacks = self._pending.pop(key, None)
+        if callbacks is not None and not self._closed:
+            _deliver(future, *callbacks)
 
     # -- events ----------------------------------------------------------------------------------
     def _on_service_event(self, event: ev.Event) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import warnings
+import weakref
 
 from PySide6.QtCore import QObject, Slot
 from pytestqt.qtbot import QtBot
@@ -53,6 +55,34 @@ def test_run_delivers_results_and_errors_on_the_gui_thread(
     qtbot.waitUntil(lambda: len(out) == 2, timeout=10_000)
     assert sorted(o[:2] for o in out) == [("done", 42), ("error", "The model 'x' does not exist")]
     assert all(o[2] is threading.main_thread() for o in out)
+
+
+def test_a_callbacks_owner_is_released_on_the_gui_thread(qtbot: QtBot, bridge: Bridge) -> None:
+    """The loop thread never holds a run's callbacks: a widget whose last reference is its
+    callback is let go on the GUI thread, not by the finished future on the loop thread (Qt
+    objects destroyed there warn "Timers cannot be stopped from another thread" and can crash
+    the app later)."""
+    release = threading.Event()
+    freed: list[threading.Thread] = []
+    got: list[object] = []
+
+    class Owner:
+        def on_done(self, value: object) -> None:
+            got.append(value)
+
+    async def gated() -> str:
+        await asyncio.to_thread(release.wait, 30)
+        return "read"
+
+    owner = Owner()
+    weakref.finalize(owner, lambda: freed.append(threading.current_thread()))
+    future = bridge.run(gated(), on_done=owner.on_done)  # a caller may keep its future
+    del owner
+    release.set()
+    qtbot.waitUntil(lambda: bool(got), timeout=10_000)
+    assert got == ["read"] and future.done()
+    gc.collect()
+    assert freed == [threading.main_thread()], "the owner was freed on the GUI thread"
 
 
 def test_call_runs_on_the_loop_thread_and_never_reenters(qtbot: QtBot, bridge: Bridge) -> None:
