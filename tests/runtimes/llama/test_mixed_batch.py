@@ -89,6 +89,12 @@ def gate_first_step(engine: Any) -> Gate:
     return opened
 
 
+async def at_the_gate(opened: Gate) -> None:
+    """Wait until the worker waits at the gate: a request submitted before that could join the
+    step the gate holds back (the worker checks its queue on the way there)."""
+    assert await asyncio.to_thread(opened.reached.wait, 60), "the worker never reached the gate"
+
+
 def wait_after_a_read(engine: Any, which: Any) -> tuple[threading.Event, list[bool], Recorder]:
     """After a joining prompt's rest is read (``_rode``), the first decode of ``which(n)``
     tokens waits until the returned event is set (60 s at most): ``waited`` says whether it was
@@ -124,6 +130,7 @@ async def a_held_stream(tmp_path: Path, model_path: Path, which: Any) -> AsyncIt
         sent, waited, rec = wait_after_a_read(engine, which)
         it = (await one(h, model.id, PROMPTS[0], LONG_ANSWER)).__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
+        await at_the_gate(opened)
         yield h, model.id, it, opened, sent, waited, rec
     finally:
         await h.close()
@@ -159,7 +166,7 @@ async def test_short_joining_prompts_ride_in_the_streams_step(
         first = await one(h, model.id, PROMPTS[0])
         it = first.__aiter__()
         head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; step 1 waits
-        # queued when this returns
+        await at_the_gate(opened)
         others = [await one(h, model.id, p, LONG_ANSWER) for p in PROMPTS[1:]]
         opened.set()
         rest = [d async for d in it]
@@ -275,6 +282,7 @@ async def test_a_joining_prompt_cancelled_mid_read_leaves_the_others_whole(
         running = await one(h, model.id, PROMPTS[0], 32)
         it = running.__aiter__()
         head = await asyncio.wait_for(it.__anext__(), 60)
+        await at_the_gate(opened)
         joiner = await complete(h, model.id, MID, sampling=GREEDY, max_tokens=8, logprobs=3)
         other = await one(h, model.id, NOTE, 16)
         opened.set()
@@ -314,6 +322,7 @@ async def test_a_short_prompt_is_read_before_a_long_one_that_joins_with_it(
         running = await one(h, model.id, PROMPTS[0], 8)
         it = running.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        await at_the_gate(opened)
         rec = Recorder(engine)
         joiner = await complete(h, model.id, LONG, sampling=GREEDY, max_tokens=4)
         short = await one(h, model.id, PROMPTS[1], 4)

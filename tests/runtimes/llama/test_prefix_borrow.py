@@ -15,7 +15,7 @@ import pytest
 
 from app.core.types import ChatMessage
 from tests.conftest import assert_greedy_close, transcript
-from tests.runtimes.llama.test_mixed_batch import gate_first_step
+from tests.runtimes.llama.test_mixed_batch import at_the_gate, gate_first_step
 from tests.runtimes.llama.test_prompt_stash import GREEDY, ask, loaded
 from tests.support.service_calls import chat
 
@@ -59,6 +59,7 @@ async def test_a_prompt_arriving_while_another_runs_reads_only_what_differs(
         a = await chat(h, mid, [ChatMessage("user", qa)], sampling=GREEDY, max_tokens=30)
         it = a.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # A's prompt is read; its step waits
+        await at_the_gate(opened)
         (a_slot,) = busy(engine)
         placed = count_placed(engine)
         b = await chat(h, mid, [ChatMessage("user", qb)], sampling=GREEDY, max_tokens=8, logprobs=3)
@@ -90,6 +91,7 @@ async def test_of_prompts_arriving_together_one_reads_their_common_start(
         )
         it = c.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)
+        await at_the_gate(opened)
         (c_slot,) = busy(engine)
         placed = count_placed(engine)
         gens = [

@@ -25,7 +25,7 @@ from app.runtimes.llama.backend import L
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.worker import common_prefix
 from tests.conftest import assert_greedy_close, transcript
-from tests.runtimes.llama.test_mixed_batch import gate_first_step
+from tests.runtimes.llama.test_mixed_batch import at_the_gate, gate_first_step
 from tests.support import probes
 from tests.support.service_calls import chat, complete
 
@@ -156,6 +156,7 @@ async def test_a_stream_that_ends_while_others_run_leaves_once_its_cells_cost_it
         long = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=60)
         it = long.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        await at_the_gate(opened)
         short = await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=2)
         opened.set()
         await transcript(short)
@@ -333,6 +334,7 @@ async def two_together(h: Hearth, mid: str, engine: Any, n: int = 24) -> list[st
     first = await chat(h, mid, [ChatMessage("user", A)], sampling=GREEDY, max_tokens=n)
     it = first.__aiter__()
     head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+    await at_the_gate(opened)
     second = await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=n)
     opened.set()
     rest = [d async for d in it]
@@ -487,6 +489,7 @@ async def test_a_question_asked_again_drops_a_scattered_earlier_answer(
         gen = await chat(h, mid, q, sampling=GREEDY, max_tokens=24)
         it = gen.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+        await at_the_gate(opened)
         other = await chat(h, mid, [ChatMessage("user", B)], sampling=GREEDY, max_tokens=24)
         opened.set()
         await transcript(other)

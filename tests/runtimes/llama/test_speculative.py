@@ -19,7 +19,7 @@ from app.core.types import ChatMessage, Constraint, LoadOptions, SamplingParams
 from app.runtimes.llama.runtime import LlamaCppRuntime
 from app.runtimes.llama.speculative import DRAFT_FIRST, OFF_AFTER, OFF_SHARE, PAUSE, Drafts
 from tests.conftest import assert_greedy_close, transcript
-from tests.runtimes.llama.test_mixed_batch import Recorder, gate_first_step
+from tests.runtimes.llama.test_mixed_batch import Recorder, at_the_gate, gate_first_step
 from tests.support import probes
 from tests.support.service_calls import chat
 
@@ -178,6 +178,7 @@ async def test_requests_decoding_together_take_one_token_steps(
         first = await chat(h, model.id, [ChatMessage("user", REPEAT)], **kw)
         it = first.__aiter__()
         await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its first step waits
+        await at_the_gate(opened)
         second = await chat(h, model.id, [ChatMessage("user", "Repeat: " + DOC)], **kw)
         opened.set()
         await transcript(second)

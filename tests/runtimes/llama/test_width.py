@@ -21,7 +21,7 @@ from app.runtimes.llama.admission import (
     wide_cells,
 )
 from app.runtimes.worker import INTERACTIVE_MAX_TOKENS
-from tests.runtimes.llama.test_mixed_batch import gate_first_step, hearth
+from tests.runtimes.llama.test_mixed_batch import at_the_gate, gate_first_step, hearth
 from tests.support.service_calls import chat
 
 WORDS = "river stone light quiet market garden winter letter window harbor village bridge".split()
@@ -59,6 +59,7 @@ async def burst(
     first = await one(prompts[0])
     it = first.__aiter__()
     head = await asyncio.wait_for(it.__anext__(), 60)  # its prompt is read; its step waits
+    await at_the_gate(opened)
     others = [await one(p) for p in prompts[1:-1]]  # queued when this returns
     others.append(await one(prompts[-1], last_max or max_tokens))
     opened.set()
