@@ -234,7 +234,12 @@ def test_at_the_minimum_size_no_page_draws_widgets_over_each_other(
         if name == "Settings":  # its Runtime report, made on first show, grows the page
             show_settings(window, qtbot)
         window.show_page(name)
-        QApplication.processEvents()
+        # a layout grown by content that just arrived (the Runtime report) settles over a few
+        # posted events: wait for it; an overlap that stays still fails here
+        try:
+            qtbot.waitUntil(lambda page=page: overlaps(page) == [], timeout=5_000)
+        except qtbot.TimeoutError:
+            pass
         assert overlaps(page) == [], name
     # the Server page's log is still there to read, under the charts
     sp = window.server_page
