@@ -211,8 +211,10 @@ class Slots:
         copied too before the first token, and the cells it holds alone cost little attention."""
         slot = self._take(tokens)
         if cool:  # the warm ones only: common_prefix walks the tokens in Python
-            for sl in [sl for sl in self.free if self.warm_until[sl]]:
-                if 2 * common_prefix(self.kv[sl], tokens) < len(self.kv[sl]):
+            for sl in self.free:
+                if self.warm_until[sl] and 2 * common_prefix(self.kv[sl], tokens) < len(
+                    self.kv[sl]
+                ):
                     self.warm_until[sl] = 0.0
         return slot
 
