@@ -61,7 +61,8 @@ from typing import Any
 from app.core.library.fit import CPU_PROMPT_PIECE
 from app.core.types import GenerationRequest
 from app.runtimes.llama.backend import L
-from app.runtimes.worker import Sequence, interactive
+from app.runtimes.llama.interrupt import Interrupts
+from app.runtimes.worker import Sequence, common_prefix, interactive
 
 # the most prompt tokens a decode reads (one micro-batch; smaller when the batch is): a
 # request that arrives while a prompt is read waits for one piece. On a GPU a larger batch
@@ -141,9 +142,11 @@ class Admission:
     prompt_piece: int  # the most prompt tokens a decode reads
     peak_batch: int
     vision: Any
+    n_ubatch: int
+    shares_prefixes: bool
+    interrupts: Interrupts
     _aborting: tuple[Sequence, ...]
     _abort_cb: Any
-    _no_abort: Any
 
     def fits(self, seq: Sequence, active: list[Sequence]) -> bool:
         """Whether ``seq`` joins the ``active`` sequences now: in a shared cache, when it has
@@ -186,21 +189,52 @@ class Admission:
         return max(0, min(left, ANSWER_ROOM))
 
     @contextlib.contextmanager
-    def _abortable(self, seqs: tuple[Sequence, ...], n_tokens: int) -> Iterator[None]:
-        """llama.cpp's abort callback (a cancel of one of ``seqs`` stops the decode) while
-        ``n_tokens`` prompt tokens decode, when they are that many: it is a Python call (a GIL
-        round trip) per graph node, about a thousand a decode, which made a short prompt's
+    def _abortable(
+        self, seqs: tuple[Sequence, ...], n_tokens: int, *, interruptible: str = "piece"
+    ) -> Iterator[None]:
+        """While ``n_tokens`` tokens decode: an ``interruptible`` decode (its kind; "": not) of
+        one micro-batch at most stops when an interactive request arrives (interrupt.py; a cancel of a text piece
+        is seen before the next one); a decode of ABORT_MIN_TOKENS or more (an image's
+        positions) stops when one of ``seqs`` is cancelled, through a Python callback: a GIL
+        round trip per graph node, about a thousand a decode, which made a short prompt's
         decode take twice its time (e.g. 7 tokens: ~40 ms instead of ~20 on a slow CPU)."""
-        if n_tokens < ABORT_MIN_TOKENS:
-            yield
-            return
-        self._aborting = seqs
-        L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        if n_tokens >= ABORT_MIN_TOKENS:
+            self._aborting = seqs
+            L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        elif interruptible and n_tokens <= self.n_ubatch:
+            self.interrupts.arm(interruptible)
         try:
             yield
         finally:
-            L.llama_set_abort_callback(self.ctx, self._no_abort, None)
+            self.interrupts.disarm()
             self._aborting = ()
+
+    def _interrupted(self, rc: int, seqs: tuple[Sequence, ...]) -> bool:
+        """Whether a decode that returned ``rc`` was stopped for an arriving interactive
+        request (not for a cancel): llama.cpp took its micro-batch out of the cache, and it is
+        decoded again after that request is read."""
+        if rc != 2 or not self.interrupts.raised or any(s.cancelled for s in seqs):
+            return False
+        self.interrupts.stopped_now()
+        return True
+
+    def interrupt(self, request: GenerationRequest) -> bool:
+        """An interactive request arrived (the event loop): stop the decode in flight when its
+        prompt's rest is read ahead of the streams' step (``_read_ahead``: a slot holds all
+        but a piece of it); whether the flag was raised."""
+        if not self.shares_prefixes or not self.interrupts.available:
+            return False
+        tokens = list(request.prompt_tokens)
+        held = list(self.slots.kv)  # type: ignore[attr-defined]
+        # the worker changes the slots meanwhile: each is read as one copy
+        have = max((common_prefix(kv[:], tokens) for kv in held), default=0)
+        if len(tokens) - have > self.prompt_piece:
+            return False
+        return self.interrupts.request()
+
+    def clear_interrupt(self) -> None:
+        """The worker looks at its queue now: an arrival before this is admitted anyway."""
+        self.interrupts.clear()
 
     def _text_piece(self, tokens: list[int], start: int, most: int) -> list[int]:
         """Up to ``most`` prompt tokens from ``start``, ending before an image's positions."""
@@ -242,6 +276,7 @@ class Admission:
         self.peak_batch = max(self.peak_batch, len(pieces))
         with self._abortable(tuple(p[0] for p in pieces), n):
             rc = self._decode()  # type: ignore[attr-defined]
+        self._interrupted(rc, tuple(p[0] for p in pieces))
         if rc == 2:  # aborted: drop what the batch's earlier micro-batches wrote
             for _, st, _, _ in pieces:
                 L.llama_memory_seq_rm(self.mem, st.slot, st.done_upto, -1)
@@ -294,9 +329,39 @@ class Admission:
         seqs[0].deliver(first=True)
         return [r for r in riders if r not in ahead]
 
+    def _rode(self, riders: list[Rider], row: int) -> None:
+        """The riders' pieces were decoded after the streams' ``row`` tokens: their prompts
+        are read; each samples its first token from its last row."""
+        for seq, st, chunk in riders:
+            self.slots.append(st.slot, chunk)  # type: ignore[attr-defined]
+            st.done_upto += len(chunk)
+            row += len(chunk)
+            self._prompt_read(seq, st, row - 1)  # type: ignore[attr-defined]
+
     def _prompt_time_out(self, seq: Sequence) -> None:
         """End a request whose prompt has been read for longer than its ``max_prompt_ms``
         (llama-server's t_max_prompt_ms, which it leaves unimplemented): "length", no answer."""
         limit = seq.request.max_prompt_ms
         if limit is not None and (time.perf_counter() - seq.t_begin) * 1000 > limit:
             seq.finish("length")
+
+
+# a common stretch of prompts read together that one of them reads alone, the others waiting
+# a step to share it
+SHARE_MIN = 64
+
+
+def one_reader(joining: list[tuple[Sequence, Any]]) -> list[tuple[Sequence, Any]]:
+    """The prompts that read a piece this step: of those that go on alike from the same place
+    for SHARE_MIN tokens or more, one; the others share its cells at the next step instead of
+    reading the same tokens beside it (a shorter common stretch is not worth their step)."""
+    readers: list[Any] = []
+    for _, st in joining:
+        d = st.done_upto
+        if not any(
+            o.done_upto == d and len(o.prompt) > d < len(st.prompt) and o.prompt[d] == st.prompt[d]
+            and common_prefix(o.prompt, st.prompt) >= d + SHARE_MIN
+            for o in readers
+        ):  # fmt: skip
+            readers.append(st)
+    return [r for r in joining if any(r[1] is o for o in readers)]

@@ -19,6 +19,7 @@ from app.runtimes.llama.admission import (
     PROMPT_PIECE_CPU,
     Admission,
     Rider,
+    one_reader,
     wide_cells,
 )
 from app.runtimes.llama.backend import (
@@ -29,6 +30,7 @@ from app.runtimes.llama.backend import (
     release_free_memory,
     release_threads,
 )
+from app.runtimes.llama.interrupt import Interrupts
 from app.runtimes.llama.pooled import PooledOutputs
 from app.runtimes.llama.sampling import Sampling
 from app.runtimes.llama.scoring import PromptScoring
@@ -36,7 +38,7 @@ from app.runtimes.llama.slots import CacheShape, CopyCosts, Slots, copy_costs, s
 from app.runtimes.llama.speculative import Speculation
 from app.runtimes.llama.vision import ImageBatch, open_images, projector_path
 from app.runtimes.threads import ThreadTuner
-from app.runtimes.worker import NativeLifetime, Sequence, common_prefix, interactive
+from app.runtimes.worker import NativeLifetime, Sequence, interactive
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +140,9 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         self._piece = ctypes.create_string_buffer(256)
         self._aborting: tuple[Sequence, ...] = ()  # a cancel of one of these aborts the decode
         self._abort_cb = L.ggml_abort_callback(self._should_abort)
-        self._no_abort = L.ggml_abort_callback()
+        self.interrupts = Interrupts(self.ctx)  # an interactive arrival stops a decode
         self._room_freed = False  # cells were freed since a sequence was parked
-        n_ubatch = int(L.llama_n_ubatch(self.ctx))
+        self.n_ubatch = n_ubatch = int(L.llama_n_ubatch(self.ctx))
         # a prompt is read a piece a decode (admission.py): each piece is one micro-batch, so
         # a fresh run's pieces start at multiples of it (what the exact cache reuses)
         piece = PROMPT_PIECE_CPU if on_cpu else PROMPT_PIECE
@@ -298,8 +300,11 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             return
         start = st.done_upto
         chunk, batch = self._segment(seq, tokens, start, slot)
-        with self._abortable((seq,), int(batch.n_tokens)):
+        kind = "piece" if tokens[start] >= 0 else ""  # an image's positions run to their end
+        with self._abortable((seq,), int(batch.n_tokens), interruptible=kind):
             rc = self._decode(batch)
+        if self._interrupted(rc, (seq,)):  # read again after the interactive request
+            return
         if rc == 1 and self._busy() > 1:  # the others hold the shared cache: wait
             self._park(st)
             return
@@ -363,7 +368,10 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
 
     def step(self, seqs: list[Sequence]) -> None:
         """Decode each sequence's sampled (already sent) token in one batch; sample and send
-        the next ones; then read the next pieces of the prompts that are joining."""
+        the next ones; then read the next pieces of the prompts that are joining. Nothing when
+        an interactive request just arrived: the worker admits it first (interrupt.py)."""
+        if self.interrupts.waiting:
+            return
         decoded: list[tuple[Sequence, _SeqState]] = []
         reading: list[tuple[Sequence, _SeqState]] = []
         for seq in seqs:
@@ -391,9 +399,16 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         riders = self._riders(decoded, reading) if decoded and self.shares_prefixes else []
         riders = self._read_ahead(riders, seqs)
         while decoded:
-            rc = self._decode_step(decoded, riders)
+            rows = len(decoded) + sum(len(r[2]) for r in riders)
+            with self._abortable((), rows, interruptible="step"):
+                rc = self._decode_step(decoded, riders)
             if rc == 0:
                 break
+            if self._interrupted(rc, ()):  # an interactive request is read first: again then
+                for _, st in decoded:
+                    st.next = self.slots.kv[st.slot][-1]
+                    self.slots.take_back(st.slot, 1)
+                return
             if riders:  # no room for them too: they read their pieces after the step
                 riders = []
                 continue
@@ -426,11 +441,13 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         if self.shares_prefixes:
             for seq, st in joining:
                 self._borrow(seq, st)
-            joining = _one_reader(joining)
+            joining = one_reader(joining)
         if self.prompts_together and len(joining) > 1 and self._read_together(joining):
             joining = [r for r in joining if self.vision is not None and not r[1].ready
                        and r[1].prompt[r[1].done_upto] < 0]  # fmt: skip
         for seq, st in joining:  # one piece of each prompt being read (an image: always)
+            if self.interrupts.waiting:  # an interactive request waits: it goes first
+                break
             self._prefill(seq, st)
 
     def _borrow(self, seq: Sequence, st: _SeqState) -> None:
@@ -491,15 +508,6 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             self._tune(self.tuner, time.perf_counter() - t0, n, context)
         return rc
 
-    def _rode(self, riders: list[Rider], row: int) -> None:
-        """The riders' pieces were decoded after the streams' ``row`` tokens: their prompts
-        are read; each samples its first token from its last row."""
-        for seq, st, chunk in riders:
-            self.slots.append(st.slot, chunk)
-            st.done_upto += len(chunk)
-            row += len(chunk)
-            self._prompt_read(seq, st, row - 1)
-
     def _tune(self, tuner: ThreadTuner, seconds: float, batch: int, context: int) -> None:
         """Feed one decode step's time to the tuner; apply the thread count it picks."""
         threads = tuner.observe(seconds, batch, context)
@@ -544,27 +552,6 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
             L.llama_model_free(self.model)
             self.model = None
         release_free_memory()
-
-
-# a common stretch of prompts read together that one of them reads alone, the others waiting
-# a step to share it
-SHARE_MIN = 64
-
-
-def _one_reader(joining: list[tuple[Sequence, Any]]) -> list[tuple[Sequence, Any]]:
-    """The prompts that read a piece this step: of those that go on alike from the same place
-    for SHARE_MIN tokens or more, one; the others share its cells at the next step instead of
-    reading the same tokens beside it (a shorter common stretch is not worth their step)."""
-    readers: list[Any] = []
-    for _, st in joining:
-        d = st.done_upto
-        if not any(
-            o.done_upto == d and len(o.prompt) > d < len(st.prompt) and o.prompt[d] == st.prompt[d]
-            and common_prefix(o.prompt, st.prompt) >= d + SHARE_MIN
-            for o in readers
-        ):  # fmt: skip
-            readers.append(st)
-    return [r for r in joining if any(r[1] is o for o in readers)]
 
 
 class _SeqState:

@@ -357,6 +357,12 @@ class Slots:
         first = self.placed[slot]
         self.placed[slot] = (self._placements if first is None else first[0], self._placements)
 
+    def take_back(self, slot: int, n: int) -> None:
+        """The last ``n`` tokens placed for ``slot`` left the cache (a stopped decode)."""
+        del self.kv[slot][len(self.kv[slot]) - n :]
+        while self.starts[slot] and self.starts[slot][-1] >= len(self.kv[slot]):
+            self.starts[slot].pop()
+
     def ranges(self, slot: int, start: int = 0) -> int:
         """How many ranges the slot's cells from position ``start`` on lie in (at most)."""
         if len(self.kv[slot]) <= start:

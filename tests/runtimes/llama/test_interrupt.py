@@ -1,0 +1,176 @@
+"""An interactive arrival stops the decode in flight (app/runtimes/llama/interrupt.py): the C
+flag llama.cpp's abort callback reads, the bounds on stopping, and the engine reading an editor's
+keystroke ahead of a stream's stopped step, which is decoded again after it. The decode a test
+needs stopped is held at a gate (test_mixed_batch.py's), so nothing depends on the machine's
+speed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.runtimes.llama.backend import L, ensure_backend
+from app.runtimes.llama.interrupt import Interrupts
+from tests.bench.autocomplete_mix import CODE
+from tests.conftest import assert_greedy_close, transcript
+from tests.runtimes.llama.test_mixed_batch import (
+    GREEDY,
+    LONG_ANSWER,
+    PROMPTS,
+    Recorder,
+    at_the_gate,
+    gate_first_step,
+    hearth,
+    one,
+)
+from tests.support.service_calls import complete
+
+pytestmark = pytest.mark.model
+
+
+class Raw:
+    """A bare llama.cpp context of SmolLM2 and a one-sequence batch of made-up tokens."""
+
+    def __init__(self, model_path: Path) -> None:
+        ensure_backend()
+        self.model = L.llama_model_load_from_file(
+            str(model_path).encode(), L.llama_model_default_params()
+        )
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_threads, cp.n_threads_batch = 1024, 64, 64, 2, 2
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        self.mem = L.llama_get_memory(self.ctx)
+        self.batch = L.llama_batch_init(64, 0, 1)
+        self.pos = 0
+
+    def decode(self, n: int = 32) -> int:
+        """Decode ``n`` tokens after what the cache holds; its return code."""
+        for i in range(n):
+            self.batch.token[i] = 200 + i
+            self.batch.pos[i] = self.pos + i
+            self.batch.n_seq_id[i] = 1
+            self.batch.seq_id[i][0] = 0
+            self.batch.logits[i] = int(i == n - 1)
+        self.batch.n_tokens = n
+        rc = int(L.llama_decode(self.ctx, self.batch))
+        if rc == 0:
+            self.pos += n
+        return rc
+
+    def cached(self) -> int:
+        return int(L.llama_memory_seq_pos_max(self.mem, 0)) + 1
+
+    def close(self) -> None:
+        L.llama_batch_free(self.batch)
+        L.llama_free(self.ctx)
+        L.llama_model_free(self.model)
+
+
+@pytest.fixture
+def raw(smollm2_path: Path) -> Iterator[Raw]:
+    r = Raw(smollm2_path)
+    yield r
+    r.close()
+
+
+def test_an_armed_decode_stops_on_the_flag_and_leaves_the_cache_as_before(raw: Raw) -> None:
+    """The flag stops an armed decode (llama_decode returns 2) and llama.cpp takes its tokens
+    out of the cache; a decode that is not armed runs whatever the flag says."""
+    it = Interrupts(raw.ctx)
+    assert it.available
+    assert raw.decode() == 0 and raw.cached() == 32
+    assert it.request() and it.raised and it.waiting
+    it.arm("piece")
+    rc = raw.decode()
+    it.disarm()
+    assert rc == 2, "the raised flag did not stop the armed decode"
+    assert raw.cached() == 32, "the stopped decode's tokens stayed in the cache"
+    assert raw.decode() == 0 and raw.cached() == 64, "a decode not armed was stopped"
+    it.clear()
+    assert not it.raised and not it.waiting
+    it.arm("piece")
+    assert raw.decode() == 0, "an armed decode stopped with the flag down"
+    it.disarm()
+
+
+def test_stopping_is_bounded_by_the_work_it_lost_and_by_how_far_the_decode_ran(
+    raw: Raw,
+) -> None:
+    """Once stopped decodes lost their share of the window, an arrival stops nothing (it
+    still asks the worker to start nothing more), until the loss leaves the window; and a
+    decode that has run past half its kind's typical time is left to end."""
+    it = Interrupts(raw.ctx, share=1e-9, window_s=0.5)
+    assert it.request(), "nothing was lost yet"
+    it.arm("step")
+    assert raw.decode() == 2
+    it.disarm()
+    it.stopped_now()
+    assert it.stopped == 1
+    it.clear()
+    assert not it.request() and not it.raised and it.waiting, "stopped past the bound"
+    it.clear()
+    time.sleep(0.6)  # the loss leaves the window
+    assert it.request(), "the loss that left the window still counted"
+    it.clear()
+
+    it = Interrupts(raw.ctx)
+    it.arm("step")
+    took = time.monotonic()
+    assert raw.decode() == 0
+    took = time.monotonic() - took
+    it.disarm()  # the typical step: that decode's time
+    it.arm("step")  # the next step is under way ...
+    time.sleep(took)  # ... and past half its typical time
+    assert not it.request() and not it.raised and it.waiting, "stopped past half its time"
+    it.disarm()
+
+
+async def test_a_keystroke_stops_the_streams_step_and_is_read_before_it(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """An editor's completion (interactive; its prompt's prefix in a slot) arrives while a
+    stream's step decodes (held at a gate): that decode stops, the completion's rest is read
+    in a decode of its own, then the stream's step is decoded again; the stream's answer is
+    a solo run's within the greedy tolerance."""
+    solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
+    model, _ = solo_h.models.import_path(smollm2_path)
+    try:
+        solo = await transcript(await one(solo_h, model.id, PROMPTS[0], LONG_ANSWER))
+    finally:
+        await solo_h.close()
+    h = hearth(tmp_path / "batched")
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+        engine: Any = lm.engine  # type: ignore[attr-defined]
+        # the editor's last completion: its prompt stays in a slot (one token: no step)
+        await transcript(await complete(h, model.id, CODE, sampling=GREEDY, max_tokens=1))
+        opened = gate_first_step(engine)
+        stream = (await one(h, model.id, PROMPTS[0], LONG_ANSWER)).__aiter__()
+        head = await asyncio.wait_for(stream.__anext__(), 60)  # read; its first step waits
+        await at_the_gate(opened)
+        rec = Recorder(engine)  # from the held step's llama_decode on
+        key = await complete(h, model.id, CODE + "    low = ", sampling=GREEDY, max_tokens=8)
+        assert engine.interrupts.raised, "the keystroke did not raise the flag"
+        opened.set()
+        key_text = await asyncio.wait_for(transcript(key), 120)
+        rest = [d async for d in stream]
+        assert engine.interrupts.stopped == 1
+        assert key_text[2].usage.cached_tokens > 0
+        stopped, after, again = rec.calls[:3]
+        assert stopped[0] == 1 and stopped[2] == 1, rec.calls[:3]  # the stream's step
+        assert after[1] != stopped[1] and after[2] == 1, (
+            f"the keystroke was not read right after the stopped step: {rec.calls[:6]}"
+        )
+        assert again == stopped, f"the stopped step was not decoded again next: {rec.calls[:6]}"
+        got = [(x.token, x.logprob, x.top) for d in [head, *rest] for x in d.logprobs]
+        if not assert_greedy_close(solo[1], got, "the stream"):
+            assert solo[0] == "".join(d.text for d in [head, *rest]), "the stream's text changed"
+        assert rest[-1].usage.completion_tokens == solo[2].usage.completion_tokens
+    finally:
+        await h.close()
