@@ -33,7 +33,19 @@ log = logging.getLogger(__name__)
 _GGML_NAMES = {"linux": "libggml.so", "darwin": "libggml.dylib", "win32": "ggml.dll"}
 
 
+# what llama.cpp logs as a warning or error when a decode is stopped on purpose (an arriving
+# keystroke, interrupt.py, or a cancel): GGML_STATUS_ABORTED is 1; a debug line here
+_STOPPED = (
+    b"failed with error 1\n",
+    b"compute status: 1\n",
+    b"failed to decode, ret = 2\n",
+    b"removing memory module entries",
+)
+
+
 def _on_native_log(level: int, text: bytes, _data: object) -> None:
+    if level in (3, 4) and any(s in text for s in _STOPPED):
+        level = 1
     if level in (3, 4) or _native_log.isEnabledFor(logging.DEBUG):
         msg = text.decode("utf-8", errors="replace").rstrip()
         if msg:

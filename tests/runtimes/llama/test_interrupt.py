@@ -7,6 +7,7 @@ speed."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,12 +132,14 @@ def test_stopping_is_bounded_by_the_work_it_lost_and_by_how_far_the_decode_ran(
 
 
 async def test_a_keystroke_stops_the_streams_step_and_is_read_before_it(
-    tmp_path: Path, smollm2_path: Path
+    tmp_path: Path, smollm2_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An editor's completion (interactive; its prompt's prefix in a slot) arrives while a
     stream's step decodes (held at a gate): that decode stops, the completion's rest is read
     in a decode of its own, then the stream's step is decoded again; the stream's answer is
-    a solo run's within the greedy tolerance."""
+    a solo run's within the greedy tolerance. llama.cpp's lines about the stop are no warning
+    or error in Hearth's log."""
+    caplog.set_level(logging.INFO, "llama_cpp.native")
     solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
     model, _ = solo_h.models.import_path(smollm2_path)
     try:
@@ -161,6 +164,8 @@ async def test_a_keystroke_stops_the_streams_step_and_is_read_before_it(
         key_text = await asyncio.wait_for(transcript(key), 120)
         rest = [d async for d in stream]
         assert engine.interrupts.stopped == 1
+        loud = [r.getMessage() for r in caplog.records if r.name == "llama_cpp.native"]
+        assert not loud, f"the stop was logged as a warning or error: {loud}"
         assert key_text[2].usage.cached_tokens > 0
         stopped, after, again = rec.calls[:3]
         assert stopped[0] == 1 and stopped[2] == 1, rec.calls[:3]  # the stream's step
