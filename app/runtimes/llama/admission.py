@@ -193,27 +193,33 @@ class Admission:
         self, seqs: tuple[Sequence, ...], n_tokens: int, *, interruptible: str = "piece"
     ) -> Iterator[None]:
         """While ``n_tokens`` tokens decode: an ``interruptible`` decode (its kind; "": not) of
-        one micro-batch at most stops when an interactive request arrives (interrupt.py; a cancel of a text piece
-        is seen before the next one); a decode of ABORT_MIN_TOKENS or more (an image's
+        one micro-batch at most stops when an interactive request arrives (interrupt.py; a
+        cancel of a text piece is seen before the next one); a decode of ABORT_MIN_TOKENS or more (an image's
         positions) stops when one of ``seqs`` is cancelled, through a Python callback: a GIL
         round trip per graph node, about a thousand a decode, which made a short prompt's
         decode take twice its time (e.g. 7 tokens: ~40 ms instead of ~20 on a slow CPU)."""
         if n_tokens >= ABORT_MIN_TOKENS:
             self._aborting = seqs
             L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+            try:
+                yield
+            finally:
+                self.interrupts.install()
+                self._aborting = ()
         elif interruptible and n_tokens <= self.n_ubatch:
             self.interrupts.arm(interruptible)
-        try:
+            try:
+                yield
+            finally:
+                self.interrupts.disarm()
+        else:
             yield
-        finally:
-            self.interrupts.disarm()
-            self._aborting = ()
 
     def _interrupted(self, rc: int, seqs: tuple[Sequence, ...]) -> bool:
         """Whether a decode that returned ``rc`` was stopped for an arriving interactive
         request (not for a cancel): llama.cpp took its micro-batch out of the cache, and it is
         decoded again after that request is read."""
-        if rc != 2 or not self.interrupts.raised or any(s.cancelled for s in seqs):
+        if rc != 2 or not self.interrupts.fired or any(s.cancelled for s in seqs):
             return False
         self.interrupts.stopped_now()
         return True

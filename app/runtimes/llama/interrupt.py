@@ -23,7 +23,7 @@ The callback is C, not Python: a Python callback is a GIL round trip per graph n
 thousand a decode), which doubled a short decode's time (admission.py, ``_abortable``). It is the C
 library's ``strlen`` over a two-byte buffer: the flag byte and a terminating zero, so it returns 1
 (true) once the flag is raised and 0 otherwise; ggml reads a ``bool`` from the return register's
-low byte, which holds exactly that. A decode that may not stop reads a buffer that stays zero.
+low byte, which holds exactly that. The flag is up only while a decode that may stop runs.
 Tested by tests/runtimes/llama/test_interrupt.py.
 """
 
@@ -61,11 +61,16 @@ def _strlen() -> Any:
 
 class Interrupts:
     """What an interactive arrival asks of the worker (``request``, on the event loop): the
-    worker starts no more work before it reads that request (``waiting``), and the decode in
-    flight stops (``raised``) when it has run less than half its typical time and the work
-    stopped decodes lost lately is under its bound; past half, waiting for its end costs the
-    request less than stopping it costs the others. Decodes that may stop are ``arm``-ed
-    (on the worker); ``clear`` runs where the worker looks at its queue."""
+    worker starts no more work before it reads that request (``waiting``), and the armed
+    decode in flight stops (the flag is ``raised``) when it has run less than half its
+    typical time and the work stopped decodes lost lately is under its bound; past half,
+    waiting for its end costs the request less than stopping it costs the others.
+
+    The callback is installed once, over one flag; only an ``arm``-ed decode (on the worker)
+    can see it raised: the loop raises it, and the worker lowers it after the decode, under one
+    lock, so a raise never reaches a decode that may not stop. (Setting llama.cpp's callback
+    per decode logs a debug line through a Python callback each time: two more GIL round trips
+    a decode on the worker.) ``clear`` runs where the worker looks at its queue."""
 
     def __init__(
         self, ctx: Any, *, share: float = WASTE_SHARE, window_s: float = WASTE_WINDOW_S
@@ -73,9 +78,9 @@ class Interrupts:
         self.ctx = ctx
         self.share, self.window_s = share, window_s
         self._callback = _strlen()
-        self._flag = ctypes.create_string_buffer(2)
-        self._never = ctypes.create_string_buffer(2)
+        self._flag = ctypes.create_string_buffer(2)  # the flag byte and strlen's end
         self.waiting = False
+        self.fired = False  # whether the flag was up when the last armed decode ended
         self._kind = ""
         self._armed_at = 0.0  # when the armed decode started; 0: none runs
         self._ran = 0.0  # how long the last armed decode ran
@@ -85,56 +90,64 @@ class Interrupts:
         self._lock = threading.Lock()
         self.stopped = 0  # decodes stopped so far
         self.available = self._callback is not None
-        self.disarm()
+        self.install()
+
+    def install(self) -> None:
+        """Put this flag's callback in place (again, after another was installed a while)."""
+        if self.available:
+            L.llama_set_abort_callback(self.ctx, self._callback, ctypes.addressof(self._flag))
+        else:
+            L.llama_set_abort_callback(self.ctx, L.ggml_abort_callback(), None)
 
     @property
     def raised(self) -> bool:
         return self._flag.raw[0] != 0
 
     def request(self) -> bool:
-        """An interactive request arrived; whether the decode in flight (or the next armed
-        one, if none is) stops for it."""
+        """An interactive request arrived; whether the decode in flight stops for it (an
+        armed decode that starts before the worker admits it stops at once: ``arm``)."""
         self.waiting = True
-        if not self.available:
-            return False
         now = time.monotonic()
-        started, typical = self._armed_at, self._typical.get(self._kind)
-        if started and typical is not None and now - started > typical / 2:
-            return False
         with self._lock:
+            started, typical = self._armed_at, self._typical.get(self._kind)
+            if not started or typical is not None and now - started > typical / 2:
+                return False
             self._expire(now)
             if self._lost_s >= self.share * self.window_s:
                 return False
-        self._flag[0] = b"\x01"
+            self._flag[0] = b"\x01"
         return True
 
     def clear(self) -> None:
-        self.waiting = False
-        self._flag[0] = b"\x00"
+        with self._lock:
+            self.waiting = False
+            self._flag[0] = b"\x00"
 
     def arm(self, kind: str) -> None:
-        """The next decode (of ``kind``: what its typical time is kept by) stops if the flag
-        is raised, or gets raised while it runs."""
-        if self.available:
-            L.llama_set_abort_callback(self.ctx, self._callback, ctypes.addressof(self._flag))
+        """The next decode (of ``kind``: what its typical time is kept by) may stop; at once
+        if an interactive request waits already."""
+        if not self.available:
+            return
+        with self._lock:
             self._kind = kind
             self._armed_at = time.monotonic()
+            if self.waiting:
+                self._flag[0] = b"\x01"
 
     def disarm(self) -> None:
-        """Decodes run to their end again (and the abort callback is this module's, whatever
-        another callback was installed for a while)."""
-        if not self.available:
-            L.llama_set_abort_callback(self.ctx, L.ggml_abort_callback(), None)
+        """After an armed decode: the flag goes down; ``fired`` says whether it was up."""
+        if not self._armed_at:
             return
-        L.llama_set_abort_callback(self.ctx, self._callback, ctypes.addressof(self._never))
-        if self._armed_at:
+        with self._lock:
+            self.fired = self.raised
+            self._flag[0] = b"\x00"
             self._ran = time.monotonic() - self._armed_at
             self._armed_at = 0.0
-            if not self.raised:  # it ran to its end
-                old = self._typical.get(self._kind)
-                self._typical[self._kind] = (
-                    self._ran if old is None else old + (self._ran - old) * TYPICAL_WEIGHT
-                )
+        if not self.fired:  # it ran to its end
+            old = self._typical.get(self._kind)
+            self._typical[self._kind] = (
+                self._ran if old is None else old + (self._ran - old) * TYPICAL_WEIGHT
+            )
 
     def stopped_now(self) -> None:
         """The last armed decode was stopped by the flag: the time it ran is lost."""

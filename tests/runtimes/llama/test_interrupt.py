@@ -80,23 +80,30 @@ def raw(smollm2_path: Path) -> Iterator[Raw]:
 
 
 def test_an_armed_decode_stops_on_the_flag_and_leaves_the_cache_as_before(raw: Raw) -> None:
-    """The flag stops an armed decode (llama_decode returns 2) and llama.cpp takes its tokens
-    out of the cache; a decode that is not armed runs whatever the flag says."""
+    """An arrival while an armed decode runs raises the flag; an armed decode that starts
+    while a request waits stops at once (llama_decode returns 2) and llama.cpp takes its
+    tokens out of the cache; a decode that is not armed never sees the flag."""
     it = Interrupts(raw.ctx)
     assert it.available
     assert raw.decode() == 0 and raw.cached() == 32
-    assert it.request() and it.raised and it.waiting
     it.arm("piece")
+    assert it.request() and it.raised and it.waiting
+    it.disarm()
+    assert it.fired and not it.raised, "the flag stayed up after the armed decode"
+    assert not it.request() and it.waiting, "raised with no armed decode running"
+    assert raw.decode() == 0 and raw.cached() == 64, "a decode not armed was stopped"
+    it.arm("piece")
+    assert it.raised, "an armed decode started while a request waited, the flag down"
     rc = raw.decode()
     it.disarm()
-    assert rc == 2, "the raised flag did not stop the armed decode"
-    assert raw.cached() == 32, "the stopped decode's tokens stayed in the cache"
-    assert raw.decode() == 0 and raw.cached() == 64, "a decode not armed was stopped"
+    assert rc == 2 and it.fired, "the raised flag did not stop the armed decode"
+    assert raw.cached() == 64, "the stopped decode's tokens stayed in the cache"
     it.clear()
     assert not it.raised and not it.waiting
     it.arm("piece")
-    assert raw.decode() == 0, "an armed decode stopped with the flag down"
+    assert raw.decode() == 0 and raw.cached() == 96, "an armed decode stopped, none waiting"
     it.disarm()
+    assert not it.fired
 
 
 def test_stopping_is_bounded_by_the_work_it_lost_and_by_how_far_the_decode_ran(
@@ -106,17 +113,21 @@ def test_stopping_is_bounded_by_the_work_it_lost_and_by_how_far_the_decode_ran(
     still asks the worker to start nothing more), until the loss leaves the window; and a
     decode that has run past half its kind's typical time is left to end."""
     it = Interrupts(raw.ctx, share=1e-9, window_s=0.5)
-    assert it.request(), "nothing was lost yet"
     it.arm("step")
+    assert it.request(), "nothing was lost yet"
     assert raw.decode() == 2
     it.disarm()
     it.stopped_now()
     assert it.stopped == 1
     it.clear()
+    it.arm("step")
     assert not it.request() and not it.raised and it.waiting, "stopped past the bound"
+    it.disarm()
     it.clear()
     time.sleep(0.6)  # the loss leaves the window
+    it.arm("piece")  # (a kind with no typical time yet: the armed-then-idle step set one)
     assert it.request(), "the loss that left the window still counted"
+    it.disarm()
     it.clear()
 
     it = Interrupts(raw.ctx)
