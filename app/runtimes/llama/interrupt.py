@@ -13,11 +13,12 @@ the others lose), and only while the work lost so stays under WASTE_SHARE of the
 over the last WASTE_WINDOW_S. Either way the worker starts nothing more before it reads the
 keystroke (a joining prompt's next piece waited too).
 
-Measured with tests/bench/autocomplete_mix.py (75 s, 2 EPYC cores, against the commit before,
-two runs): the keystrokes' TTFT p50 0.072 / 0.069 s against 0.098 / 0.101 s (0.74x, 0.68x), p95
-0.86x and 0.74x; the agent's turns 1.00x, the chats' tokens a second 1.07x and 1.05x; 93 decodes
-stopped (87 of them the streams' step), 1.7 s of work lost in 150 s (1.1%). Stopping whatever ran
-(no half-time rule, no "nothing more") gave p50 0.61-0.81x and lost ~4%.
+Measured with tests/bench/autocomplete_mix.py (75-90 s, 2 EPYC cores, against the commit before
+in the same run, seven runs, two with the order swapped): the keystrokes' TTFT p50 0.67-0.81x,
+p95 0.60-0.96x; the agent's turns 0.92-1.27x and the chats' tokens a second 0.86-1.23x (both
+1.02x on average: this machine's spread from run to run, no direction); ~0.6 decodes stopped a second,
+nearly all the streams' step, 1.1% of the work lost. Stopping whatever ran (no half-time rule, no
+"nothing more") gave p50 0.61-0.81x and lost ~4%.
 
 The callback is C, not Python: a Python callback is a GIL round trip per graph node (about a
 thousand a decode), which doubled a short decode's time (admission.py, ``_abortable``). It is the C
