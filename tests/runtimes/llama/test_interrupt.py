@@ -28,6 +28,7 @@ from tests.runtimes.llama.test_mixed_batch import (
     gate_first_step,
     hearth,
     one,
+    solo_run,
 )
 from tests.support.service_calls import complete
 
@@ -151,12 +152,7 @@ async def test_a_keystroke_stops_the_streams_step_and_is_read_before_it(
     a solo run's within the greedy tolerance. llama.cpp's lines about the stop are no warning
     or error in Hearth's log."""
     caplog.set_level(logging.INFO, "llama_cpp.native")
-    solo_h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
-    model, _ = solo_h.models.import_path(smollm2_path)
-    try:
-        solo = await transcript(await one(solo_h, model.id, PROMPTS[0], LONG_ANSWER))
-    finally:
-        await solo_h.close()
+    solo = await solo_run(tmp_path, smollm2_path, PROMPTS[0], LONG_ANSWER)
     h = hearth(tmp_path / "batched")
     model, _ = h.models.import_path(smollm2_path)
     try:

@@ -136,6 +136,16 @@ async def a_held_stream(tmp_path: Path, model_path: Path, which: Any) -> AsyncIt
         await h.close()
 
 
+async def solo_run(tmp_path: Path, model_path: Path, prompt: str, max_tokens: int) -> Any:
+    """The transcript of ``prompt`` answered alone: one sequence, no prompt cache."""
+    h = hearth(tmp_path / "solo", parallel=1, prompt_cache="off")
+    model, _ = h.models.import_path(model_path)
+    try:
+        return await transcript(await one(h, model.id, prompt, max_tokens))
+    finally:
+        await h.close()
+
+
 async def one(h: Hearth, model_id: str, prompt: str, max_tokens: int = 24) -> Any:
     return await chat(
         h, model_id, [ChatMessage("user", prompt)], sampling=GREEDY, max_tokens=max_tokens,
