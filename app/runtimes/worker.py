@@ -421,9 +421,9 @@ class Worker:
             seq = Sequence(request, stream, prepared)
             seq.order = queue_order(request, next(self._arrivals))
             bisect.insort(self._waiting, seq, key=lambda s: s.order)
-            # an interactive request with room to join may stop the decode in flight (raised
-            # under the lock: the worker clears the flag where it admits)
-            if self._interrupt is not None and interactive(request):
+            # an interactive request first in the queue, with room to join, may stop the decode
+            # in flight (raised under the lock: the worker clears the flag where it admits)
+            if self._interrupt is not None and self._waiting[0] is seq and interactive(request):
                 if len(self._active) < self.engine.max_sequences:
                     self._interrupt(request)
             self._cv.notify()
