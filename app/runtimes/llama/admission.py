@@ -192,12 +192,13 @@ class Admission:
     def _abortable(
         self, seqs: tuple[Sequence, ...], n_tokens: int, *, interruptible: str = "piece"
     ) -> Iterator[None]:
-        """While ``n_tokens`` tokens decode: an ``interruptible`` decode (its kind; "": not) of
-        one micro-batch at most stops when an interactive request arrives (interrupt.py; a
-        cancel of a text piece is seen before the next one); a decode of ABORT_MIN_TOKENS or more (an image's
-        positions) stops when one of ``seqs`` is cancelled, through a Python callback: a GIL
-        round trip per graph node, about a thousand a decode, which made a short prompt's
-        decode take twice its time (e.g. 7 tokens: ~40 ms instead of ~20 on a slow CPU)."""
+        """While ``n_tokens`` tokens decode: an ``interruptible`` decode (its kind; "": not)
+        of one micro-batch at most stops when an interactive request arrives (interrupt.py; a
+        cancel of a text piece is seen before the next one); a decode of ABORT_MIN_TOKENS or
+        more (an image's positions) stops when one of ``seqs`` is cancelled, through a Python
+        callback: a GIL round trip per graph node, about a thousand a decode, which made a
+        short prompt's decode take twice its time (e.g. 7 tokens: ~40 ms instead of ~20 on a
+        slow CPU)."""
         if n_tokens >= ABORT_MIN_TOKENS:
             self._aborting = seqs
             L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
