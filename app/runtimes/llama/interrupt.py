@@ -16,8 +16,8 @@ keystroke (a joining prompt's next piece waited too).
 Measured with tests/bench/autocomplete_mix.py (75-90 s, 2 EPYC cores, against the commit before
 in the same run, seven runs, two with the order swapped): the keystrokes' TTFT p50 0.67-0.81x,
 p95 0.60-0.96x; the agent's turns 0.92-1.27x and the chats' tokens a second 0.86-1.23x (both
-1.02x on average: this machine's spread from run to run, no direction); ~0.6 decodes stopped a second,
-nearly all the streams' step, 1.1% of the work lost. Stopping whatever ran (no half-time rule, no
+1.02x on average: this machine's spread from run to run, no direction); ~0.6 decodes stopped
+a second, nearly all the streams' step, 1.1% of the work lost. Stopping whatever ran (no half-time rule, no
 "nothing more") gave p50 0.61-0.81x and lost ~4%.
 
 The callback is C, not Python: a Python callback is a GIL round trip per graph node (about a
