@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.bench.autocomplete_mix import CODE
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.llama.test_mixed_batch import (
     GREEDY,
+    LONG,
     LONG_ANSWER,
     PROMPTS,
     Recorder,
@@ -184,5 +186,54 @@ async def test_a_keystroke_stops_the_streams_step_and_is_read_before_it(
         if not assert_greedy_close(solo[1], got, "the stream"):
             assert solo[0] == "".join(d.text for d in [head, *rest]), "the stream's text changed"
         assert rest[-1].usage.completion_tokens == solo[2].usage.completion_tokens
+    finally:
+        await h.close()
+
+
+async def test_a_keystroke_stops_a_piece_of_a_long_prompt_which_is_read_again_after_it(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """An editor's completion arrives while a piece of a long prompt decodes (held before its
+    llama_decode): the piece stops, the completion's rest is read next, and the piece is read
+    again after it; the long prompt's answer is a solo run's within the greedy tolerance."""
+    solo = await solo_run(tmp_path, smollm2_path, LONG, LONG_ANSWER)
+    h = hearth(tmp_path / "batched")
+    model, _ = h.models.import_path(smollm2_path)
+    try:
+        lm = await h.models.load(model.id)
+        engine: Any = lm.engine  # type: ignore[attr-defined]
+        await transcript(await complete(h, model.id, CODE, sampling=GREEDY, max_tokens=1))
+        reached, go, pieces = threading.Event(), threading.Event(), []
+
+        def hold_the_second_piece(engine: Any, n: int) -> None:
+            if n == engine.prompt_piece:
+                pieces.append(n)
+                if len(pieces) == 2:
+                    # how long a piece takes is not known yet: the hold is not its run time
+                    engine.interrupts._typical.clear()
+                    reached.set()
+                    go.wait(60)
+
+        rec = Recorder(engine, hold_the_second_piece)
+        long = await one(h, model.id, LONG, LONG_ANSWER)
+        assert await asyncio.to_thread(reached.wait, 60), "the long prompt's piece never came"
+        key = await complete(h, model.id, CODE + "    low = ", sampling=GREEDY, max_tokens=8)
+        assert engine.interrupts.raised, "the keystroke did not raise the flag"
+        go.set()
+        await asyncio.wait_for(transcript(key), 120)
+        got = await asyncio.wait_for(transcript(long), 120)
+        assert engine.interrupts.stopped == 1
+        first, stopped, read = rec.calls[:3]
+        assert first[0] == stopped[0] == engine.prompt_piece and first[1] == stopped[1]
+        assert read[1] != stopped[1] and read[2] == 1, (
+            f"the keystroke was not next: {rec.calls[:5]}"
+        )
+        # then the keystroke's own step, and the long prompt's pieces from the stopped one on
+        # (its answer below is whole only if that piece is read again)
+        assert stopped in rec.calls[3:], rec.calls[:6]
+        if not assert_greedy_close(solo[1], got[1], "the long prompt's answer"):
+            assert solo[0] == got[0], "the long prompt's answer changed"
+        assert got[2].usage.prompt_tokens == solo[2].usage.prompt_tokens
+        assert got[2].usage.completion_tokens == solo[2].usage.completion_tokens
     finally:
         await h.close()
