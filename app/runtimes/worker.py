@@ -383,9 +383,8 @@ class Worker:
         self._job_cancel: threading.Event | None = None  # the running job's
         self._active: list[Sequence] = []
         self._outbox = Outbox()  # only the worker thread adds to it and flushes it
-        # an engine that stops a decode for an interactive arrival (LlamaEngine.interrupt)
-        self._interrupt = getattr(engine, "interrupt", None)
-        self._clear_interrupt = getattr(engine, "clear_interrupt", None)
+        self._interrupt = getattr(engine, "interrupt", lambda _request: False)
+        self._clear_interrupt = getattr(engine, "clear_interrupt", lambda: None)
         self._cv = threading.Condition()
         self._stopping = False
         self._thread = start_thread(self._run, name=f"hearth-worker-{name}")
@@ -421,11 +420,9 @@ class Worker:
             seq = Sequence(request, stream, prepared)
             seq.order = queue_order(request, next(self._arrivals))
             bisect.insort(self._waiting, seq, key=lambda s: s.order)
-            # an interactive request first in the queue, with room to join, may stop the decode
-            # in flight (raised under the lock: the worker clears the flag where it admits)
-            if self._interrupt is not None and self._waiting[0] is seq and interactive(request):
-                if len(self._active) < self.engine.max_sequences:
-                    self._interrupt(request)
+            room = len(self._active) < self.engine.max_sequences  # to stop the decode in flight
+            if room and self._waiting[0] is seq and interactive(request):
+                self._interrupt(request)
             self._cv.notify()
         return stream
 
@@ -529,8 +526,7 @@ class Worker:
                             )
                         self._jobs.clear()
                         return
-                    if self._clear_interrupt is not None:
-                        self._clear_interrupt()
+                    self._clear_interrupt()
                     gone = self._leave_cancelled()
                     new = len(self._active)
                     self._admit()

@@ -34,7 +34,7 @@ _GGML_NAMES = {"linux": "libggml.so", "darwin": "libggml.dylib", "win32": "ggml.
 
 
 # what llama.cpp logs as a warning or error when a decode is stopped on purpose (an arriving
-# keystroke, interrupt.py, or a cancel): GGML_STATUS_ABORTED is 1; a debug line here
+# keystroke, admission.py's Interrupts, or a cancel): GGML_STATUS_ABORTED is 1; a debug line here
 _STOPPED = (
     b"failed with error 1\n",
     b"compute status: 1\n",

@@ -18,6 +18,7 @@ from app.runtimes.llama.admission import (
     PROMPT_PIECE,
     PROMPT_PIECE_CPU,
     Admission,
+    Interrupts,
     Rider,
     one_reader,
     wide_cells,
@@ -30,7 +31,6 @@ from app.runtimes.llama.backend import (
     release_free_memory,
     release_threads,
 )
-from app.runtimes.llama.interrupt import Interrupts
 from app.runtimes.llama.pooled import PooledOutputs
 from app.runtimes.llama.sampling import Sampling
 from app.runtimes.llama.scoring import PromptScoring
@@ -369,7 +369,7 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
     def step(self, seqs: list[Sequence]) -> None:
         """Decode each sequence's sampled (already sent) token in one batch; sample and send
         the next ones; then read the next pieces of the prompts that are joining. Nothing when
-        an interactive request just arrived: the worker admits it first (interrupt.py)."""
+        an interactive request just arrived: the worker admits it first (admission.py, Interrupts)."""
         if self.interrupts.waiting:
             return
         decoded: list[tuple[Sequence, _SeqState]] = []

@@ -1,23 +1,24 @@
-"""An interactive arrival stops the decode in flight (app/runtimes/llama/interrupt.py): the C
-flag llama.cpp's abort callback reads, the bounds on stopping, and the engine reading an editor's
-keystroke ahead of a stream's stopped step, which is decoded again after it. The decode a test
-needs stopped is held at a gate (test_mixed_batch.py's), so nothing depends on the machine's
-speed."""
+"""An interactive arrival stops the decode in flight (``Interrupts`` in
+app/runtimes/llama/admission.py): the C flag llama.cpp's abort callback reads, the bounds on
+stopping, and the engine reading an editor's keystroke ahead of a stopped step or prompt piece,
+which is decoded again after it. The decode a test needs stopped is held (a gate), so nothing
+depends on the machine's speed."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.runtimes.llama.admission import Interrupts
 from app.runtimes.llama.backend import L, ensure_backend
-from app.runtimes.llama.interrupt import Interrupts
 from tests.bench.autocomplete_mix import CODE
 from tests.conftest import assert_greedy_close, transcript
 from tests.runtimes.llama.test_mixed_batch import (
@@ -73,6 +74,21 @@ class Raw:
         L.llama_batch_free(self.batch)
         L.llama_free(self.ctx)
         L.llama_model_free(self.model)
+
+
+@contextlib.asynccontextmanager
+async def an_editors_engine(tmp_path: Path, model_path: Path) -> AsyncIterator[tuple]:
+    """The default load, with an editor's last completion (CODE) in a slot: (service, model
+    id, engine)."""
+    h = hearth(tmp_path / "batched")
+    model, _ = h.models.import_path(model_path)
+    try:
+        lm = await h.models.load(model.id)
+        # its prompt stays in a slot (one token: no step, so no step's typical time either)
+        await transcript(await complete(h, model.id, CODE, sampling=GREEDY, max_tokens=1))
+        yield h, model.id, lm.engine  # type: ignore[attr-defined]
+    finally:
+        await h.close()
 
 
 @pytest.fixture
@@ -155,19 +171,13 @@ async def test_a_keystroke_stops_the_streams_step_and_is_read_before_it(
     or error in Hearth's log."""
     caplog.set_level(logging.INFO, "llama_cpp.native")
     solo = await solo_run(tmp_path, smollm2_path, PROMPTS[0], LONG_ANSWER)
-    h = hearth(tmp_path / "batched")
-    model, _ = h.models.import_path(smollm2_path)
-    try:
-        lm = await h.models.load(model.id)
-        engine: Any = lm.engine  # type: ignore[attr-defined]
-        # the editor's last completion: its prompt stays in a slot (one token: no step)
-        await transcript(await complete(h, model.id, CODE, sampling=GREEDY, max_tokens=1))
+    async with an_editors_engine(tmp_path, smollm2_path) as (h, model_id, engine):
         opened = gate_first_step(engine)
-        stream = (await one(h, model.id, PROMPTS[0], LONG_ANSWER)).__aiter__()
+        stream = (await one(h, model_id, PROMPTS[0], LONG_ANSWER)).__aiter__()
         head = await asyncio.wait_for(stream.__anext__(), 60)  # read; its first step waits
         await at_the_gate(opened)
         rec = Recorder(engine)  # from the held step's llama_decode on
-        key = await complete(h, model.id, CODE + "    low = ", sampling=GREEDY, max_tokens=8)
+        key = await complete(h, model_id, CODE + "    low = ", sampling=GREEDY, max_tokens=8)
         assert engine.interrupts.raised, "the keystroke did not raise the flag"
         opened.set()
         key_text = await asyncio.wait_for(transcript(key), 120)
@@ -186,8 +196,6 @@ async def test_a_keystroke_stops_the_streams_step_and_is_read_before_it(
         if not assert_greedy_close(solo[1], got, "the stream"):
             assert solo[0] == "".join(d.text for d in [head, *rest]), "the stream's text changed"
         assert rest[-1].usage.completion_tokens == solo[2].usage.completion_tokens
-    finally:
-        await h.close()
 
 
 async def test_a_keystroke_stops_a_piece_of_a_long_prompt_which_is_read_again_after_it(
@@ -197,12 +205,7 @@ async def test_a_keystroke_stops_a_piece_of_a_long_prompt_which_is_read_again_af
     llama_decode): the piece stops, the completion's rest is read next, and the piece is read
     again after it; the long prompt's answer is a solo run's within the greedy tolerance."""
     solo = await solo_run(tmp_path, smollm2_path, LONG, LONG_ANSWER)
-    h = hearth(tmp_path / "batched")
-    model, _ = h.models.import_path(smollm2_path)
-    try:
-        lm = await h.models.load(model.id)
-        engine: Any = lm.engine  # type: ignore[attr-defined]
-        await transcript(await complete(h, model.id, CODE, sampling=GREEDY, max_tokens=1))
+    async with an_editors_engine(tmp_path, smollm2_path) as (h, model_id, engine):
         reached, go, pieces = threading.Event(), threading.Event(), []
 
         def hold_the_second_piece(engine: Any, n: int) -> None:
@@ -215,9 +218,9 @@ async def test_a_keystroke_stops_a_piece_of_a_long_prompt_which_is_read_again_af
                     go.wait(60)
 
         rec = Recorder(engine, hold_the_second_piece)
-        long = await one(h, model.id, LONG, LONG_ANSWER)
+        long = await one(h, model_id, LONG, LONG_ANSWER)
         assert await asyncio.to_thread(reached.wait, 60), "the long prompt's piece never came"
-        key = await complete(h, model.id, CODE + "    low = ", sampling=GREEDY, max_tokens=8)
+        key = await complete(h, model_id, CODE + "    low = ", sampling=GREEDY, max_tokens=8)
         assert engine.interrupts.raised, "the keystroke did not raise the flag"
         go.set()
         await asyncio.wait_for(transcript(key), 120)
@@ -235,5 +238,3 @@ async def test_a_keystroke_stops_a_piece_of_a_long_prompt_which_is_read_again_af
             assert solo[0] == got[0], "the long prompt's answer changed"
         assert got[2].usage.prompt_tokens == solo[2].usage.prompt_tokens
         assert got[2].usage.completion_tokens == solo[2].usage.completion_tokens
-    finally:
-        await h.close()
