@@ -384,7 +384,7 @@ def one_reader(joining: list[tuple[Sequence, Any]]) -> list[tuple[Sequence, Any]
 # A keystroke's request (an interactive one: app/runtimes/worker.py) that arrives while the worker
 # decodes waits for that decode to end: the running streams' step (~45-60 ms beside an agent and
 # two chats on 2 cores) or a piece of an agent's prompt (~0.15 s). The engine reads a keystroke's
-# few new tokens ahead of the streams' step (admission.py, ``_read_ahead``), so what it waited for
+# few new tokens ahead of the streams' step (``_read_ahead``), so what it waited for
 # was the decode already under way. Now the arrival raises a flag that llama.cpp's abort callback
 # reads between the graph's nodes: the decode stops within a node, llama.cpp takes the micro-batch's
 # positions out of the cache, and the worker reads the keystroke first and that decode again after
