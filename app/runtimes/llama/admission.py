@@ -236,9 +236,7 @@ class Admission:
         if not self.shares_prefixes or not self.interrupts.available:
             return False
         tokens = list(request.prompt_tokens)
-        held = list(self.slots.kv)  # type: ignore[attr-defined]
-        # the worker changes the slots meanwhile: each is read as one copy
-        have = max((common_prefix(kv[:], tokens) for kv in held), default=0)
+        _, have = self.slots.longest(tokens)  # type: ignore[attr-defined]
         if len(tokens) - have > self.prompt_piece:
             return False
         return self.interrupts.request()

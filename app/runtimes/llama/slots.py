@@ -11,27 +11,16 @@ of n_ubatch, the way a fresh run computes a prompt, and reuses only those: the r
 in the same batches as a fresh run would, so the output is bit-identical to an uncached run.
 "off" keeps nothing.
 
-In a shared cache every step's attention walks all used cells, idle conversations' included
-(on 2 Xeon cores with flash attention off, each idle cell cost a lone decode step ~3 us and a
-step of 8 streams ~13 us). So a "reuse" shared cache moves idle caches to host memory
-(llama.cpp's sequence state) while other sequences run, and restores one when a prompt
-continues it further than any cache in place, within a byte bound that the memory estimate
-counts (``fit.prompt_ram``).
-
-The copy is not free: llama.cpp copies a sequence's cells range by range (a range: cells that
-lie together), and with flash attention off (the CPU default) its V cache is transposed, so
-each range is a copy per layer and per V row. Streams decoded together lie interleaved, a range
-per token: a 165-token answer decoded in a batch of 8 took ~30 ms to copy, as long as ~15
-steps of 8 streams spend attending to it; a 648-token prompt read alone, 7 ms. So an idle cache
-in few ranges (a cheap copy) leaves as another sequence starts, whose cells then go low in the
-cache (``stash_idle``); a scattered one stays in place until the attention its cells have cost
-the other requests' tokens adds up to what its copy costs (``charge``), or leaves as a sequence
-starts whose tokens, with the running ones', would charge it that much before it ends.
-Renting until the rent reaches the price of buying costs at most twice the better choice
-whatever comes next, and a burst of requests that continue such caches finds them in place.
-An earlier answer to the same question that lies scattered is dropped when the question is
-asked again, as llama-server's slots do, rather than copied; one in few ranges is copied at
-once (``take``).
+In a shared cache every step's attention walks all used cells, idle conversations' included,
+so a "reuse" shared cache moves idle caches to host memory (llama.cpp's sequence state) while
+other sequences run, and restores one when a prompt continues it further than any cache in
+place, within a byte bound that the memory estimate counts (``fit.prompt_ram``). A copy costs
+a copy per layer and V row for each range of cells that lie together, so a cache in few ranges
+leaves as another sequence starts (``stash_idle``); a scattered one (streams decoded together)
+stays until the attention it has cost others adds up to what its copy costs (``charge``):
+renting until the rent reaches the price costs at most twice the better choice. An earlier
+answer to a question asked again is dropped when it lies scattered, copied when not (``take``).
+docs/runtime.md ("Idle caches move to host memory" and the items after it) has the numbers.
 Tested by tests/runtimes/llama/test_mixed_batch.py.
 """
 
@@ -41,6 +30,7 @@ import ctypes
 import math
 import mmap
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,10 +195,8 @@ class Slots:
         to an empty or the least recently used slot instead, so the other conversation keeps
         its cache. ``cool``: an editor's request (interactive), the last one from here on: a
         cache kept warm for one before (``release``) that it shares less than half of cools
-        once it has taken what it shares (an infill of another file left the last one's whole
-        cache in the attention's way for 2 s: back-to-back infills decoded 50-67 tok/s against
-        58-69 cooled). One it mostly continues stays warm: moved now, its shared cells would be
-        copied too before the first token, and the cells it holds alone cost little attention."""
+        (another file's whole cache in the attention's way slowed back-to-back infills). One it
+        mostly continues stays warm: moved now, its shared cells would be copied too."""
         slot = self._take(tokens)
         if cool:  # the warm ones only: common_prefix walks the tokens in Python
             for sl in self.free:
@@ -218,11 +206,23 @@ class Slots:
                     self.warm_until[sl] = 0.0
         return slot
 
+    def longest(self, tokens: list[int], among: Iterable[int] | None = None) -> tuple[int, int]:
+        """The slot (of ``among``, else of all) whose cache shares the longest prefix with
+        ``tokens``, the shorter cache on a tie, and that prefix's length. Read-only: the event
+        loop asks it while the worker moves slots, so each cache is read as one copy."""
+        best, most, size = -1, -1, 0
+        for sl in range(len(self.kv)) if among is None else among:
+            kv = self.kv[sl][:]
+            n = common_prefix(kv, tokens)
+            if n > most or n == most and len(kv) < size:
+                best, most, size = sl, n, len(kv)
+        return best, most
+
     def _take(self, tokens: list[int]) -> int:
         self._changed()
         free, kv = self.free, self.kv
-        best = max(free, key=lambda sl: (common_prefix(kv[sl], tokens), -len(kv[sl])))
-        restored = self._restore_for(tokens, min(common_prefix(kv[best], tokens), len(tokens) - 1))
+        best, common = self.longest(tokens, free)
+        restored = self._restore_for(tokens, min(common, len(tokens) - 1))
         if restored is not None:
             free.remove(restored)
             return restored
