@@ -36,19 +36,17 @@ log = logging.getLogger(__name__)
 _END = object()
 T = TypeVar("T")
 
-# The stack of the threads that own a model, where grammars are compiled and run. llama.cpp's
-# grammar code recurses once per nesting level (about 450 bytes a level, measured), and the
-# default differs by platform (8 MiB on Linux, 512 KiB for native threads on macOS); a known size
-# keeps the depth bounds of app/runtimes/grammar/gbnf.py far from an overflow everywhere.
+# The stack of the threads that own a model, where grammars are compiled and run: llama.cpp's
+# grammar code recurses ~450 bytes a nesting level, and the default is 8 MiB on Linux, 512 KiB on
+# macOS; a known size keeps app/runtimes/grammar/gbnf.py's depth bounds far from an overflow.
 THREAD_STACK_BYTES = 16 * 1024 * 1024
 # how long the worker waits, at most, for the event loop to send a first token before it decodes
 # on (its threads would take the CPU the loop needs)
 FIRST_TOKEN_SETTLE = 0.005
 _stack_size_lock = threading.Lock()
-# an answer of at most this many tokens is interactive: an editor's completion of a line or
-# two, a title, a yes/no. Its prompt is read and its answer decoded in well under a second on a
-# small model, so serving it first delays the long request it passes by about that much, while
-# it would wait seconds behind that request's prompt; 64 tokens cover two lines of code
+# an answer of at most this many tokens is interactive: an editor's completion of a line or two,
+# a title, a yes/no. Read and decoded in well under a second on a small model, serving it first
+# delays the request it passes by that much, while it would wait seconds behind that one's prompt
 INTERACTIVE_MAX_TOKENS = 64
 
 
@@ -60,8 +58,7 @@ def interactive(request: GenerationRequest) -> bool:
 
 
 def queue_order(request: GenerationRequest, arrival: int) -> tuple[int, int, int]:
-    """A waiting request's place: lower ``priority`` first, then interactive ones, then the
-    earlier arrival."""
+    """A waiting request's place: lower ``priority``, then interactive, then earlier first."""
     return (request.priority, 0 if interactive(request) else 1, arrival)
 
 
@@ -157,6 +154,7 @@ class DeltaStream:
         self.cancelled = threading.Event()
         self._outbox = outbox
         self._done = False
+        self.on_cancel: Callable[[DeltaStream], None] | None = None  # the engine's, after the set
 
     # worker side ------------------------------------------------------------------------
     def push(self, delta: Delta) -> None:
@@ -183,6 +181,8 @@ class DeltaStream:
     # consumer side ----------------------------------------------------------------------
     def cancel(self) -> None:
         self.cancelled.set()
+        if self.on_cancel is not None:
+            self.on_cancel(self)
 
     def __aiter__(self) -> AsyncIterator[Delta]:
         return self._iterate()

@@ -196,14 +196,21 @@ class Admission:
     def _abortable(
         self, seqs: tuple[Sequence, ...], n_tokens: int, *, interruptible: str = "piece"
     ) -> Iterator[None]:
-        """While ``n_tokens`` tokens decode: an ``interruptible`` decode (its kind; "": not)
-        of one micro-batch at most stops when an interactive request arrives (``Interrupts``; a
-        cancel of a text piece is seen before the next one); a decode of ABORT_MIN_TOKENS or
-        more (an image's positions) stops when one of ``seqs`` is cancelled, through a Python
-        callback: a GIL round trip per graph node, about a thousand a decode, which made a
-        short prompt's decode take twice its time (e.g. 7 tokens: ~40 ms instead of ~20 on a
-        slow CPU)."""
-        if n_tokens >= ABORT_MIN_TOKENS:
+        """While ``n_tokens`` tokens decode: the decode stops when one of ``seqs`` is cancelled
+        (a prompt's piece, an image's positions), and an ``interruptible`` one (its kind; "":
+        not) of one micro-batch at most stops when an interactive request arrives, both through
+        ``Interrupts``' flag, which llama.cpp reads between graph nodes. Where that flag cannot
+        be had, a decode of ABORT_MIN_TOKENS or more (an image's positions) stops on a cancel
+        through a Python callback: a GIL round trip per graph node, about a thousand a decode,
+        which made a short prompt's decode take twice its time (7 tokens: ~40 ms, not ~20)."""
+        kind = interruptible if n_tokens <= self.n_ubatch else ""
+        if self.interrupts.available and (seqs or kind):
+            self.interrupts.arm(kind, seqs)
+            try:
+                yield
+            finally:
+                self.interrupts.disarm()
+        elif n_tokens >= ABORT_MIN_TOKENS and seqs:
             self._aborting = seqs
             L.llama_set_abort_callback(self.ctx, self._abort_cb, None)
             try:
@@ -211,12 +218,6 @@ class Admission:
             finally:
                 self.interrupts.install()
                 self._aborting = ()
-        elif interruptible and n_tokens <= self.n_ubatch:
-            self.interrupts.arm(interruptible)
-            try:
-                yield
-            finally:
-                self.interrupts.disarm()
         else:
             yield
 
@@ -244,6 +245,10 @@ class Admission:
     def clear_interrupt(self) -> None:
         """The worker looks at its queue now: an arrival before this is admitted anyway."""
         self.interrupts.clear()
+
+    def watch_cancel(self, seq: Sequence) -> None:
+        """A cancel of ``seq`` (any thread) stops the decode in flight when it reads ``seq``."""
+        seq.stream.on_cancel = self.interrupts.cancel
 
     def _text_piece(self, tokens: list[int], start: int, most: int) -> list[int]:
         """Up to ``most`` prompt tokens from ``start``, ending before an image's positions."""
@@ -437,7 +442,8 @@ class Interrupts:
     can see it raised: the loop raises it, and the worker lowers it after the decode, under one
     lock, so a raise never reaches a decode that may not stop. (Setting llama.cpp's callback
     per decode logs a debug line through a Python callback each time: two more GIL round trips
-    a decode on the worker.) ``clear`` runs where the worker looks at its queue."""
+    a decode on the worker.) ``clear`` runs where the worker looks at its queue. A cancel of a
+    sequence the armed decode reads raises the flag too (``cancel``), whatever its kind."""
 
     def __init__(
         self, ctx: Any, *, share: float = WASTE_SHARE, window_s: float = WASTE_WINDOW_S
@@ -449,6 +455,7 @@ class Interrupts:
         self.waiting = False
         self.fired = False  # whether the flag was up when the last armed decode ended
         self._kind = ""
+        self._seqs: tuple[Any, ...] = ()  # the sequences whose cancel stops the armed decode
         self._armed_at = 0.0  # when the armed decode started; 0: none runs
         self._ran = 0.0  # how long the last armed decode ran
         self._typical: dict[str, float] = {}  # an armed decode's time by kind (a moving mean)
@@ -477,7 +484,7 @@ class Interrupts:
         now = time.monotonic()
         with self._lock:
             started, typical = self._armed_at, self._typical.get(self._kind)
-            if not started or typical is not None and now - started > typical / 2:
+            if not started or not self._kind or typical is not None and now - started > typical / 2:
                 return False
             self._expire(now)
             if self._lost_s >= self.share * self.window_s:
@@ -490,15 +497,23 @@ class Interrupts:
             self.waiting = False
             self._flag[0] = b"\x00"
 
-    def arm(self, kind: str) -> None:
-        """The next decode (of ``kind``: what its typical time is kept by) may stop; at once
-        if an interactive request waits already."""
+    def arm(self, kind: str, seqs: tuple[Any, ...] = ()) -> None:
+        """The next decode may stop: for an interactive request when it has a ``kind`` (what
+        its typical time is kept by), and when one of ``seqs`` is cancelled; at once if one
+        waits or is cancelled already."""
         if not self.available:
             return
         with self._lock:
-            self._kind = kind
+            self._kind, self._seqs = kind, seqs
             self._armed_at = time.monotonic()
-            if self.waiting:
+            if kind and self.waiting or any(s.cancelled for s in seqs):
+                self._flag[0] = b"\x01"
+
+    def cancel(self, stream: Any) -> None:
+        """A sequence's ``stream`` was cancelled (any thread): the armed decode stops if it
+        reads that sequence."""
+        with self._lock:
+            if self._armed_at and any(s.stream is stream for s in self._seqs):
                 self._flag[0] = b"\x01"
 
     def disarm(self) -> None:
@@ -509,8 +524,8 @@ class Interrupts:
             self.fired = self.raised
             self._flag[0] = b"\x00"
             self._ran = time.monotonic() - self._armed_at
-            self._armed_at = 0.0
-        if not self.fired:  # it ran to its end
+            self._armed_at, self._seqs = 0.0, ()
+        if not self.fired and self._kind:  # it ran to its end
             old = self._typical.get(self._kind)
             self._typical[self._kind] = (
                 self._ran if old is None else old + (self._ran - old) * TYPICAL_WEIGHT

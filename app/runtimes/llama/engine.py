@@ -258,6 +258,7 @@ class LlamaEngine(Admission, PooledOutputs, PromptScoring, Sampling, Speculation
         self.preempted += 1
 
     def begin(self, seq: Sequence) -> None:
+        self.watch_cancel(seq)
         req: GenerationRequest = seq.request
         tokens = list(req.prompt_tokens)
         if len(tokens) >= self.n_ctx:

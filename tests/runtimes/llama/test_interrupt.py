@@ -238,3 +238,73 @@ async def test_a_keystroke_stops_a_piece_of_a_long_prompt_which_is_read_again_af
             assert solo[0] == got[0], "the long prompt's answer changed"
         assert got[2].usage.prompt_tokens == solo[2].usage.prompt_tokens
         assert got[2].usage.completion_tokens == solo[2].usage.completion_tokens
+
+
+class _Seq:
+    """What ``Interrupts`` reads of a sequence: its stream, and whether it was cancelled."""
+
+    def __init__(self) -> None:
+        self.stream, self.cancelled = object(), False
+
+
+def test_a_cancel_stops_the_armed_decode_that_reads_its_sequence(raw: Raw) -> None:
+    """A cancel raises the flag while a decode that reads the cancelled sequence is armed (any
+    kind), not for another sequence's decode; a decode armed only for cancels (an image's
+    positions: no kind) is not stopped by an arrival; one armed after its sequence was
+    cancelled stops at once."""
+    it = Interrupts(raw.ctx)
+    mine, other = _Seq(), _Seq()
+    it.arm("", (mine,))
+    assert not it.request() and not it.raised, "an arrival stopped a decode armed for cancels"
+    it.cancel(other.stream)
+    assert not it.raised, "another sequence's cancel raised the flag"
+    it.cancel(mine.stream)
+    assert it.raised
+    assert raw.decode() == 2 and raw.cached() == 0
+    it.disarm()
+    assert it.fired and not it.raised
+    it.clear()
+    it.cancel(mine.stream)
+    assert not it.raised, "a cancel raised the flag with no decode armed"
+    mine.cancelled = True
+    it.arm("piece", (mine,))
+    assert it.raised, "a decode of a cancelled sequence was armed with the flag down"
+    it.disarm()
+
+
+async def test_a_cancel_stops_the_prompt_piece_in_flight(
+    tmp_path: Path, smollm2_path: Path
+) -> None:
+    """A long prompt's request is cancelled while a piece of its prompt decodes (held before
+    its llama_decode): that decode stops at once rather than after its piece, no piece of it
+    is read after, and the next request is served from a consistent cache."""
+    async with an_editors_engine(tmp_path, smollm2_path) as (h, model_id, engine):
+        reached, go, pieces, rcs = threading.Event(), threading.Event(), [], []
+
+        def hold_the_second_piece(engine: Any, n: int) -> None:
+            if n == engine.prompt_piece:
+                pieces.append(n)
+                if len(pieces) == 2:
+                    reached.set()
+                    go.wait(60)
+
+        Recorder(engine, hold_the_second_piece)
+        decode = engine._decode
+
+        def recording(batch: Any = None) -> int:
+            rc = decode(batch)
+            rcs.append(rc)
+            return rc
+
+        engine._decode = recording
+        long = await one(h, model_id, LONG, LONG_ANSWER)
+        assert await asyncio.to_thread(reached.wait, 60), "the long prompt's piece never came"
+        long.cancel()
+        go.set()
+        async for _ in long:  # its end, as a cancelled generation
+            pass
+        key = await complete(h, model_id, CODE + "    low = ", sampling=GREEDY, max_tokens=8)
+        text, _, final = await asyncio.wait_for(transcript(key), 120)
+        assert rcs[1] == 2, f"the cancelled request's piece was decoded to its end: {rcs}"
+        assert len(pieces) == 2, f"pieces of the cancelled prompt were read after: {pieces}"
+        assert final.finish_reason in ("stop", "length") and final.usage.cached_tokens > 0
