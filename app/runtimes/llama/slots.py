@@ -207,12 +207,12 @@ class Slots:
         return slot
 
     def longest(self, tokens: list[int], among: Iterable[int] | None = None) -> tuple[int, int]:
-        """The slot (of ``among``, else of all) whose cache shares the longest prefix with
-        ``tokens``, the shorter cache on a tie, and that prefix's length. Read-only: the event
-        loop asks it while the worker moves slots, so each cache is read as one copy."""
+        """The slot whose cache shares the longest prefix with ``tokens`` (the shorter cache on
+        a tie), and that prefix's length: of ``among`` (the worker's), or of all slots, each
+        read as one copy (the event loop asks while the worker moves them). Read-only."""
         best, most, size = -1, -1, 0
         for sl in range(len(self.kv)) if among is None else among:
-            kv = self.kv[sl][:]
+            kv = self.kv[sl] if among is not None else self.kv[sl][:]
             n = common_prefix(kv, tokens)
             if n > most or n == most and len(kv) < size:
                 best, most, size = sl, n, len(kv)
