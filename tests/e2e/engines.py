@@ -24,7 +24,6 @@ import subprocess
 import sys
 import time
 import urllib.parse
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +44,9 @@ LLAMA_SERVER_HOWTO = (
     "-DLLAMA_BUILD_TESTS=OFF && cmake --build build --target llama-server -j2`"
 )
 
-_live: weakref.WeakSet[Engine] = weakref.WeakSet()
+# every engine not closed or killed yet, held (not weakly) so that one a test forgot is still
+# killed at exit
+_live: set[Engine] = set()
 
 
 class EngineStartError(RuntimeError):
