@@ -302,13 +302,11 @@ class Slots:
         if not self.shared or self.mode != "reuse" or have >= len(tokens) - 1:
             return have
         kv, nxt = self.kv, tokens[have]
-        src, most = slot, have
-        for sl in range(len(kv)):
-            # a quick look first: only a slot holding the next token there can hold more
-            if sl != slot and len(kv[sl]) > have and kv[sl][have] == nxt:
-                n = common_prefix(kv[sl], tokens)
-                if n > most:
-                    src, most = sl, n
+        # a quick look first: only a slot holding the next token there can hold more
+        others = [
+            sl for sl in range(len(kv)) if sl != slot and len(kv[sl]) > have and kv[sl][have] == nxt
+        ]
+        src, most = self.longest(tokens, others) if others else (slot, have)
         most = min(most, len(tokens) - 1)  # the last token is read: its logits are needed
         if src == slot or most <= have:
             return have
